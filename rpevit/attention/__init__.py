@@ -1,0 +1,9 @@
+"""Attention backends: each computes attention over (B, heads, T, d) q, k, v and exposes the
+dense matrix it implies (`weights`). Adding a backend = one entry here."""
+from __future__ import annotations
+
+from .softmax import SoftmaxAttention
+
+BACKENDS = {
+    "softmax": SoftmaxAttention,
+}

@@ -1,0 +1,39 @@
+"""Exact softmax attention (Vaswani et al. 2017): softmax(q kᵀ/√d + B) v.
+
+Runs through torch's scaled_dot_product_attention (flash / memory-efficient kernels on CUDA);
+a relative bias B (heads, T, T) enters as a float attn_mask.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class SoftmaxAttention(nn.Module):
+    """softmax(q kᵀ/√d + B) v over (batch, heads, tokens, head_dim) tensors."""
+
+    mechanisms = ("absolute", "gate", "rotary", "bias")
+    rotation_sites = ("pre",)  # the first is the default
+
+    def __init__(self, config, head_dim: int, heads: int):
+        super().__init__()
+        self.head_dim = head_dim
+
+    def feature_dim(self) -> int:
+        """Dimension a post-map rotation would act on (softmax rotates q, k themselves)."""
+        return self.head_dim
+
+    def forward(self, q, k, v, grid, bias=None, feature_rotation=None):
+        """Attention output (B, h, T, d)."""
+        mask = None if bias is None else bias.dense(grid).to(q.dtype)  # (h, T, T)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    def weights(self, q, k, grid, bias=None, feature_rotation=None):
+        """The dense attention matrix (B, h, T, T)."""
+        logits = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if bias is not None:
+            logits = logits + bias.dense(grid).to(logits.dtype)
+        return torch.softmax(logits, dim=-1, dtype=torch.promote_types(logits.dtype, torch.float32)).to(q.dtype)

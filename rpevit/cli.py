@@ -1,0 +1,144 @@
+"""Command-line interface. User mistakes print one `error:` line and exit with status 2."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+
+from .errors import UserError
+
+
+def _params(args):
+    from .params import load_params
+
+    params = load_params(args.params)
+    data = dataclasses.replace(params.data,
+                               root=getattr(args, "data_root", None) or params.data.root,
+                               download=params.data.download or getattr(args, "download", False))
+    train = params.train if not getattr(args, "device", None) else \
+        dataclasses.replace(params.train, device=args.device)
+    return dataclasses.replace(params, data=data, train=train)
+
+
+def cmd_list(args) -> int:
+    """Print backends, positional methods by mechanism, variants, datasets and presets."""
+    from .attention import BACKENDS
+    from .data import DATASETS
+    from .params import list_presets
+    from .position import MECHANISMS, POSITIONS
+    from .variants import list_variants
+
+    print("backends:  " + ", ".join(BACKENDS))
+    print("positional methods (name: mechanism — description):")
+    for mechanism in MECHANISMS:
+        for name, method in POSITIONS.items():
+            if method.mechanism == mechanism:
+                kind = "relative" if method.relative else "absolute"
+                print(f"  {name}: {mechanism}, {kind} — {method.summary}")
+    print("datasets:  " + ", ".join(DATASETS))
+    print("presets:   " + ", ".join(list_presets()))
+    variants = list_variants()
+    print(f"variants ({len(variants)}):")
+    for name in variants:
+        print("  " + name)
+    return 0
+
+
+def cmd_train(args) -> int:
+    """Train one variant of a preset on one dataset."""
+    from . import records
+    from .data import DATASETS, load_dataset
+    from .train import resolve_device, train_run
+    from .variants import parse_variant
+
+    params = _params(args)
+    dataset_name = args.dataset or params.datasets[0]
+    if dataset_name not in DATASETS:
+        raise UserError(f"--dataset: unknown dataset {dataset_name!r}; choose from {', '.join(DATASETS)}.")
+    variant = parse_variant(args.variant).name
+    if args.epochs is not None and args.epochs < 1:
+        raise UserError("--epochs must be a positive integer.")
+    dataset = load_dataset(dataset_name, root=params.data.root, download=params.data.download,
+                           device=resolve_device(params.train.device), split_seed=params.data.split_seed,
+                           val_size=params.data.val_size)
+    out_dir = records.run_dir(params.name, dataset_name, variant, args.seed)
+    record = train_run(params, dataset, variant, args.seed, out_dir, epochs=args.epochs, resume=args.resume,
+                       progress=not args.no_progress)
+    print(f"test top-1 {100 * record['top1']:.2f}% (best epoch {record['best_epoch']}); record: "
+          f"{out_dir / records.RECORD}")
+    return 0
+
+
+def cmd_study(args) -> int:
+    """Run (or resume) a preset's whole grid and write reports/<preset>/summary.{csv,md}."""
+    from .study import REPORTS_ROOT, run_study
+
+    params = _params(args)
+    results = run_study(params, progress=not args.no_progress)
+    print(f"{len(results)} runs recorded; summary: {REPORTS_ROOT / params.name / 'summary.md'}")
+    return 0
+
+
+def cmd_bench(args) -> int:
+    """Benchmarks: throughput of training and of the data pipeline (ratios in one run)."""
+    from .bench import run_bench
+
+    run_bench(args.what, args)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argparse parser for every sub-command."""
+    parser = argparse.ArgumentParser(prog="python -m rpevit", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    sub.add_parser("list", help="list backends, positional methods, variants, datasets and presets")
+
+    def add_common(p):
+        p.add_argument("--data-root", help="directory holding dataset files (also $RPEVIT_DATA)")
+        p.add_argument("--download", action="store_true", help="allow torchvision to download datasets")
+        p.add_argument("--device", choices=["auto", "cpu", "cuda"], help="override train.device")
+        p.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+    train = sub.add_parser("train", help="train one variant")
+    train.add_argument("--params", required=True, help="preset name or YAML path, e.g. params/smoke.yaml")
+    train.add_argument("--variant", required=True, help="e.g. softmax+ape (see `list`)")
+    train.add_argument("--dataset", help="dataset (default: the preset's first)")
+    train.add_argument("--epochs", type=int, help="override train.epochs")
+    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--resume", action="store_true", help="continue from the run's last checkpoint")
+    add_common(train)
+
+    study = sub.add_parser("study", help="run or resume a preset's grid")
+    study.add_argument("params", help="preset name or YAML path")
+    add_common(study)
+
+    bench = sub.add_parser("bench", help="throughput benchmarks")
+    bench.add_argument("what", choices=["train", "data"], help="what to measure")
+    bench.add_argument("--params", default="smoke", help="comma-separated presets whose model/data to use")
+    bench.add_argument("--compile", action="store_true", help="torch.compile the model (CUDA only)")
+    bench.add_argument("--steps", type=int, default=20, help="timed steps per measurement")
+    bench.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    return parser
+
+
+COMMANDS = {"list": cmd_list, "train": cmd_train, "study": cmd_study, "bench": cmd_bench}
+
+
+def main(argv=None) -> int:
+    """Entry point: run a sub-command; user errors → one message, exit status 2."""
+    from .train import Diverged
+
+    args = build_parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except Diverged as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted: finished epochs are checkpointed; run the same command again "
+              "(with --resume for `train`) to continue.", file=sys.stderr)
+        return 130

@@ -1,0 +1,64 @@
+"""Patch-grid geometry shared by every positional method.
+
+Tokens are the H×W patches in row-major order (row = i div W, col = i mod W, the order in
+which the convolutional patch embedding flattens), optionally preceded by one CLS token.
+r_i = (row, col) and the offset Δ_ij = r_j − r_i (REFERENCE.md notation).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Grid:
+    """The token layout of one forward pass: an H×W patch grid, with or without a CLS token.
+
+    `trained` is the grid the model was trained on; `interpolate` asks position-aware modules to
+    scale positions into the trained range (Chen et al. 2023 position interpolation) instead of
+    extrapolating them.
+    """
+
+    height: int
+    width: int
+    cls: bool = True
+    trained: tuple[int, int] | None = None
+    interpolate: bool = False
+
+    @property
+    def num_patches(self) -> int:
+        """N = H·W patch tokens."""
+        return self.height * self.width
+
+    @property
+    def num_tokens(self) -> int:
+        """N plus the CLS token if there is one."""
+        return self.num_patches + int(self.cls)
+
+    @property
+    def prefix(self) -> int:
+        """How many non-patch tokens precede the patches (0 or 1)."""
+        return int(self.cls)
+
+    def scale(self) -> tuple[float, float]:
+        """Factors (rows, cols) that map positions into the trained range when interpolating."""
+        if not self.interpolate or self.trained is None:
+            return 1.0, 1.0
+        trained_h, trained_w = self.trained
+        return (min(1.0, trained_h / self.height), min(1.0, trained_w / self.width))
+
+    def coords(self, device=None, dtype=torch.float32) -> torch.Tensor:
+        """Positions r_i = (row, col) of the patches, row-major, scaled if interpolating: (N, 2)."""
+        rows = torch.arange(self.height, device=device, dtype=dtype)
+        cols = torch.arange(self.width, device=device, dtype=dtype)
+        grid = torch.stack(torch.meshgrid(rows, cols, indexing="ij"), dim=-1).reshape(-1, 2)
+        scale_rows, scale_cols = self.scale()
+        return grid * torch.tensor([scale_rows, scale_cols], device=device, dtype=dtype)
+
+    def offsets(self, device=None) -> torch.Tensor:
+        """Integer offsets Δ_ij = r_j − r_i between patches: (N, N, 2) long."""
+        rows = torch.arange(self.height, device=device)
+        cols = torch.arange(self.width, device=device)
+        r = torch.stack(torch.meshgrid(rows, cols, indexing="ij"), dim=-1).reshape(-1, 2)
+        return r[None, :, :] - r[:, None, :]

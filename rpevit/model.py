@@ -1,0 +1,130 @@
+"""Vision Transformer (Dosovitskiy et al. 2021) assembled from a variant name.
+
+Convolutional patch embedding → [CLS] + absolute positions → pre-norm blocks whose attention
+is one backend with the variant's rotary / bias / gate mechanisms → norm → CLS or mean pool →
+linear head. Any image size divisible by the patch size works: the grid is rebuilt per call.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from torch import nn
+
+from .attention import BACKENDS
+from .attention.layer import MultiHeadAttention
+from .errors import UserError
+from .grid import Grid
+from .params import ModelConfig, model_config, validate_model
+from .position import POSITIONS
+from .variants import Variant, parse_variant
+
+
+class MLP(nn.Sequential):
+    """Two-layer GELU feed-forward block."""
+
+    def __init__(self, dim: int, hidden: int, dropout: float):
+        super().__init__(nn.Linear(dim, hidden), nn.GELU(), nn.Dropout(dropout),
+                         nn.Linear(hidden, dim), nn.Dropout(dropout))
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block: x + attn(norm(x)), then x + mlp(norm(x))."""
+
+    def __init__(self, config: ModelConfig, attention: MultiHeadAttention):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(config.dim)
+        self.attn = attention
+        self.drop = nn.Dropout(config.dropout)
+        self.norm2 = nn.LayerNorm(config.dim)
+        self.mlp = MLP(config.dim, config.mlp_dim, config.dropout)
+
+    def forward(self, x, grid):
+        x = x + self.drop(self.attn(self.norm1(x), grid))
+        return x + self.mlp(self.norm2(x))
+
+
+class ViT(nn.Module):
+    """ViT classifier for one variant; `forward(images)` returns logits (B, classes)."""
+
+    def __init__(self, variant: Variant, config: ModelConfig):
+        super().__init__()
+        validate_model(config)
+        if config.image_size % config.patch_size:
+            raise UserError(f"image size {config.image_size} is not divisible by patch_size "
+                            f"{config.patch_size}.")
+        self.variant, self.config = variant, config
+        self.side = config.image_size // config.patch_size
+        self.patch_embed = nn.Conv2d(config.channels, config.dim, config.patch_size, config.patch_size)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, config.dim)) if config.pool == "cls" else None
+        if self.cls_token is not None:
+            self.cls_token.no_weight_decay = True
+        absolute = variant.method("absolute")
+        self.absolute = POSITIONS[absolute].build(config, config.dim, config.heads) if absolute else None
+        builders = {m: (POSITIONS[p].build if (p := variant.method(m)) else None)
+                    for m in ("rotary", "bias", "gate")}
+        self.blocks = nn.ModuleList(
+            Block(config, MultiHeadAttention(config, BACKENDS[variant.backend], **builders))
+            for _ in range(config.depth))
+        self.norm = nn.LayerNorm(config.dim)
+        self.head = nn.Linear(config.dim, config.num_classes)
+        # initialise the backbone only: positional modules and backends keep their own inits
+        for block in self.blocks:
+            for part in (block.norm1, block.norm2, block.mlp, block.attn.qkv, block.attn.proj):
+                part.apply(_init_weights)
+        self.head.apply(_init_weights)
+
+    def grid_for(self, images, interpolate: bool = False) -> Grid:
+        """The token grid for a batch of images (any size divisible by the patch size)."""
+        height, width = images.shape[-2:]
+        p = self.config.patch_size
+        if height % p or width % p:
+            raise UserError(f"image size {height}×{width} is not divisible by patch_size {p}.")
+        return Grid(height // p, width // p, cls=self.cls_token is not None,
+                    trained=(self.side, self.side), interpolate=interpolate)
+
+    def tokens(self, images, grid):
+        """Embedded tokens entering the first block: (B, T, D)."""
+        x = self.patch_embed(images).flatten(2).transpose(1, 2)  # (B, N, D), row-major patches
+        if self.cls_token is not None:
+            x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1).to(x.dtype), x], dim=1)
+        return x if self.absolute is None else self.absolute(x, grid)
+
+    def forward(self, images, interpolate: bool = False):
+        """Class logits (B, num_classes)."""
+        grid = self.grid_for(images, interpolate)
+        x = self.tokens(images, grid)
+        for block in self.blocks:
+            x = block(x, grid)
+        x = self.norm(x)
+        pooled = x[:, 0] if self.cls_token is not None else x.mean(dim=1)
+        return self.head(pooled)
+
+    @torch.no_grad()
+    def attention_maps(self, images, interpolate: bool = False) -> list[torch.Tensor]:
+        """Per layer, the dense attention matrix (B, heads, T, T) of each block."""
+        grid = self.grid_for(images, interpolate)
+        x, maps = self.tokens(images, grid), []
+        for block in self.blocks:
+            maps.append(block.attn.attention_matrix(block.norm1(x), grid))
+            x = block(x, grid)
+        return maps
+
+
+def _init_weights(module):
+    if isinstance(module, nn.Linear):
+        nn.init.trunc_normal_(module.weight, std=0.02)
+        if module.bias is not None:
+            nn.init.zeros_(module.bias)
+    elif isinstance(module, nn.LayerNorm):
+        nn.init.ones_(module.weight)
+        nn.init.zeros_(module.bias)
+
+
+def build_model(variant: str, config: ModelConfig | None = None, **overrides) -> ViT:
+    """Build the ViT for a variant name, e.g. build_model('softmax+ape', dim=64, depth=4).
+
+    `config` (a ModelConfig) is the base; keyword overrides are validated like preset keys.
+    """
+    base = dataclasses.asdict(config) if config is not None else {}
+    return ViT(parse_variant(variant), model_config(**{**base, **overrides}))

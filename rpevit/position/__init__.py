@@ -1,0 +1,33 @@
+"""Positional methods, grouped by the mechanism through which attention consumes them.
+
+absolute: added to tokens before the blocks.        forward(tokens, grid) -> tokens
+rotary:   orthogonal maps of q, k (or φ(q), φ(k)).  forward(x (B,h,T,d), grid) -> x, patches only
+bias:     a kernel over offsets, b_h(Δ).            dense(grid) -> (h, T, T) logit bias
+gate:     absolute scaling of q and k (seed 001).   forward(q, k, grid) -> (q, k)
+
+Every builder is called as builder(model_config, dim, heads). Adding a method = one entry here.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from .absolute import LearnedAbsolute
+
+MECHANISMS = ("rotary", "bias", "gate", "absolute")  # the order positions take in a variant name
+
+
+@dataclass(frozen=True)
+class PositionMethod:
+    """A positional method: its mechanism, its module builder and a one-line description."""
+
+    mechanism: str
+    build: Callable
+    summary: str
+    relative: bool
+
+
+POSITIONS: dict[str, PositionMethod] = {
+    "ape": PositionMethod("absolute", LearnedAbsolute,
+                          "learned absolute embedding (ViT), bicubic-resized on new grids", False),
+}

@@ -1,0 +1,34 @@
+"""Shared fixtures: a tiny real-data dataset (a slice of the embedded MNIST images) and presets."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from rpevit.data import Dataset, Split, load_dataset
+from rpevit.params import load_params
+
+
+def _slice(split: Split, n: int) -> Split:
+    return Split(split.images[:n], split.labels[:n])
+
+
+@pytest.fixture(scope="session")
+def tiny_dataset() -> Dataset:
+    """256 train / 100 val / 100 test real MNIST images (mnist5k), shuffled once."""
+    data = load_dataset("mnist5k")
+    order = torch.randperm(len(data.train), generator=torch.Generator().manual_seed(0))
+    train = Split(data.train.images[order], data.train.labels[order])
+    return Dataset(data.info, _slice(train, 256), _slice(data.val, 100), _slice(data.test, 100), data.source)
+
+
+@pytest.fixture
+def tiny_params():
+    """The smoke preset shrunk to a 2-layer, 32-dim model and 2 epochs of batch 32."""
+    params = load_params("smoke")
+    return dataclasses.replace(
+        params, name="tiny",
+        model=dataclasses.replace(params.model, dim=32, depth=2, heads=2, mlp_dim=64),
+        train=dataclasses.replace(params.train, epochs=2, batch_size=32, lr=3e-3, warmup_epochs=0.5,
+                                  eval_batch_size=50, timing_images=8))

@@ -1,0 +1,80 @@
+"""The command line: user mistakes give one clear `error:` line, exit status 2, no traceback."""
+from __future__ import annotations
+
+import gzip
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import rpevit.data as data_lib
+from rpevit.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_main(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    return code, out, err
+
+
+def test_list_shows_variants_datasets_presets(capsys):
+    code, out, _ = run_main(capsys, "list")
+    assert code == 0
+    assert "softmax+ape" in out and "mnist5k" in out and "smoke" in out
+
+
+def test_bad_yaml_key(capsys, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("datasets: [mnist5k]\nvariants: [softmax+ape]\nmodel: {depht: 4}\n")
+    code, _, err = run_main(capsys, "study", str(bad))
+    assert code == 2
+    assert err.startswith("error: ") and "unknown key model.depht; allowed keys: patch_size, dim, depth" in err
+    assert err.count("\n") == 1
+
+
+def test_unknown_variant(capsys):
+    code, _, err = run_main(capsys, "train", "--params", "smoke", "--variant", "softmax+alibi9")
+    assert code == 2 and "unknown positional method 'alibi9'" in err and "choose from none, ape" in err
+
+
+def test_missing_dataset_lists_paths_and_hint(capsys, tmp_path, monkeypatch):
+    monkeypatch.setattr(data_lib, "SYSTEM_ROOT", tmp_path / "system")
+    monkeypatch.setenv("RPEVIT_DATA", str(tmp_path / "env"))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    code, _, err = run_main(capsys, "train", "--params", "fashion_mnist", "--variant", "softmax+ape",
+                            "--data-root", str(tmp_path))
+    assert code == 2
+    assert "fashion_mnist" in err and "apt-get install dataset-fashion-mnist" in err
+    assert str(tmp_path / "env") in err and str(tmp_path / "system") in err
+    assert "train-images-idx3-ubyte" in err
+
+
+def test_truncated_dataset_file(capsys, tmp_path):
+    folder = tmp_path / "fashion-mnist"
+    folder.mkdir()
+    header = (2051).to_bytes(4, "big") + (60000).to_bytes(4, "big") + (28).to_bytes(4, "big") * 2
+    with gzip.open(folder / "train-images-idx3-ubyte.gz", "wb") as handle:
+        handle.write(header + bytes(1000))  # far fewer pixels than the header promises
+    labels = (2049).to_bytes(4, "big") + (60000).to_bytes(4, "big") + bytes(60000)
+    for name, payload in [("train-labels-idx1-ubyte.gz", labels),
+                          ("t10k-images-idx3-ubyte.gz", header[:4] + (10000).to_bytes(4, "big") + header[8:]
+                           + bytes(10000 * 784)),
+                          ("t10k-labels-idx1-ubyte.gz", labels[:4] + (10000).to_bytes(4, "big") + bytes(10000))]:
+        with gzip.open(folder / name, "wb") as handle:
+            handle.write(payload)
+    code, _, err = run_main(capsys, "train", "--params", "fashion_mnist", "--variant", "softmax+ape",
+                            "--data-root", str(tmp_path))
+    assert code == 2 and "train-images-idx3-ubyte.gz" in err
+    assert "truncated" in err or "corrupt" in err
+
+
+def test_module_entry_point_exit_code():
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    result = subprocess.run([sys.executable, "-m", "rpevit", "study", "no_such_preset"], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: no preset file 'no_such_preset'")
+    assert "Traceback" not in result.stderr

@@ -1,0 +1,78 @@
+"""Study runner: grid expansion, skip-finished, resume after a crash mid-grid, summary tables."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from rpevit import records, study
+from rpevit.train import Diverged, train_run
+
+
+@pytest.fixture
+def grid_params(tiny_params):
+    return dataclasses.replace(tiny_params, variants=("softmax+none", "softmax+ape"), seeds=(0, 1),
+                               train=dataclasses.replace(tiny_params.train, epochs=1))
+
+
+@pytest.fixture
+def counted(monkeypatch, tiny_dataset):
+    """Serve the tiny dataset to the runner and count (and optionally crash) training runs."""
+    calls = []
+    state = {"crash_on": None}
+
+    def fake_train(params, dataset, variant, seed, out_dir, **kwargs):
+        calls.append((variant, seed))
+        if len(calls) == state["crash_on"]:
+            raise KeyboardInterrupt  # the machine died mid-grid
+        return train_run(params, dataset, variant, seed, out_dir, **kwargs)
+
+    monkeypatch.setattr(study, "load_dataset", lambda *a, **k: tiny_dataset)
+    monkeypatch.setattr(study, "train_run", fake_train)
+    return calls, state
+
+
+def test_study_resumes_only_missing_runs(grid_params, counted, tmp_path):
+    calls, state = counted
+    runs, reports = tmp_path / "runs", tmp_path / "reports"
+    state["crash_on"] = 3
+    with pytest.raises(KeyboardInterrupt):
+        study.run_study(grid_params, runs_root=runs, reports_root=reports)
+    assert len(records.load_records("tiny", runs)) == 2
+    calls.clear()
+    state["crash_on"] = None
+    results = study.run_study(grid_params, runs_root=runs, reports_root=reports)
+    assert calls == [("softmax+ape", 0), ("softmax+ape", 1)]  # only what was missing
+    assert len(results) == 4
+    calls.clear()
+    study.run_study(grid_params, runs_root=runs, reports_root=reports)
+    assert calls == []  # idempotent
+    summary = (reports / "tiny" / "summary.md").read_text()
+    assert summary.count("| mnist5k |") == 4
+    for column in study.SUMMARY_COLUMNS:
+        assert column in summary
+    csv_rows = (reports / "tiny" / "summary.csv").read_text().strip().splitlines()
+    assert len(csv_rows) == 5
+
+
+def test_changed_settings_rerun(grid_params, counted, tmp_path):
+    calls, _ = counted
+    one = dataclasses.replace(grid_params, variants=("softmax+ape",), seeds=(0,))
+    study.run_study(one, runs_root=tmp_path, reports_root=tmp_path)
+    longer = dataclasses.replace(one, train=dataclasses.replace(one.train, epochs=2))
+    study.run_study(longer, runs_root=tmp_path, reports_root=tmp_path)
+    assert calls == [("softmax+ape", 0), ("softmax+ape", 0)]
+    assert records.load_records("tiny", tmp_path)[0]["epochs"] == 2
+
+
+def test_diverged_run_is_recorded_not_retried(grid_params, monkeypatch, tiny_dataset, tmp_path):
+    def diverge(params, dataset, variant, seed, out_dir, **kwargs):
+        raise Diverged(f"{variant}: non-finite loss at epoch 1, step 3")
+
+    one = dataclasses.replace(grid_params, variants=("softmax+ape",), seeds=(0,))
+    monkeypatch.setattr(study, "load_dataset", lambda *a, **k: tiny_dataset)
+    monkeypatch.setattr(study, "train_run", diverge)
+    results = study.run_study(one, runs_root=tmp_path, reports_root=tmp_path)
+    assert results[0]["status"] == "diverged" and "epoch 1, step 3" in results[0]["message"]
+    assert study.is_finished(one, "mnist5k", "softmax+ape", 0, tmp_path)
+    assert "| diverged |" in (tmp_path / "tiny" / "summary.md").read_text()

@@ -1,0 +1,84 @@
+"""Training loop: learning on real data, exact resume, NaN guard, record contents."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from rpevit import records
+from rpevit.model import build_model
+from rpevit.train import Diverged, param_groups, train_run, warmup_cosine
+
+RECORD_KEYS = {"top1", "top5", "precision", "recall", "f1", "log_likelihood", "aic", "bic", "num_params",
+               "flops_per_image", "train_seconds_per_epoch", "ms_per_image_batched", "ms_single_image",
+               "peak_memory_mb", "best_epoch", "best_val_acc"}
+
+
+def test_tiny_run_learns_and_writes_record(tiny_params, tiny_dataset, tmp_path):
+    record = train_run(tiny_params, tiny_dataset, "softmax+ape", 0, tmp_path, epochs=4)
+    history = records.read_history(tmp_path)
+    assert [row["epoch"] for row in history] == [1, 2, 3, 4]
+    assert history[-1]["train_loss"] < history[0]["train_loss"] - 0.1
+    assert RECORD_KEYS <= record.keys()
+    assert json.loads((tmp_path / "record.json").read_text())["top1"] == record["top1"]
+    assert record["top1"] > 0.15  # better than chance (0.10) on held-out real digits
+    assert record["flops_per_image"] > 0 and record["num_params"] > 0
+    assert record["bic"] > record["aic"]  # k ln n > 2k for n = 100 test images
+
+
+def test_resume_gives_identical_results(tiny_params, tiny_dataset, tmp_path):
+    straight = train_run(tiny_params, tiny_dataset, "softmax+ape", 0, tmp_path / "a", epochs=3)
+
+    def stop_after_first(row):
+        if row["epoch"] == 1:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train_run(tiny_params, tiny_dataset, "softmax+ape", 0, tmp_path / "b", epochs=3,
+                  on_epoch_end=stop_after_first)
+    assert not (tmp_path / "b" / "record.json").exists()
+    assert records.load_checkpoint(tmp_path / "b" / "checkpoint.pt")["epoch"] == 1
+    resumed = train_run(tiny_params, tiny_dataset, "softmax+ape", 0, tmp_path / "b", epochs=3, resume=True)
+    for key in ("top1", "log_likelihood", "best_epoch", "best_val_acc", "f1"):
+        assert resumed[key] == straight[key], key
+    strip = [{k: v for k, v in row.items() if k != "seconds"} for row in records.read_history(tmp_path / "a")]
+    again = [{k: v for k, v in row.items() if k != "seconds"} for row in records.read_history(tmp_path / "b")]
+    assert strip == again
+
+
+def test_non_finite_loss_stops_with_message_and_keeps_checkpoint(tiny_params, tiny_dataset, tmp_path,
+                                                                  monkeypatch):
+    import rpevit.train as train_module
+
+    live = {}
+
+    def capture(*args, **kwargs):
+        live["model"] = build_model(*args, **kwargs)
+        return live["model"]
+
+    def corrupt(row):  # after the epoch-1 checkpoint is on disk, poison the live weights
+        with torch.no_grad():
+            for tensor in live["model"].parameters():
+                tensor.fill_(float("nan"))
+
+    monkeypatch.setattr(train_module, "build_model", capture)
+    with pytest.raises(Diverged, match=r"softmax\+ape on mnist5k \(seed 0\): non-finite loss .* at epoch 2, "
+                                       r"step 1; the last good checkpoint \(epoch 1\) is kept"):
+        train_run(tiny_params, tiny_dataset, "softmax+ape", 0, tmp_path, epochs=3, on_epoch_end=corrupt)
+    kept = records.load_checkpoint(tmp_path / "checkpoint.pt")
+    assert kept["epoch"] == 1
+    assert all(torch.isfinite(t).all() for t in kept["model"].values())
+    assert not (tmp_path / "record.json").exists()
+
+
+def test_schedule_and_weight_decay_groups(tiny_params):
+    factor = warmup_cosine(10, 110, 1e-3, 1e-5)
+    assert factor(0) == pytest.approx(0.1) and factor(9) == pytest.approx(1.0)
+    assert factor(60) == pytest.approx(0.01 + 0.99 * 0.5)
+    assert factor(110) == pytest.approx(0.01)
+    model = build_model("softmax+ape", dim=32, depth=1, heads=4)
+    decay, no_decay = param_groups(model, 0.05)
+    no_decay_ids = {id(p) for p in no_decay["params"]}
+    assert id(model.absolute.patches) in no_decay_ids and id(model.cls_token) in no_decay_ids
+    assert id(model.blocks[0].attn.qkv.weight) not in no_decay_ids
