@@ -1,7 +1,9 @@
 """Benchmarks, reported as numbers and ratios measured side by side in one run (never as tests).
 
-bench train: training images/s (forward + backward + AdamW step) of each preset model.
-bench data:  augmented, normalized images/s of the data pipeline, and its ratio to training.
+bench train:     training images/s (forward + backward + AdamW step) of each preset model.
+bench data:      augmented, normalized images/s of the data pipeline, and its ratio to training.
+bench attention: forward+backward time and memory of one attention layer vs tokens N, for every
+                 backend bare and with each rotary method; T(4N)/T(N) and rotary overhead.
 """
 from __future__ import annotations
 
@@ -69,6 +71,111 @@ def data_throughput(params, device, steps: int) -> float:
     return count / (time.perf_counter() - start)
 
 
+def attention_cost(backend: str, rotary: str | None, side: int, device, dtype, repeats: int,
+                   heads: int = 8, head_dim: int = 32, batch: int = 1) -> dict:
+    """Seconds per forward+backward of one attention layer on a side×side grid (+CLS), and memory.
+
+    Memory: on CUDA the peak allocated bytes; on CPU the bytes autograd saves for backward
+    (the activation memory of the layer), since CPU peak memory cannot be reset per measurement.
+    """
+    from .attention import BACKENDS
+    from .attention.layer import MultiHeadAttention
+    from .grid import Grid
+    from .params import model_config
+    from .position import POSITIONS
+
+    torch.manual_seed(0)
+    config = model_config(dim=heads * head_dim, heads=heads, image_size=side * 4, patch_size=4)
+    layer = MultiHeadAttention(config, BACKENDS[backend],
+                               rotary=POSITIONS[rotary].build if rotary else None).to(device)
+    grid = Grid(side, side, cls=True)
+    x = torch.randn(batch, grid.num_tokens, config.dim, device=device, requires_grad=True)
+
+    def step():
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
+            out = layer(x, grid)
+        out.float().sum().backward()
+
+    step()
+    _sync(device)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        step()
+        _sync(device)
+        times.append(time.perf_counter() - start)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        base = torch.cuda.memory_allocated(device)
+        step()
+        memory = torch.cuda.max_memory_allocated(device) - base
+    else:
+        saved = []
+
+        def pack(tensor):
+            saved.append(tensor.numel() * tensor.element_size())
+            return tensor
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
+                layer(x, grid).float().sum()
+        memory = sum(saved)
+    return {"seconds": sorted(times)[len(times) // 2], "memory_mb": memory / 2**20}
+
+
+def run_attention_bench(args) -> None:
+    """Print the attention scaling table, T(4N)/T(N) per backend and rotary overhead at N=1024."""
+    from .attention import BACKENDS
+    from .position import POSITIONS
+
+    device = resolve_device(args.device)
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    rotaries = [None] + [name for name, m in POSITIONS.items() if m.mechanism == "rotary"]
+    sides = [int(s) for s in args.sides.split(",")]
+    rows = {}
+    print(f"device: {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}, "
+          f"{torch.get_num_threads()} threads), torch {torch.__version__}, dtype {dtype}, batch 1, 8 heads, "
+          f"head dim 32, forward+backward of one attention layer (median of {args.steps})")
+    print("memory: " + ("peak allocated (CUDA)" if device.type == "cuda" else "activations saved for backward"))
+    print()
+    print("| backend | rotary | N | ms | memory MB |")
+    print("|---|---|---|---|---|")
+    for backend in BACKENDS:
+        for rotary in rotaries:
+            for side in sides:
+                n = side * side
+                if backend == "softmax" and device.type == "cpu" and n > args.softmax_cpu_max:
+                    continue
+                try:
+                    cost = attention_cost(backend, rotary, side, device, dtype, args.steps)
+                except torch.OutOfMemoryError:
+                    print(f"| {backend} | {rotary or '—'} | {n} | out of memory | |", flush=True)
+                    continue
+                rows[(backend, rotary, n)] = cost
+                print(f"| {backend} | {rotary or '—'} | {n} | {1000 * cost['seconds']:.2f} | "
+                      f"{cost['memory_mb']:.1f} |", flush=True)
+    print()
+    print("Growth T(4N)/T(N) (bare backend; linear attention → 4, softmax → 16):")
+    print()
+    ns = [s * s for s in sides]
+    print("| backend | " + " | ".join(f"{a}→{b}" for a, b in zip(ns, ns[1:])) + " |")
+    print("|---|" + "---|" * (len(ns) - 1))
+    for backend in BACKENDS:
+        cells = [f"{rows[(backend, None, b)]['seconds'] / rows[(backend, None, a)]['seconds']:.2f}"
+                 if (backend, None, a) in rows and (backend, None, b) in rows else "—" for a, b in zip(ns, ns[1:])]
+        print(f"| {backend} | " + " | ".join(cells) + " |")
+    print()
+    print("Rotary overhead at N = 1024: T(with rotary) / T(bare backend):")
+    print()
+    print("| backend | " + " | ".join(r for r in rotaries if r) + " |")
+    print("|---|" + "---|" * (len(rotaries) - 1))
+    for backend in BACKENDS:
+        bare = rows.get((backend, None, 1024))
+        cells = [f"{rows[(backend, r, 1024)]['seconds'] / bare['seconds']:.2f}"
+                 if bare and (backend, r, 1024) in rows else "—" for r in rotaries if r]
+        print(f"| {backend} | " + " | ".join(cells) + " |")
+
+
 def _sync(device):
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -76,6 +183,10 @@ def _sync(device):
 
 def run_bench(what: str, args) -> None:
     """Print the requested benchmark as a Markdown table."""
+    if what == "attention":
+        args.steps = args.steps or 5
+        return run_attention_bench(args)
+    args.steps = args.steps or 20
     device = resolve_device(args.device)
     presets = [p.strip() for p in args.params.split(",")]
     print(f"device: {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}, "

@@ -20,6 +20,19 @@ def _params(args):
     return dataclasses.replace(params, data=data, train=train)
 
 
+def _dataset(args, params):
+    """Load --dataset (default: the preset's first) onto the preset's device."""
+    from .data import DATASETS, load_dataset
+    from .train import resolve_device
+
+    name = args.dataset or params.datasets[0]
+    if name not in DATASETS:
+        raise UserError(f"--dataset: unknown dataset {name!r}; choose from {', '.join(DATASETS)}.")
+    return load_dataset(name, root=params.data.root, download=params.data.download,
+                        device=resolve_device(params.train.device), split_seed=params.data.split_seed,
+                        val_size=params.data.val_size)
+
+
 def cmd_list(args) -> int:
     """Print backends, positional methods by mechanism, variants, datasets and presets."""
     from .attention import BACKENDS
@@ -47,21 +60,15 @@ def cmd_list(args) -> int:
 def cmd_train(args) -> int:
     """Train one variant of a preset on one dataset."""
     from . import records
-    from .data import DATASETS, load_dataset
-    from .train import resolve_device, train_run
+    from .train import train_run
     from .variants import parse_variant
 
     params = _params(args)
-    dataset_name = args.dataset or params.datasets[0]
-    if dataset_name not in DATASETS:
-        raise UserError(f"--dataset: unknown dataset {dataset_name!r}; choose from {', '.join(DATASETS)}.")
     variant = parse_variant(args.variant).name
     if args.epochs is not None and args.epochs < 1:
         raise UserError("--epochs must be a positive integer.")
-    dataset = load_dataset(dataset_name, root=params.data.root, download=params.data.download,
-                           device=resolve_device(params.train.device), split_seed=params.data.split_seed,
-                           val_size=params.data.val_size)
-    out_dir = records.run_dir(params.name, dataset_name, variant, args.seed)
+    dataset = _dataset(args, params)
+    out_dir = records.run_dir(params.name, dataset.info.name, variant, args.seed)
     record = train_run(params, dataset, variant, args.seed, out_dir, epochs=args.epochs, resume=args.resume,
                        progress=not args.no_progress)
     print(f"test top-1 {100 * record['top1']:.2f}% (best epoch {record['best_epoch']}); record: "
@@ -76,6 +83,23 @@ def cmd_study(args) -> int:
     params = _params(args)
     results = run_study(params, progress=not args.no_progress)
     print(f"{len(results)} runs recorded; summary: {REPORTS_ROOT / params.name / 'summary.md'}")
+    return 0
+
+
+def cmd_evaluate(args) -> int:
+    """Evaluate a finished run at other input resolutions (extrapolation / interpolation modes)."""
+    from .evaluate import evaluate_resolutions
+
+    params = _params(args)
+    try:
+        resolutions = [int(r) for r in args.resolutions.split(",")]
+    except ValueError:
+        raise UserError(f"--resolutions: {args.resolutions!r} is not a comma-separated list of integers "
+                        "(e.g. 20,28,36).") from None
+    dataset = _dataset(args, params)
+    print("| resolution | mode | top-1 % |\n|---|---|---|")
+    for row in evaluate_resolutions(params, dataset, args.variant, args.seed, resolutions):
+        print(f"| {row['resolution']} | {row['mode']} | {100 * row['top1']:.2f} |")
     return 0
 
 
@@ -113,16 +137,29 @@ def build_parser() -> argparse.ArgumentParser:
     study.add_argument("params", help="preset name or YAML path")
     add_common(study)
 
+    evaluate = sub.add_parser("evaluate", help="evaluate a finished run at other input resolutions")
+    evaluate.add_argument("--params", required=True, help="preset name or YAML path")
+    evaluate.add_argument("--variant", required=True)
+    evaluate.add_argument("--dataset", help="dataset (default: the preset's first)")
+    evaluate.add_argument("--seed", type=int, default=0)
+    evaluate.add_argument("--resolutions", required=True, help="comma-separated image sizes, e.g. 20,28,36,44")
+    add_common(evaluate)
+
     bench = sub.add_parser("bench", help="throughput benchmarks")
-    bench.add_argument("what", choices=["train", "data"], help="what to measure")
+    bench.add_argument("what", choices=["train", "data", "attention"], help="what to measure")
+    bench.add_argument("--sides", default="8,16,32,64,128",
+                       help="attention: grid sides (N = side²), default 8,16,32,64,128 = 64…16384 tokens")
+    bench.add_argument("--softmax-cpu-max", type=int, default=4096,
+                       help="attention: largest N for softmax on CPU (its N² memory)")
     bench.add_argument("--params", default="smoke", help="comma-separated presets whose model/data to use")
     bench.add_argument("--compile", action="store_true", help="torch.compile the model (CUDA only)")
-    bench.add_argument("--steps", type=int, default=20, help="timed steps per measurement")
+    bench.add_argument("--steps", type=int, help="timed steps per measurement (train/data 20, attention 5)")
     bench.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     return parser
 
 
-COMMANDS = {"list": cmd_list, "train": cmd_train, "study": cmd_study, "bench": cmd_bench}
+COMMANDS = {"list": cmd_list, "train": cmd_train, "study": cmd_study, "evaluate": cmd_evaluate,
+            "bench": cmd_bench}
 
 
 def main(argv=None) -> int:

@@ -85,6 +85,13 @@ class TrainConfig:
 
 
 @dataclass(frozen=True)
+class EvaluateConfig:
+    """Extra evaluations of finished runs: test accuracy at other input resolutions."""
+
+    resolutions: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
 class Params:
     """One preset: the grid to run and the settings every run shares."""
 
@@ -96,6 +103,7 @@ class Params:
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)
 
     def to_dict(self) -> dict:
         """Plain-data form (JSON/YAML-serialisable)."""

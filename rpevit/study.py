@@ -11,6 +11,7 @@ from pathlib import Path
 
 from . import records
 from .data import DATASETS, load_dataset
+from .evaluate import evaluate_resolutions
 from .params import Params
 from .train import Diverged, resolve_device, run_key, train_run
 from .variants import parse_variant
@@ -44,7 +45,9 @@ def run_study(params: Params, *, runs_root=None, reports_root=None, progress: bo
           flush=True)
     for dataset_name in params.datasets:
         pending = [(v, s) for d, v, s in todo if d == dataset_name]
-        if not pending:
+        unevaluated = [(v, s) for d, v, s in grid(params) if d == dataset_name and (v, s) not in pending
+                       and needs_resolution_eval(params, d, v, s, runs_root)]
+        if not pending and not unevaluated:
             continue
         dataset = load_dataset(dataset_name, root=params.data.root, download=params.data.download,
                                device=resolve_device(params.train.device), split_seed=params.data.split_seed,
@@ -60,9 +63,23 @@ def run_study(params: Params, *, runs_root=None, reports_root=None, progress: bo
                     "backend": parse_variant(variant).backend, "positions": list(parse_variant(variant).positions),
                     "status": "diverged", "message": str(exc),
                     "key": run_key(params, DATASETS[dataset_name], variant, seed)})
+        for variant, seed in pending + unevaluated:
+            if needs_resolution_eval(params, dataset_name, variant, seed, runs_root):
+                evaluate_resolutions(params, dataset, variant, seed, params.evaluate.resolutions, runs_root)
     results = study_records(params, runs_root)
     write_summary(params.name, results, reports_root)
     return results
+
+
+def needs_resolution_eval(params: Params, dataset: str, variant: str, seed: int, runs_root=None) -> bool:
+    """True if a finished run lacks the preset's multi-resolution evaluation."""
+    if not params.evaluate.resolutions:
+        return False
+    record = records.read_record(records.run_dir(params.name, dataset, variant, seed, runs_root))
+    if record is None or record.get("status") != "finished":
+        return False
+    done = {row["resolution"] for row in record.get("resolution_eval", [])}
+    return done != set(params.evaluate.resolutions)
 
 
 def study_records(params: Params, runs_root=None) -> list[dict]:

@@ -1,0 +1,76 @@
+"""Multi-resolution evaluation (Heo et al. 2024, RoPE-ViT §4.1; seed 004): test a trained run at
+other input resolutions without fine-tuning.
+
+Test images are resized with antialiasing. Two position modes, labelled in every result:
+- "extrapolate": positions are rebuilt from the new grid (rotary, ALiBi, iRPE, KRPE-clamp extend
+  to the larger grid as they are);
+- "interpolate": positions are scaled into the trained range (Chen et al. 2023 position
+  interpolation for rotary methods; the KRPE table is resized).
+Learned APE is bicubic-resized in both modes, so for variants without a relative or rotary
+method the two modes coincide and only "extrapolate" is run.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from . import data as data_lib
+from . import metrics, records
+from .errors import UserError
+from .model import build_model
+from .train import autocast, resolve_device, run_settings
+from .variants import parse_variant
+
+MODES = ("extrapolate", "interpolate")
+
+
+def resize_split(split, size: int) -> data_lib.Split:
+    """The split's images resized to size×size (antialiased bilinear), back to uint8."""
+    if split.images.shape[-1] == size:
+        return split
+    images = F.interpolate(split.images.float(), size=(size, size), mode="bilinear", antialias=True,
+                           align_corners=False)
+    return data_lib.Split(images.round().clamp(0, 255).to(torch.uint8), split.labels)
+
+
+def position_modes(variant: str) -> tuple[str, ...]:
+    """The modes that differ for this variant: interpolation matters only for rotary/bias methods."""
+    parsed = parse_variant(variant)
+    scalable = parsed.method("rotary") or parsed.method("bias")
+    return MODES if scalable else ("extrapolate",)
+
+
+def evaluate_resolutions(params, dataset, variant: str, seed: int, resolutions, runs_root=None) -> list[dict]:
+    """Evaluate a finished run's best weights at each resolution and mode; store them in its record."""
+    variant = parse_variant(variant).name
+    out_dir = records.run_dir(params.name, dataset.info.name, variant, seed, runs_root)
+    record = records.read_record(out_dir)
+    if record is None or record.get("status") != "finished":
+        raise UserError(f"no finished run of {variant} on {dataset.info.name} (seed {seed}) in {out_dir}; "
+                        f"train it first (python -m rpevit train --params {params.name} --variant {variant}).")
+    patch = params.model.patch_size
+    bad = [r for r in resolutions if r % patch or r < patch]
+    if bad:
+        raise UserError(f"resolutions {bad} are not positive multiples of the patch size {patch}.")
+    model_cfg, train_cfg = run_settings(params, dataset.info, record["epochs"])
+    device = resolve_device(train_cfg.device)
+    model = build_model(variant, model_cfg).to(device)
+    model.load_state_dict(records.load_checkpoint(out_dir / records.CHECKPOINT)["best"]["state"])
+    model.eval()
+    results = []
+    for size in resolutions:
+        split = resize_split(dataset.test, size)
+        for mode in position_modes(variant):
+            logits, labels = [], []
+            with torch.no_grad():
+                for x, y in data_lib.batches(split, dataset.info, train_cfg.eval_batch_size, shuffle=False):
+                    with autocast(device, train_cfg.amp):
+                        logits.append(model(x.to(device), interpolate=mode == "interpolate").float().cpu())
+                    labels.append(y.cpu())
+            scores = metrics.classification_metrics(torch.cat(logits), torch.cat(labels), record["num_params"])
+            results.append({"resolution": size, "mode": mode, "trained_resolution": dataset.info.image_size,
+                            "top1": scores["top1"], "top5": scores["top5"],
+                            "log_likelihood": scores["log_likelihood"]})
+    record["resolution_eval"] = results
+    records.write_json(out_dir / records.RECORD, record)
+    return results
