@@ -27,8 +27,14 @@ class MultiHeadAttention(nn.Module):
             raise UserError(f"rotation_site: {site!r} is not available with this backend; it allows "
                             f"{', '.join(backend_cls.rotation_sites)} ('post' rotates the feature maps "
                             "φ(q), φ(k) of linear attention).")
-        rotary_dim = self.head_dim if self.rotation_site == "pre" else self.backend.feature_dim()
-        self.rotary = None if rotary is None else rotary(config, rotary_dim, self.heads)
+        self.rotary = None
+        if rotary is not None:
+            rotary_dim = self.head_dim if self.rotation_site == "pre" else self.backend.feature_dim()
+            if rotary_dim % 2:
+                raise UserError(f"a 'post' rotation rotates pairs of features, but this backend has an "
+                                f"odd number of features m={rotary_dim}; choose an even m or "
+                                "model.rotation_site: pre.")
+            self.rotary = rotary(config, rotary_dim, self.heads)
         self.bias = None if bias is None else bias(config, self.head_dim, self.heads)
         self.gate = None if gate is None else gate(config, self.head_dim, self.heads)
 

@@ -1,0 +1,222 @@
+"""Non-causal linear (kernelized) attention: FAVOR+ and Performer-ReLU backends.
+
+Katharopoulos et al. 2020 ("Transformers are RNNs") / Choromanski et al. 2021 (Performer):
+
+    out_i = ψ(q_i)ᵀ[Σ_j ψ(k_j) v_jᵀ] / max(φ(q_i)ᵀ[Σ_j φ(k_j)], DENOMINATOR_EPS)
+
+two matrix products per head, O(N·m·d) time and O(m·d) state, never the N×N matrix. Without
+a post-map rotation ψ = φ. With one (RoFormer, Su et al. 2021, §3.3 "RoPE with linear
+attention"), the numerator uses ψ(q_i) = R_i φ(q_i), ψ(k_j) = R_j φ(k_j), with R an orthogonal
+position-dependent map of the m-dim feature space, and the denominator stays unrotated: the
+numerator kernel φ(q)ᵀR(r_j − r_i)φ(k) is exactly relative, weights can be negative, and the
+positive unrotated denominator is the only thing clamped. A pre-map rotation (rotate q, k,
+then φ) is done by the caller (layer.py) and needs nothing here.
+
+Numerics: feature maps and sums run in max(float32, input dtype) with autocast disabled (fp16
+overflow of Σφ(k) is the classic NaN source); the output is cast back to v's dtype.
+DENOMINATOR_EPS = 1e-12 is a pure underflow guard: the feature floors (features.py) already
+bound the denominator below by N·ε/m (FAVOR+, ε = 1e-6) or N·m·ε² (ReLU, ε = 1e-3) in exact
+arithmetic, so the clamp never biases a well-formed attention row.
+
+`weights()` returns the dense matrix A with out = A v built from the very same features, for
+inspection and as the test reference.
+"""
+from __future__ import annotations
+
+import contextlib
+
+import torch
+from torch import nn
+
+from ..errors import UserError
+from .features import (FAVOR_EPS, RELU_EPS, default_favor_features, favor_features,
+                       orthogonal_gaussian_matrix, relu_features)
+
+DENOMINATOR_EPS = 1e-12
+
+
+def _no_autocast(device: torch.device):
+    """Context that disables autocast on `device` (a no-op where autocast does not exist)."""
+    if torch.amp.is_autocast_available(device.type):
+        return torch.autocast(device_type=device.type, enabled=False)
+    return contextlib.nullcontext()
+
+
+def _check_bias(bias) -> None:
+    if bias is not None:
+        raise NotImplementedError("relative-bias kernels in linear attention arrive with the "
+                                  "relative-bias issue")
+
+
+def key_sums(num_k: torch.Tensor, den_k: torch.Tensor, v: torch.Tensor):
+    """Σ_j ψ(k_j) v_jᵀ (B, h, m, d) and Σ_j φ(k_j) (B, h, m): the sums every query reads."""
+    # the one place a relative-bias version (weights c_ij = exp(b(Δ_ij)), 2D FFT) replaces
+    return num_k.transpose(-2, -1) @ v, den_k.sum(dim=-2)
+
+
+def _denominator(den_q, normalizer, eps: float):
+    """max(φ(q_i)ᵀ Σ_j φ(k_j), eps): (B, h, T, 1) from φ(q) (B, h, T, m) and Σ_j φ(k_j) (B, h, m)."""
+    return (den_q @ normalizer.unsqueeze(-1)).clamp_min(eps)
+
+
+def linear_attention(num_q, num_k, den_q, den_k, v, eps: float = DENOMINATOR_EPS):
+    """ψ(q_i)ᵀΣ_j ψ(k_j)v_jᵀ / max(φ(q_i)ᵀΣ_j φ(k_j), eps): (B, h, T, d)."""
+    context, normalizer = key_sums(num_k, den_k, v)  # (B, h, m, d), (B, h, m)
+    return (num_q @ context) / _denominator(den_q, normalizer, eps)  # (B, h, T, d)
+
+
+def dense_linear_attention(num_q, num_k, den_q, den_k, eps: float = DENOMINATOR_EPS):
+    """The matrix A (B, h, T, T) with linear_attention(...) = A v."""
+    kernel = num_q @ num_k.transpose(-2, -1)  # (B, h, T, T)
+    return kernel / _denominator(den_q, den_k.sum(dim=-2), eps)
+
+
+class LinearAttention(nn.Module):
+    """Shared core of the linear backends; subclasses define the feature map φ (`features`)."""
+
+    mechanisms = ("absolute", "gate", "rotary", "bias")
+    rotation_sites: tuple[str, ...] = ("pre", "post")
+    num_features: int
+
+    def feature_dim(self) -> int:
+        """m, the feature dimension a post-map rotation acts on."""
+        return self.num_features
+
+    def features(self, q: torch.Tensor, k: torch.Tensor):
+        """φ(q), φ(k): (B, h, T, m) each, in q's dtype."""
+        raise NotImplementedError
+
+    def _feature_pairs(self, q, k, grid, feature_rotation):
+        """(ψ(q), ψ(k), φ(q), φ(k)): numerator (possibly rotated) and denominator features."""
+        phi_q, phi_k = self.features(q, k)  # (B, h, T, m)
+        if feature_rotation is None:
+            return phi_q, phi_k, phi_q, phi_k
+        if self.num_features % 2:
+            raise UserError(f"a post-map rotation ('post' rotation_site) rotates pairs of features, so "
+                            f"it needs an even number of features m; this {type(self).__name__} has "
+                            f"m={self.num_features}. Choose an even m (model.favor_features / "
+                            "model.relu_num_features) or set model.rotation_site: pre.")
+        return feature_rotation(phi_q, grid), feature_rotation(phi_k, grid), phi_q, phi_k
+
+    def _compute_dtype(self, q):
+        """max(float32, q's dtype): fp32 under bf16/fp16 autocast, float64 for float64 inputs."""
+        return torch.promote_types(q.dtype, torch.float32)
+
+    def forward(self, q, k, v, grid, bias=None, feature_rotation=None):
+        """Attention output (B, h, T, d) in v's dtype."""
+        _check_bias(bias)
+        dtype = self._compute_dtype(q)
+        with _no_autocast(q.device):
+            pairs = self._feature_pairs(q.to(dtype), k.to(dtype), grid, feature_rotation)
+            out = linear_attention(*pairs, v.to(dtype))  # (B, h, T, d)
+        self._after_forward()
+        return out.to(v.dtype)
+
+    def weights(self, q, k, grid, bias=None, feature_rotation=None):
+        """The dense attention matrix (B, h, T, T) in q's dtype (computed like forward)."""
+        _check_bias(bias)
+        dtype = self._compute_dtype(q)
+        with _no_autocast(q.device):
+            pairs = self._feature_pairs(q.to(dtype), k.to(dtype), grid, feature_rotation)
+            return dense_linear_attention(*pairs).to(q.dtype)
+
+    def _after_forward(self) -> None:
+        """Hook run after every forward call (FAVOR+ counts calls for its redraw policy)."""
+
+
+class FavorAttention(LinearAttention):
+    """FAVOR+ Performer attention (positive orthogonal random features for exp(qᵀk/√d)).
+
+    m = config.favor_features, or by default m = 4·⌈d·ln(d)/4⌉ (at least 4): performer-pytorch's
+    d·ln d, rounded up to a multiple of 4 so a post-map RoPE-Axial (m % 4 == 0) fits; d = 16 →
+    48, d = 32 → 112, d = 64 → 268. One ω (m, d) per layer, shared by q and k (separate draws
+    bias the estimator) and by all heads, stored in the `omega` buffer (in state_dict), drawn at
+    init from the global torch RNG. With config.favor_redraw_steps = k > 0 a fresh ω is drawn
+    after every k-th training-mode forward call (counted in the `redraw_counter` buffer, so it
+    is checkpointed); k = 0 never redraws; eval mode never redraws nor counts. A redraw swaps in
+    a new tensor (no in-place write), so graphs built with the old ω still backpropagate.
+    `feature_eps` is the floor ε added to the features (FAVOR_EPS = 1e-6).
+    """
+
+    rotation_sites = ("pre", "post")
+
+    def __init__(self, config, head_dim: int, heads: int):
+        super().__init__()
+        m = default_favor_features(head_dim) if config.favor_features is None else config.favor_features
+        if m < 1 or m % 2:
+            raise UserError(f"model.favor_features must be a positive even integer (pairs of features "
+                            f"are rotated by post-map rotary methods), got {m}; or leave it null for "
+                            f"the default 4·⌈d·ln d/4⌉ = {default_favor_features(head_dim)}.")
+        if config.favor_redraw_steps < 0:
+            raise UserError(f"model.favor_redraw_steps must be ≥ 0 (0 = never redraw), got "
+                            f"{config.favor_redraw_steps}.")
+        self.head_dim, self.num_features = head_dim, m
+        self.redraw_steps = config.favor_redraw_steps
+        self.feature_eps = FAVOR_EPS
+        self.register_buffer("omega", orthogonal_gaussian_matrix(m, head_dim))  # (m, d)
+        self.register_buffer("redraw_counter", torch.zeros((), dtype=torch.long))
+        self._calls = 0  # python mirror of redraw_counter: no device sync per forward
+
+    def features(self, q, k):
+        """Stabilized FAVOR+ features φ(q) (per-token max), φ(k) (one max per batch, head)."""
+        return (favor_features(q, self.omega, "query", self.feature_eps),
+                favor_features(k, self.omega, "key", self.feature_eps))
+
+    def redraw(self) -> None:
+        """Replace ω by a fresh draw from the global torch RNG (same device and dtype)."""
+        self.omega = orthogonal_gaussian_matrix(self.num_features, self.head_dim).to(self.omega)
+
+    def _after_forward(self) -> None:
+        if not self.training or self.redraw_steps <= 0:
+            return
+        self._calls += 1
+        self.redraw_counter.fill_(self._calls)
+        if self._calls % self.redraw_steps == 0:
+            self.redraw()
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        self._calls = int(self.redraw_counter)
+
+
+class ReluAttention(LinearAttention):
+    """Performer-ReLU attention: φ(x) = ReLU(d^(−1/4)·W x) + ε, ε = RELU_EPS = 1e-3.
+
+    config.relu_features: "identity" — W = I, m = d (seed 000, no projection); "random" — W a
+    fixed orthogonal-block Gaussian matrix (rows χ(d)-scaled, `projection` buffer, never
+    redrawn), m = config.relu_num_features or d; "learned" — W a bias-free nn.Linear(d, m)
+    with PyTorch's default init (seed 001), m = config.relu_num_features or d. One W per layer,
+    shared by q, k and all heads. Default rotation site: post (pre-map rotation is not
+    relative for ReLU features).
+    """
+
+    rotation_sites = ("post", "pre")
+
+    def __init__(self, config, head_dim: int, heads: int):
+        super().__init__()
+        kind, m = config.relu_features, config.relu_num_features
+        if m is not None and m < 1:
+            raise UserError(f"model.relu_num_features must be a positive integer, got {m}.")
+        if kind == "identity" and m is not None and m != head_dim:
+            raise UserError(f"model.relu_num_features={m} needs model.relu_features 'random' or "
+                            f"'learned'; 'identity' features have m = head dim = {head_dim}.")
+        self.kind, self.num_features = kind, head_dim if m is None else m
+        self.feature_eps = RELU_EPS
+        if kind == "learned":
+            self.projection = nn.Linear(head_dim, self.num_features, bias=False)
+        elif kind in ("random", "identity"):
+            weight = orthogonal_gaussian_matrix(self.num_features, head_dim) if kind == "random" else None
+            self.register_buffer("projection", weight)  # (m, d); None (not saved) for identity
+        else:
+            raise UserError(f"model.relu_features: {kind!r} is not valid; expected one of "
+                            "'identity', 'random', 'learned'.")
+
+    def _weight(self):
+        if isinstance(self.projection, nn.Linear):
+            return self.projection.weight  # (m, d)
+        return self.projection  # (m, d) buffer or None (identity)
+
+    def features(self, q, k):
+        """ReLU features φ(q), φ(k) with the layer's W."""
+        weight = self._weight()
+        return relu_features(q, weight, self.feature_eps), relu_features(k, weight, self.feature_eps)

@@ -1,0 +1,496 @@
+"""Tests for rpevit.attention.linear and rpevit.attention.features (FAVOR+ and Performer-ReLU).
+
+The post-map rotation is played by `StandInRope`, an exactly relative 2D RoPE with random
+frequencies that (like the real rotary modules) leaves the CLS prefix alone.
+"""
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from rpevit.attention import BACKENDS
+from rpevit.attention.features import (
+    default_favor_features,
+    favor_features,
+    favor_log_features,
+    orthogonal_gaussian_matrix,
+)
+from rpevit.attention.linear import FavorAttention, ReluAttention
+from rpevit.errors import UserError
+from rpevit.grid import Grid
+from rpevit.params import ModelConfig
+
+HEAD_DIM, HEADS = 8, 3
+GRID = Grid(5, 7, cls=True)
+GRID_NO_CLS = Grid(5, 7, cls=False)
+
+BACKEND_CASES = {
+    "favor": (FavorAttention, {}),
+    "relu-identity": (ReluAttention, {"relu_features": "identity"}),
+    "relu-random": (ReluAttention, {"relu_features": "random", "relu_num_features": 12}),
+    "relu-learned": (ReluAttention, {"relu_features": "learned", "relu_num_features": 10}),
+}
+
+
+def make_config(**overrides):
+    return ModelConfig(dim=HEAD_DIM * HEADS, heads=HEADS, **overrides)
+
+
+def make_backend(case, seed=0, **overrides):
+    cls, options = BACKEND_CASES[case]
+    torch.manual_seed(seed)
+    return cls(make_config(**{**options, **overrides}), HEAD_DIM, HEADS)
+
+
+class StandInRope(nn.Module):
+    """Exactly relative 2D RoPE on pairs (2c, 2c+1): angle_c(r) = fy_c·row + fx_c·col."""
+
+    def __init__(self, dim, seed=0, scale=1.0):
+        super().__init__()
+        generator = torch.Generator().manual_seed(seed)
+        self.freqs = torch.randn(dim // 2, 2, generator=generator, dtype=torch.float64) * scale  # (pairs, 2)
+
+    def forward(self, x, grid):
+        angles = grid.coords(dtype=torch.float64) @ self.freqs.T  # (N, pairs)
+        cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+        prefix, patches = x[..., :grid.prefix, :], x[..., grid.prefix:, :]
+        even, odd = patches[..., 0::2], patches[..., 1::2]
+        rotated = torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1).flatten(-2)
+        return torch.cat([prefix, rotated], dim=-2)
+
+
+def rotation_matrices(rope, grid, dim):
+    """The (N, dim, dim) matrices R_t that `rope` applies to the patch tokens."""
+    basis = torch.eye(dim, dtype=torch.float64)[:, None, :].expand(dim, grid.num_tokens, dim)
+    columns = rope(basis, grid)[:, grid.prefix:, :]  # (dim, N, dim): [a, t] = R_t e_a
+    return columns.permute(1, 2, 0)
+
+
+def random_qkv(grid, dtype=torch.float32, seed=0, scale=1.0, batch=2):
+    generator = torch.Generator().manual_seed(seed)
+    shape = (batch, HEADS, grid.num_tokens, HEAD_DIM)
+    q, k, v = (torch.randn(shape, generator=generator, dtype=torch.float64) for _ in range(3))
+    return (scale * q).to(dtype), (scale * k).to(dtype), v.to(dtype)
+
+
+def relative_violation(weights, grid, samples=20000, seed=0):
+    """Max relative gap of A[i,j]·A[i',j'+t] vs A[i,j']·A[i',j+t] over random valid tuples.
+
+    Cross-multiplied form of A[i,j]/A[i,j'] == A[i',j+t]/A[i',j'+t] with t = r_i' − r_i (robust
+    to the zero or negative weights a post-map rotation can produce). `weights`: (N, N) patches.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    size = torch.tensor([grid.height, grid.width])
+    r_i, r_i2, r_j, r_j2 = (torch.stack([torch.randint(0, int(s), (samples,), generator=generator)
+                                         for s in size], dim=-1) for _ in range(4))
+    shift = r_i2 - r_i
+    r_jt, r_j2t = r_j + shift, r_j2 + shift
+    valid = ((r_jt >= 0) & (r_jt < size) & (r_j2t >= 0) & (r_j2t < size)).all(dim=-1)
+    index = lambda r: r[valid, 0] * grid.width + r[valid, 1]  # noqa: E731
+    i, i2, j, j2, jt, j2t = map(index, (r_i, r_i2, r_j, r_j2, r_jt, r_j2t))
+    left = weights[i, j] * weights[i2, j2t]
+    right = weights[i, j2] * weights[i2, jt]
+    return ((left - right).abs() / (left.abs() + right.abs() + 1e-300)).max().item()
+
+
+# ---------------------------------------------------------------- registration and defaults
+
+
+def test_backends_registered_with_interface():
+    assert BACKENDS["favor"] is FavorAttention and BACKENDS["relu"] is ReluAttention
+    assert FavorAttention.rotation_sites == ("pre", "post")
+    assert ReluAttention.rotation_sites == ("post", "pre")
+    for cls in (FavorAttention, ReluAttention):
+        assert cls.mechanisms == ("absolute", "gate", "rotary", "bias")
+
+
+def test_default_feature_counts():
+    assert [default_favor_features(d) for d in (1, 2, 8, 16, 32, 64)] == [4, 4, 20, 48, 112, 268]
+    assert FavorAttention(ModelConfig(dim=64, heads=4), 16, 4).feature_dim() == 48
+    assert FavorAttention(ModelConfig(favor_features=32), 16, 4).feature_dim() == 32
+    assert ReluAttention(ModelConfig(), 16, 4).feature_dim() == 16
+    learned = ModelConfig(relu_features="learned", relu_num_features=24)
+    assert ReluAttention(learned, 16, 4).feature_dim() == 24
+
+
+# ---------------------------------------------------------------- 1. fast path == weights @ v
+
+
+@pytest.mark.parametrize("case", list(BACKEND_CASES))
+@pytest.mark.parametrize("grid", [GRID, GRID_NO_CLS], ids=["cls", "no-cls"])
+@pytest.mark.parametrize("rotate", [False, True], ids=["plain", "post-rotation"])
+@pytest.mark.parametrize("dtype, tol", [(torch.float32, 1e-5), (torch.float64, 1e-10)],
+                         ids=["fp32", "fp64"])
+def test_forward_matches_dense_weights(case, grid, rotate, dtype, tol):
+    backend = make_backend(case)
+    rotation = StandInRope(backend.feature_dim(), seed=1) if rotate else None
+    q, k, v = random_qkv(grid, dtype)
+    out = backend(q, k, v, grid, feature_rotation=rotation)
+    weights = backend.weights(q, k, grid, feature_rotation=rotation)
+    assert out.dtype == dtype and weights.dtype == dtype
+    assert out.shape == v.shape and weights.shape == (2, HEADS, grid.num_tokens, grid.num_tokens)
+    torch.testing.assert_close(out, weights @ v, rtol=tol, atol=tol)
+    if not rotate:  # positive features: rows are convex combinations
+        assert (weights > 0).all()
+        torch.testing.assert_close(weights.sum(-1), torch.ones_like(weights[..., 0]), rtol=tol, atol=tol)
+    else:
+        # the rotation acts on patches only: the CLS row/column of the numerator are unrotated
+        plain = backend.weights(q, k, grid)
+        p = grid.prefix
+        if p:
+            torch.testing.assert_close(weights[..., :p, :p], plain[..., :p, :p], rtol=tol, atol=tol)
+        assert not torch.allclose(weights[..., p:, p:], plain[..., p:, p:])
+
+
+@pytest.mark.parametrize("case", ["favor", "relu-random"])
+def test_post_map_rotates_numerator_only(case):
+    """RoFormer's form: (R_iφ(q_i))ᵀ(R_jφ(k_j)) / φ(q_i)ᵀΣ_j φ(k_j), written out densely."""
+    backend = make_backend(case)
+    rope = StandInRope(backend.feature_dim(), seed=2)
+    q, k, v = random_qkv(GRID, torch.float64)
+    phi_q, phi_k = backend.features(q, k)  # (B, h, T, m)
+    numerator = rope(phi_q, GRID) @ rope(phi_k, GRID).transpose(-2, -1)
+    expected = numerator / (phi_q @ phi_k.sum(dim=-2).unsqueeze(-1))
+    torch.testing.assert_close(backend.weights(q, k, GRID, feature_rotation=rope), expected,
+                               rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(backend(q, k, v, GRID, feature_rotation=rope), expected @ v,
+                               rtol=1e-10, atol=1e-10)
+
+
+def test_relu_feature_formulas():
+    q, k, _ = random_qkv(GRID, torch.float64)
+    scaled = q * HEAD_DIM ** -0.25
+    identity = make_backend("relu-identity")
+    torch.testing.assert_close(identity.features(q, k)[0], scaled.clamp_min(0) + 1e-3)
+    random = make_backend("relu-random")
+    assert "projection" in random.state_dict() and random.projection.shape == (12, HEAD_DIM)
+    assert not any(p is random.projection for p in random.parameters())
+    torch.testing.assert_close(random.features(q, k)[0],
+                               (scaled @ random.projection.double().T).clamp_min(0) + 1e-3)
+    learned = make_backend("relu-learned")
+    weight = learned.projection.weight
+    assert weight.requires_grad and weight.shape == (10, HEAD_DIM) and learned.projection.bias is None
+    torch.testing.assert_close(learned.features(q, k)[1],
+                               (k * HEAD_DIM ** -0.25 @ weight.double().T).clamp_min(0) + 1e-3)
+
+
+def test_relative_bias_not_yet_supported():
+    backend = make_backend("favor")
+    q, k, v = random_qkv(GRID)
+    with pytest.raises(NotImplementedError, match="relative-bias issue"):
+        backend(q, k, v, GRID, bias=object())
+    with pytest.raises(NotImplementedError, match="relative-bias issue"):
+        backend.weights(q, k, GRID, bias=object())
+
+
+@pytest.mark.parametrize("case", list(BACKEND_CASES))
+def test_gradients_flow(case):
+    backend = make_backend(case)
+    q, k, v = (t.requires_grad_() for t in random_qkv(GRID))
+    backend(q, k, v, GRID, feature_rotation=StandInRope(backend.feature_dim())).square().sum().backward()
+    for tensor in (q, k, v):
+        assert tensor.grad is not None and torch.isfinite(tensor.grad).all() and tensor.grad.abs().sum() > 0
+    if case == "relu-learned":
+        assert backend.projection.weight.grad.abs().sum() > 0
+
+
+# ---------------------------------------------------------------- 2. FAVOR+ estimator
+
+
+def _favor_pairs(d=HEAD_DIM, pairs=6, seed=0, scale=0.4):
+    """q, k pairs (P, d) with aligned, anti-aligned and unrelated directions."""
+    generator = torch.Generator().manual_seed(seed)
+    q, noise, other = (scale * torch.randn(pairs, d, generator=generator, dtype=torch.float64)
+                       for _ in range(3))
+    mix = torch.tensor([1.0, 1.0, -1.0, -1.0, 0.0, 0.0], dtype=torch.float64)[:pairs, None]
+    return q, mix * q + 0.6 * noise + (mix == 0) * other
+
+
+def _kernel_estimates(q, k, draws, num_features, generator):
+    """φ(q̃_p)ᵀφ(k̃_p) without stabilizer or floor, for independent ω draws: (draws, P)."""
+    d = q.shape[-1]
+    # d | m, so consecutive groups of m rows of one big draw are independent ω draws
+    omegas = orthogonal_gaussian_matrix(draws * num_features, d, generator, torch.float64)
+    omegas = omegas.reshape(draws, num_features, d)  # (D, m, d)
+    phi_q = favor_features(q, omegas, stabilizer=None, eps=0.0)  # (D, P, m)
+    phi_k = favor_features(k, omegas, stabilizer=None, eps=0.0)
+    return (phi_q * phi_k).sum(-1)
+
+
+def test_favor_estimator_is_unbiased_and_error_shrinks_like_inverse_sqrt():
+    q, k = _favor_pairs()
+    target = torch.exp((q * k).sum(-1) / math.sqrt(HEAD_DIM))  # (P,)
+    assert target.max() > 1.5 and target.min() < 0.7  # a non-trivial range of kernel values
+    generator = torch.Generator().manual_seed(1)
+    repeats, draws, m = 32, 32, 16
+
+    def mean_relative_error(num_draws):
+        """|mean over num_draws ω draws / target − 1|, averaged over repeats and pairs."""
+        estimates = _kernel_estimates(q, k, repeats * num_draws, m, generator)
+        means = estimates.reshape(repeats, num_draws, -1).mean(dim=1)  # (R, P)
+        return (means / target - 1).abs().mean().item()
+
+    error_d, error_4d = mean_relative_error(draws), mean_relative_error(4 * draws)
+    # 1/√D predicts a ratio of 0.5 (0.43-0.61 over 12 generator seeds)
+    assert 0.25 * error_d < error_4d < 0.75 * error_d
+
+    large = _kernel_estimates(q, k, 8192, m, generator).mean(dim=0)  # 131k features
+    torch.testing.assert_close(large, target, rtol=0.04, atol=0.0)  # observed ≤ 0.023 over 12 seeds
+
+
+def test_favor_estimator_with_premap_rotation_is_relative_softmax():
+    q, k = _favor_pairs()
+    grid = Grid(2, 3, cls=False)
+    rotations = rotation_matrices(StandInRope(HEAD_DIM, seed=3, scale=1.5), grid, HEAD_DIM)  # (N, d, d)
+    r_i, r_j = rotations[0], rotations[5]
+    eye = torch.eye(HEAD_DIM, dtype=torch.float64)
+    torch.testing.assert_close(r_i.T @ r_i, eye)
+    target = torch.exp(((q @ r_i.T) * (k @ r_j.T)).sum(-1) / math.sqrt(HEAD_DIM))
+    unrotated = torch.exp((q * k).sum(-1) / math.sqrt(HEAD_DIM))
+    assert ((target - unrotated).abs() / target).max() > 0.1  # the rotation matters
+    generator = torch.Generator().manual_seed(2)
+    estimate = _kernel_estimates(q @ r_i.T, k @ r_j.T, 8192, 16, generator).mean(dim=0)
+    torch.testing.assert_close(estimate, target, rtol=0.04, atol=0.0)
+
+
+# ---------------------------------------------------------------- 3. orthogonal random features
+
+
+def test_orthogonal_blocks_and_chi_norms():
+    d = HEAD_DIM
+    generator = torch.Generator().manual_seed(0)
+    omega = orthogonal_gaussian_matrix(3 * d - 3, d, generator, torch.float64)  # blocks of 8, 8, 5 rows
+    assert omega.shape == (3 * d - 3, d)
+    for start in range(0, omega.shape[0], d):
+        block = omega[start:start + d]
+        gram = block @ block.T
+        off_diagonal = gram - torch.diag_embed(torch.diagonal(gram))
+        assert off_diagonal.abs().max() < 1e-10 * gram.diagonal().max()
+    # across blocks rows are independent, not orthogonal
+    assert (omega[:d] @ omega[d:2 * d].T).abs().max() > 0.1
+
+    rows = orthogonal_gaussian_matrix(40000, d, generator, torch.float64)
+    norms = rows.norm(dim=-1)
+    chi_mean = math.sqrt(2) * math.exp(math.lgamma((d + 1) / 2) - math.lgamma(d / 2))
+    assert abs(norms.mean().item() - chi_mean) < 0.02
+    assert abs(norms.mean().item() - math.sqrt(d)) < 0.2  # E χ(8) ≈ 2.74 vs √8 ≈ 2.83
+    assert abs((norms ** 2).mean().item() - d) < 0.1  # E χ² = d
+    assert abs((norms ** 2).var().item() - 2 * d) < 0.6  # Var χ² = 2d
+    # directions are uniform (Haar): mean 0, second moment I/d
+    unit = rows / norms[:, None]
+    assert unit.mean(dim=0).abs().max() < 0.02
+    torch.testing.assert_close(unit.T @ unit / len(unit), torch.eye(d, dtype=torch.float64) / d,
+                               rtol=0, atol=0.01)
+
+
+# ---------------------------------------------------------------- 4. key stabilizer
+
+
+def test_key_stabilizer_cancels_and_per_key_max_would_not():
+    backend = make_backend("favor")
+    backend.feature_eps = 0.0  # no floor: the stabilizers must cancel exactly
+    q, k, v = random_qkv(GRID, torch.float64, scale=2.0)
+    weights = backend.weights(q, k, GRID)
+
+    omega = backend.omega.double()
+    log_q, log_k = favor_log_features(q, omega), favor_log_features(k, omega)  # (B, h, T, m)
+    kernel = torch.exp(log_q) @ torch.exp(log_k).transpose(-2, -1)  # unstabilized (B, h, T, T)
+    reference = kernel / kernel.sum(-1, keepdim=True)
+    torch.testing.assert_close(weights, reference, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(backend(q, k, v, GRID), reference @ v, rtol=1e-10, atol=1e-12)
+
+    # the bug this guards against: a max per key row rescales every key differently
+    per_row_k = torch.exp(log_k - log_k.amax(dim=-1, keepdim=True))
+    per_row_q = torch.exp(log_q - log_q.amax(dim=-1, keepdim=True))
+    biased = per_row_q @ per_row_k.transpose(-2, -1)
+    biased = biased / biased.sum(-1, keepdim=True)
+    assert (biased - reference).abs().max() > 0.05
+
+    # with the default floor ε = 1e-6 (relative to the largest feature) the bias stays small
+    backend.feature_eps = 1e-6
+    torch.testing.assert_close(backend.weights(q, k, GRID), reference, rtol=0, atol=1e-3)
+
+
+def test_key_stabilizer_is_one_max_per_batch_and_head():
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, 10, HEAD_DIM, generator=generator, dtype=torch.float64)
+    x = x * torch.tensor([0.5, 4.0], dtype=torch.float64)[:, None, None, None]  # very different scales
+    omega = orthogonal_gaussian_matrix(20, HEAD_DIM, generator, torch.float64)
+    keys = favor_features(x, omega, "key", eps=0.0)  # (B, h, T, m)
+    queries = favor_features(x, omega, "query", eps=0.0)
+    top = 20 ** -0.5
+    torch.testing.assert_close(keys.amax(dim=(-2, -1)), torch.full((2, 3), top, dtype=torch.float64))
+    torch.testing.assert_close(queries.amax(dim=-1), torch.full((2, 3, 10), top, dtype=torch.float64))
+    assert keys.amax(dim=-1).min() < 0.99 * top  # keys are not normalised row by row
+    log = favor_log_features(x, omega)
+    ratio = keys / torch.exp(log)  # exp(−M): constant within each (batch, head)
+    torch.testing.assert_close(ratio, ratio[..., :1, :1].expand_as(ratio))
+
+
+# ---------------------------------------------------------------- 5. redraw policy
+
+
+def test_redraw_policy_and_checkpointing():
+    backend = make_backend("favor", favor_redraw_steps=2)
+    assert {"omega", "redraw_counter"} <= set(backend.state_dict())
+    q, k, v = random_qkv(GRID)
+    initial = backend.omega.clone()
+
+    backend.train()
+    backend(q, k, v, GRID)
+    assert torch.equal(backend.omega, initial)
+    backend(q, k, v, GRID)  # the 2nd call draws a fresh ω for the next calls
+    second = backend.omega.clone()
+    assert not torch.equal(second, initial) and int(backend.redraw_counter) == 2
+    backend(q, k, v, GRID)
+    assert torch.equal(backend.omega, second)
+
+    saved = {key: value.clone() for key, value in backend.state_dict().items()}
+    backend.eval()
+    for _ in range(4):
+        backend(q, k, v, GRID)
+    assert torch.equal(backend.omega, second) and int(backend.redraw_counter) == 3
+
+    restored = make_backend("favor", seed=7, favor_redraw_steps=2)
+    assert not torch.equal(restored.omega, second)
+    restored.load_state_dict(saved)
+    assert torch.equal(restored.omega, second) and int(restored.redraw_counter) == 3
+    restored.eval()
+    torch.testing.assert_close(restored(q, k, v, GRID), backend(q, k, v, GRID), rtol=0, atol=0)
+    restored.train()
+    restored(q, k, v, GRID)  # call 4 after resume: redraw due
+    assert not torch.equal(restored.omega, second) and int(restored.redraw_counter) == 4
+
+
+def test_redraw_keeps_old_graph_differentiable_and_zero_never_redraws():
+    backend = make_backend("favor", favor_redraw_steps=1)
+    backend.train()
+    q, k, v = (t.requires_grad_() for t in random_qkv(GRID))
+    first = backend.omega
+    out = backend(q, k, v, GRID)
+    assert backend.omega is not first  # swapped, not written in place
+    out.sum().backward()
+    assert torch.isfinite(q.grad).all()
+
+    never = make_backend("favor", favor_redraw_steps=0)
+    never.train()
+    initial = never.omega.clone()
+    for _ in range(3):
+        never(*random_qkv(GRID), GRID)
+    assert torch.equal(never.omega, initial)
+
+
+# ---------------------------------------------------------------- 6. precision
+
+
+@pytest.mark.parametrize("case", list(BACKEND_CASES))
+def test_bf16_autocast_large_norms(case):
+    backend = make_backend(case)
+    rotation = StandInRope(backend.feature_dim())
+    q, k, v = random_qkv(GRID, torch.float32, seed=3, scale=30.0)
+    q16, k16, v16 = q.bfloat16(), k.bfloat16(), v.bfloat16()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out16 = backend(q16, k16, v16, GRID, feature_rotation=rotation)
+        out_fp32_v = backend(q16, k16, v, GRID, feature_rotation=rotation)
+    assert out16.dtype == torch.bfloat16 and out_fp32_v.dtype == torch.float32
+    assert torch.isfinite(out16).all() and torch.isfinite(out_fp32_v).all()
+    # the bf16 call computes in fp32 internally: identical to the fp32 call on the same values
+    exact = backend(q16.float(), k16.float(), v16.float(), GRID, feature_rotation=rotation)
+    assert torch.equal(out16, exact.bfloat16())
+
+    out32 = backend(q, k, v, GRID, feature_rotation=rotation)
+    out64 = backend(q.double(), k.double(), v.double(), GRID, feature_rotation=rotation)
+    assert torch.isfinite(out32).all()
+    relative = ((out32.double() - out64).norm() / out64.norm()).item()
+    assert relative < 1e-4
+
+
+# ---------------------------------------------------------------- 7. relative property
+
+
+def _identical_tokens(grid, dim, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    q, k = torch.randn(2, dim, generator=generator, dtype=torch.float64)
+    shape = (1, 1, grid.num_tokens, dim)
+    return q.expand(shape), k.expand(shape)
+
+
+@pytest.mark.parametrize("case", ["favor", "relu-identity", "relu-learned"])
+@pytest.mark.parametrize("grid", [GRID_NO_CLS, GRID], ids=["no-cls", "cls"])
+def test_post_map_rotation_is_exactly_relative(case, grid):
+    backend = make_backend(case)
+    rope = StandInRope(backend.feature_dim(), seed=5)
+    q, k = _identical_tokens(grid, HEAD_DIM)
+    weights = backend.weights(q, k, grid, feature_rotation=rope)[0, 0, grid.prefix:, grid.prefix:]
+    assert weights.min() < 0 < weights.max()  # post-map weights can be negative
+    assert relative_violation(weights, grid) < 1e-9
+    # numerator depends on Δ only; the (unrotated) denominator is the same for every row here
+    assert relative_violation(backend.weights(q, k, grid)[0, 0, grid.prefix:, grid.prefix:], grid) < 1e-9
+
+
+def test_pre_map_relu_is_not_relative():
+    backend = make_backend("relu-identity")
+    rope = StandInRope(HEAD_DIM, seed=5)
+    q, k = _identical_tokens(GRID_NO_CLS, HEAD_DIM)
+    weights = backend.weights(rope(q, GRID_NO_CLS), rope(k, GRID_NO_CLS), GRID_NO_CLS)[0, 0]
+    assert relative_violation(weights, GRID_NO_CLS) > 0.1
+    # while the same rotation applied post-map is relative
+    post = backend.weights(q, k, GRID_NO_CLS, feature_rotation=rope)[0, 0]
+    assert relative_violation(post, GRID_NO_CLS) < 1e-9
+
+
+# ---------------------------------------------------------------- 8. configuration errors
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"favor_features": 7}, "positive even integer"),
+    ({"favor_features": 0}, "positive even integer"),
+    ({"favor_features": -4}, "positive even integer"),
+    ({"favor_redraw_steps": -1}, "favor_redraw_steps"),
+])
+def test_favor_config_errors(overrides, message):
+    with pytest.raises(UserError, match=message):
+        FavorAttention(make_config(**overrides), HEAD_DIM, HEADS)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"relu_features": "random", "relu_num_features": 0}, "positive integer"),
+    ({"relu_features": "learned", "relu_num_features": -2}, "positive integer"),
+    ({"relu_features": "identity", "relu_num_features": 12}, "'random' or 'learned'"),
+])
+def test_relu_config_errors(overrides, message):
+    with pytest.raises(UserError, match=message):
+        ReluAttention(make_config(**overrides), HEAD_DIM, HEADS)
+
+
+@pytest.mark.parametrize("kind", ["random", "learned"])
+def test_odd_feature_count_with_post_rotation(kind):
+    backend = ReluAttention(make_config(relu_features=kind, relu_num_features=7), HEAD_DIM, HEADS)
+    q, k, v = random_qkv(GRID)
+    backend(q, k, v, GRID)  # odd m is fine without a post-map rotation
+    with pytest.raises(UserError, match="even number of features m.*m=7"):
+        backend(q, k, v, GRID, feature_rotation=StandInRope(8))
+    with pytest.raises(UserError, match="even number of features"):
+        backend.weights(q, k, GRID, feature_rotation=StandInRope(8))
+
+
+# ---------------------------------------------------------------- end to end
+
+
+@pytest.mark.parametrize("variant, overrides", [
+    ("favor+ape", {}),
+    ("relu+ape", {}),
+    ("relu+none", {"relu_features": "learned", "relu_num_features": 12, "pool": "mean"}),
+])
+def test_model_end_to_end(variant, overrides):
+    from rpevit.model import build_model
+
+    torch.manual_seed(0)
+    model = build_model(variant, dim=32, depth=2, heads=4, **overrides)
+    images = torch.randn(2, 1, 28, 28)
+    assert model(images).shape == (2, 10)
+    maps = model.attention_maps(images)
+    tokens = 49 + (overrides.get("pool", "cls") == "cls")
+    assert len(maps) == 2 and maps[0].shape == (2, 4, tokens, tokens)
+    torch.testing.assert_close(maps[0].sum(-1), torch.ones(2, 4, tokens), rtol=1e-5, atol=1e-5)
