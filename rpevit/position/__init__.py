@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .absolute import LearnedAbsolute
+from .rotary import CayleyString, CirculantString, RoPEAxial, RoPEMixed
 
 MECHANISMS = ("rotary", "bias", "gate", "absolute")  # the order positions take in a variant name
 
@@ -30,4 +31,15 @@ class PositionMethod:
 POSITIONS: dict[str, PositionMethod] = {
     "ape": PositionMethod("absolute", LearnedAbsolute,
                           "learned absolute embedding (ViT), bicubic-resized on new grids", False),
+    "rope_axial": PositionMethod("rotary", RoPEAxial,
+                                 "RoPE-Axial (Heo et al. 2024): fixed per-axis frequencies θ^(-4k/d)", True),
+    "rope_mixed": PositionMethod("rotary", RoPEMixed,
+                                 "RoPE-Mixed (Heo et al. 2024): learnable mixed-axis frequencies per head",
+                                 True),
+    "string_circulant": PositionMethod("rotary", CirculantString,
+                                       "Circulant-STRING (Schenck et al. 2025): exp of learnable circulant "
+                                       "generators, applied by FFT", True),
+    "string_cayley": PositionMethod("rotary", CayleyString,
+                                    "Cayley-STRING (Schenck et al. 2025): RoPE-Mixed after a learnable "
+                                    "orthogonal Cayley basis change", True),
 }

@@ -1,0 +1,350 @@
+"""Tests for rpevit.position.rotary: orthogonality, the relative (group) property, the FFT path of
+Circulant-STRING against a dense matrix exponential, the relative-property test of REFERENCE.md §5
+in softmax attention (and that it fails with absolute embeddings), grids, gradients, autocast."""
+import math
+
+import pytest
+import scipy.linalg
+import torch
+
+from rpevit.attention import BACKENDS
+from rpevit.attention.layer import MultiHeadAttention
+from rpevit.errors import UserError
+from rpevit.grid import Grid
+from rpevit.model import build_model
+from rpevit.params import model_config
+from rpevit.position import POSITIONS
+from rpevit.position.rotary import CIRCULANT_STEP_STD, RoPEAxial
+
+METHODS = ["rope_axial", "rope_mixed", "string_circulant", "string_cayley"]
+LEARNABLE = ["rope_mixed", "string_circulant", "string_cayley"]
+DIM, HEADS = 16, 2
+F64 = torch.float64
+
+
+def trained_like(module, seed=1, scale=0.2):
+    """Perturb every learnable parameter with noise so tests never see the (special) init."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in module.parameters():
+            param.add_(scale * torch.randn(param.shape, generator=generator, dtype=param.dtype))
+    return module
+
+
+def make(name, dim=DIM, heads=HEADS, seed=0, dtype=F64):
+    """A rotary module with random, non-default parameters, in `dtype`."""
+    torch.manual_seed(seed)
+    module = POSITIONS[name].build(model_config(dim=dim * heads, heads=heads), dim, heads)
+    return trained_like(module.to(dtype), seed=seed + 1)
+
+
+def tokens(grid, dim=DIM, heads=HEADS, batch=3, seed=0, dtype=F64):
+    return torch.randn(batch, heads, grid.num_tokens, dim, dtype=dtype,
+                       generator=torch.Generator().manual_seed(seed))
+
+
+def apply_dense(rotations, x, grid):
+    """Patches of x rotated by dense matrices rotations (h or 1, N, d, d): (B, h, N, d)."""
+    return torch.einsum("hnij,bhnj->bhni", rotations, x[:, :, grid.prefix:])
+
+
+# 1. shape, norms, prefix ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", METHODS)
+@pytest.mark.parametrize("cls", [True, False])
+def test_norms_preserved_and_prefix_untouched(name, cls):
+    grid = Grid(5, 7, cls=cls)
+    module, x = make(name), tokens(grid)
+    out = module(x, grid)
+    assert out.shape == x.shape and out.dtype == x.dtype
+    torch.testing.assert_close(out.norm(dim=-1), x.norm(dim=-1), rtol=1e-12, atol=1e-12)
+    if cls:
+        assert torch.equal(out[:, :, 0], x[:, :, 0])
+    assert (out[:, :, grid.prefix:] - x[:, :, grid.prefix:]).abs().max() > 1e-2  # it does rotate
+
+
+# 2. dense rotations: orthogonal, relative, equal to the fast path -------------------------------
+
+@pytest.mark.parametrize("name", METHODS)
+def test_rotation_matrices_orthogonal_relative_and_match_forward(name):
+    grid = Grid(5, 7)
+    module = make(name)
+    coords = grid.coords(dtype=F64)  # (N, 2)
+    rotations = module.rotation_matrices(coords)  # (h, N, d, d)
+    n = grid.num_patches
+    assert rotations.shape[1:] == (n, DIM, DIM) and rotations.dtype == F64
+    eye = torch.eye(DIM, dtype=F64)
+    torch.testing.assert_close(rotations.transpose(-2, -1) @ rotations, eye.expand_as(rotations),
+                               rtol=0, atol=1e-10)
+    # R(r)ᵀR(r′) = R(0)ᵀR(r′ − r) for every pair; R(0) = I except for Cayley-STRING, where R(0) = P
+    origin = module.rotation_matrices(torch.zeros(1, 2, dtype=F64))  # (h, 1, d, d)
+    if name != "string_cayley":
+        torch.testing.assert_close(origin, eye.expand_as(origin), rtol=0, atol=1e-12)
+    else:
+        assert (origin - eye).abs().max() > 1e-2  # the trained basis change P is not the identity
+    offsets = (coords[None, :, :] - coords[:, None, :]).reshape(-1, 2)  # r′ − r: (N·N, 2)
+    relative = module.rotation_matrices(offsets).unflatten(1, (n, n))  # (h, N, N, d, d)
+    pairwise = torch.einsum("hnji,hmjk->hnmik", rotations, rotations)  # R(r_n)ᵀR(r_m)
+    expected = origin.transpose(-2, -1)[:, :, None] @ relative
+    torch.testing.assert_close(pairwise, expected, rtol=0, atol=1e-10)
+    # the fast path equals the dense matrices
+    x = tokens(grid)
+    torch.testing.assert_close(module(x, grid)[:, :, 1:], apply_dense(rotations, x, grid),
+                               rtol=0, atol=1e-12)
+
+
+def test_rope_axial_layout():
+    """Interleaved pairs; first d/4 pairs turn with col at ω_k = θ^(−4k/d), the rest with row."""
+    module = RoPEAxial(model_config(), 8, 1).double()
+    r = module.rotation_matrices(torch.tensor([[2.0, 3.0]], dtype=F64))[0, 0]  # row 2, col 3
+    theta = model_config().rope_theta
+    angles = [3.0, 3.0 * theta ** -0.5, 2.0, 2.0 * theta ** -0.5]
+    for c, a in enumerate(angles):
+        block = torch.tensor([[math.cos(a), -math.sin(a)], [math.sin(a), math.cos(a)]], dtype=F64)
+        torch.testing.assert_close(r[2 * c:2 * c + 2, 2 * c:2 * c + 2], block, rtol=0, atol=1e-14)
+    assert (r.abs() > 1e-12).sum() == 16  # block-diagonal
+
+
+def test_rope_mixed_init_matches_rope_vit_layout():
+    torch.manual_seed(0)
+    module = POSITIONS["rope_mixed"].build(model_config(rope_mixed_theta=10.0), 16, 3)
+    f_row, f_col = module.freqs.detach().double()  # each (h, 8)
+    magnitude = torch.hypot(f_row, f_col)
+    expected = 10.0 ** (-4.0 * torch.arange(4, dtype=F64) / 16)
+    torch.testing.assert_close(magnitude, torch.cat((expected, expected)).expand(3, 8), rtol=1e-6, atol=0)
+    direction = torch.atan2(f_row, f_col)  # φ for pairs 0..3, φ + π/2 for pairs 4..7
+    turn = torch.remainder(direction[:, 4:] - direction[:, :4], 2 * math.pi)
+    torch.testing.assert_close(turn, torch.full_like(turn, math.pi / 2), rtol=0, atol=1e-6)
+    assert direction[:, 0].unique().numel() == 3  # a random angle per head
+    assert module.freqs.no_weight_decay
+    odd_pairs = POSITIONS["rope_mixed"].build(model_config(), 6, 2)  # dim % 4 == 2 still works
+    assert odd_pairs.freqs.shape == (2, 2, 3)
+
+
+# 3. Circulant-STRING against the dense matrix exponential ---------------------------------------
+
+def test_circulant_fft_path_equals_matrix_exponential():
+    grid = Grid(5, 7)
+    module, x = make("string_circulant"), tokens(grid)
+    columns = module.columns.detach()  # (2, h, d): c_row, c_col
+    out = module(x, grid)
+    coords = grid.coords(dtype=F64)
+    for h in range(HEADS):
+        generators = []
+        for k in range(2):
+            c = scipy.linalg.circulant(columns[k, h].numpy())  # C[j, l] = c[(j − l) mod d]
+            generators.append(torch.from_numpy(c - c.T))
+        for n in (0, 6, 17, 34):  # a few positions, including the far corner
+            row, col = coords[n].tolist()
+            generator = row * generators[0] + col * generators[1]
+            rotation = torch.from_numpy(scipy.linalg.expm(generator.numpy()))
+            torch.testing.assert_close(out[:, h, 1 + n], x[:, h, 1 + n] @ rotation.T, rtol=0, atol=1e-10)
+            torch.testing.assert_close(torch.linalg.matrix_exp(generator),
+                                       rotation, rtol=0, atol=1e-10)
+
+
+def test_circulant_full_complex_fft_is_real_and_only_antisymmetric_part_matters():
+    grid = Grid(5, 7)
+    module, x = make("string_circulant"), tokens(grid)
+    out = module(x, grid)
+    # the full complex path IFFT(exp(Σ r_k μ_k) ⊙ FFT(z)), μ_k = 2i·Im FFT(c_k): imaginary part ~ 0
+    mu = 2j * torch.fft.fft(module.columns.detach(), dim=-1).imag  # (2, h, d)
+    exponent = torch.einsum("nk,khm->hnm", grid.coords(dtype=F64).to(mu.dtype), mu)  # (h, N, d)
+    full = torch.fft.ifft(torch.exp(exponent) * torch.fft.fft(x[:, :, 1:], dim=-1), dim=-1)
+    assert full.imag.abs().max() < 1e-12
+    torch.testing.assert_close(full.real, out[:, :, 1:], rtol=0, atol=1e-12)
+    # adding a symmetric circulant (first column s_j = s_{−j}) to every C_k changes nothing
+    s = torch.randn(2, HEADS, DIM, dtype=F64)
+    symmetric = s + s.roll(-1, -1).flip(-1)  # s_j + s_{(−j) mod d}
+    torch.testing.assert_close(symmetric, symmetric.roll(-1, -1).flip(-1))
+    with torch.no_grad():
+        module.columns.add_(symmetric)
+    torch.testing.assert_close(module(x, grid), out, rtol=0, atol=1e-12)
+
+
+def test_circulant_init_scale_rotates_without_aliasing():
+    torch.manual_seed(0)
+    module = POSITIONS["string_circulant"].build(model_config(), 64, 8)
+    steps = module.phase_steps(F64)[..., 1:-1]  # per-patch phase steps, DC/Nyquist (always 0) dropped
+    assert abs(steps.std().item() - CIRCULANT_STEP_STD) < 0.1 * CIRCULANT_STEP_STD
+    assert steps.abs().max() < math.pi  # no frequency aliases between neighbouring patches
+    # E[zᵀR(r)z]/‖z‖² = tr R(r)/d: one patch step turns visibly, a 7×7 grid's corner-to-corner offset
+    # decorrelates (per frequency, step phases ~ N(0, s²) give E cos = exp(−s²/2) ≈ 0.88 for one step)
+    one_step = module.rotation_matrices(torch.tensor([[0.0, 1.0], [1.0, 0.0]], dtype=F64))
+    corner = module.rotation_matrices(torch.tensor([[6.0, 6.0]], dtype=F64))
+    trace = lambda r: r.diagonal(dim1=-2, dim2=-1).mean(-1)  # noqa: E731
+    assert 0.5 < trace(one_step).mean() < 0.97
+    assert trace(corner).abs().mean() < 0.3
+
+
+# 4. the relative-property test of REFERENCE.md §5 in softmax attention --------------------------
+
+def relative_spread(weights, grid):
+    """max over patch queries i, i′ of spread_j (log A[i′, j + t] − log A[i, j]), t = r_i′ − r_i.
+
+    Zero iff A[i, j]/A[i, j′] == A[i′, j + t]/A[i′, j′ + t] for all valid i, i′, j, j′.
+    """
+    log_a = weights[..., grid.prefix:, grid.prefix:].log()  # (B, h, N, N)
+    n = grid.num_patches
+    rows = torch.arange(grid.height).repeat_interleave(grid.width)
+    cols = torch.arange(grid.width).repeat(grid.height)
+    r = torch.stack((rows, cols), -1)  # (N, 2)
+    target = r[None, None, :, :] + r[None, :, None, :] - r[:, None, None, :]  # r_j + r_i′ − r_i
+    # target: (i, i′, j, 2)
+    valid = ((target >= 0) & (target < torch.tensor([grid.height, grid.width]))).all(-1)  # (i, i′, j)
+    index = target[..., 0].clamp(0, grid.height - 1) * grid.width + target[..., 1].clamp(0, grid.width - 1)
+    i = torch.arange(n)[:, None, None]
+    i_prime = torch.arange(n)[None, :, None]
+    j = torch.arange(n)[None, None, :]
+    diff = log_a[..., i_prime, index] - log_a[..., i, j]  # (B, h, i, i′, j)
+    high = torch.where(valid, diff, -math.inf).amax(-1)
+    low = torch.where(valid, diff, math.inf).amin(-1)
+    return (high - low).max().item()
+
+
+def softmax_layer(name, seed=0):
+    """A float64 softmax attention layer with the rotary method, trained-looking parameters."""
+    torch.manual_seed(seed)
+    config = model_config(dim=DIM * HEADS, heads=HEADS)
+    layer = MultiHeadAttention(config, BACKENDS["softmax"], rotary=POSITIONS[name].build).double()
+    trained_like(layer.rotary, seed=seed + 1)
+    return layer
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_relative_property_in_softmax_attention(name):
+    grid = Grid(5, 7, cls=True)
+    layer = softmax_layer(name)
+    content = 3 * torch.randn(1, 1, DIM * HEADS, dtype=F64, generator=torch.Generator().manual_seed(2))
+    same = content.expand(1, grid.num_tokens, -1)  # every token identical
+    weights = layer.attention_matrix(same, grid)  # (1, h, T, T)
+    assert relative_spread(weights, grid) < 1e-6
+    # not vacuous: the weights do vary with the offset
+    patches = weights[..., 1:, 1:].log()
+    assert (patches.amax(-1) - patches.amin(-1)).min() > 1e-2
+    # and the check FAILS for absolute information: a per-position vector added to the tokens (APE)
+    ape = torch.randn(1, grid.num_tokens, DIM * HEADS, dtype=F64, generator=torch.Generator().manual_seed(3))
+    assert relative_spread(layer.attention_matrix(same + ape, grid), grid) > 1e-2
+
+
+# 5. other grids, extrapolation and position interpolation ---------------------------------------
+
+@pytest.mark.parametrize("name", METHODS)
+def test_non_square_larger_grid_and_position_interpolation(name):
+    module = make(name)
+    big = Grid(12, 9, trained=(7, 7))  # extrapolation: integer positions up to (11, 8)
+    x = tokens(big)
+    out = module(x, big)
+    torch.testing.assert_close(out.norm(dim=-1), x.norm(dim=-1), rtol=1e-12, atol=1e-12)
+    dense = apply_dense(module.rotation_matrices(big.coords(dtype=F64)), x, big)
+    torch.testing.assert_close(out[:, :, 1:], dense, rtol=0, atol=1e-12)
+    corner = module.rotation_matrices(torch.tensor([[11.0, 8.0]], dtype=F64))[:, 0]  # (h, d, d)
+    torch.testing.assert_close(out[:, :, -1], torch.einsum("hij,bhj->bhi", corner, x[:, :, -1]))
+    # interpolation: the last row/col of a 14×14 grid sits at 6.5 = 13·7/14, inside the 7×7 range
+    grid = Grid(14, 14, trained=(7, 7), interpolate=True)
+    x = tokens(grid)
+    last = module(x, grid)[:, :, -1]
+    scaled = module.rotation_matrices(torch.tensor([[6.5, 6.5]], dtype=F64))[:, 0]
+    torch.testing.assert_close(last, torch.einsum("hij,bhj->bhi", scaled, x[:, :, -1]), rtol=0, atol=1e-12)
+    unscaled = module.rotation_matrices(torch.tensor([[13.0, 13.0]], dtype=F64))[:, 0]
+    assert (last - torch.einsum("hij,bhj->bhi", unscaled, x[:, :, -1])).abs().max() > 1e-2
+    # a non-square grid under interpolation scales each axis by its own factor (7/14 rows, 7/10 cols)
+    grid = Grid(14, 10, cls=False, trained=(7, 7), interpolate=True)
+    x = tokens(grid)
+    last = module(x, grid)[:, :, -1]
+    scaled = module.rotation_matrices(torch.tensor([[6.5, 6.3]], dtype=F64))[:, 0]
+    torch.testing.assert_close(last, torch.einsum("hij,bhj->bhi", scaled, x[:, :, -1]), rtol=0, atol=1e-12)
+
+
+def test_rope_axial_cache_follows_grid_device_dtype_and_inference_mode():
+    module = make("rope_axial")
+    grids = [Grid(5, 7), Grid(7, 5), Grid(14, 14, trained=(7, 7), interpolate=True), Grid(14, 14),
+             Grid(5, 7, cls=False), Grid(5, 7)]
+    for grid in grids:
+        for dtype in (F64, torch.float32):
+            x = tokens(grid, dtype=dtype)
+            expected = apply_dense(module.rotation_matrices(grid.coords(dtype=F64)), x.double(), grid)
+            torch.testing.assert_close(module(x, grid)[:, :, grid.prefix:].double(), expected,
+                                       rtol=0, atol=1e-12 if dtype == F64 else 1e-5)
+    assert len(module._cache) <= RoPEAxial.CACHE_SIZE
+    # a grid first seen under inference_mode must still work in a later training forward
+    grid = Grid(3, 4)
+    with torch.inference_mode():
+        module(tokens(grid), grid)
+    x = tokens(grid).requires_grad_()
+    module(x * 2, grid).sum().backward()
+    assert torch.isfinite(x.grad).all()
+
+
+# 6. gradients and autocast ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", LEARNABLE)
+def test_gradients_reach_learnable_frequencies(name):
+    grid = Grid(5, 7)
+    torch.manual_seed(0)
+    config = model_config(dim=DIM * HEADS, heads=HEADS)
+    layer = MultiHeadAttention(config, BACKENDS["softmax"], rotary=POSITIONS[name].build)
+    trained_like(layer.rotary)
+    x = torch.randn(2, grid.num_tokens, DIM * HEADS, requires_grad=True)
+    weight = torch.randn(2, grid.num_tokens, DIM * HEADS)
+    (layer(x, grid) * weight).sum().backward()  # no in-place autograd error
+    params = list(layer.rotary.parameters())
+    assert params and all(p.grad is not None and torch.isfinite(p.grad).all() for p in params)
+    assert all(p.grad.abs().max() > 0 for p in params)
+    assert all(getattr(p, "no_weight_decay", False) for p in params)
+    assert torch.isfinite(x.grad).all()
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_autocast_bf16_keeps_dtype_and_is_finite(name):
+    grid = Grid(5, 7)
+    module = make(name, dtype=torch.float32)
+    x = tokens(grid, dtype=torch.float32)
+    reference = module(x, grid)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out32 = module(x, grid)
+        out16 = module(x.bfloat16(), grid)
+    assert out32.dtype == torch.float32 and out16.dtype == torch.bfloat16
+    torch.testing.assert_close(out32, reference)  # rotations run in fp32 with autocast off
+    assert torch.isfinite(out16).all()
+    torch.testing.assert_close(out16.float(), reference, rtol=0.05, atol=0.05)
+    torch.manual_seed(0)
+    config = model_config(dim=DIM * HEADS, heads=HEADS)
+    layer = MultiHeadAttention(config, BACKENDS["softmax"], rotary=POSITIONS[name].build)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = layer(torch.randn(2, grid.num_tokens, DIM * HEADS), grid)
+    assert torch.isfinite(out).all()
+
+
+# 7. errors, registry and the assembled model ----------------------------------------------------
+
+def test_dimension_errors_are_user_errors():
+    with pytest.raises(UserError, match="divisible by 4"):
+        POSITIONS["rope_axial"].build(model_config(), 6, 2)
+    with pytest.raises(UserError, match="model.dim / model.heads"):
+        build_model("softmax+rope_axial", dim=24, heads=4)  # head_dim 6
+    for name in ("rope_mixed", "string_cayley"):
+        with pytest.raises(UserError, match="divisible by 2"):
+            POSITIONS[name].build(model_config(), 5, 2)
+    POSITIONS["string_circulant"].build(model_config(), 5, 2)  # any dimension works
+
+
+def test_wrong_token_count_is_rejected():
+    module = make("rope_mixed")
+    with pytest.raises(ValueError, match="expects"):
+        module(tokens(Grid(5, 7)), Grid(5, 6))
+
+
+def test_registry_entries():
+    for name in METHODS:
+        method = POSITIONS[name]
+        assert method.mechanism == "rotary" and method.relative and method.summary
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_models_run_on_other_image_sizes(name):
+    torch.manual_seed(0)
+    model = build_model(f"softmax+{name}+ape", dim=32, depth=1, heads=2, mlp_dim=32)
+    assert model(torch.randn(2, 1, 28, 28)).shape == (2, 10)
+    assert model(torch.randn(2, 1, 56, 40)).shape == (2, 10)
+    assert torch.isfinite(model(torch.randn(2, 1, 56, 56), interpolate=True)).all()
