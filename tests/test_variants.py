@@ -1,0 +1,102 @@
+"""Every backend × positional method: fast path == dense matrix, the relative property, training."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from rpevit.attention import BACKENDS
+from rpevit.attention.layer import MultiHeadAttention
+from rpevit.checks import relative_violation
+from rpevit.grid import Grid
+from rpevit.model import build_model
+from rpevit.params import model_config
+from rpevit.position import POSITIONS
+from rpevit.variants import list_variants, parse_variant
+
+ROTARY = [name for name, method in POSITIONS.items() if method.mechanism == "rotary"]
+SITES = [("softmax", "pre"), ("favor", "pre"), ("favor", "post"), ("relu", "pre"), ("relu", "post")]
+GRID = Grid(5, 7, cls=True)
+TINY = dict(dim=32, depth=1, heads=4, mlp_dim=32, image_size=28, patch_size=4)
+
+
+def make_layer(backend: str, site: str = "auto", rotary: str | None = None, dtype=torch.float64, seed=0):
+    """An attention layer with random, non-default ('trained-looking') parameters."""
+    torch.manual_seed(seed)
+    config = model_config(dim=32, heads=4, image_size=28, patch_size=4, rotation_site=site,
+                          relu_features="learned")
+    layer = MultiHeadAttention(config, BACKENDS[backend], rotary=POSITIONS[rotary].build if rotary else None)
+    with torch.no_grad():
+        for param in layer.parameters():
+            param.add_(0.3 * torch.randn_like(param))
+    return layer.to(dtype)
+
+
+@pytest.mark.parametrize("rotary", [None] + ROTARY)
+@pytest.mark.parametrize("backend,site", SITES)
+def test_fast_path_equals_attention_matrix_times_v(backend, site, rotary):
+    layer = make_layer(backend, site, rotary, dtype=torch.float32)
+    x = torch.randn(2, GRID.num_tokens, 32)
+    with torch.no_grad():
+        q, k, v = layer._heads(x, GRID)
+        fast = layer.backend(q, k, v, GRID, **layer._backend_kwargs())
+        dense = layer.attention_matrix(x, GRID) @ v
+    assert (fast - dense).abs().max() <= 1e-5 * max(1.0, float(dense.abs().max()))
+
+
+@pytest.mark.parametrize("rotary", ROTARY)
+@pytest.mark.parametrize("backend,site", [("softmax", "pre"), ("favor", "post"), ("relu", "post")])
+def test_relative_property_holds_for_rotary_methods(backend, site, rotary):
+    layer = make_layer(backend, site, rotary)
+    x = torch.randn(1, 1, 32, dtype=torch.float64).expand(1, GRID.num_tokens, 32)  # identical content
+    with torch.no_grad():
+        weights = layer.attention_matrix(x, GRID)[0]
+        assert relative_violation(weights, GRID) < 1e-9
+        # the check can fail: absolute information (what APE adds) breaks it
+        absolute = x + 0.5 * torch.randn(1, GRID.num_tokens, 32, dtype=torch.float64)
+        assert relative_violation(layer.attention_matrix(absolute, GRID)[0], GRID) > 1e-2
+
+
+@pytest.mark.parametrize("backend", ["favor", "relu"])
+def test_pre_map_rotation_is_not_exactly_relative_in_linear_attention(backend):
+    layer = make_layer(backend, "pre", "rope_axial")
+    x = torch.randn(1, 1, 32, dtype=torch.float64).expand(1, GRID.num_tokens, 32)
+    with torch.no_grad():
+        assert relative_violation(layer.attention_matrix(x, GRID)[0], GRID) > 1e-3
+
+
+def single_method_variants() -> list[str]:
+    """Each backend bare and with each positional method alone, plus a few compositions."""
+    names = [f"{b}+{p}" for b in BACKENDS for p in ["none", *POSITIONS]]
+    return names + ["softmax+rope_axial+ape", "relu+string_circulant+ape", "favor+rope_mixed+ape"]
+
+
+@pytest.mark.parametrize("variant", single_method_variants())
+def test_variant_trains_a_few_steps_and_runs_at_other_resolutions(variant, tiny_dataset):
+    assert parse_variant(variant).name in list_variants()
+    torch.manual_seed(0)
+    model = build_model(variant, **TINY)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x = tiny_dataset.train.images[:16].float() / 255
+    y = tiny_dataset.train.labels[:16]
+    for _ in range(3):
+        loss = F.cross_entropy(model(x), y)
+        assert torch.isfinite(loss)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    with torch.no_grad():
+        for size in (16, 28, 56):  # 0.5× (rounded to the patch), 1×, 2× the training resolution
+            for interpolate in (False, True):
+                logits = model(F.interpolate(x[:2], size=(size, size)), interpolate=interpolate)
+                assert logits.shape == (2, 10) and torch.isfinite(logits).all()
+
+
+@pytest.mark.parametrize("backend", ["favor", "relu"])
+@pytest.mark.parametrize("rotary", [None] + ROTARY)
+def test_linear_backends_finite_under_bf16_with_large_norms(backend, rotary):
+    layer = make_layer(backend, "auto", rotary, dtype=torch.float32)
+    x = 30 * torch.randn(2, GRID.num_tokens, 32)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = layer(x, GRID)
+    assert torch.isfinite(out).all()
