@@ -19,7 +19,14 @@ import yaml
 
 from .errors import UserError
 
-PRESETS_DIR = Path(__file__).resolve().parent.parent / "params"
+def _project_root() -> Path:
+    """The repository root when rpevit runs from its checkout (editable install), else the cwd."""
+    root = Path(__file__).resolve().parent.parent
+    return root if (root / "params").is_dir() else Path.cwd()
+
+
+PROJECT_ROOT = _project_root()
+PRESETS_DIR = PROJECT_ROOT / "params"
 
 
 @dataclass(frozen=True)
@@ -45,6 +52,8 @@ class ModelConfig:
     # rotary: RoPE-Axial base θ (frequencies θ^(−4k/d)); RoPE-Mixed initial magnitudes use rope_mixed_theta
     rope_theta: float = 100.0
     rope_mixed_theta: float = 10.0
+    # gate_string (seed 001 STRINGGate2D): number of learnable 2D Fourier frequencies
+    gate_string_rank: int = 8
     # set from the dataset by the study runner, not in presets
     image_size: int = 28
     channels: int = 1

@@ -23,23 +23,15 @@ inspection and as the test reference.
 """
 from __future__ import annotations
 
-import contextlib
-
 import torch
 from torch import nn
 
 from ..errors import UserError
+from ..precision import autocast_off, compute_dtype
 from .features import (FAVOR_EPS, RELU_EPS, default_favor_features, favor_features,
                        orthogonal_gaussian_matrix, relu_features)
 
 DENOMINATOR_EPS = 1e-12
-
-
-def _no_autocast(device: torch.device):
-    """Context that disables autocast on `device` (a no-op where autocast does not exist)."""
-    if torch.amp.is_autocast_available(device.type):
-        return torch.autocast(device_type=device.type, enabled=False)
-    return contextlib.nullcontext()
 
 
 def _check_bias(bias) -> None:
@@ -98,15 +90,11 @@ class LinearAttention(nn.Module):
                             "model.relu_num_features) or set model.rotation_site: pre.")
         return feature_rotation(phi_q, grid), feature_rotation(phi_k, grid), phi_q, phi_k
 
-    def _compute_dtype(self, q):
-        """max(float32, q's dtype): fp32 under bf16/fp16 autocast, float64 for float64 inputs."""
-        return torch.promote_types(q.dtype, torch.float32)
-
     def forward(self, q, k, v, grid, bias=None, feature_rotation=None):
         """Attention output (B, h, T, d) in v's dtype."""
         _check_bias(bias)
-        dtype = self._compute_dtype(q)
-        with _no_autocast(q.device):
+        dtype = compute_dtype(q.dtype)
+        with autocast_off(q.device):
             pairs = self._feature_pairs(q.to(dtype), k.to(dtype), grid, feature_rotation)
             out = linear_attention(*pairs, v.to(dtype))  # (B, h, T, d)
         self._after_forward()
@@ -115,8 +103,8 @@ class LinearAttention(nn.Module):
     def weights(self, q, k, grid, bias=None, feature_rotation=None):
         """The dense attention matrix (B, h, T, T) in q's dtype (computed like forward)."""
         _check_bias(bias)
-        dtype = self._compute_dtype(q)
-        with _no_autocast(q.device):
+        dtype = compute_dtype(q.dtype)
+        with autocast_off(q.device):
             pairs = self._feature_pairs(q.to(dtype), k.to(dtype), grid, feature_rotation)
             return dense_linear_attention(*pairs).to(q.dtype)
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from .absolute import LearnedAbsolute
+from .absolute import LearnedAbsolute, SinCosAbsolute
+from .gates import IRPEGate, StringGate2D
 from .rotary import CayleyString, CirculantString, RoPEAxial, RoPEMixed
 
 MECHANISMS = ("rotary", "bias", "gate", "absolute")  # the order positions take in a variant name
@@ -31,6 +32,14 @@ class PositionMethod:
 POSITIONS: dict[str, PositionMethod] = {
     "ape": PositionMethod("absolute", LearnedAbsolute,
                           "learned absolute embedding (ViT), bicubic-resized on new grids", False),
+    "ape_sincos": PositionMethod("absolute", SinCosAbsolute,
+                                 "fixed 2D sin-cos embedding (MAE / MoCo v3), recomputed for any grid", False),
+    "gate_irpe": PositionMethod("gate", IRPEGate,
+                                "seed 001's IRPE-Gate: q, k scaled per channel by exp(row + col tables); "
+                                "absolute, not relative", False),
+    "gate_string": PositionMethod("gate", StringGate2D,
+                                  "seed 001's STRINGGate2D: q, k scaled per channel by exp(projected "
+                                  "learnable 2D Fourier features); absolute, not relative", False),
     "rope_axial": PositionMethod("rotary", RoPEAxial,
                                  "RoPE-Axial (Heo et al. 2024): fixed per-axis frequencies θ^(-4k/d)", True),
     "rope_mixed": PositionMethod("rotary", RoPEMixed,

@@ -2,12 +2,24 @@
 
 `ape` is a learned vector per patch position (and one for CLS); on a grid other than the
 trained one its patch part is bicubic-resized (the ViT / DeiT fine-tuning rule).
+
+`ape_sincos` is the fixed 2D sin-cos embedding of MAE (He et al. 2022) / MoCo v3 (Chen et al.
+2021): with D = dim, ω_i = 1/10000^(2i/(D/2)) = 10000^(−i/(D/4)), i < D/4,
+
+    p(row, col) = [sin(col·ω), cos(col·ω), sin(row·ω), cos(row·ω)]   (four blocks of D/4 channels)
+
+— the column half first, as in MAE's code (its meshgrid puts w first) and MoCo v3's; CLS gets the
+zero vector. Positions are Grid.coords(): integer patch indices from 0, so a patch at (row, col)
+gets the same vector on every grid (extrapolation); under Grid(interpolate=True) they are scaled
+into the trained range first (position interpolation, Chen et al. 2023). No parameters.
 """
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from ..errors import UserError
 
 
 class LearnedAbsolute(nn.Module):
@@ -38,3 +50,56 @@ class LearnedAbsolute(nn.Module):
         if grid.cls:
             parts.insert(0, self.cls)
         return tokens + torch.cat(parts, dim=1).to(tokens.dtype)
+
+
+def sincos_embedding(coords: torch.Tensor, dim: int) -> torch.Tensor:
+    """MAE 2D sin-cos vectors of positions coords (N, 2) = (row, col): (N, dim), dim % 4 == 0."""
+    quarter = dim // 4
+    omega = 10000.0 ** (-torch.arange(quarter, dtype=coords.dtype, device=coords.device) / quarter)  # (D/4,)
+    row = coords[:, 0:1] * omega  # (N, D/4)
+    col = coords[:, 1:2] * omega
+    return torch.cat((col.sin(), col.cos(), row.sin(), row.cos()), dim=-1)
+
+
+class SinCosAbsolute(nn.Module):
+    """Fixed 2D sin-cos APE (MAE / MoCo v3), recomputed for any grid; CLS gets zeros. No parameters."""
+
+    CACHE_SIZE = 8
+
+    def __init__(self, config, dim: int, heads: int):
+        super().__init__()
+        if dim % 4:
+            raise UserError(f"ape_sincos needs model.dim divisible by 4 (sin and cos for each of the "
+                            f"two axes), got model.dim={dim}; choose a model.dim that is.")
+        self.dim = dim
+        self._cache: dict = {}  # (H, W, cls, scale, device, dtype, inference mode) → (1, T, D)
+
+    def embedding(self, grid, device=None, dtype=torch.float32) -> torch.Tensor:
+        """Position vectors of all tokens of the grid, CLS first if present: (1, T, D).
+
+        Computed in float64 and cast to `dtype`; cached per grid shape, scale, device and dtype.
+        """
+        key = (grid.height, grid.width, grid.cls, grid.scale(), torch.device(device or "cpu"), dtype,
+               torch.is_inference_mode_enabled())
+        compiling = torch.compiler.is_compiling()
+        cached = None if compiling else self._cache.get(key)
+        if cached is None:
+            patches = sincos_embedding(grid.coords(device=device, dtype=torch.float64), self.dim)  # (N, D)
+            if grid.cls:
+                patches = torch.cat((patches.new_zeros(grid.prefix, self.dim), patches))
+            cached = patches.to(dtype)[None]
+            if not compiling:
+                if len(self._cache) >= self.CACHE_SIZE:
+                    self._cache.pop(next(iter(self._cache)))
+                self._cache[key] = cached
+        return cached
+
+    def forward(self, tokens, grid):
+        """tokens (B, T, D) plus their fixed position vectors."""
+        if tokens.shape[-2:] != (grid.num_tokens, self.dim):
+            raise ValueError(f"SinCosAbsolute expects (B, {grid.num_tokens}, {self.dim}) for a "
+                             f"{grid.height}×{grid.width} grid, got {tuple(tokens.shape)}")
+        return tokens + self.embedding(grid, tokens.device, tokens.dtype)
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}"

@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from ..errors import UserError
+from ..precision import autocast_off, compute_dtype
 
 # Circulant-STRING init: c_k ~ N(0, σ²) with σ = CIRCULANT_STEP_STD / √(2·dim), so that each
 # per-patch phase step θ_{k,m} = 2·Im FFT(c_k)_m ~ N(0, CIRCULANT_STEP_STD²) (Var Im FFT(c)_m =
@@ -37,17 +38,6 @@ from ..errors import UserError
 # mean initial magnitude, rotates visibly across a 7×7 / 8×8 grid (≈ 3 rad over 6 patches), and
 # a step beyond π (aliasing) has probability ≈ 3·10⁻¹⁰ per frequency.
 CIRCULANT_STEP_STD = 0.5
-
-
-def compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The dtype rotations are computed in: float64 for float64 inputs, float32 otherwise."""
-    return torch.float64 if dtype == torch.float64 else torch.float32
-
-
-def _autocast_off(device: torch.device):
-    """A context that disables autocast on `device` (CPU's context for devices without autocast)."""
-    device_type = device.type if torch.amp.is_autocast_available(device.type) else "cpu"
-    return torch.autocast(device_type=device_type, enabled=False)
 
 
 def rotate_pairs(z: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -101,7 +91,7 @@ class RotaryPosition(nn.Module):
             raise ValueError(f"{type(self).__name__} expects (B, heads, {grid.num_tokens}, {self.dim}) "
                              f"for a {grid.height}×{grid.width} grid, got {tuple(x.shape)}")
         prefix = grid.prefix
-        with _autocast_off(x.device):
+        with autocast_off(x.device):
             patches = x[:, :, prefix:].to(compute_dtype(x.dtype))  # (B, h, N, dim)
             patches = self.rotate_grid(patches, grid).to(x.dtype)
         return torch.cat((x[:, :, :prefix], patches), dim=2) if prefix else patches

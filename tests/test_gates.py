@@ -1,0 +1,318 @@
+"""Tests for rpevit.position.gates: seed 001's IRPE-Gate and STRINGGate2D are identity at init,
+scale patch q/k by positive position-dependent per-channel factors, FAIL the relative-property
+test of REFERENCE.md §5 (with a control that passes), and behave as documented inside linear
+attention; other grids, autocast, gradients, weight-decay tags."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from rpevit.attention import BACKENDS
+from rpevit.attention.layer import MultiHeadAttention
+from rpevit.errors import UserError
+from rpevit.grid import Grid
+from rpevit.params import model_config
+from rpevit.position.gates import IRPEGate, StringGate2D
+
+GATES = [IRPEGate, StringGate2D]
+CONFIG = model_config(dim=32, heads=4, image_size=28, patch_size=4)  # head_dim 8, trained grid 7×7
+HEAD_DIM, HEADS = 8, 4
+F64 = torch.float64
+
+
+def perturb(module, seed=1, scale=0.3):
+    """Add noise to every parameter so tests never see the (identity) init."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in module.parameters():
+            param.add_(scale * torch.randn(param.shape, generator=generator, dtype=param.dtype))
+    return module
+
+
+def make(cls, seed=0, dtype=F64, trained=True):
+    torch.manual_seed(seed)
+    gate = cls(CONFIG, HEAD_DIM, HEADS).to(dtype)
+    return perturb(gate, seed=seed + 1) if trained else gate
+
+
+def qk(grid, batch=2, seed=0, dtype=F64):
+    generator = torch.Generator().manual_seed(seed)
+    shape = (batch, HEADS, grid.num_tokens, HEAD_DIM)
+    return torch.randn(shape, generator=generator, dtype=dtype), torch.randn(shape, generator=generator, dtype=dtype)
+
+
+# 1. identity at init; positive per-channel, position-dependent scaling after training ----------
+
+@pytest.mark.parametrize("cls", GATES)
+def test_identity_at_init(cls):
+    grid = Grid(7, 7)
+    gate = make(cls, trained=False)
+    q, k = qk(grid)
+    gq, gk = gate(q, k, grid)
+    assert torch.equal(gq, q) and torch.equal(gk, k)
+
+
+@pytest.mark.parametrize("cls", GATES)
+@pytest.mark.parametrize("with_cls", [True, False])
+def test_trained_gate_scales_patches_per_channel_and_leaves_cls(cls, with_cls):
+    grid = Grid(5, 7, cls=with_cls)
+    gate = make(cls)
+    q, k = qk(grid)
+    gq, gk = gate(q, k, grid)
+    assert gq.shape == q.shape and gq.dtype == q.dtype
+    p = grid.prefix
+    if with_cls:
+        assert torch.equal(gq[:, :, 0], q[:, :, 0]) and torch.equal(gk[:, :, 0], k[:, :, 0])
+    scale_q, scale_k = gate.scales(grid, dtype=F64)  # (h, N, d)
+    assert scale_q.shape == (HEADS, grid.num_patches, HEAD_DIM)
+    for scale, before, after in ((scale_q, q, gq), (scale_k, k, gk)):
+        assert (scale > 0).all()
+        # the ratio after/before is the scale: the same for every batch item (content-independent)
+        torch.testing.assert_close(after[:, :, p:], before[:, :, p:] * scale, rtol=1e-12, atol=0)
+        assert (scale.amax(1) - scale.amin(1)).min() > 1e-3  # every channel varies with position
+        assert (scale.amax(2) - scale.amin(2)).min() > 1e-3  # per channel, not one scalar per token
+    assert (scale_q - scale_k).abs().max() > 1e-2  # separate query and key gates
+
+
+def test_irpe_gate_is_exp_of_row_plus_col_tables():
+    gate = make(IRPEGate)
+    grid = Grid(7, 7)  # the trained grid: tables used as they are
+    scale_q, scale_k = gate.scales(grid, dtype=F64)
+    for row, col in [(0, 0), (2, 5), (6, 6)]:
+        index = row * 7 + col
+        torch.testing.assert_close(scale_q[:, index], torch.exp(gate.row_q[:, row] + gate.col_q[:, col]).detach())
+        torch.testing.assert_close(scale_k[:, index], torch.exp(gate.row_k[:, row] + gate.col_k[:, col]).detach())
+
+
+def test_irpe_gate_tables_are_resized_linearly_on_new_grids():
+    gate = make(IRPEGate)
+    grid = Grid(14, 4)
+    scale_q, _ = gate.scales(grid, dtype=F64)
+    log_q = scale_q.log().reshape(HEADS, 14, 4, HEAD_DIM)
+    # by hand: align_corners=False samples the 7-entry table at x = (i + ½)·7/n − ½, clamped to [0, 6]
+    def linear(table, n):
+        out = []
+        for i in range(n):
+            x = min(max((i + 0.5) * 7 / n - 0.5, 0.0), 6.0)
+            lo = min(int(math.floor(x)), 5)
+            w = x - lo
+            out.append((1 - w) * table[:, lo] + w * table[:, lo + 1])
+        return torch.stack(out, dim=1).detach()  # (h, n, d)
+    rows, cols = linear(gate.row_q, 14), linear(gate.col_q, 4)
+    torch.testing.assert_close(log_q, rows[:, :, None] + cols[:, None], rtol=0, atol=1e-12)
+
+
+def test_string_gate_is_exp_of_projected_fourier_features():
+    gate = make(StringGate2D)
+    assert gate.rank == model_config().gate_string_rank
+    grid = Grid(5, 7)
+    scale_q, scale_k = gate.scales(grid, dtype=F64)
+    omega, phi = gate.frequencies.detach(), gate.phases.detach()
+    for row, col in [(0, 0), (3, 6), (4, 2)]:
+        r = torch.tensor([row / 6, col / 6], dtype=F64)  # trained 7×7 grid spans [0, 1]²
+        angles = omega @ r + phi
+        f = torch.cat((angles.sin(), angles.cos()))  # (2R,)
+        torch.testing.assert_close(scale_q[:, row * 7 + col], torch.exp(gate.proj_q.detach() @ f))
+        torch.testing.assert_close(scale_k[:, row * 7 + col], torch.exp(gate.proj_k.detach() @ f))
+    # larger grids extrapolate (r̂ > 1); position interpolation scales back into the trained range
+    big = Grid(14, 14, trained=(7, 7))
+    assert gate.positions(big, dtype=F64).max() == pytest.approx(13 / 6)
+    squeezed = Grid(14, 14, trained=(7, 7), interpolate=True)
+    assert gate.positions(squeezed, dtype=F64).max() == pytest.approx(6.5 / 6)
+
+
+def test_string_gate_rank_from_config_and_errors():
+    class Config:  # a config object with the optional field (ModelConfig does not have it yet)
+        image_size, patch_size = 28, 4
+        gate_string_rank = 3
+    gate = StringGate2D(Config(), HEAD_DIM, HEADS)
+    assert gate.frequencies.shape == (3, 2) and gate.proj_q.shape == (HEADS, HEAD_DIM, 6)
+    Config.gate_string_rank = 0
+    with pytest.raises(UserError, match="gate_string_rank"):
+        StringGate2D(Config(), HEAD_DIM, HEADS)
+
+
+def test_wrong_shape_is_rejected():
+    gate = make(IRPEGate)
+    q, k = qk(Grid(5, 7))
+    with pytest.raises(ValueError, match="expects"):
+        gate(q, k, Grid(5, 6))
+
+
+# 2. the relative-property test of REFERENCE.md §5 ------------------------------------------------
+
+def relative_violation(weights, grid):
+    """max |log(A[i,j]/A[i,j′]) − log(A[i′,j+t]/A[i′,j′+t])| over patches, t = r_i′ − r_i, all inside.
+
+    Computed as the spread over j of log A[i′, j + t] − log A[i, j] (zero iff the property holds).
+    """
+    log_a = weights[..., grid.prefix:, grid.prefix:].log()  # (B, h, N, N)
+    n = grid.num_patches
+    r = torch.stack((torch.arange(n) // grid.width, torch.arange(n) % grid.width), -1)  # (N, 2)
+    target = r[None, None] + r[None, :, None] - r[:, None, None]  # r_j + r_i′ − r_i: (i, i′, j, 2)
+    valid = ((target >= 0) & (target < torch.tensor([grid.height, grid.width]))).all(-1)
+    index = target[..., 0].clamp(0, grid.height - 1) * grid.width + target[..., 1].clamp(0, grid.width - 1)
+    i, i_prime, j = torch.arange(n)[:, None, None], torch.arange(n)[None, :, None], torch.arange(n)[None, None]
+    diff = log_a[..., i_prime, index] - log_a[..., i, j]  # (B, h, i, i′, j)
+    high = torch.where(valid, diff, -math.inf).amax(-1)
+    low = torch.where(valid, diff, math.inf).amin(-1)
+    return (high - low).max().item()
+
+
+def softmax_layer(cls, seed=0):
+    torch.manual_seed(seed)
+    return MultiHeadAttention(CONFIG, BACKENDS["softmax"], gate=cls).double()
+
+
+def identical_tokens(grid, seed=2):
+    content = 3 * torch.randn(1, 1, CONFIG.dim, dtype=F64, generator=torch.Generator().manual_seed(seed))
+    return content.expand(1, grid.num_tokens, -1)  # every token identical
+
+
+@pytest.mark.parametrize("cls", GATES)
+def test_gates_fail_the_relative_property_test(cls):
+    grid = Grid(5, 7, cls=True)
+    layer = softmax_layer(cls)
+    same = identical_tokens(grid)
+    # control: at the identity init there is no positional information and the property holds
+    assert relative_violation(layer.attention_matrix(same, grid), grid) < 1e-12
+    perturb(layer.gate, seed=3)
+    weights = layer.attention_matrix(same, grid)
+    assert relative_violation(weights, grid) > 1e-3  # absolute: it fails, by a clear margin
+    patches = weights[..., 1:, 1:].log()
+    assert (patches.amax(-1) - patches.amin(-1)).min() > 1e-3  # and the gate does act
+
+
+def test_irpe_gate_passes_only_in_its_affine_corner():
+    """Log-scale tables affine in the index with opposite query/key slopes give a_c(r_i) b_c(r_j) =
+    exp(λ_c·(r_j − r_i) + const): relative. The test detects it, so its failures above are real."""
+    grid = Grid(5, 7, cls=True)  # rows resized from the 7-row tables: linear resizing keeps them affine
+    layer = softmax_layer(IRPEGate)
+    gate = layer.gate
+    g = torch.Generator().manual_seed(4)
+    index = torch.arange(7, dtype=F64)[None, :, None]  # (1, S, 1)
+    with torch.no_grad():
+        for table_q, table_k in ((gate.row_q, gate.row_k), (gate.col_q, gate.col_k)):
+            slope = 0.1 * torch.randn(HEADS, 1, HEAD_DIM, generator=g, dtype=F64)
+            table_q.copy_(-slope * index + 0.2 * torch.randn(HEADS, 1, HEAD_DIM, generator=g, dtype=F64))
+            table_k.copy_(slope * index + 0.2 * torch.randn(HEADS, 1, HEAD_DIM, generator=g, dtype=F64))
+    weights = layer.attention_matrix(identical_tokens(grid), grid)
+    assert relative_violation(weights, grid) < 1e-10
+    patches = weights[..., 1:, 1:].log()
+    assert (patches.amax(-1) - patches.amin(-1)).min() > 1e-2  # non-trivial: weights vary with offset
+    with torch.no_grad():  # bend one query table away from affine: the property breaks
+        gate.row_q[:, 3] += 0.5
+    assert relative_violation(layer.attention_matrix(identical_tokens(grid), grid), grid) > 1e-3
+
+
+# 3. what the gates do inside linear attention (the statement in the module docstring) -----------
+
+def relu_backend(eps=0.0):
+    backend = BACKENDS["relu"](model_config(dim=32, heads=4, relu_features="identity"), HEAD_DIM, HEADS)
+    backend.feature_eps = eps
+    return backend
+
+
+def test_linear_relu_per_channel_gate_kernel_and_scalar_cancellation():
+    grid = Grid(5, 7, cls=False)
+    backend = relu_backend()
+    gate = make(IRPEGate)
+    q, k = qk(grid)
+    a, b = gate.scales(grid, dtype=F64)  # (h, N, d)
+    # identity ReLU features (ε = 0): φ(a ⊙ q)ᵀφ(b ⊙ k) = Σ_c a_c(r_i) b_c(r_j) φ_c(q_i) φ_c(k_j)
+    phi_q, phi_k = F.relu(q * HEAD_DIM ** -0.25), F.relu(k * HEAD_DIM ** -0.25)
+    kernel = torch.einsum("hic,hjc,bhic,bhjc->bhij", a, b, phi_q, phi_k)
+    torch.testing.assert_close(backend.weights(*gate(q, k, grid), grid), kernel / kernel.sum(-1, keepdim=True),
+                               rtol=1e-12, atol=1e-14)
+    keys_only = backend.weights(q, gate(q, k, grid)[1], grid)
+    # per channel, the query gate does NOT cancel
+    assert (backend.weights(*gate(q, k, grid), grid) - keys_only).abs().max() > 1e-3
+    # a SCALAR query gate (one value per token, constant over channels) cancels exactly
+    with torch.no_grad():
+        gate.row_q.copy_(gate.row_q[..., :1].expand_as(gate.row_q))
+        gate.col_q.copy_(gate.col_q[..., :1].expand_as(gate.col_q))
+    torch.testing.assert_close(backend.weights(*gate(q, k, grid), grid), keys_only, rtol=1e-12, atol=1e-14)
+    # ... leaving a key-side prior: with identical content every query row is the same
+    same_q, same_k = q[:, :, :1].expand_as(q), k[:, :, :1].expand_as(k)
+    rows = backend.weights(*gate(same_q, same_k, grid), grid)
+    torch.testing.assert_close(rows, rows[:, :, :1].expand_as(rows), rtol=1e-12, atol=1e-14)
+
+
+def test_linear_favor_scalar_query_gate_does_not_cancel():
+    grid = Grid(5, 7, cls=False)
+    torch.manual_seed(0)
+    backend = BACKENDS["favor"](CONFIG, HEAD_DIM, HEADS).double()
+    gate = make(IRPEGate)
+    with torch.no_grad():
+        gate.row_q.copy_(gate.row_q[..., :1].expand_as(gate.row_q))
+        gate.col_q.copy_(gate.col_q[..., :1].expand_as(gate.col_q))
+    q, k = qk(grid)
+    gated_q, gated_k = gate(q, k, grid)
+    assert (backend.weights(gated_q, gated_k, grid) - backend.weights(q, gated_k, grid)).abs().max() > 1e-3
+
+
+# 4. other grids, backends, autocast, gradients, weight decay ------------------------------------
+
+@pytest.mark.parametrize("cls", GATES)
+@pytest.mark.parametrize("backend", ["softmax", "favor", "relu"])
+def test_other_grids_and_backends(cls, backend):
+    torch.manual_seed(0)
+    layer = MultiHeadAttention(CONFIG, BACKENDS[backend], gate=cls)
+    perturb(layer.gate)
+    for grid in (Grid(4, 4), Grid(10, 8), Grid(10, 8, cls=False), Grid(14, 14, trained=(7, 7), interpolate=True)):
+        x = torch.randn(2, grid.num_tokens, CONFIG.dim)
+        out = layer(x, grid)
+        assert out.shape == x.shape and torch.isfinite(out).all()
+        a, b = layer.gate.scales(grid)
+        assert a.shape == (HEADS, grid.num_patches, HEAD_DIM) and torch.isfinite(a).all() and (b > 0).all()
+
+
+@pytest.mark.parametrize("cls", GATES)
+def test_autocast_bf16_is_finite_and_keeps_dtypes(cls):
+    grid = Grid(5, 7)
+    gate = make(cls, dtype=torch.float32)
+    q, k = qk(grid, dtype=torch.float32)
+    reference = gate(q, k, grid)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out32 = gate(q, k, grid)
+        out16 = gate(q.bfloat16(), k.bfloat16(), grid)
+    assert out32[0].dtype == torch.float32 and out16[0].dtype == torch.bfloat16
+    torch.testing.assert_close(out32, reference)  # scales computed in fp32 with autocast off
+    for o, r in zip(out16, reference):
+        assert torch.isfinite(o).all()
+        torch.testing.assert_close(o.float(), r, rtol=0.02, atol=0.02)
+    torch.manual_seed(0)
+    layer = perturb(MultiHeadAttention(CONFIG, BACKENDS["softmax"], gate=cls))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = layer(torch.randn(2, grid.num_tokens, CONFIG.dim), grid)
+    assert torch.isfinite(out.float()).all()
+
+
+@pytest.mark.parametrize("cls", GATES)
+def test_gradients_reach_gate_parameters(cls):
+    grid = Grid(5, 7)
+    torch.manual_seed(0)
+    layer = MultiHeadAttention(CONFIG, BACKENDS["softmax"], gate=cls)
+    x = torch.randn(2, grid.num_tokens, CONFIG.dim)
+    weight = torch.randn(2, grid.num_tokens, CONFIG.dim)
+    # at init the log-scale tables / projections already get gradient
+    (layer(x, grid) * weight).sum().backward()
+    initial = [layer.gate.proj_q, layer.gate.proj_k] if cls is StringGate2D else list(layer.gate.parameters())
+    assert all(p.grad is not None and p.grad.abs().max() > 0 for p in initial)
+    # once trained, every parameter (incl. STRING's frequencies and phases) does
+    layer.zero_grad()
+    perturb(layer.gate)
+    (layer(x, grid) * weight).sum().backward()
+    params = list(layer.gate.parameters())
+    assert params and all(p.grad is not None and torch.isfinite(p.grad).all() and p.grad.abs().max() > 0
+                          for p in params)
+
+
+def test_weight_decay_tags():
+    irpe = IRPEGate(CONFIG, HEAD_DIM, HEADS)
+    assert all(getattr(p, "no_weight_decay", False) for p in irpe.parameters())
+    string = StringGate2D(CONFIG, HEAD_DIM, HEADS)
+    assert string.frequencies.no_weight_decay and string.phases.no_weight_decay
+    assert not getattr(string.proj_q, "no_weight_decay", False)  # linear maps are decayed (documented)
+    assert not getattr(string.proj_k, "no_weight_decay", False)
