@@ -4,6 +4,8 @@ bench train:     training images/s (forward + backward + AdamW step) of each pre
 bench data:      augmented, normalized images/s of the data pipeline, and its ratio to training.
 bench attention: forward+backward time and memory of one attention layer vs tokens N, for every
                  backend bare and with each rotary method; T(4N)/T(N) and rotary overhead.
+bench patches:   seed 000's patch-size sweep: a whole ViT on 32×32 images with patch 8/4/2/1
+                 (16…1024 tokens), training and inference seconds per epoch, softmax vs Performers.
 """
 from __future__ import annotations
 
@@ -176,6 +178,51 @@ def run_attention_bench(args) -> None:
         print(f"| {backend} | " + " | ".join(cells) + " |")
 
 
+def patch_sweep(patch_sizes=(8, 4, 2, 1), backends=("softmax", "favor", "relu"), positions: str = "ape",
+                dim: int = 64, depth: int = 4, heads: int = 4, batch: int = 32, steps: int = 3,
+                epoch_images: int = 50_000, device="cpu") -> list[dict]:
+    """Seconds per epoch of training and inference for each patch size and backend (seed 000 §5.3.3).
+
+    Each cell is measured over `steps` timed batches of random 32×32×3 images after one warm-up
+    batch, and scaled to an epoch of `epoch_images` images (CIFAR-100's 50,000 by default).
+    """
+    device = torch.device(device)
+    rows = []
+    for patch in patch_sizes:
+        for backend in backends:
+            torch.manual_seed(0)
+            model = build_model(f"{backend}+{positions}", dim=dim, depth=depth, heads=heads, mlp_dim=2 * dim,
+                                patch_size=patch, image_size=32, channels=3, num_classes=100).to(device)
+            optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+            x = torch.randn(batch, 3, 32, 32, device=device)
+            y = torch.randint(0, 100, (batch,), device=device)
+
+            def train_step():
+                loss = F.cross_entropy(model(x), y)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+
+            def infer_step():
+                with torch.inference_mode():
+                    model(x)
+
+            timings = {}
+            for label, step in (("train", train_step), ("inference", infer_step)):
+                model.train(label == "train")
+                step()
+                _sync(device)
+                start = time.perf_counter()
+                for _ in range(steps):
+                    step()
+                _sync(device)
+                timings[label] = (time.perf_counter() - start) / (steps * batch) * epoch_images
+            rows.append({"patch_size": patch, "tokens": (32 // patch) ** 2, "backend": backend,
+                         "train_seconds_per_epoch": timings["train"],
+                         "inference_seconds_per_epoch": timings["inference"]})
+    return rows
+
+
 def _sync(device):
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -186,6 +233,15 @@ def run_bench(what: str, args) -> None:
     if what == "attention":
         args.steps = args.steps or 5
         return run_attention_bench(args)
+    if what == "patches":
+        device = resolve_device(args.device)
+        print(f"device: {device}, torch {torch.__version__}; seed 000 patch sweep on 32×32 images, "
+              f"{args.steps or 3} timed batches of 32 per cell, scaled to a 50,000-image epoch")
+        print("| patch | tokens | backend | train s/epoch | inference s/epoch |\n|---|---|---|---|---|")
+        for row in patch_sweep(steps=args.steps or 3, device=device):
+            print(f"| {row['patch_size']} | {row['tokens']} | {row['backend']} | "
+                  f"{row['train_seconds_per_epoch']:.1f} | {row['inference_seconds_per_epoch']:.1f} |", flush=True)
+        return None
     args.steps = args.steps or 20
     device = resolve_device(args.device)
     presets = [p.strip() for p in args.params.split(",")]

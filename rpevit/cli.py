@@ -103,6 +103,16 @@ def cmd_evaluate(args) -> int:
     return 0
 
 
+def cmd_notebooks(args) -> int:
+    """Execute the study notebooks with papermill into reports/<preset>/ and index them."""
+    from .notebooks import execute_notebooks
+
+    outputs = execute_notebooks(args.params, only=args.only.split(",") if args.only else None,
+                                kernel=args.kernel)
+    print(f"{len(outputs)} notebooks executed; index: {outputs[0].parent / 'README.md' if outputs else '—'}")
+    return 0
+
+
 def cmd_bench(args) -> int:
     """Benchmarks: throughput of training and of the data pipeline (ratios in one run)."""
     from .bench import run_bench
@@ -145,8 +155,13 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--resolutions", required=True, help="comma-separated image sizes, e.g. 20,28,36,44")
     add_common(evaluate)
 
+    notebooks = sub.add_parser("notebooks", help="execute the study notebooks into reports/<preset>/")
+    notebooks.add_argument("params", help="preset name or YAML path")
+    notebooks.add_argument("--only", help="comma-separated notebook name prefixes, e.g. 00,40")
+    notebooks.add_argument("--kernel", default="python3", help="Jupyter kernel name")
+
     bench = sub.add_parser("bench", help="throughput benchmarks")
-    bench.add_argument("what", choices=["train", "data", "attention"], help="what to measure")
+    bench.add_argument("what", choices=["train", "data", "attention", "patches"], help="what to measure")
     bench.add_argument("--sides", default="8,16,32,64,128",
                        help="attention: grid sides (N = side²), default 8,16,32,64,128 = 64…16384 tokens")
     bench.add_argument("--softmax-cpu-max", type=int, default=4096,
@@ -159,11 +174,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 COMMANDS = {"list": cmd_list, "train": cmd_train, "study": cmd_study, "evaluate": cmd_evaluate,
-            "bench": cmd_bench}
+            "notebooks": cmd_notebooks, "bench": cmd_bench}
 
 
 def main(argv=None) -> int:
     """Entry point: run a sub-command; user errors → one message, exit status 2."""
+    from .notebooks import NotebookFailed
     from .train import Diverged
 
     args = build_parser().parse_args(argv)
@@ -172,7 +188,7 @@ def main(argv=None) -> int:
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except Diverged as exc:
+    except (Diverged, NotebookFailed) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -40,23 +40,31 @@ def position_modes(variant: str) -> tuple[str, ...]:
     return MODES if scalable else ("extrapolate",)
 
 
-def evaluate_resolutions(params, dataset, variant: str, seed: int, resolutions, runs_root=None) -> list[dict]:
-    """Evaluate a finished run's best weights at each resolution and mode; store them in its record."""
+def trained_model(params, dataset: str, variant: str, seed: int, runs_root=None, device=None):
+    """(model with the run's best-validation weights in eval mode, its record) for a finished run."""
+    from .data import DATASETS
+
     variant = parse_variant(variant).name
-    out_dir = records.run_dir(params.name, dataset.info.name, variant, seed, runs_root)
+    out_dir = records.run_dir(params.name, dataset, variant, seed, runs_root)
     record = records.read_record(out_dir)
     if record is None or record.get("status") != "finished":
-        raise UserError(f"no finished run of {variant} on {dataset.info.name} (seed {seed}) in {out_dir}; "
+        raise UserError(f"no finished run of {variant} on {dataset} (seed {seed}) in {out_dir}; "
                         f"train it first (python -m rpevit train --params {params.name} --variant {variant}).")
+    model_cfg, train_cfg = run_settings(params, DATASETS[dataset], record["epochs"])
+    model = build_model(variant, model_cfg).to(device or resolve_device(train_cfg.device))
+    model.load_state_dict(records.load_checkpoint(out_dir / records.CHECKPOINT)["best"]["state"])
+    return model.eval(), record
+
+
+def evaluate_resolutions(params, dataset, variant: str, seed: int, resolutions, runs_root=None) -> list[dict]:
+    """Evaluate a finished run's best weights at each resolution and mode; store them in its record."""
     patch = params.model.patch_size
     bad = [r for r in resolutions if r % patch or r < patch]
     if bad:
         raise UserError(f"resolutions {bad} are not positive multiples of the patch size {patch}.")
-    model_cfg, train_cfg = run_settings(params, dataset.info, record["epochs"])
-    device = resolve_device(train_cfg.device)
-    model = build_model(variant, model_cfg).to(device)
-    model.load_state_dict(records.load_checkpoint(out_dir / records.CHECKPOINT)["best"]["state"])
-    model.eval()
+    model, record = trained_model(params, dataset.info.name, variant, seed, runs_root)
+    train_cfg = run_settings(params, dataset.info, record["epochs"])[1]
+    device = next(model.parameters()).device
     results = []
     for size in resolutions:
         split = resize_split(dataset.test, size)
@@ -72,5 +80,6 @@ def evaluate_resolutions(params, dataset, variant: str, seed: int, resolutions, 
                             "top1": scores["top1"], "top5": scores["top5"],
                             "log_likelihood": scores["log_likelihood"]})
     record["resolution_eval"] = results
-    records.write_json(out_dir / records.RECORD, record)
+    records.write_json(records.run_dir(params.name, dataset.info.name, record["variant"], seed, runs_root)
+                       / records.RECORD, record)
     return results

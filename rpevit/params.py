@@ -52,6 +52,11 @@ class ModelConfig:
     # rotary: RoPE-Axial base θ (frequencies θ^(−4k/d)); RoPE-Mixed initial magnitudes use rope_mixed_theta
     rope_theta: float = 100.0
     rope_mixed_theta: float = 10.0
+    # krpe on grids other than the trained one: offsets clamped into the trained range (iRPE rule)
+    # or the table bicubic-resized to (2H−1)×(2W−1) (Swin rule)
+    krpe_extrapolation: Literal["clamp", "interpolate"] = "clamp"
+    # irpe offset buckets: per-axis product (49) or Euclidean distance (4), plus one CLS skip bucket
+    irpe_method: Literal["product", "euclidean"] = "product"
     # gate_string (seed 001 STRINGGate2D): number of learnable 2D Fourier frequencies
     gate_string_rank: int = 8
     # set from the dataset by the study runner, not in presets

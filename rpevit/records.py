@@ -14,7 +14,9 @@ from pathlib import Path
 
 import torch
 
-RUNS_ROOT = Path(os.environ.get("RPEVIT_RUNS", "runs"))
+from .params import PROJECT_ROOT
+
+RUNS_ROOT = Path(os.environ.get("RPEVIT_RUNS", PROJECT_ROOT / "runs"))
 RECORD, HISTORY, CHECKPOINT = "record.json", "history.csv", "checkpoint.pt"
 
 
@@ -38,9 +40,14 @@ def _atomic_write(path: Path, write) -> None:
         raise
 
 
+def write_bytes(path: Path, data: bytes) -> None:
+    """Atomically write a binary file."""
+    _atomic_write(Path(path), lambda handle: handle.write(data))
+
+
 def write_text(path: Path, text: str) -> None:
     """Atomically write a text file."""
-    _atomic_write(Path(path), lambda handle: handle.write(text.encode()))
+    write_bytes(path, text.encode())
 
 
 def write_json(path: Path, data) -> None:

@@ -7,16 +7,17 @@ stopped and nothing finished is recomputed. A diverged run is recorded as such, 
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 
 from . import records
 from .data import DATASETS, load_dataset
 from .evaluate import evaluate_resolutions
-from .params import Params
+from .params import PROJECT_ROOT, Params
 from .train import Diverged, resolve_device, run_key, train_run
 from .variants import parse_variant
 
-REPORTS_ROOT = Path("reports")
+REPORTS_ROOT = Path(os.environ.get("RPEVIT_REPORTS", PROJECT_ROOT / "reports"))
 
 SUMMARY_COLUMNS = [
     "dataset", "variant", "backend", "positions", "seed", "status", "epochs", "best_epoch", "best_val_acc",

@@ -175,15 +175,6 @@ def test_relu_feature_formulas():
                                (k * HEAD_DIM ** -0.25 @ weight.double().T).clamp_min(0) + 1e-3)
 
 
-def test_relative_bias_not_yet_supported():
-    backend = make_backend("favor")
-    q, k, v = random_qkv(GRID)
-    with pytest.raises(NotImplementedError, match="relative-bias issue"):
-        backend(q, k, v, GRID, bias=object())
-    with pytest.raises(NotImplementedError, match="relative-bias issue"):
-        backend.weights(q, k, GRID, bias=object())
-
-
 @pytest.mark.parametrize("case", list(BACKEND_CASES))
 def test_gradients_flow(case):
     backend = make_backend(case)

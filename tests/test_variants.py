@@ -15,27 +15,34 @@ from rpevit.position import POSITIONS
 from rpevit.variants import list_variants, parse_variant
 
 ROTARY = [name for name, method in POSITIONS.items() if method.mechanism == "rotary"]
+BIAS = [name for name, method in POSITIONS.items() if method.mechanism == "bias"]
+GATES = [name for name, method in POSITIONS.items() if method.mechanism == "gate"]
 SITES = [("softmax", "pre"), ("favor", "pre"), ("favor", "post"), ("relu", "pre"), ("relu", "post")]
 GRID = Grid(5, 7, cls=True)
 TINY = dict(dim=32, depth=1, heads=4, mlp_dim=32, image_size=28, patch_size=4)
 
 
-def make_layer(backend: str, site: str = "auto", rotary: str | None = None, dtype=torch.float64, seed=0):
-    """An attention layer with random, non-default ('trained-looking') parameters."""
+def make_layer(backend: str, site: str = "auto", *methods: str | None, dtype=torch.float64, seed=0, **config):
+    """An attention layer with the given positional methods and random, non-default parameters."""
     torch.manual_seed(seed)
-    config = model_config(dim=32, heads=4, image_size=28, patch_size=4, rotation_site=site,
-                          relu_features="learned")
-    layer = MultiHeadAttention(config, BACKENDS[backend], rotary=POSITIONS[rotary].build if rotary else None)
+    config = model_config(**{"dim": 32, "heads": 4, "image_size": 28, "patch_size": 4, "rotation_site": site,
+                             "relu_features": "learned", **config})
+    builders = {POSITIONS[m].mechanism: POSITIONS[m].build for m in methods if m}
+    layer = MultiHeadAttention(config, BACKENDS[backend], **builders)
     with torch.no_grad():
         for param in layer.parameters():
             param.add_(0.3 * torch.randn_like(param))
     return layer.to(dtype)
 
 
-@pytest.mark.parametrize("rotary", [None] + ROTARY)
+COMBOS = [(None,)] + [(m,) for m in ROTARY + BIAS + GATES] + [("rope_axial", "krpe"), ("string_circulant", "alibi2d"),
+                                                             ("rope_mixed", "irpe", "gate_irpe")]
+
+
+@pytest.mark.parametrize("methods", COMBOS, ids=lambda m: "+".join(x or "none" for x in m))
 @pytest.mark.parametrize("backend,site", SITES)
-def test_fast_path_equals_attention_matrix_times_v(backend, site, rotary):
-    layer = make_layer(backend, site, rotary, dtype=torch.float32)
+def test_fast_path_equals_attention_matrix_times_v(backend, site, methods):
+    layer = make_layer(backend, site, *methods, dtype=torch.float32)
     x = torch.randn(2, GRID.num_tokens, 32)
     with torch.no_grad():
         q, k, v = layer._heads(x, GRID)
@@ -44,10 +51,13 @@ def test_fast_path_equals_attention_matrix_times_v(backend, site, rotary):
     assert (fast - dense).abs().max() <= 1e-5 * max(1.0, float(dense.abs().max()))
 
 
-@pytest.mark.parametrize("rotary", ROTARY)
+RELATIVE = [(m,) for m in ROTARY + BIAS] + [("rope_axial", "krpe"), ("string_cayley", "alibi2d")]
+
+
+@pytest.mark.parametrize("methods", RELATIVE, ids=lambda m: "+".join(m))
 @pytest.mark.parametrize("backend,site", [("softmax", "pre"), ("favor", "post"), ("relu", "post")])
-def test_relative_property_holds_for_rotary_methods(backend, site, rotary):
-    layer = make_layer(backend, site, rotary)
+def test_relative_property_holds_for_relative_methods(backend, site, methods):
+    layer = make_layer(backend, site, *methods)
     x = torch.randn(1, 1, 32, dtype=torch.float64).expand(1, GRID.num_tokens, 32)  # identical content
     with torch.no_grad():
         weights = layer.attention_matrix(x, GRID)[0]
@@ -55,6 +65,29 @@ def test_relative_property_holds_for_rotary_methods(backend, site, rotary):
         # the check can fail: absolute information (what APE adds) breaks it
         absolute = x + 0.5 * torch.randn(1, GRID.num_tokens, 32, dtype=torch.float64)
         assert relative_violation(layer.attention_matrix(absolute, GRID)[0], GRID) > 1e-2
+
+
+@pytest.mark.parametrize("gate", GATES)
+@pytest.mark.parametrize("backend,site", [("softmax", "pre"), ("favor", "post"), ("relu", "post")])
+def test_gates_fail_the_relative_property(backend, site, gate):
+    layer = make_layer(backend, site, gate)
+    x = torch.randn(1, 1, 32, dtype=torch.float64).expand(1, GRID.num_tokens, 32)
+    with torch.no_grad():
+        assert relative_violation(layer.attention_matrix(x, GRID)[0], GRID) > 1e-2
+
+
+def test_favor_with_krpe_converges_to_softmax_with_the_same_bias():
+    """E[φ(q)ᵀφ(k)] = exp(qᵀk/√d), so as m grows favor+krpe → softmax(s + B) (Luo et al. 2021)."""
+    softmax = make_layer("softmax", "auto", "krpe")
+    x = 0.2 * torch.randn(1, GRID.num_tokens, 32, dtype=torch.float64)
+    with torch.no_grad():
+        exact = softmax.attention_matrix(x, GRID)
+        errors = []
+        for m in (16, 256, 4096):
+            favor = make_layer("favor", "auto", "krpe", favor_features=m)
+            favor.load_state_dict(softmax.state_dict(), strict=False)  # same projections and table
+            errors.append(float((favor.attention_matrix(x, GRID) - exact).abs().mean() / exact.mean()))
+    assert errors[0] > errors[1] > errors[2] and errors[2] < 0.05
 
 
 @pytest.mark.parametrize("backend", ["favor", "relu"])
@@ -95,7 +128,7 @@ def test_variant_trains_a_few_steps_and_runs_at_other_resolutions(variant, tiny_
 @pytest.mark.parametrize("backend", ["favor", "relu"])
 @pytest.mark.parametrize("rotary", [None] + ROTARY)
 def test_linear_backends_finite_under_bf16_with_large_norms(backend, rotary):
-    layer = make_layer(backend, "auto", rotary, dtype=torch.float32)
+    layer = make_layer(backend, "auto", rotary, "krpe", dtype=torch.float32)
     x = 30 * torch.randn(2, GRID.num_tokens, 32)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = layer(x, GRID)

@@ -30,19 +30,19 @@ from ..errors import UserError
 from ..precision import autocast_off, compute_dtype
 from .features import (FAVOR_EPS, RELU_EPS, default_favor_features, favor_features,
                        orthogonal_gaussian_matrix, relu_features)
+from .toeplitz import biased_linear_attention, biased_linear_weights
 
 DENOMINATOR_EPS = 1e-12
 
 
-def _check_bias(bias) -> None:
-    if bias is not None:
-        raise NotImplementedError("relative-bias kernels in linear attention arrive with the "
-                                  "relative-bias issue")
+def _bias_terms(bias, grid):
+    """(table (h, 2H−1, 2W−1), CLS terms (h, 3) or None) of a relative-bias module for this grid."""
+    return bias.table(grid), (bias.cls_terms() if grid.cls else None)
 
 
 def key_sums(num_k: torch.Tensor, den_k: torch.Tensor, v: torch.Tensor):
     """Σ_j ψ(k_j) v_jᵀ (B, h, m, d) and Σ_j φ(k_j) (B, h, m): the sums every query reads."""
-    # the one place a relative-bias version (weights c_ij = exp(b(Δ_ij)), 2D FFT) replaces
+    # with a relative bias, toeplitz.py computes these sums per query by 2D FFT convolution
     return num_k.transpose(-2, -1) @ v, den_k.sum(dim=-2)
 
 
@@ -91,22 +91,25 @@ class LinearAttention(nn.Module):
         return feature_rotation(phi_q, grid), feature_rotation(phi_k, grid), phi_q, phi_k
 
     def forward(self, q, k, v, grid, bias=None, feature_rotation=None):
-        """Attention output (B, h, T, d) in v's dtype."""
-        _check_bias(bias)
+        """Attention output (B, h, T, d) in v's dtype; a relative bias goes through the 2D FFT path."""
         dtype = compute_dtype(q.dtype)
         with autocast_off(q.device):
             pairs = self._feature_pairs(q.to(dtype), k.to(dtype), grid, feature_rotation)
-            out = linear_attention(*pairs, v.to(dtype))  # (B, h, T, d)
+            if bias is None:
+                out = linear_attention(*pairs, v.to(dtype))  # (B, h, T, d)
+            else:
+                out = biased_linear_attention(*pairs, v.to(dtype), grid, *_bias_terms(bias, grid))
         self._after_forward()
         return out.to(v.dtype)
 
     def weights(self, q, k, grid, bias=None, feature_rotation=None):
         """The dense attention matrix (B, h, T, T) in q's dtype (computed like forward)."""
-        _check_bias(bias)
         dtype = compute_dtype(q.dtype)
         with autocast_off(q.device):
             pairs = self._feature_pairs(q.to(dtype), k.to(dtype), grid, feature_rotation)
-            return dense_linear_attention(*pairs).to(q.dtype)
+            if bias is None:
+                return dense_linear_attention(*pairs).to(q.dtype)
+            return biased_linear_weights(*pairs, grid, *_bias_terms(bias, grid)).to(q.dtype)
 
     def _after_forward(self) -> None:
         """Hook run after every forward call (FAVOR+ counts calls for its redraw policy)."""

@@ -14,6 +14,7 @@ from typing import Callable
 
 from .absolute import LearnedAbsolute, SinCosAbsolute
 from .gates import IRPEGate, StringGate2D
+from .relative import IRPE, Alibi2D, KernelizedRPE
 from .rotary import CayleyString, CirculantString, RoPEAxial, RoPEMixed
 
 MECHANISMS = ("rotary", "bias", "gate", "absolute")  # the order positions take in a variant name
@@ -32,6 +33,15 @@ class PositionMethod:
 POSITIONS: dict[str, PositionMethod] = {
     "ape": PositionMethod("absolute", LearnedAbsolute,
                           "learned absolute embedding (ViT), bicubic-resized on new grids", False),
+    "krpe": PositionMethod("bias", KernelizedRPE,
+                           "learnable relative bias table per head (Swin; Luo et al. 2021 kernelized RPE in "
+                           "linear attention, by 2D FFT)", True),
+    "alibi2d": PositionMethod("bias", Alibi2D,
+                              "2D ALiBi (CROMA, Fuller et al. 2023): b = −m_h·‖Δ‖₂, ALiBi slopes, no parameters",
+                              True),
+    "irpe": PositionMethod("bias", IRPE,
+                           "iRPE bias mode (Wu et al. 2021): learnable bias per piecewise offset bucket "
+                           "(product or euclidean) + CLS skip bucket", True),
     "ape_sincos": PositionMethod("absolute", SinCosAbsolute,
                                  "fixed 2D sin-cos embedding (MAE / MoCo v3), recomputed for any grid", False),
     "gate_irpe": PositionMethod("gate", IRPEGate,

@@ -1,0 +1,58 @@
+"""Result tables computed from run records, and the published numbers checked against the seeds."""
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import pytest
+
+from rpevit.analysis import gap_table, published_results, published_side_by_side, results_table
+
+SEEDS = Path(__file__).resolve().parents[2] / "shared" / "seeds"
+
+
+def record(variant, top1, seed=0, dataset="mnist5k"):
+    metrics = {"top1": top1, "top5": 1.0, "precision": top1, "recall": top1, "f1": top1, "log_likelihood": -10.0,
+               "aic": 100.0, "bic": 120.0, "num_params": 1000, "flops_per_image": 2e6,
+               "train_seconds_per_epoch": 3.0, "ms_per_image_batched": 0.2, "ms_single_image": 1.0,
+               "peak_memory_mb": 500.0}
+    return {"dataset": dataset, "variant": variant, "seed": seed, "status": "finished", **metrics}
+
+
+RECORDS = [record("softmax+ape", 0.90), record("softmax+ape", 0.80, seed=1), record("softmax+rope_mixed", 0.95),
+           record("favor+ape", 0.70), record("favor+rope_mixed", 0.80), record("relu+string_circulant", 0.60),
+           {"dataset": "mnist5k", "variant": "relu+ape", "seed": 0, "status": "diverged"}]
+
+
+def test_results_table_means_over_seeds():
+    rows = {row["variant"]: row for row in results_table(RECORDS)}
+    assert rows["softmax+ape"]["top-1 %"] == pytest.approx(85.0)
+    assert rows["softmax+ape"]["seeds"] == 2 and rows["softmax+ape"]["top-1 std"] == pytest.approx(7.0710678)
+    assert math.isnan(rows["favor+ape"]["top-1 std"]) and rows["favor+ape"]["MFLOPs/img"] == pytest.approx(2.0)
+    assert "relu+ape (diverged)" in rows
+
+
+def test_gap_table_compares_same_positions_and_baseline():
+    rows = {row["variant"]: row for row in gap_table(RECORDS)}
+    assert set(rows) == {"favor+ape", "favor+rope_mixed", "relu+string_circulant"}
+    assert rows["favor+rope_mixed"]["gap to it (points)"] == pytest.approx(15.0)
+    assert rows["favor+rope_mixed"]["gap to softmax+ape (points)"] == pytest.approx(5.0)
+    assert math.isnan(rows["relu+string_circulant"]["gap to it (points)"])
+
+
+def test_published_side_by_side_matches_variant_names():
+    rows = published_side_by_side(RECORDS)
+    favor = [r for r in rows if r["variant"] == "favor+ape" and r["published dataset"] == "mnist"]
+    assert favor and favor[0]["published top-1 %"] == 97.47
+    assert favor[0]["ours top-1 % (mnist5k)"] == pytest.approx(70.0)
+
+
+@pytest.mark.skipif(not SEEDS.is_dir(), reason="the seed reports (../shared/seeds) are not beside this checkout")
+def test_published_numbers_appear_in_their_seed_reports():
+    texts = {path.name[:3]: path.read_text() for path in SEEDS.glob("*.txt")}
+    for row in published_results():
+        seed = re.match(r"seed (\d{3})", row["source"]).group(1)
+        value = row["value"]
+        candidates = {f"{value:.2f}", f"{value:.3f}", f"{value:g}", f"{value:.1f}"}
+        assert any(c in texts[seed] for c in candidates), (row["label"], row["table"], value)

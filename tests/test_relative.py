@@ -1,0 +1,267 @@
+"""Tests for rpevit.position.relative: the relative-bias modules krpe, alibi2d and irpe.
+
+Table/dense consistency, ALiBi slopes, iRPE buckets, krpe extrapolation policies, position
+interpolation, and the relative-property test of REFERENCE.md §5 in softmax attention.
+"""
+import math
+
+import pytest
+import torch
+
+from rpevit.attention import BACKENDS
+from rpevit.attention.layer import MultiHeadAttention
+from rpevit.errors import UserError
+from rpevit.grid import Grid
+from rpevit.params import model_config
+from rpevit.position.relative import IRPE, Alibi2D, KernelizedRPE, alibi_slopes, piecewise_index
+
+F64 = torch.float64
+HEADS = 4
+CLASSES = {"krpe": KernelizedRPE, "alibi2d": Alibi2D, "irpe": IRPE}
+
+
+def config(**overrides):
+    """28×28 images, patch 4: a 7×7 trained grid."""
+    return model_config(**{"dim": 32, "heads": HEADS, "image_size": 28, "patch_size": 4, **overrides})
+
+
+def trained_like(module, seed):
+    """Random, asymmetric values in every parameter (so nothing is accidentally symmetric or zero)."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in module.parameters():
+            param.copy_(torch.randn(param.shape, generator=generator, dtype=F64).to(param.dtype))
+    return module
+
+
+def make(name, seed=0, **overrides):
+    return trained_like(CLASSES[name](config(**overrides), 8, HEADS).double(), seed)
+
+
+# 5. table / dense consistency -------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["krpe", "alibi2d", "irpe"])
+@pytest.mark.parametrize("cls", [True, False])
+def test_dense_gathers_the_table_and_the_cls_border(name, cls):
+    module = make(name)
+    grid = Grid(5, 7, cls=cls)
+    table, dense = module.table(grid), module.dense(grid)
+    assert table.shape == (HEADS, 9, 13) and dense.shape == (HEADS, grid.num_tokens, grid.num_tokens)
+    p = grid.prefix
+    for i in range(grid.num_patches):
+        for j in range(grid.num_patches):
+            (row_i, col_i), (row_j, col_j) = divmod(i, 7), divmod(j, 7)
+            assert torch.equal(dense[:, p + i, p + j], table[:, row_j - row_i + 4, col_j - col_i + 6])
+    if cls:
+        terms = module.cls_terms()
+        terms = torch.zeros(HEADS, 3, dtype=F64) if terms is None else terms
+        assert torch.equal(dense[:, 0, 1:], terms[:, 0, None].expand(HEADS, 35))  # CLS → patch
+        assert torch.equal(dense[:, 1:, 0], terms[:, 1, None].expand(HEADS, 35))  # patch → CLS
+        assert torch.equal(dense[:, 0, 0], terms[:, 2])  # CLS → CLS
+
+
+def test_parameters_and_weight_decay_tags():
+    krpe, alibi, irpe = (CLASSES[n](config(), 8, HEADS) for n in ("krpe", "alibi2d", "irpe"))
+    assert krpe.bias_table.shape == (HEADS, 13, 13) and krpe.cls_bias.shape == (HEADS, 3)
+    assert 0 < krpe.bias_table.abs().max() <= 0.04 and krpe.cls_bias.abs().max() == 0  # trunc-normal std 0.02
+    assert sum(p.numel() for p in alibi.parameters()) == 0 and "slopes" not in alibi.state_dict()
+    assert irpe.bucket_table.shape == (HEADS, 50) and irpe.bucket_table.abs().max() == 0
+    for module in (krpe, irpe):
+        assert all(getattr(p, "no_weight_decay", False) for p in module.parameters())
+    mean_pool = config(pool="mean")
+    assert KernelizedRPE(mean_pool, 8, HEADS).cls_terms() is None
+    assert IRPE(mean_pool, 8, HEADS).bucket_table.shape == (HEADS, 49)
+
+
+# 6. alibi2d --------------------------------------------------------------------------------------
+
+def test_alibi_slopes():
+    assert alibi_slopes(8) == [2.0 ** -k for k in range(1, 9)]
+    assert alibi_slopes(4) == [2.0 ** -2, 2.0 ** -4, 2.0 ** -6, 2.0 ** -8]
+    # 6 heads: the 4-head slopes, then every other 8-head slope (2^-1, 2^-3)
+    assert alibi_slopes(6) == [2.0 ** -2, 2.0 ** -4, 2.0 ** -6, 2.0 ** -8, 2.0 ** -1, 2.0 ** -3]
+    assert alibi_slopes(12) == [2.0 ** -k for k in range(1, 9)] + [2.0 ** -(k / 2) for k in (1, 3, 5, 7)]
+    assert alibi_slopes(1) == [2.0 ** -8]
+
+
+def test_alibi_table_is_minus_slope_times_distance_and_symmetric():
+    module = Alibi2D(config(heads=6), 8, 6).double()
+    grid = Grid(5, 7, cls=True)
+    table = module.table(grid)
+    slopes = torch.tensor(alibi_slopes(6), dtype=F64)
+    for a in range(9):
+        for b in range(13):
+            torch.testing.assert_close(table[:, a, b], -slopes * math.hypot(a - 4, b - 6), rtol=0, atol=1e-15)
+    assert torch.equal(table, table.flip(-2, -1)) and torch.equal(table, table.flip(-1))
+    assert module.cls_terms() is None and torch.equal(module.dense(grid)[:, 0], torch.zeros(6, 36, dtype=F64))
+    assert module.table(Grid(40, 3)).shape == (6, 79, 5)  # any grid, no parameters
+
+
+# 7. irpe buckets ----------------------------------------------------------------------------------
+
+def g_by_hand(x, alpha=1.9, beta=3.8, gamma=15.2):
+    if abs(x) <= alpha:
+        return round(x)
+    return int(math.copysign(min(beta, round(alpha + math.log(abs(x) / alpha) / math.log(gamma / alpha)
+                                             * (beta - alpha))), x))
+
+
+def test_piecewise_index_at_hand_checked_points():
+    # |x| ≤ α: round(x); 5 → round(1.9 + ln(5/1.9)/ln 8·1.9) = round(2.784) = 3; 3 → round(2.317) = 2;
+    # 4 → round(2.580) = 3; 20 → round(4.05) = 4, capped at β = 3.8 → bucket ⌊3.8⌋ = 3
+    points = torch.tensor([0, 1, -1, 2, -2, 3, -3, 4, -4, 5, -5, 20, -20, 1000], dtype=F64)
+    expected = [0, 1, -1, 2, -2, 2, -2, 3, -3, 3, -3, 3, -3, 3]
+    assert piecewise_index(points, 1.9, 3.8, 15.2).tolist() == expected
+    assert [g_by_hand(x) for x in points.tolist()] == expected  # the formula itself (int() truncates 3.8)
+    xs = torch.linspace(-40, 40, 801, dtype=F64)
+    assert piecewise_index(xs, 1.9, 3.8, 15.2).tolist() == [int(g_by_hand(x)) for x in xs.tolist()]
+
+
+def test_irpe_bucket_counts():
+    product, euclidean = IRPE(config(), 8, HEADS), IRPE(config(irpe_method="euclidean"), 8, HEADS)
+    assert product.num_buckets == 49 and product.bucket_table.shape[1] == 50  # + the CLS skip bucket
+    assert euclidean.num_buckets == 4 and euclidean.bucket_table.shape[1] == 5
+    big = Grid(30, 30)  # offsets up to ±29 reach every bucket
+    assert product.buckets(big).unique().tolist() == list(range(49))
+    assert euclidean.buckets(big).unique().tolist() == [0, 1, 2, 3]
+    assert product.buckets(Grid(5, 7)).unique().numel() == 49  # g(±4) = ±3: a 5×7 grid already reaches all
+    # the bucket of every offset follows the formula
+    buckets = product.buckets(Grid(9, 9))
+    for a in range(17):
+        for b in range(17):
+            assert buckets[a, b] == (g_by_hand(a - 8) + 3) * 7 + g_by_hand(b - 8) + 3
+    distances = euclidean.buckets(Grid(9, 9))
+    assert distances[8, 8] == 0 and distances[9, 9] == 1 and distances[8, 16] == 3 and distances[12, 8] == 3
+
+
+def test_irpe_cls_terms_are_the_skip_bucket():
+    module = make("irpe", seed=3)
+    terms = module.cls_terms()
+    assert terms.shape == (HEADS, 3) and torch.equal(terms, module.bucket_table[:, 49:50].expand(HEADS, 3))
+    dense = module.dense(Grid(5, 7))
+    assert torch.equal(dense[:, 0, :], module.bucket_table[:, 49, None].expand(HEADS, 36))
+    with pytest.raises(Exception, match="irpe_method"):
+        IRPE(config(irpe_method="cross"), 8, HEADS)
+
+
+# 8. krpe extrapolation -------------------------------------------------------------------------
+
+def test_krpe_clamp_policy():
+    module = make("krpe", seed=5)
+    trained = module.bias_table  # (h, 13, 13) for the 7×7 trained grid
+    assert module.table(Grid(7, 7)) is trained
+    big = module.table(Grid(12, 12))  # (h, 23, 23): offsets ±11 clamped to ±6
+    assert big.shape == (HEADS, 23, 23)
+    for a in range(23):
+        for b in range(23):
+            ta, tb = min(max(a - 11, -6), 6) + 6, min(max(b - 11, -6), 6) + 6
+            assert torch.equal(big[:, a, b], trained[:, ta, tb])
+    assert torch.equal(big[:, 0, 0], trained[:, 0, 0]) and torch.equal(big[:, 22, 11], trained[:, 12, 6])
+    # a smaller grid reads the central part exactly
+    assert torch.equal(module.table(Grid(5, 7)), trained[:, 2:11, :])
+    assert torch.isfinite(module.dense(Grid(12, 12))).all()
+
+
+def test_krpe_interpolate_policy():
+    module = make("krpe", seed=6, krpe_extrapolation="interpolate")
+    def smooth(r, c):
+        return 0.3 * r[:, None] - 0.2 * c[None, :] + 0.5 * torch.sin(0.2 * r[:, None] + 0.1 * c[None, :])
+
+    offsets = torch.arange(-6, 7, dtype=F64)
+    with torch.no_grad():
+        module.bias_table.copy_(smooth(offsets, offsets) * torch.arange(1, HEADS + 1, dtype=F64)[:, None, None])
+    big = module.table(Grid(12, 12))
+    assert big.shape == (HEADS, 23, 23)
+    torch.testing.assert_close(big[:, 11, 11], module.bias_table[:, 6, 6], rtol=0, atol=1e-12)  # the centre
+    # bicubic resize (align_corners=False) evaluates the trained table at Δ·13/23; the next-best
+    # mapping, align_corners=True (Δ·6/11), would be off by > 0.08 here
+    new = torch.arange(-11, 12, dtype=F64) * 13 / 23
+    interior = slice(3, 20)
+    torch.testing.assert_close(big[0, interior, interior], smooth(new, new)[interior, interior], rtol=0, atol=0.04)
+    assert big[0].diff(dim=0).abs().max() < 0.4 and big[0].diff(dim=1).abs().max() < 0.4  # smooth: no jumps
+    small = module.table(Grid(5, 7))
+    assert small.shape == (HEADS, 9, 13) and torch.isfinite(module.dense(Grid(5, 7))).all()
+    assert not torch.equal(small, module.bias_table[:, 2:11, :])  # resized, not cropped
+    with pytest.raises(UserError, match="krpe_extrapolation: 'wrap' is not valid"):
+        config(krpe_extrapolation="wrap")
+
+
+# position interpolation --------------------------------------------------------------------------
+
+def test_position_interpolation_scales_offsets_for_alibi_and_irpe_not_krpe():
+    grid = Grid(14, 14, trained=(7, 7), interpolate=True)
+    plain = Grid(14, 14, trained=(7, 7))
+    alibi = Alibi2D(config(), 8, HEADS).double()
+    slopes = torch.tensor(alibi_slopes(HEADS), dtype=F64)
+    torch.testing.assert_close(alibi.table(grid)[:, -1, -1], -slopes * math.hypot(6.5, 6.5), rtol=0, atol=1e-12)
+    torch.testing.assert_close(alibi.table(plain)[:, -1, -1], -slopes * math.hypot(13, 13), rtol=0, atol=1e-12)
+    irpe = IRPE(config(), 8, HEADS)
+    # scale 7/14: column offset 1 becomes 0.5 → g = 0 (round half to even) instead of g(1) = 1
+    scaled, unscaled = irpe.buckets(grid), irpe.buckets(plain)
+    assert scaled[13, 14] == 3 * 7 + 3 and unscaled[13, 14] == 3 * 7 + 4
+    assert not torch.equal(scaled, unscaled)
+    krpe = make("krpe")
+    assert torch.equal(krpe.table(grid), krpe.table(plain))  # krpe follows its own policy
+
+
+# 9. the relative-property test (REFERENCE.md §5) in softmax attention -----------------------------
+
+def ratio_violation(weights, grid):
+    """max |log A[i,j] − log A[i,j′] − log A[i′,j+t] + log A[i′,j′+t]| over patches, t = r_i′ − r_i.
+
+    Taken over j′ = the first valid key of each (i, i′) pair: enough, as the ratio identity for all j′
+    follows from it by division.
+    """
+    log_a = weights[0, :, grid.prefix:, grid.prefix:].log()  # (h, N, N)
+    height, width = grid.height, grid.width
+    worst = 0.0
+    for i in range(grid.num_patches):
+        for i_prime in range(grid.num_patches):
+            t = (i_prime // width - i // width, i_prime % width - i % width)
+            pairs = [(j, (j // width + t[0]) * width + j % width + t[1]) for j in range(grid.num_patches)
+                     if 0 <= j // width + t[0] < height and 0 <= j % width + t[1] < width]
+            js, shifted = map(list, zip(*pairs))
+            diff = log_a[:, i_prime, shifted] - log_a[:, i, js]  # log A[i′, j+t] − log A[i, j]
+            worst = max(worst, (diff - diff[:, :1]).abs().max().item())
+    return worst
+
+
+def softmax_layer(name, **overrides):
+    torch.manual_seed(0)
+    layer = MultiHeadAttention(config(**overrides) if overrides else config(), BACKENDS["softmax"],
+                               bias=CLASSES[name]).double()
+    if layer.bias is not None:
+        trained_like(layer.bias, seed=1)  # random, asymmetric table / buckets / CLS terms
+    return layer
+
+
+@pytest.mark.parametrize("name,overrides", [("krpe", {}), ("alibi2d", {}), ("irpe", {}),
+                                            ("irpe", {"irpe_method": "euclidean"})],
+                         ids=["krpe", "alibi2d", "irpe-product", "irpe-euclidean"])
+def test_relative_property_in_softmax_attention(name, overrides):
+    grid = Grid(5, 7, cls=True)
+    layer = softmax_layer(name, **overrides)
+    if name == "krpe":
+        table = layer.bias.table(grid)
+        assert (table - table.flip(-2, -1)).abs().max() > 0.5  # asymmetric
+    content = 3 * torch.randn(1, 1, 32, dtype=F64, generator=torch.Generator().manual_seed(2))
+    same = content.expand(1, grid.num_tokens, -1)  # every token identical
+    weights = layer.attention_matrix(same, grid)  # (1, h, T, T)
+    assert ratio_violation(weights, grid) < 1e-9
+    patches = weights[..., 1:, 1:].log()
+    assert (patches.amax(-1) - patches.amin(-1)).min() > 1e-2  # not vacuous: weights vary with Δ
+    # fails with absolute information: a per-position random vector added to the tokens
+    ape = torch.randn(1, grid.num_tokens, 32, dtype=F64, generator=torch.Generator().manual_seed(3))
+    assert ratio_violation(layer.attention_matrix(same + ape, grid), grid) > 1e-2
+
+
+def test_layer_forward_and_gradients_reach_the_bias():
+    grid = Grid(5, 7, cls=True)
+    for name in ("krpe", "irpe"):
+        layer = softmax_layer(name)
+        x = torch.randn(2, grid.num_tokens, 32, dtype=F64, generator=torch.Generator().manual_seed(4))
+        out = layer(x, grid)
+        torch.testing.assert_close(out, layer.proj((layer.attention_matrix(x, grid) @ layer._heads(x, grid)[2])
+                                                   .transpose(1, 2).reshape(x.shape)))
+        out.square().sum().backward()
+        assert all(p.grad is not None and p.grad.abs().max() > 0 for p in layer.bias.parameters())

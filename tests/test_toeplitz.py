@@ -1,0 +1,284 @@
+"""Tests for rpevit.attention.toeplitz: the O(N log N) FFT path of relative-bias linear attention.
+
+The reference is built independently here: the full (T, T) bias gathered by explicit loops over
+token pairs, then (ψQψKᵀ ∘ exp(B)) V / row sums of (φQφKᵀ ∘ exp(B)), in float64.
+"""
+import math
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from rpevit.attention.features import favor_features, orthogonal_gaussian_matrix
+from rpevit.attention.toeplitz import (biased_linear_attention, biased_linear_weights, fft_size,
+                                       toeplitz_correlate)
+from rpevit.grid import Grid
+
+F64 = torch.float64
+BATCH, HEADS, M, D = 2, 3, 6, 5
+
+
+def gen(seed):
+    return torch.Generator().manual_seed(seed)
+
+
+def reference_bias(table, cls_terms, grid):
+    """(h, T, T) bias by explicit loops: B[i, j] = b(r_j − r_i) for patches, CLS terms on the border."""
+    heads, tokens, p, width = table.shape[0], grid.num_tokens, grid.prefix, grid.width
+    cls_terms = torch.zeros(heads, 3, dtype=table.dtype) if cls_terms is None else cls_terms
+    bias = torch.zeros(heads, tokens, tokens, dtype=table.dtype)
+    for i in range(tokens):
+        for j in range(tokens):
+            if p and i == 0:
+                bias[:, i, j] = cls_terms[:, 2] if j == 0 else cls_terms[:, 0]  # CLS→CLS, CLS→patch
+            elif p and j == 0:
+                bias[:, i, j] = cls_terms[:, 1]  # patch→CLS
+            else:
+                row_i, col_i = divmod(i - p, width)
+                row_j, col_j = divmod(j - p, width)
+                bias[:, i, j] = table[:, row_j - row_i + grid.height - 1, col_j - col_i + width - 1]
+    return bias
+
+
+def reference_attention(q_num, k_num, q_den, k_den, v, bias):
+    """(ψQψKᵀ ∘ exp(B)) V / rowsum(φQφKᵀ ∘ exp(B)) in float64 (no shift, no clamp)."""
+    weights = bias.to(F64).exp()
+    numerator = (q_num.to(F64) @ k_num.to(F64).transpose(-2, -1)) * weights
+    denominator = ((q_den.to(F64) @ k_den.to(F64).transpose(-2, -1)) * weights).sum(-1, keepdim=True)
+    return (numerator @ v.to(F64)) / denominator
+
+
+def positive_features(shape, seed, kind):
+    """'exp': FAVOR-like exp(random) features; 'relu': ReLU(random) + 1e-3."""
+    x = torch.randn(*shape, generator=gen(seed), dtype=F64)
+    return (0.5 * x).exp() / math.sqrt(shape[-1]) if kind == "exp" else torch.relu(x) + 1e-3
+
+
+def rotate_per_token(phi, seed):
+    """A post-map-like numerator: pairs of features rotated by a random angle per token."""
+    angles = torch.rand(*phi.shape[:-1], phi.shape[-1] // 2, generator=gen(seed), dtype=F64) * 2 * math.pi
+    even, odd = phi[..., 0::2], phi[..., 1::2]
+    cos, sin = angles.cos(), angles.sin()
+    return torch.stack((even * cos - odd * sin, even * sin + odd * cos), -1).flatten(-2)
+
+
+def make_inputs(grid, kind="exp", post=False, seed=0, heads=HEADS, m=M, d=D):
+    """(q_num, k_num, q_den, k_den, v, table, cls_terms) in float64 with an asymmetric random table."""
+    shape = (BATCH, heads, grid.num_tokens, m)
+    q_den, k_den = positive_features(shape, seed, kind), positive_features(shape, seed + 1, kind)
+    q_num, k_num = (rotate_per_token(q_den, seed + 2), rotate_per_token(k_den, seed + 3)) if post else (q_den, k_den)
+    v = torch.randn(BATCH, heads, grid.num_tokens, d, generator=gen(seed + 4), dtype=F64)
+    table = torch.randn(heads, 2 * grid.height - 1, 2 * grid.width - 1, generator=gen(seed + 5), dtype=F64)
+    cls_terms = torch.randn(heads, 3, generator=gen(seed + 6), dtype=F64) if grid.cls else None
+    return q_num, k_num, q_den, k_den, v, table, cls_terms
+
+
+GRIDS = [Grid(5, 7, cls=True), Grid(5, 7, cls=False)]
+
+
+# 1. FFT path == the dense masked computation ---------------------------------------------------
+
+@pytest.mark.parametrize("grid", GRIDS, ids=["cls", "no_cls"])
+@pytest.mark.parametrize("kind", ["exp", "relu"])
+@pytest.mark.parametrize("post", [False, True], ids=["num=den", "post_map"])
+def test_fft_path_equals_dense_reference(grid, kind, post):
+    q_num, k_num, q_den, k_den, v, table, cls_terms = make_inputs(grid, kind, post)
+    assert (table - table.flip(-2, -1)).abs().max() > 0.5  # asymmetric: b(Δ) ≠ b(−Δ)
+    if post:
+        assert (q_num - q_den).abs().max() > 0.1 and (q_num < 0).any()  # numerator ≠ denominator features
+    expected = reference_attention(q_num, k_num, q_den, k_den, v, reference_bias(table, cls_terms, grid))
+    out = biased_linear_attention(q_num, k_num, q_den, k_den, v, grid, table, cls_terms)
+    assert out.dtype == F64 and out.shape == (BATCH, HEADS, grid.num_tokens, D)
+    assert (out - expected).abs().max() <= 1e-10
+    f32 = [t.float() if t is not None else None for t in (q_num, k_num, q_den, k_den, v, table, cls_terms)]
+    out32 = biased_linear_attention(*f32[:5], grid, *f32[5:])
+    assert out32.dtype == torch.float32
+    assert (out32.double() - expected).abs().max() <= 1e-5
+
+
+def test_cls_border_terms_matter_and_none_means_zero():
+    grid = GRIDS[0]
+    q_num, k_num, q_den, k_den, v, table, cls_terms = make_inputs(grid, seed=7)
+    with_terms = biased_linear_attention(q_num, k_num, q_den, k_den, v, grid, table, cls_terms)
+    zero_terms = biased_linear_attention(q_num, k_num, q_den, k_den, v, grid, table, torch.zeros_like(cls_terms))
+    without = biased_linear_attention(q_num, k_num, q_den, k_den, v, grid, table, None)
+    torch.testing.assert_close(without, zero_terms, rtol=0, atol=1e-12)
+    assert (with_terms - without)[:, :, 0].abs().max() > 1e-3  # the CLS row changes
+    assert (with_terms - without)[:, :, 1:].abs().max() > 1e-3  # and so do the patch rows (patch→CLS)
+    expected = reference_attention(q_num, k_num, q_den, k_den, v, reference_bias(table, None, grid))
+    assert (without - expected).abs().max() <= 1e-10
+
+
+def test_rectangular_grids_of_other_shapes_and_single_rows():
+    for height, width in [(1, 6), (6, 1), (3, 11), (8, 2)]:
+        grid = Grid(height, width, cls=True)
+        q_num, k_num, q_den, k_den, v, table, cls_terms = make_inputs(grid, "relu", post=True, seed=height)
+        expected = reference_attention(q_num, k_num, q_den, k_den, v, reference_bias(table, cls_terms, grid))
+        out = biased_linear_attention(q_num, k_num, q_den, k_den, v, grid, table, cls_terms)
+        assert (out - expected).abs().max() <= 1e-10, (height, width)
+
+
+def test_toeplitz_correlate_matches_loops():
+    x = torch.randn(1, 2, 3, 4, 6, generator=gen(1), dtype=F64)  # (B, h, C, H, W)
+    kernel = torch.randn(2, 7, 11, generator=gen(2), dtype=F64)
+    y = toeplitz_correlate(x, kernel)
+    expected = torch.zeros_like(x)
+    for ri in range(4):
+        for ci in range(6):
+            for rj in range(4):
+                for cj in range(6):
+                    expected[..., ri, ci] += kernel[None, :, None, rj - ri + 3, cj - ci + 5] * x[..., rj, cj]
+    assert (y - expected).abs().max() <= 1e-12
+
+
+def test_fft_size_is_smallest_5_smooth():
+    assert [fft_size(n) for n in (1, 7, 9, 13, 127, 131, 255)] == [1, 8, 9, 15, 128, 135, 256]
+
+
+# 2. dense weights: A v == the FFT path, rows sum to one ----------------------------------------
+
+@pytest.mark.parametrize("grid", GRIDS, ids=["cls", "no_cls"])
+@pytest.mark.parametrize("post", [False, True], ids=["num=den", "post_map"])
+def test_weights_times_v_equals_fft_path(grid, post):
+    q_num, k_num, q_den, k_den, v, table, cls_terms = make_inputs(grid, "exp", post, seed=11)
+    weights = biased_linear_weights(q_num, k_num, q_den, k_den, grid, table, cls_terms)
+    assert weights.shape == (BATCH, HEADS, grid.num_tokens, grid.num_tokens)
+    out = biased_linear_attention(q_num, k_num, q_den, k_den, v, grid, table, cls_terms)
+    assert (weights @ v - out).abs().max() <= 1e-10
+    f32 = [t.float() if t is not None else None for t in (q_num, k_num, q_den, k_den, v, table, cls_terms)]
+    weights32 = biased_linear_weights(*f32[:4], grid, *f32[5:])
+    out32 = biased_linear_attention(*f32[:5], grid, *f32[5:])
+    assert (weights32 @ f32[4] - out32).abs().max() <= 1e-5
+    if not post:
+        torch.testing.assert_close(weights.sum(-1), torch.ones_like(weights[..., 0]), rtol=0, atol=1e-12)
+        assert (weights > 0).all()
+
+
+def test_gradients_match_dense_path():
+    grid = GRIDS[0]
+    inputs = [t.clone().requires_grad_() for t in make_inputs(grid, "exp", post=True, seed=21)]
+    q_num, k_num, q_den, k_den, v, table, cls_terms = inputs
+    target = torch.randn(BATCH, HEADS, grid.num_tokens, D, generator=gen(22), dtype=F64)
+    fft = (biased_linear_attention(q_num, k_num, q_den, k_den, v, grid, table, cls_terms) * target).sum()
+    fft_grads = torch.autograd.grad(fft, inputs)
+    dense = ((biased_linear_weights(q_num, k_num, q_den, k_den, grid, table, cls_terms) @ v) * target).sum()
+    dense_grads = torch.autograd.grad(dense, inputs)
+    for a, b in zip(fft_grads, dense_grads):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-10)
+    assert table.grad is None and fft_grads[5].abs().max() > 0 and fft_grads[6].abs().max() > 0
+
+
+# 3. memory / complexity: large grids without any N×N tensor --------------------------------------
+
+class LargestTensor(TorchDispatchMode):
+    """Records the largest number of elements of any tensor an op produces."""
+
+    def __init__(self):
+        super().__init__()
+        self.largest = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in torch.utils._pytree.tree_leaves(out):
+            if isinstance(t, torch.Tensor):
+                self.largest = max(self.largest, t.numel())
+        return out
+
+
+@pytest.mark.parametrize("side", [64, 128])
+def test_large_grids_never_form_n_by_n(side):
+    grid = Grid(side, side, cls=True)
+    n, m, d = grid.num_patches, 16, 16
+    g = gen(side)
+    q = (0.3 * torch.randn(1, 1, grid.num_tokens, m, generator=g)).exp()
+    k = (0.3 * torch.randn(1, 1, grid.num_tokens, m, generator=g)).exp()
+    v = torch.randn(1, 1, grid.num_tokens, d, generator=g)
+    table = torch.randn(1, 2 * side - 1, 2 * side - 1, generator=g)
+    cls_terms = torch.randn(1, 3, generator=g)
+    with LargestTensor() as probe:
+        out = biased_linear_attention(q, k, q, k, v, grid, table, cls_terms)
+    channels = m * d + m
+    assert probe.largest <= 4.5 * n * channels < n * n  # O(N·m·d): the padded FFT buffers
+    assert out.shape == (1, 1, grid.num_tokens, d) and torch.isfinite(out).all()
+    # a few rows against direct O(N) sums in float64
+    bias = torch.zeros(grid.num_tokens, dtype=F64)
+    for i in (0, 1, side + 3, n // 2, n):  # CLS, first patch, interior, middle, last patch
+        if i == 0:
+            bias = torch.cat((cls_terms[0, 2:3], cls_terms[0, 0].expand(n))).double()
+        else:
+            row, col = divmod(i - 1, side)
+            rows = torch.arange(side).repeat_interleave(side) - row + side - 1
+            cols = torch.arange(side).repeat(side) - col + side - 1
+            bias = torch.cat((cls_terms[0, 1:2], table[0, rows, cols])).double()
+        w = (q[0, 0, i].double() @ k[0, 0].double().T) * bias.exp()  # (T,)
+        expected = (w @ v[0, 0].double()) / w.sum()
+        assert (out[0, 0, i].double() - expected).abs().max() <= 1e-5
+
+
+# 4. large-magnitude tables stay finite (the shared max shift) ----------------------------------
+
+@pytest.mark.parametrize("dtype", [torch.float32, F64])
+def test_large_magnitude_tables_stay_finite(dtype):
+    grid = Grid(5, 7, cls=True)
+    q_num, k_num, q_den, k_den, v, table, cls_terms = make_inputs(grid, "exp", post=False, seed=31)
+    table = (torch.rand(table.shape, generator=gen(32), dtype=F64) * 100 - 50)  # b ∈ [−50, 50]
+    table[:, 0, 0], table[:, -1, -1] = 50.0, -50.0
+    cls_terms = torch.tensor([[50.0, -50.0, 50.0]] * HEADS, dtype=F64)
+    args = [t.to(dtype) for t in (q_num, k_num, q_den, k_den, v)]
+    out = biased_linear_attention(*args, grid, table.to(dtype), cls_terms.to(dtype))
+    weights = biased_linear_weights(*args[:4], grid, table.to(dtype), cls_terms.to(dtype))
+    assert torch.isfinite(out).all() and torch.isfinite(weights).all()
+    # compare with the unshifted float64 reference (e^±50 is representable there). FFT round-off is
+    # absolute (≈ machine ε × the head's largest weight), so a row whose largest bias sits `gap` below
+    # the head's max has relative error ≈ ε·e^gap: float64 is accurate everywhere here, float32 on
+    # the rows with gap ≤ 5 (the documented limitation of one shared shift)
+    bias = reference_bias(table, cls_terms, grid)
+    expected = reference_attention(q_num, k_num, q_den, k_den, v, bias)
+    error = (out.double() - expected).abs().amax(dim=(0, -1))  # (h, T)
+    if dtype == F64:
+        assert error.max() <= 1e-8
+    else:
+        gap = torch.maximum(table.flatten(1).amax(1), cls_terms.amax(1))[:, None] - bias.amax(-1)  # (h, T)
+        assert (gap <= 5).sum() > 20 and error[gap <= 5].max() <= 1e-3
+    torch.testing.assert_close(weights.sum(-1).double(), torch.ones(BATCH, HEADS, grid.num_tokens, dtype=F64),
+                               rtol=0, atol=1e-5)
+
+
+def test_autocast_runs_in_float32():
+    grid = GRIDS[0]
+    args = [t.float() if t is not None else None for t in make_inputs(grid, "exp", seed=41)]
+    expected = biased_linear_attention(*args[:5], grid, *args[5:])
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = biased_linear_attention(*(t.bfloat16() for t in args[:5]), grid, *args[5:])
+    assert out.dtype == torch.float32 and torch.isfinite(out).all()
+    assert (out - expected).abs().max() < 0.1  # only the bf16 rounding of the inputs differs
+
+
+def test_shape_errors():
+    grid = GRIDS[0]
+    q_num, k_num, q_den, k_den, v, table, cls_terms = make_inputs(grid)
+    with pytest.raises(ValueError, match="table"):
+        biased_linear_attention(q_num, k_num, q_den, k_den, v, grid, table[:, 1:], cls_terms)
+    with pytest.raises(ValueError, match="tokens"):
+        biased_linear_attention(q_num, k_num, q_den, k_den, v, Grid(5, 7, cls=False), table, None)
+
+
+# 5. FAVOR+ with a relative bias approaches softmax(s + B) as m grows ---------------------------
+
+def test_favor_with_bias_approaches_softmax_with_bias():
+    grid = Grid(3, 4, cls=True)
+    d = 8
+    q = 0.5 * torch.randn(1, 2, grid.num_tokens, d, generator=gen(51), dtype=F64)
+    k = 0.5 * torch.randn(1, 2, grid.num_tokens, d, generator=gen(52), dtype=F64)
+    table = torch.randn(2, 5, 7, generator=gen(53), dtype=F64)
+    cls_terms = torch.randn(2, 3, generator=gen(54), dtype=F64)
+    bias = reference_bias(table, cls_terms, grid)
+    exact = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(d) + bias, dim=-1)
+    errors = []
+    for m in (16, 16384):
+        torch.manual_seed(55)
+        omega = orthogonal_gaussian_matrix(m, d, dtype=F64)
+        phi_q, phi_k = favor_features(q, omega, "query", 0.0), favor_features(k, omega, "key", 0.0)
+        weights = biased_linear_weights(phi_q, phi_k, phi_q, phi_k, grid, table, cls_terms)
+        errors.append((weights - exact).abs().max().item())
+    assert errors[1] < 0.03 and errors[1] < errors[0] / 3  # Monte-Carlo error ~ 1/√m
