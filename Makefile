@@ -1,6 +1,7 @@
 # rpevit — the README's commands. Everything runs inside a local virtual environment (.venv).
-#   make study [PRESET=smoke]   install, run the preset's grid, write reports/<preset>/
-#   make test                   install, run the whole test suite
+#   make study [PRESET=smoke]   install, run the preset's grid, execute the notebooks → reports/<preset>/
+#   make test                   install, run the test suite and every notebook under nbval
+#   make lab                    JupyterLab on the project with the rpevit kernel
 #   make bench                  throughput benchmarks (numbers for reports, not tests)
 PYTHON ?= python3
 VENV ?= .venv
@@ -9,8 +10,9 @@ PRESET ?= smoke
 TORCH_VERSION ?= 2.13.0
 TORCHVISION_VERSION ?= 0.28.0
 STAMP := $(VENV)/.installed
+LAB_PORT ?= 8888
 
-.PHONY: install study test bench clean
+.PHONY: install study test lab bench clean
 
 install: $(STAMP)
 
@@ -18,16 +20,25 @@ $(STAMP): pyproject.toml scripts/install_torch.sh
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	bash scripts/install_torch.sh $(PY) $(TORCH_VERSION) $(TORCHVISION_VERSION)
 	$(PY) -m pip install --quiet -e ".[test]"
+	$(PY) -m ipykernel install --sys-prefix --name rpevit --display-name "Python (rpevit)" >/dev/null
 	touch $@
 
 study: $(STAMP)
 	$(PY) -m rpevit study $(PRESET) --no-progress
+	$(PY) -m rpevit notebooks $(PRESET)
 
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -p no:cacheprovider --nbval-lax --nbval-current-env notebooks
+
+lab: $(STAMP)
+	$(VENV)/bin/jupyter lab --no-browser --port $(LAB_PORT) --ServerApp.root_dir=$(CURDIR) \
+	  --MultiKernelManager.default_kernel_name=rpevit
 
 bench: $(STAMP)
-	$(PY) -m rpevit bench data --params smoke,seed001_mnist
+	$(PY) -m rpevit bench data --params smoke,fashion_mnist
+	$(PY) -m rpevit bench attention
+	$(PY) -m rpevit bench patches
 
 clean:
 	rm -rf $(VENV) runs

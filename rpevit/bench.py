@@ -73,12 +73,15 @@ def data_throughput(params, device, steps: int) -> float:
     return count / (time.perf_counter() - start)
 
 
-def attention_cost(backend: str, rotary: str | None, side: int, device, dtype, repeats: int,
-                   heads: int = 8, head_dim: int = 32, batch: int = 1) -> dict:
+def attention_cost(backend: str, method: str | None, side: int, device, dtype, repeats: int,
+                   path: str = "fast", heads: int = 8, head_dim: int = 32, batch: int = 1) -> dict:
     """Seconds per forward+backward of one attention layer on a side×side grid (+CLS), and memory.
 
-    Memory: on CUDA the peak allocated bytes; on CPU the bytes autograd saves for backward
-    (the activation memory of the layer), since CPU peak memory cannot be reset per measurement.
+    `method` is any positional method consumed inside attention (rotary, bias or gate) or None.
+    `path`: "fast" = the backend's own computation; "dense" = its implied N×N matrix times v
+    (the reference the fast path is tested against). Memory: on CUDA the peak allocated bytes; on
+    CPU the bytes autograd saves for backward (the layer's activation memory), since CPU peak
+    memory cannot be reset per measurement.
     """
     from .attention import BACKENDS
     from .attention.layer import MultiHeadAttention
@@ -88,15 +91,20 @@ def attention_cost(backend: str, rotary: str | None, side: int, device, dtype, r
 
     torch.manual_seed(0)
     config = model_config(dim=heads * head_dim, heads=heads, image_size=side * 4, patch_size=4)
-    layer = MultiHeadAttention(config, BACKENDS[backend],
-                               rotary=POSITIONS[rotary].build if rotary else None).to(device)
+    mechanism = {POSITIONS[method].mechanism: POSITIONS[method].build} if method else {}
+    layer = MultiHeadAttention(config, BACKENDS[backend], **mechanism).to(device)
     grid = Grid(side, side, cls=True)
     x = torch.randn(batch, grid.num_tokens, config.dim, device=device, requires_grad=True)
 
-    def step():
+    def forward():
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
-            out = layer(x, grid)
-        out.float().sum().backward()
+            if path == "fast":
+                return layer(x, grid)
+            q, k, v = layer._heads(x, grid)
+            return layer.backend.weights(q, k, grid, **layer._backend_kwargs()) @ v
+
+    def step():
+        forward().float().sum().backward()
 
     step()
     _sync(device)
@@ -119,63 +127,79 @@ def attention_cost(backend: str, rotary: str | None, side: int, device, dtype, r
             return tensor
 
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
-                layer(x, grid).float().sum()
+            forward().float().sum()
         memory = sum(saved)
     return {"seconds": sorted(times)[len(times) // 2], "memory_mb": memory / 2**20}
 
 
+def _table(header: list[str], rows: list[list]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows])
+
+
+def growth(rows: dict, key: tuple, ns: list[int]) -> list[str]:
+    """T(4N)/T(N) cells for one (backend, method, path) series of measured seconds."""
+    return [f"{rows[key + (b,)]['seconds'] / rows[key + (a,)]['seconds']:.2f}"
+            if key + (a,) in rows and key + (b,) in rows else "—" for a, b in zip(ns, ns[1:])]
+
+
 def run_attention_bench(args) -> None:
-    """Print the attention scaling table, T(4N)/T(N) per backend and rotary overhead at N=1024."""
+    """Print the attention scaling tables: time/memory vs N per backend × method, growth ratios,
+    method overhead at N = 1024, and the krpe FFT path vs its dense matrix in linear attention."""
     from .attention import BACKENDS
     from .position import POSITIONS
 
     device = resolve_device(args.device)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    rotaries = [None] + [name for name, m in POSITIONS.items() if m.mechanism == "rotary"]
+    methods = [None] + [n for n, m in POSITIONS.items() if m.mechanism in ("rotary", "bias")]
     sides = [int(s) for s in args.sides.split(",")]
-    rows = {}
-    print(f"device: {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}, "
-          f"{torch.get_num_threads()} threads), torch {torch.__version__}, dtype {dtype}, batch 1, 8 heads, "
-          f"head dim 32, forward+backward of one attention layer (median of {args.steps})")
-    print("memory: " + ("peak allocated (CUDA)" if device.type == "cuda" else "activations saved for backward"))
-    print()
-    print("| backend | rotary | N | ms | memory MB |")
-    print("|---|---|---|---|---|")
-    for backend in BACKENDS:
-        for rotary in rotaries:
-            for side in sides:
-                n = side * side
-                if backend == "softmax" and device.type == "cpu" and n > args.softmax_cpu_max:
-                    continue
-                try:
-                    cost = attention_cost(backend, rotary, side, device, dtype, args.steps)
-                except torch.OutOfMemoryError:
-                    print(f"| {backend} | {rotary or '—'} | {n} | out of memory | |", flush=True)
-                    continue
-                rows[(backend, rotary, n)] = cost
-                print(f"| {backend} | {rotary or '—'} | {n} | {1000 * cost['seconds']:.2f} | "
-                      f"{cost['memory_mb']:.1f} |", flush=True)
-    print()
-    print("Growth T(4N)/T(N) (bare backend; linear attention → 4, softmax → 16):")
-    print()
     ns = [s * s for s in sides]
-    print("| backend | " + " | ".join(f"{a}→{b}" for a, b in zip(ns, ns[1:])) + " |")
-    print("|---|" + "---|" * (len(ns) - 1))
-    for backend in BACKENDS:
-        cells = [f"{rows[(backend, None, b)]['seconds'] / rows[(backend, None, a)]['seconds']:.2f}"
-                 if (backend, None, a) in rows and (backend, None, b) in rows else "—" for a, b in zip(ns, ns[1:])]
-        print(f"| {backend} | " + " | ".join(cells) + " |")
+    rows: dict = {}
+    print(f"device: {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}, "
+          f"{torch.get_num_threads()} threads), torch {torch.__version__}, {dtype}, batch 1, 8 heads, head dim 32; "
+          f"forward+backward of one attention layer, median of {args.steps}; memory: "
+          + ("peak allocated (CUDA)" if device.type == "cuda" else "activations saved for backward (CPU)"))
     print()
-    print("Rotary overhead at N = 1024: T(with rotary) / T(bare backend):")
-    print()
-    print("| backend | " + " | ".join(r for r in rotaries if r) + " |")
-    print("|---|" + "---|" * (len(rotaries) - 1))
+    print("| backend | method | path | N | ms | memory MB |\n|---|---|---|---|---|---|")
+
+    def measure(backend, method, path, side):
+        n = side * side
+        dense = backend == "softmax" or path == "dense"
+        if dense and device.type == "cpu" and n > args.softmax_cpu_max:
+            return
+        try:
+            cost = attention_cost(backend, method, side, device, dtype, args.steps, path=path)
+        except torch.OutOfMemoryError:
+            print(f"| {backend} | {method or '—'} | {path} | {n} | out of memory | |", flush=True)
+            return
+        rows[(backend, method, path, n)] = cost
+        print(f"| {backend} | {method or '—'} | {path} | {n} | {1000 * cost['seconds']:.2f} | "
+              f"{cost['memory_mb']:.1f} |", flush=True)
+
     for backend in BACKENDS:
-        bare = rows.get((backend, None, 1024))
-        cells = [f"{rows[(backend, r, 1024)]['seconds'] / bare['seconds']:.2f}"
-                 if bare and (backend, r, 1024) in rows else "—" for r in rotaries if r]
-        print(f"| {backend} | " + " | ".join(cells) + " |")
+        for method in methods:
+            for side in sides:
+                measure(backend, method, "fast", side)
+    for backend in [b for b in BACKENDS if b != "softmax"]:
+        for side in sides:
+            measure(backend, "krpe", "dense", side)
+
+    print("\nGrowth T(4N)/T(N) of the bare backends (linear attention → 4, softmax → 16):\n")
+    print(_table(["backend"] + [f"{a}→{b}" for a, b in zip(ns, ns[1:])],
+                 [[b] + growth(rows, (b, None, "fast"), ns) for b in BACKENDS]))
+    print("\nOverhead of each method at N = 1024: T(with method) / T(bare backend):\n")
+    named = [m for m in methods if m]
+    print(_table(["backend"] + named, [[b] + [
+        f"{rows[(b, m, 'fast', 1024)]['seconds'] / rows[(b, None, 'fast', 1024)]['seconds']:.2f}"
+        if (b, m, "fast", 1024) in rows and (b, None, "fast", 1024) in rows else "—" for m in named]
+        for b in BACKENDS]))
+    print("\nkrpe in linear attention: the 2D-FFT path vs the dense N×N path (time ratio dense/FFT; > 1: FFT "
+          "faster), and the FFT path's growth T(4N)/T(N):\n")
+    linear = [b for b in BACKENDS if b != "softmax"]
+    print(_table(["backend"] + [f"N={n}" for n in ns] + [f"FFT {a}→{b}" for a, b in zip(ns, ns[1:])], [[b] + [
+        f"{rows[(b, 'krpe', 'dense', n)]['seconds'] / rows[(b, 'krpe', 'fast', n)]['seconds']:.2f}"
+        if (b, "krpe", "dense", n) in rows and (b, "krpe", "fast", n) in rows else "—" for n in ns]
+        + growth(rows, (b, "krpe", "fast"), ns) for b in linear]))
 
 
 def patch_sweep(patch_sizes=(8, 4, 2, 1), backends=("softmax", "favor", "relu"), positions: str = "ape",

@@ -191,6 +191,9 @@ def main(argv=None) -> int:
     except (Diverged, NotebookFailed) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # output piped into e.g. `head`, which closed early
+        sys.stderr.close()
+        return 0
     except KeyboardInterrupt:
         print("interrupted: finished epochs are checkpointed; run the same command again "
               "(with --resume for `train`) to continue.", file=sys.stderr)

@@ -110,3 +110,22 @@ def write_index(preset: str, notebooks: list[str], root=None) -> Path:
     path = directory / "README.md"
     records.write_text(path, "\n".join(lines) + "\n")
     return path
+
+
+BACKEND_LINES = {"softmax": "-", "favor": "--", "relu": ":"}
+BACKEND_MARKERS = {"softmax": "o", "favor": "s", "relu": "^"}
+
+
+def variant_style(variant: str) -> dict:
+    """Consistent matplotlib style: colour by positional methods, line and marker by backend."""
+    from matplotlib import colormaps
+
+    from .position import POSITIONS
+    from .variants import parse_variant
+
+    parsed = parse_variant(variant)
+    names = ["none"] + list(POSITIONS)
+    key = "+".join(parsed.positions) or "none"
+    index = sum(names.index(p) * (len(names) ** i) for i, p in enumerate(key.split("+")))
+    return {"color": colormaps["tab10"](index % 10), "linestyle": BACKEND_LINES.get(parsed.backend, "-."),
+            "marker": BACKEND_MARKERS.get(parsed.backend, "x")}

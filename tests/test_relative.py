@@ -188,7 +188,7 @@ def test_krpe_interpolate_policy():
 
 # position interpolation --------------------------------------------------------------------------
 
-def test_position_interpolation_scales_offsets_for_alibi_and_irpe_not_krpe():
+def test_position_interpolation_scales_offsets_for_alibi_and_irpe_and_resizes_krpe():
     grid = Grid(14, 14, trained=(7, 7), interpolate=True)
     plain = Grid(14, 14, trained=(7, 7))
     alibi = Alibi2D(config(), 8, HEADS).double()
@@ -200,8 +200,10 @@ def test_position_interpolation_scales_offsets_for_alibi_and_irpe_not_krpe():
     scaled, unscaled = irpe.buckets(grid), irpe.buckets(plain)
     assert scaled[13, 14] == 3 * 7 + 3 and unscaled[13, 14] == 3 * 7 + 4
     assert not torch.equal(scaled, unscaled)
-    krpe = make("krpe")
-    assert torch.equal(krpe.table(grid), krpe.table(plain))  # krpe follows its own policy
+    krpe = make("krpe")  # policy "clamp": extrapolation clamps, interpolation mode resizes the table
+    resized = make("krpe", krpe_extrapolation="interpolate").table(plain)
+    torch.testing.assert_close(krpe.table(grid), resized)
+    assert not torch.equal(krpe.table(grid), krpe.table(plain))
 
 
 # 9. the relative-property test (REFERENCE.md §5) in softmax attention -----------------------------

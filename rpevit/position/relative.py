@@ -124,7 +124,8 @@ class KernelizedRPE(RelativeBias):
     - "interpolate" (Swin's fine-tuning rule): the table is resized bicubically
       (align_corners=False) to (2H−1, 2W−1) — up for larger grids, down for smaller ones — which
       maps offset Δ to about Δ·(2S−1)/(2H−1) of the trained table; the centre Δ = 0 is kept.
-    The trained grid itself always reads the table unchanged.
+    The trained grid itself always reads the table unchanged. A grid in position-interpolation
+    mode (grid.interpolate, the "interpolate" mode of multi-resolution evaluation) always resizes.
     """
 
     POLICIES = ("clamp", "interpolate")
@@ -150,7 +151,7 @@ class KernelizedRPE(RelativeBias):
         trained_h, trained_w = self.trained
         if (grid.height, grid.width) == self.trained:
             return self.bias_table
-        if self.policy == "interpolate":
+        if self.policy == "interpolate" or grid.interpolate:
             resized = F.interpolate(self.bias_table[None], size=table_shape(grid), mode="bicubic",
                                     align_corners=False)
             return resized[0]
