@@ -27,10 +27,11 @@ def list_notebooks() -> list[Path]:
 
 
 def notebook_parameters(preset: str) -> dict:
-    """The parameters a preset passes to every notebook: its YAML keys plus `name`."""
-    params = load_params(preset)
+    """The parameters a preset passes to every notebook: its YAML keys, and `name` = the preset
+    as given (a name under params/ or a path), which the notebooks hand to load_params."""
+    load_params(preset)  # fail here, with one clear message, on a bad preset
     raw = yaml.safe_load(preset_path(preset).read_text()) or {}
-    return {**raw, "name": params.name}
+    return {**raw, "name": str(preset)}
 
 
 def execute_notebooks(preset: str, only: list[str] | None = None, kernel: str = "python3",
@@ -39,7 +40,7 @@ def execute_notebooks(preset: str, only: list[str] | None = None, kernel: str = 
     import papermill
 
     parameters = notebook_parameters(preset)
-    name = parameters["name"]
+    name = load_params(preset).name
     out_dir = report_dir(name, reports_root)
     chosen = [nb for nb in list_notebooks() if not only or any(nb.stem.startswith(o) for o in only)]
     if only and not chosen:
