@@ -41,14 +41,7 @@ def train_throughput(params, variant: str, device, steps: int, compile_model: bo
         loss.backward()
         optimizer.step()
 
-    for _ in range(3 if not compile_model else 10):
-        step()
-    _sync(device)
-    start = time.perf_counter()
-    for _ in range(steps):
-        step()
-    _sync(device)
-    return steps * batch / (time.perf_counter() - start)
+    return steps * batch / sum(timed(step, device, steps, warmup=10 if compile_model else 3))
 
 
 def data_throughput(params, device, steps: int) -> float:
@@ -74,12 +67,11 @@ def data_throughput(params, device, steps: int) -> float:
 
 
 def attention_cost(backend: str, method: str | None, side: int, device, dtype, repeats: int,
-                   path: str = "fast", heads: int = 8, head_dim: int = 32, batch: int = 1) -> dict:
+                   bias_path: str = "auto", heads: int = 8, head_dim: int = 32, batch: int = 1) -> dict:
     """Seconds per forward+backward of one attention layer on a side×side grid (+CLS), and memory.
 
-    `method` is any positional method consumed inside attention (rotary, bias or gate) or None.
-    `path`: "fast" = the backend's own computation; "dense" = its implied N×N matrix times v
-    (the reference the fast path is tested against). Memory: on CUDA the peak allocated bytes; on
+    `method` is any positional method consumed inside attention (rotary, bias or gate) or None;
+    `bias_path` (auto / fft / dense) picks how linear backends apply a relative bias. Memory: on CUDA the peak allocated bytes; on
     CPU the bytes autograd saves for backward (the layer's activation memory), since CPU peak
     memory cannot be reset per measurement.
     """
@@ -90,7 +82,8 @@ def attention_cost(backend: str, method: str | None, side: int, device, dtype, r
     from .position import POSITIONS
 
     torch.manual_seed(0)
-    config = model_config(dim=heads * head_dim, heads=heads, image_size=side * 4, patch_size=4)
+    config = model_config(dim=heads * head_dim, heads=heads, image_size=side * 4, patch_size=4,
+                          bias_path=bias_path)
     mechanism = {POSITIONS[method].mechanism: POSITIONS[method].build} if method else {}
     layer = MultiHeadAttention(config, BACKENDS[backend], **mechanism).to(device)
     grid = Grid(side, side, cls=True)
@@ -98,22 +91,12 @@ def attention_cost(backend: str, method: str | None, side: int, device, dtype, r
 
     def forward():
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
-            if path == "fast":
-                return layer(x, grid)
-            q, k, v = layer._heads(x, grid)
-            return layer.backend.weights(q, k, grid, **layer._backend_kwargs()) @ v
+            return layer(x, grid)
 
     def step():
         forward().float().sum().backward()
 
-    step()
-    _sync(device)
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        step()
-        _sync(device)
-        times.append(time.perf_counter() - start)
+    times = timed(step, device, repeats)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
         base = torch.cuda.memory_allocated(device)
@@ -144,8 +127,9 @@ def growth(rows: dict, key: tuple, ns: list[int]) -> list[str]:
 
 
 def run_attention_bench(args) -> None:
-    """Print the attention scaling tables: time/memory vs N per backend × method, growth ratios,
-    method overhead at N = 1024, and the krpe FFT path vs its dense matrix in linear attention."""
+    """Print the attention scaling tables: time/memory vs N per backend × method (bias path "auto",
+    as in training), growth ratios, method overhead at N = 1024, and krpe in linear attention
+    through the FFT path vs the dense N×N path (both forced), with their crossover."""
     from .attention import BACKENDS
     from .position import POSITIONS
 
@@ -160,7 +144,7 @@ def run_attention_bench(args) -> None:
           f"forward+backward of one attention layer, median of {args.steps}; memory: "
           + ("peak allocated (CUDA)" if device.type == "cuda" else "activations saved for backward (CPU)"))
     print()
-    print("| backend | method | path | N | ms | memory MB |\n|---|---|---|---|---|---|")
+    print("| backend | method | bias path | N | ms | memory MB |\n|---|---|---|---|---|---|")
 
     def measure(backend, method, path, side):
         n = side * side
@@ -168,7 +152,7 @@ def run_attention_bench(args) -> None:
         if dense and device.type == "cpu" and n > args.softmax_cpu_max:
             return
         try:
-            cost = attention_cost(backend, method, side, device, dtype, args.steps, path=path)
+            cost = attention_cost(backend, method, side, device, dtype, args.steps, bias_path=path)
         except torch.OutOfMemoryError:
             print(f"| {backend} | {method or '—'} | {path} | {n} | out of memory | |", flush=True)
             return
@@ -179,27 +163,28 @@ def run_attention_bench(args) -> None:
     for backend in BACKENDS:
         for method in methods:
             for side in sides:
-                measure(backend, method, "fast", side)
+                measure(backend, method, "auto", side)
     for backend in [b for b in BACKENDS if b != "softmax"]:
-        for side in sides:
-            measure(backend, "krpe", "dense", side)
+        for path in ("fft", "dense"):
+            for side in sides:
+                measure(backend, "krpe", path, side)
 
     print("\nGrowth T(4N)/T(N) of the bare backends (linear attention → 4, softmax → 16):\n")
     print(_table(["backend"] + [f"{a}→{b}" for a, b in zip(ns, ns[1:])],
-                 [[b] + growth(rows, (b, None, "fast"), ns) for b in BACKENDS]))
+                 [[b] + growth(rows, (b, None, "auto"), ns) for b in BACKENDS]))
     print("\nOverhead of each method at N = 1024: T(with method) / T(bare backend):\n")
     named = [m for m in methods if m]
     print(_table(["backend"] + named, [[b] + [
-        f"{rows[(b, m, 'fast', 1024)]['seconds'] / rows[(b, None, 'fast', 1024)]['seconds']:.2f}"
-        if (b, m, "fast", 1024) in rows and (b, None, "fast", 1024) in rows else "—" for m in named]
+        f"{rows[(b, m, 'auto', 1024)]['seconds'] / rows[(b, None, 'auto', 1024)]['seconds']:.2f}"
+        if (b, m, "auto", 1024) in rows and (b, None, "auto", 1024) in rows else "—" for m in named]
         for b in BACKENDS]))
     print("\nkrpe in linear attention: the 2D-FFT path vs the dense N×N path (time ratio dense/FFT; > 1: FFT "
           "faster), and the FFT path's growth T(4N)/T(N):\n")
     linear = [b for b in BACKENDS if b != "softmax"]
     print(_table(["backend"] + [f"N={n}" for n in ns] + [f"FFT {a}→{b}" for a, b in zip(ns, ns[1:])], [[b] + [
-        f"{rows[(b, 'krpe', 'dense', n)]['seconds'] / rows[(b, 'krpe', 'fast', n)]['seconds']:.2f}"
-        if (b, "krpe", "dense", n) in rows and (b, "krpe", "fast", n) in rows else "—" for n in ns]
-        + growth(rows, (b, "krpe", "fast"), ns) for b in linear]))
+        f"{rows[(b, 'krpe', 'dense', n)]['seconds'] / rows[(b, 'krpe', 'fft', n)]['seconds']:.2f}"
+        if (b, "krpe", "dense", n) in rows and (b, "krpe", "fft", n) in rows else "—" for n in ns]
+        + growth(rows, (b, "krpe", "fft"), ns) for b in linear]))
 
 
 def patch_sweep(patch_sizes=(8, 4, 2, 1), backends=("softmax", "favor", "relu"), positions: str = "ape",
@@ -234,17 +219,25 @@ def patch_sweep(patch_sizes=(8, 4, 2, 1), backends=("softmax", "favor", "relu"),
             timings = {}
             for label, step in (("train", train_step), ("inference", infer_step)):
                 model.train(label == "train")
-                step()
-                _sync(device)
-                start = time.perf_counter()
-                for _ in range(steps):
-                    step()
-                _sync(device)
-                timings[label] = (time.perf_counter() - start) / (steps * batch) * epoch_images
+                timings[label] = sum(timed(step, device, steps)) / (steps * batch) * epoch_images
             rows.append({"patch_size": patch, "tokens": (32 // patch) ** 2, "backend": backend,
                          "train_seconds_per_epoch": timings["train"],
                          "inference_seconds_per_epoch": timings["inference"]})
     return rows
+
+
+def timed(step, device, repeats: int, warmup: int = 1) -> list[float]:
+    """Wall seconds of each of `repeats` calls of step() after `warmup` calls (CUDA-synchronized)."""
+    for _ in range(warmup):
+        step()
+    _sync(device)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        step()
+        _sync(device)
+        times.append(time.perf_counter() - start)
+    return times
 
 
 def _sync(device):

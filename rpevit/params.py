@@ -52,6 +52,9 @@ class ModelConfig:
     # rotary: RoPE-Axial base θ (frequencies θ^(−4k/d)); RoPE-Mixed initial magnitudes use rope_mixed_theta
     rope_theta: float = 100.0
     rope_mixed_theta: float = 10.0
+    # relative bias in favor/relu: the 2D-FFT path (O(N log N)), the dense N×N path, or "auto" =
+    # whichever costs fewer multiply-adds for the grid (dense on small grids, FFT on large ones)
+    bias_path: Literal["auto", "fft", "dense"] = "auto"
     # krpe on grids other than the trained one: offsets clamped into the trained range (iRPE rule)
     # or the table bicubic-resized to (2H−1)×(2W−1) (Swin rule)
     krpe_extrapolation: Literal["clamp", "interpolate"] = "clamp"

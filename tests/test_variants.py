@@ -26,7 +26,7 @@ def make_layer(backend: str, site: str = "auto", *methods: str | None, dtype=tor
     """An attention layer with the given positional methods and random, non-default parameters."""
     torch.manual_seed(seed)
     config = model_config(**{"dim": 32, "heads": 4, "image_size": 28, "patch_size": 4, "rotation_site": site,
-                             "relu_features": "learned", **config})
+                             "relu_features": "learned", "bias_path": "fft", **config})
     builders = {POSITIONS[m].mechanism: POSITIONS[m].build for m in methods if m}
     layer = MultiHeadAttention(config, BACKENDS[backend], **builders)
     with torch.no_grad():
@@ -74,6 +74,16 @@ def test_gates_fail_the_relative_property(backend, site, gate):
     x = torch.randn(1, 1, 32, dtype=torch.float64).expand(1, GRID.num_tokens, 32)
     with torch.no_grad():
         assert relative_violation(layer.attention_matrix(x, GRID)[0], GRID) > 1e-2
+
+
+def test_auto_bias_path_is_dense_on_small_grids_and_fft_on_large_ones():
+    layer = make_layer("favor", "auto", "krpe", bias_path="auto")
+    backend = layer.backend
+    assert not backend._use_fft(Grid(7, 7), 8) and backend._use_fft(Grid(64, 64), 8)
+    x = torch.randn(1, GRID.num_tokens, 32, dtype=torch.float64)
+    forced = make_layer("favor", "auto", "krpe", bias_path="fft")
+    with torch.no_grad():
+        torch.testing.assert_close(layer(x, GRID), forced(x, GRID), rtol=0, atol=1e-10)  # same attention
 
 
 def test_favor_with_krpe_converges_to_softmax_with_the_same_bias():

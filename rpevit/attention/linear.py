@@ -30,7 +30,7 @@ from ..errors import UserError
 from ..precision import autocast_off, compute_dtype
 from .features import (FAVOR_EPS, RELU_EPS, default_favor_features, favor_features,
                        orthogonal_gaussian_matrix, relu_features)
-from .toeplitz import biased_linear_attention, biased_linear_weights
+from .toeplitz import biased_linear_attention, biased_linear_weights, fft_is_cheaper
 
 DENOMINATOR_EPS = 1e-12
 
@@ -97,8 +97,10 @@ class LinearAttention(nn.Module):
             pairs = self._feature_pairs(q.to(dtype), k.to(dtype), grid, feature_rotation)
             if bias is None:
                 out = linear_attention(*pairs, v.to(dtype))  # (B, h, T, d)
-            else:
+            elif self._use_fft(grid, v.shape[-1]):
                 out = biased_linear_attention(*pairs, v.to(dtype), grid, *_bias_terms(bias, grid))
+            else:  # small grids: the same attention through its N×N matrix is cheaper
+                out = biased_linear_weights(*pairs, grid, *_bias_terms(bias, grid)) @ v.to(dtype)
         self._after_forward()
         return out.to(v.dtype)
 
@@ -110,6 +112,12 @@ class LinearAttention(nn.Module):
             if bias is None:
                 return dense_linear_attention(*pairs).to(q.dtype)
             return biased_linear_weights(*pairs, grid, *_bias_terms(bias, grid)).to(q.dtype)
+
+    def _use_fft(self, grid, head_dim: int) -> bool:
+        """Relative bias: the O(N log N) FFT path, or the dense N×N path where that is cheaper."""
+        if self.bias_path == "auto":
+            return fft_is_cheaper(grid, self.num_features, head_dim)
+        return self.bias_path == "fft"
 
     def _after_forward(self) -> None:
         """Hook run after every forward call (FAVOR+ counts calls for its redraw policy)."""
@@ -141,7 +149,7 @@ class FavorAttention(LinearAttention):
         if config.favor_redraw_steps < 0:
             raise UserError(f"model.favor_redraw_steps must be ≥ 0 (0 = never redraw), got "
                             f"{config.favor_redraw_steps}.")
-        self.head_dim, self.num_features = head_dim, m
+        self.head_dim, self.num_features, self.bias_path = head_dim, m, config.bias_path
         self.redraw_steps = config.favor_redraw_steps
         self.feature_eps = FAVOR_EPS
         self.register_buffer("omega", orthogonal_gaussian_matrix(m, head_dim))  # (m, d)
@@ -192,6 +200,7 @@ class ReluAttention(LinearAttention):
             raise UserError(f"model.relu_num_features={m} needs model.relu_features 'random' or "
                             f"'learned'; 'identity' features have m = head dim = {head_dim}.")
         self.kind, self.num_features = kind, head_dim if m is None else m
+        self.bias_path = config.bias_path
         self.feature_eps = RELU_EPS
         if kind == "learned":
             self.projection = nn.Linear(head_dim, self.num_features, bias=False)

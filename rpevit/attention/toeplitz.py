@@ -32,6 +32,8 @@ learned table only does if some row's best offset is far below the head's best.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 
@@ -52,6 +54,19 @@ def fft_size(n: int) -> int:
         if rest == 1:
             return size
         size += 1
+
+
+def fft_is_cheaper(grid, m: int, d: int) -> bool:
+    """Whether the FFT path costs fewer multiply-adds than the dense N×N path for this grid.
+
+    FFT: forward and inverse real FFTs of C = m·d + m channels on the P×Q torus, ≈ 3·C·PQ·log2(PQ);
+    dense: the T×T kernel matrices, ≈ T²·(2m + d). Both compute the same attention exactly; the
+    FFT path wins only on large grids (the crossover is measured by `rpevit bench attention`).
+    """
+    rows, cols = fft_size(2 * grid.height - 1), fft_size(2 * grid.width - 1)
+    fft = 3 * (m * d + m) * rows * cols * math.log2(rows * cols)
+    dense = grid.num_tokens ** 2 * (2 * m + d)
+    return fft < dense
 
 
 def _compute_dtype(*tensors) -> torch.dtype:
