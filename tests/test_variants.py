@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import trained_like
 
 from rpevit.attention import BACKENDS
 from rpevit.attention.layer import MultiHeadAttention
@@ -29,10 +30,7 @@ def make_layer(backend: str, site: str = "auto", *methods: str | None, dtype=tor
                              "relu_features": "learned", "bias_path": "fft", **config})
     builders = {POSITIONS[m].mechanism: POSITIONS[m].build for m in methods if m}
     layer = MultiHeadAttention(config, BACKENDS[backend], **builders)
-    with torch.no_grad():
-        for param in layer.parameters():
-            param.add_(0.3 * torch.randn_like(param))
-    return layer.to(dtype)
+    return trained_like(layer, seed=None, scale=0.3).to(dtype)  # noise from the global RNG seeded above
 
 
 COMBOS = [(None,)] + [(m,) for m in ROTARY + BIAS + GATES] + [("rope_axial", "krpe"), ("string_circulant", "alibi2d"),

@@ -1,0 +1,50 @@
+"""Helpers shared by the test modules (imported as `from helpers import ...`: pytest puts tests/ on
+sys.path because tests/ has no __init__.py)."""
+from __future__ import annotations
+
+import torch
+
+from rpevit.checks import offset_ratios
+from rpevit.grid import Grid
+
+
+def trained_like(module: torch.nn.Module, seed: int | None, scale: float, mode: str = "add") -> torch.nn.Module:
+    """Give every parameter of `module` seeded Gaussian noise so tests never see the (special) init.
+
+    mode "add": param += scale·N(0, 1); mode "replace": param = scale·N(0, 1). The noise is drawn
+    parameter by parameter, in `module.parameters()` order and in each parameter's dtype, from a
+    generator seeded with `seed`, or from torch's global generator when `seed` is None. Returns
+    `module`.
+    """
+    if mode not in ("add", "replace"):
+        raise ValueError(f"mode must be 'add' or 'replace', not {mode!r}")
+    generator = None if seed is None else torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in module.parameters():
+            noise = scale * torch.randn(param.shape, generator=generator, dtype=param.dtype)
+            if mode == "add":
+                param.add_(noise)
+            else:
+                param.copy_(noise)
+    return module
+
+
+def log_ratio_spread(weights: torch.Tensor, grid: Grid) -> float:
+    """The §5 test in log form: the largest spread over queries i of log(A[i, i+Δ] / A[i, i]), any Δ.
+
+    Same groups as rpevit.checks.relative_violation (built on its `offset_ratios`), but each spread is
+    measured in log space, so every offset is held to the same relative precision. The shared check
+    divides every spread by the largest ratio over all offsets; when the ratios span ~1e6 (e.g.
+    rope_mixed, or the affine IRPEGate control), a tiny value of it still allows a relative error
+    ~1e6 times larger in the smallest ratios, so the log-form bounds these tests asserted before
+    cannot be expressed with it. Strictly positive weights only (softmax); `weights` may carry
+    leading batch/head dimensions: the worst matrix is returned.
+    """
+    if not (weights > 0).all():
+        raise ValueError("log_ratio_spread needs strictly positive weights")
+    worst = 0.0
+    for matrix in weights.detach().reshape(-1, *weights.shape[-2:]):
+        for ratios in offset_ratios(matrix, grid).values():
+            logs = ratios.log()
+            worst = max(worst, float(logs.max() - logs.min()))
+    return worst
