@@ -33,7 +33,7 @@ test: $(STAMP)
 
 lab: $(STAMP)
 	$(VENV)/bin/jupyter lab --no-browser --port $(LAB_PORT) --ServerApp.root_dir=$(CURDIR) \
-	  --MultiKernelManager.default_kernel_name=rpevit
+	  --MultiKernelManager.default_kernel_name=rpevit $(if $(filter 0,$(shell id -u)),--allow-root)
 
 bench: $(STAMP)
 	$(PY) -m rpevit bench data --params smoke,fashion_mnist
