@@ -5,7 +5,6 @@ every table and figure passed here is computed at execution time.
 """
 from __future__ import annotations
 
-import csv
 import io
 import json
 import math
@@ -74,12 +73,7 @@ def save_table(rows: list[dict], preset: str, name: str, caption: str, notebook:
                root=None) -> str:
     """Write <name>.csv (full precision) and <name>.md (rounded); return the Markdown."""
     directory = report_dir(preset, root)
-    buffer = io.StringIO()
-    if rows:
-        writer = csv.DictWriter(buffer, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    records.write_text(directory / f"{name}.csv", buffer.getvalue())
+    records.write_csv(directory / f"{name}.csv", rows)
     markdown = markdown_table(rows, digits)
     records.write_text(directory / f"{name}.md", f"{caption}\n\n{markdown}")
     _register(directory, [f"{name}.csv", f"{name}.md"], caption, notebook, "table")
