@@ -148,9 +148,9 @@ def run_attention_bench(args) -> None:
 
     def measure(backend, method, path, side):
         n = side * side
-        dense = backend == "softmax" or path == "dense"
-        if dense and device.type == "cpu" and n > args.softmax_cpu_max:
-            return
+        quadratic = backend == "softmax" or (method and POSITIONS[method].mechanism == "bias")
+        if quadratic and device.type == "cpu" and n > args.softmax_cpu_max:
+            return  # N² memory (softmax, any dense bias) or m·d·4N (FFT bias) beyond a 24 GiB CPU box
         try:
             cost = attention_cost(backend, method, side, device, dtype, args.steps, bias_path=path)
         except torch.OutOfMemoryError:
@@ -268,7 +268,7 @@ def run_bench(what: str, args) -> None:
     print("|---|---|---|---|---|---|")
     for name in presets:
         params = load_params(name)
-        variant = params.variants[-1]
+        variant = getattr(args, "variant", None) or params.variants[0]
         compile_model = bool(getattr(args, "compile", False)) and device.type == "cuda"
         train_rate = train_throughput(params, variant, device, args.steps, compile_model)
         data_rate = data_throughput(params, device, args.steps) if what == "data" else float("nan")

@@ -165,9 +165,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--sides", default="8,16,32,64,128",
                        help="attention: grid sides (N = side²), default 8,16,32,64,128 = 64…16384 tokens")
     bench.add_argument("--softmax-cpu-max", type=int, default=4096,
-                       help="attention: largest N for softmax on CPU (its N² memory)")
+                       help="attention: largest N on CPU for softmax and relative-bias methods (memory)")
     bench.add_argument("--params", default="smoke", help="comma-separated presets whose model/data to use")
     bench.add_argument("--compile", action="store_true", help="torch.compile the model (CUDA only)")
+    bench.add_argument("--variant", help="train/data: the variant to time (default: each preset's first)")
     bench.add_argument("--steps", type=int, help="timed steps per measurement (train/data 20, attention 5)")
     bench.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     return parser
