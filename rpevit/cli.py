@@ -117,6 +117,8 @@ def cmd_bench(args) -> int:
     """Benchmarks: throughput of training and of the data pipeline (ratios in one run)."""
     from .bench import run_bench
 
+    print("command: python -m rpevit " + " ".join(sys.argv[1:]) if sys.argv[0].endswith("__main__.py")
+          else f"command: rpevit bench {args.what}")
     run_bench(args.what, args)
     return 0
 
