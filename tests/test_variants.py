@@ -141,3 +141,15 @@ def test_linear_backends_finite_under_bf16_with_large_norms(backend, rotary):
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = layer(x, GRID)
     assert torch.isfinite(out).all()
+
+
+def test_every_listed_variant_builds_and_runs_at_half_native_and_double_resolution():
+    images = torch.randn(1, 1, 28, 28)
+    sizes = (16, 28, 56)  # 0.5× (rounded to the patch size 4), 1×, 2×
+    for variant in list_variants():
+        torch.manual_seed(0)
+        model = build_model(variant, dim=16, depth=1, heads=2, mlp_dim=16).eval()
+        with torch.no_grad():
+            for size in sizes:
+                logits = model(F.interpolate(images, size=(size, size)), interpolate=size > 28)
+                assert logits.shape == (1, 10) and torch.isfinite(logits).all(), (variant, size)
