@@ -191,7 +191,7 @@ def main(argv=None) -> int:
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except (Diverged, NotebookFailed) as exc:
+    except (Diverged, NotebookFailed, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except BrokenPipeError:  # output piped into e.g. `head`, which closed early

@@ -5,9 +5,10 @@ Test images are resized with antialiasing. Two position modes, labelled in every
 - "extrapolate": positions are rebuilt from the new grid (rotary, ALiBi, iRPE, KRPE-clamp extend
   to the larger grid as they are);
 - "interpolate": positions are scaled into the trained range (Chen et al. 2023 position
-  interpolation for rotary methods; the KRPE table is resized).
-Learned APE is bicubic-resized in both modes, so for variants without a relative or rotary
-method the two modes coincide and only "extrapolate" is run.
+  interpolation: rotary methods, ALiBi and iRPE offsets, sin-cos APE, the STRING gate; the KRPE
+  table is resized).
+Learned APE and the IRPE-Gate tables are resized in both modes, so for variants whose methods
+ignore position interpolation the two modes coincide and only "extrapolate" is run.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from . import data as data_lib
 from . import metrics, records
 from .errors import UserError
 from .model import build_model
-from .train import autocast, resolve_device, run_settings
+from .train import autocast, resolve_device, run_key, run_settings
 from .variants import parse_variant
 
 MODES = ("extrapolate", "interpolate")
@@ -34,9 +35,10 @@ def resize_split(split, size: int) -> data_lib.Split:
 
 
 def position_modes(variant: str) -> tuple[str, ...]:
-    """The modes that differ for this variant: interpolation matters only for rotary/bias methods."""
-    parsed = parse_variant(variant)
-    scalable = parsed.method("rotary") or parsed.method("bias")
+    """The modes that differ for this variant: both if any of its methods follows position scaling."""
+    from .position import POSITIONS
+
+    scalable = any(POSITIONS[p].follows_grid_scale for p in parse_variant(variant).positions)
     return MODES if scalable else ("extrapolate",)
 
 
@@ -50,6 +52,9 @@ def trained_model(params, dataset: str, variant: str, seed: int, runs_root=None,
     if record is None or record.get("status") != "finished":
         raise UserError(f"no finished run of {variant} on {dataset} (seed {seed}) in {out_dir}; "
                         f"train it first (python -m rpevit train --params {params.name} --variant {variant}).")
+    if record.get("key") != run_key(params, DATASETS[dataset], variant, seed, record["epochs"]):
+        raise UserError(f"the run in {out_dir} was trained with other settings than preset {params.name} has now; "
+                        f"retrain it (python -m rpevit study {params.name}) before evaluating.")
     model_cfg, train_cfg = run_settings(params, DATASETS[dataset], record["epochs"])
     model = build_model(variant, model_cfg).to(device or resolve_device(train_cfg.device))
     model.load_state_dict(records.load_checkpoint(out_dir / records.CHECKPOINT)["best"]["state"])

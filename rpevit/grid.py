@@ -6,6 +6,7 @@ r_i = (row, col) and the offset Δ_ij = r_j − r_i (REFERENCE.md notation).
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -57,8 +58,14 @@ class Grid:
         return grid * torch.tensor([scale_rows, scale_cols], device=device, dtype=dtype)
 
     def offsets(self, device=None) -> torch.Tensor:
-        """Integer offsets Δ_ij = r_j − r_i between patches: (N, N, 2) long."""
-        rows = torch.arange(self.height, device=device)
-        cols = torch.arange(self.width, device=device)
-        r = torch.stack(torch.meshgrid(rows, cols, indexing="ij"), dim=-1).reshape(-1, 2)
-        return r[None, :, :] - r[:, None, :]
+        """Integer offsets Δ_ij = r_j − r_i between patches: (N, N, 2) long (cached per shape)."""
+        # inference-mode tensors cannot be saved for backward later: cache them separately
+        return _offsets(self.height, self.width, torch.device(device or "cpu"), torch.is_inference_mode_enabled())
+
+
+@functools.lru_cache(maxsize=16)
+def _offsets(height: int, width: int, device: torch.device, inference: bool) -> torch.Tensor:
+    rows = torch.arange(height, device=device)
+    cols = torch.arange(width, device=device)
+    r = torch.stack(torch.meshgrid(rows, cols, indexing="ij"), dim=-1).reshape(-1, 2)
+    return r[None, :, :] - r[:, None, :]

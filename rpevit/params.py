@@ -277,7 +277,10 @@ def load_params(name_or_path: str | Path) -> Params:
     return params
 
 
-RESULT_NEUTRAL = {"root", "download", "eval_batch_size", "timing_images"}
+# settings that do not change what a run learns: paths, measurement sizes, the device / compile
+# choice (recorded in each run record) and the eval-only KRPE extrapolation policy
+RESULT_NEUTRAL = {"root", "download", "eval_batch_size", "timing_images", "device", "compile",
+                  "krpe_extrapolation"}
 
 
 def fingerprint(*configs) -> str:

@@ -16,6 +16,8 @@ import torch
 
 from .params import PROJECT_ROOT
 
+_UMASK = os.umask(0)
+os.umask(_UMASK)
 RUNS_ROOT = Path(os.environ.get("RPEVIT_RUNS", PROJECT_ROOT / "runs"))
 RECORD, HISTORY, CHECKPOINT = "record.json", "history.csv", "checkpoint.pt"
 
@@ -34,7 +36,13 @@ def _atomic_write(path: Path, write) -> None:
             write(handle)
             handle.flush()
             os.fsync(handle.fileno())
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; give the usual permissions
         os.replace(tmp, path)
+        directory = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(directory)  # make the rename itself durable
+        finally:
+            os.close(directory)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

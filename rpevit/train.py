@@ -145,6 +145,9 @@ def train_run(params: Params, dataset, variant: str, seed: int, out_dir: Path, *
             _set_rng_state(checkpoint["rng"], device)
             history, best, start_epoch = checkpoint["history"], checkpoint["best"], checkpoint["epoch"]
             print(f"[{variant} | {info.name} | seed {seed}] resuming after epoch {start_epoch}")
+        else:
+            print(f"[{variant} | {info.name} | seed {seed}] the checkpoint in {out_dir} was made with other "
+                  "settings; starting this run afresh")
 
     forward = torch.compile(model) if (train_cfg.compile and device.type == "cuda") else model
     metrics.reset_peak_memory(device)

@@ -28,11 +28,13 @@ class PositionMethod:
     build: Callable
     summary: str
     relative: bool
+    follows_grid_scale: bool = True  # reacts to position interpolation (grid.interpolate)
 
 
 POSITIONS: dict[str, PositionMethod] = {
     "ape": PositionMethod("absolute", LearnedAbsolute,
-                          "learned absolute embedding (ViT), bicubic-resized on new grids", False),
+                          "learned absolute embedding (ViT), bicubic-resized on new grids", False,
+                          follows_grid_scale=False),
     "krpe": PositionMethod("bias", KernelizedRPE,
                            "learnable relative bias table per head (Swin; Luo et al. 2021 kernelized RPE in "
                            "linear attention, by 2D FFT)", True),
@@ -46,7 +48,7 @@ POSITIONS: dict[str, PositionMethod] = {
                                  "fixed 2D sin-cos embedding (MAE / MoCo v3), recomputed for any grid", False),
     "gate_irpe": PositionMethod("gate", IRPEGate,
                                 "seed 001's IRPE-Gate: q, k scaled per channel by exp(row + col tables); "
-                                "absolute, not relative", False),
+                                "absolute, not relative", False, follows_grid_scale=False),
     "gate_string": PositionMethod("gate", StringGate2D,
                                   "seed 001's STRINGGate2D: q, k scaled per channel by exp(projected "
                                   "learnable 2D Fourier features); absolute, not relative", False),

@@ -125,7 +125,8 @@ class KernelizedRPE(RelativeBias):
       (align_corners=False) to (2H−1, 2W−1) — up for larger grids, down for smaller ones — which
       maps offset Δ to about Δ·(2S−1)/(2H−1) of the trained table; the centre Δ = 0 is kept.
     The trained grid itself always reads the table unchanged. A grid in position-interpolation
-    mode (grid.interpolate, the "interpolate" mode of multi-resolution evaluation) always resizes.
+    mode (grid.interpolate, the "interpolate" mode of multi-resolution evaluation) larger than the
+    trained one is resized; smaller grids keep the exact central part, as for the other methods.
     """
 
     POLICIES = ("clamp", "interpolate")
@@ -151,7 +152,7 @@ class KernelizedRPE(RelativeBias):
         trained_h, trained_w = self.trained
         if (grid.height, grid.width) == self.trained:
             return self.bias_table
-        if self.policy == "interpolate" or grid.interpolate:
+        if self.policy == "interpolate" or grid.scale() != (1.0, 1.0):
             resized = F.interpolate(self.bias_table[None], size=table_shape(grid), mode="bicubic",
                                     align_corners=False)
             return resized[0]
