@@ -9,25 +9,24 @@ bench patches:   seed 000's patch-size sweep: a whole ViT on 32×32 images with 
 """
 from __future__ import annotations
 
-import dataclasses
 import time
 
 import torch
 import torch.nn.functional as F
 
 from . import data as data_lib
+from . import runs
 from .model import build_model
 from .params import load_params
-from .train import autocast, resolve_device
+from .device import autocast, resolve_device
+from .metrics import synchronize, timed
+from .tables import markdown_table
 
 
 def train_throughput(params, variant: str, device, steps: int, compile_model: bool = False) -> float:
     """Training images/s of a preset's model on random inputs of its first dataset's shape."""
     info = data_lib.DATASETS[params.datasets[0]]
-    cfg = dataclasses.replace(params.model, image_size=info.image_size, channels=info.channels,
-                              num_classes=info.num_classes)
-    torch.manual_seed(0)
-    model = build_model(variant, cfg).to(device)
+    model = runs.untrained_model(params, info.name, variant, seed=0, device=device).train()
     forward = torch.compile(model) if compile_model else model
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     batch = params.train.batch_size
@@ -46,8 +45,7 @@ def train_throughput(params, variant: str, device, steps: int, compile_model: bo
 
 def data_throughput(params, device, steps: int) -> float:
     """Augmented + normalized training images/s of a preset's first dataset."""
-    dataset = data_lib.load_dataset(params.datasets[0], root=params.data.root, device=device,
-                                    split_seed=params.data.split_seed, val_size=params.data.val_size)
+    dataset = runs.dataset_for(params, device=device)
     info = dataset.info
     recipe = info.augment if params.data.augment == "auto" else params.data.augment
     generator = torch.Generator().manual_seed(0)
@@ -56,13 +54,13 @@ def data_throughput(params, device, steps: int) -> float:
         for x, _ in data_lib.batches(dataset.train, info, params.train.batch_size, shuffle=True,
                                      generator=generator, recipe=recipe):
             if start is None:  # the first batch is warm-up
-                _sync(device)
+                synchronize(device)
                 start = time.perf_counter()
                 continue
             count += len(x)
             if count >= steps * params.train.batch_size:
                 break
-    _sync(device)
+    synchronize(device)
     return count / (time.perf_counter() - start)
 
 
@@ -75,17 +73,17 @@ def attention_cost(backend: str, method: str | None, side: int, device, dtype, r
     CPU the bytes autograd saves for backward (the layer's activation memory), since CPU peak
     memory cannot be reset per measurement.
     """
-    from .attention import BACKENDS
+    from .attention import linear_backends
     from .attention.layer import MultiHeadAttention
     from .grid import Grid
     from .params import model_config
     from .position import POSITIONS
 
     torch.manual_seed(0)
-    config = model_config(dim=heads * head_dim, heads=heads, image_size=side * 4, patch_size=4,
-                          bias_path=bias_path)
-    mechanism = {POSITIONS[method].mechanism: POSITIONS[method].build} if method else {}
-    layer = MultiHeadAttention(config, BACKENDS[backend], **mechanism).to(device)
+    paths = {name: {"bias_path": bias_path} for name in linear_backends()}
+    config = model_config(dim=heads * head_dim, heads=heads, image_size=side * 4, patch_size=4, **paths)
+    mechanism = {POSITIONS[method].mechanism: method} if method else {}
+    layer = MultiHeadAttention(config, backend, **mechanism).to(device)
     grid = Grid(side, side, cls=True)
     x = torch.randn(batch, grid.num_tokens, config.dim, device=device, requires_grad=True)
 
@@ -96,7 +94,7 @@ def attention_cost(backend: str, method: str | None, side: int, device, dtype, r
     def step():
         forward().float().sum().backward()
 
-    times = timed(step, device, repeats)
+    times = timed(step, device, repeats, warmup=1)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
         base = torch.cuda.memory_allocated(device)
@@ -116,8 +114,7 @@ def attention_cost(backend: str, method: str | None, side: int, device, dtype, r
 
 
 def _table(header: list[str], rows: list[list]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return "\n".join(lines + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows])
+    return markdown_table([dict(zip(header, row)) for row in rows], header)
 
 
 def growth(rows: dict, key: tuple, ns: list[int]) -> list[str]:
@@ -130,7 +127,7 @@ def run_attention_bench(args) -> None:
     """Print the attention scaling tables: time/memory vs N per backend × method (bias path "auto",
     as in training), growth ratios, method overhead at N = 1024, and krpe in linear attention
     through the FFT path vs the dense N×N path (both forced), with their crossover."""
-    from .attention import BACKENDS
+    from .attention import BACKENDS, linear_backends
     from .position import POSITIONS
 
     device = resolve_device(args.device)
@@ -148,7 +145,7 @@ def run_attention_bench(args) -> None:
 
     def measure(backend, method, path, side):
         n = side * side
-        quadratic = backend == "softmax" or (method and POSITIONS[method].mechanism == "bias")
+        quadratic = BACKENDS[backend].exact or (method and POSITIONS[method].mechanism == "bias")
         if quadratic and device.type == "cpu" and n > args.softmax_cpu_max:
             return  # N² memory (softmax, any dense bias) or m·d·4N (FFT bias) beyond a 24 GiB CPU box
         try:
@@ -164,7 +161,7 @@ def run_attention_bench(args) -> None:
         for method in methods:
             for side in sides:
                 measure(backend, method, "auto", side)
-    for backend in [b for b in BACKENDS if b != "softmax"]:
+    for backend in linear_backends():
         for path in ("fft", "dense"):
             for side in sides:
                 measure(backend, "krpe", path, side)
@@ -180,14 +177,14 @@ def run_attention_bench(args) -> None:
         for b in BACKENDS]))
     print("\nkrpe in linear attention: the 2D-FFT path vs the dense N×N path (time ratio dense/FFT; > 1: FFT "
           "faster), and the FFT path's growth T(4N)/T(N):\n")
-    linear = [b for b in BACKENDS if b != "softmax"]
+    linear = linear_backends()
     print(_table(["backend"] + [f"N={n}" for n in ns] + [f"FFT {a}→{b}" for a, b in zip(ns, ns[1:])], [[b] + [
         f"{rows[(b, 'krpe', 'dense', n)]['seconds'] / rows[(b, 'krpe', 'fft', n)]['seconds']:.2f}"
         if (b, "krpe", "dense", n) in rows and (b, "krpe", "fft", n) in rows else "—" for n in ns]
         + growth(rows, (b, "krpe", "fft"), ns) for b in linear]))
 
 
-def patch_sweep(patch_sizes=(8, 4, 2, 1), backends=("softmax", "favor", "relu"), positions: str = "ape",
+def patch_sweep(patch_sizes=(8, 4, 2, 1), backends=None, positions: str = "ape",
                 dim: int = 64, depth: int = 4, heads: int = 4, batch: int = 32, steps: int = 3,
                 epoch_images: int = 50_000, device="cpu") -> list[dict]:
     """Seconds per epoch of training and inference for each patch size and backend (seed 000 §5.3.3).
@@ -195,10 +192,12 @@ def patch_sweep(patch_sizes=(8, 4, 2, 1), backends=("softmax", "favor", "relu"),
     Each cell is measured over `steps` timed batches of random 32×32×3 images after one warm-up
     batch, and scaled to an epoch of `epoch_images` images (CIFAR-100's 50,000 by default).
     """
+    from .attention import BACKENDS
+
     device = torch.device(device)
     rows = []
     for patch in patch_sizes:
-        for backend in backends:
+        for backend in backends or BACKENDS:
             torch.manual_seed(0)
             model = build_model(f"{backend}+{positions}", dim=dim, depth=depth, heads=heads, mlp_dim=2 * dim,
                                 patch_size=patch, image_size=32, channels=3, num_classes=100).to(device)
@@ -219,30 +218,11 @@ def patch_sweep(patch_sizes=(8, 4, 2, 1), backends=("softmax", "favor", "relu"),
             timings = {}
             for label, step in (("train", train_step), ("inference", infer_step)):
                 model.train(label == "train")
-                timings[label] = sum(timed(step, device, steps)) / (steps * batch) * epoch_images
+                timings[label] = sum(timed(step, device, steps, warmup=1)) / (steps * batch) * epoch_images
             rows.append({"patch_size": patch, "tokens": (32 // patch) ** 2, "backend": backend,
                          "train_seconds_per_epoch": timings["train"],
                          "inference_seconds_per_epoch": timings["inference"]})
     return rows
-
-
-def timed(step, device, repeats: int, warmup: int = 1) -> list[float]:
-    """Wall seconds of each of `repeats` calls of step() after `warmup` calls (CUDA-synchronized)."""
-    for _ in range(warmup):
-        step()
-    _sync(device)
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        step()
-        _sync(device)
-        times.append(time.perf_counter() - start)
-    return times
-
-
-def _sync(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def run_bench(what: str, args) -> None:

@@ -22,15 +22,9 @@ def _params(args):
 
 def _dataset(args, params):
     """Load --dataset (default: the preset's first) onto the preset's device."""
-    from .data import DATASETS, load_dataset
-    from .train import resolve_device
+    from .runs import dataset_for
 
-    name = args.dataset or params.datasets[0]
-    if name not in DATASETS:
-        raise UserError(f"--dataset: unknown dataset {name!r}; choose from {', '.join(DATASETS)}.")
-    return load_dataset(name, root=params.data.root, download=params.data.download,
-                        device=resolve_device(params.train.device), split_seed=params.data.split_seed,
-                        val_size=params.data.val_size)
+    return dataset_for(params, args.dataset)
 
 
 def cmd_list(args) -> int:

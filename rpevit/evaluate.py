@@ -16,10 +16,8 @@ import torch
 import torch.nn.functional as F
 
 from . import data as data_lib
-from . import metrics, records
+from . import metrics, records, runs
 from .errors import UserError
-from .model import build_model
-from .train import autocast, resolve_device, run_key, run_settings
 from .variants import parse_variant
 
 MODES = ("extrapolate", "interpolate")
@@ -42,45 +40,24 @@ def position_modes(variant: str) -> tuple[str, ...]:
     return MODES if scalable else ("extrapolate",)
 
 
-def trained_model(params, dataset: str, variant: str, seed: int, runs_root=None, device=None):
-    """(model with the run's best-validation weights in eval mode, its record) for a finished run."""
-    from .data import DATASETS
-
-    variant = parse_variant(variant).name
-    out_dir = records.run_dir(params.name, dataset, variant, seed, runs_root)
-    record = records.read_record(out_dir)
-    if record is None or record.get("status") != "finished":
-        raise UserError(f"no finished run of {variant} on {dataset} (seed {seed}) in {out_dir}; "
-                        f"train it first (python -m rpevit train --params {params.name} --variant {variant}).")
-    if record.get("key") != run_key(params, DATASETS[dataset], variant, seed, record["epochs"]):
-        raise UserError(f"the run in {out_dir} was trained with other settings than preset {params.name} has now; "
-                        f"retrain it (python -m rpevit study {params.name}) before evaluating.")
-    model_cfg, train_cfg = run_settings(params, DATASETS[dataset], record["epochs"])
-    model = build_model(variant, model_cfg).to(device or resolve_device(train_cfg.device))
-    model.load_state_dict(records.load_checkpoint(out_dir / records.CHECKPOINT)["best"]["state"])
-    return model.eval(), record
-
-
 def evaluate_resolutions(params, dataset, variant: str, seed: int, resolutions, runs_root=None) -> list[dict]:
     """Evaluate a finished run's best weights at each resolution and mode; store them in its record."""
     patch = params.model.patch_size
     bad = [r for r in resolutions if r % patch or r < patch]
     if bad:
         raise UserError(f"resolutions {bad} are not positive multiples of the patch size {patch}.")
-    model, record = trained_model(params, dataset.info.name, variant, seed, runs_root)
-    train_cfg = run_settings(params, dataset.info, record["epochs"])[1]
+    model, record = runs.trained_model(params, dataset.info.name, variant, seed, runs_root)
+    train_cfg = runs.train_config_for(params, record["epochs"])
     device = next(model.parameters()).device
     results = []
     for size in resolutions:
         split = resize_split(dataset.test, size)
         for mode in position_modes(variant):
-            logits, labels = [], []
-            with torch.no_grad():
-                for x, y in data_lib.batches(split, dataset.info, train_cfg.eval_batch_size, shuffle=False):
-                    with autocast(device, train_cfg.amp):
-                        logits.append(model(x.to(device), interpolate=mode == "interpolate").float().cpu())
-                    labels.append(y.cpu())
-            scores = metrics.classification_metrics(torch.cat(logits), torch.cat(labels), record["num_params"])
+            print(f"[{record['variant']} | {dataset.info.name} | seed {seed}] testing at {size}×{size} ({mode})",
+                  flush=True)
+            logits, labels = runs.predict(model, split, dataset.info, train_cfg.eval_batch_size, device,
+                                          train_cfg.amp, interpolate=mode == "interpolate")
+            scores = metrics.classification_metrics(logits, labels, record["num_params"])
             results.append({"resolution": size, "mode": mode, "trained_resolution": dataset.info.image_size,
                             "top1": scores["top1"], "top5": scores["top5"],
                             "log_likelihood": scores["log_likelihood"]})

@@ -11,12 +11,14 @@
 from __future__ import annotations
 
 import math
+import os
 import resource
 import statistics
 import sys
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 
 import torch
 from torch import Tensor, nn
@@ -145,23 +147,31 @@ def matmul_flops(model: nn.Module, images: Tensor) -> int:
     return round(counter.get_total_flops() / images.shape[0])
 
 
-def _synchronize(device: torch.device | str) -> None:
+def synchronize(device: torch.device | str) -> None:
     """Wait for queued CUDA work on `device`; nothing to wait for elsewhere."""
     device = torch.device(device)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
 
-def _timed_seconds(run, device: torch.device, repeats: int) -> float:
-    """Median wall seconds of `repeats` calls of `run`, CUDA synchronised around each."""
+def timed(run, device, repeats: int, warmup: int = 0) -> list[float]:
+    """Wall seconds of each of `repeats` calls of `run` after `warmup` untimed calls, CUDA synchronised."""
+    device = torch.device(device)
+    for _ in range(warmup):
+        run()
     durations = []
     for _ in range(repeats):
-        _synchronize(device)
+        synchronize(device)
         start = time.perf_counter()
         run()
-        _synchronize(device)
+        synchronize(device)
         durations.append(time.perf_counter() - start)
-    return statistics.median(durations)
+    return durations
+
+
+def _timed_seconds(run, device: torch.device, repeats: int) -> float:
+    """Median wall seconds of `repeats` calls of `run`."""
+    return statistics.median(timed(run, device, repeats))
 
 
 def inference_timing(
@@ -196,23 +206,51 @@ def inference_timing(
     }
 
 
+_CLEAR_REFS, _STATUS = Path("/proc/self/clear_refs"), Path("/proc/self/status")
+
+
 def reset_peak_memory(device) -> None:
-    """Reset the CUDA peak-allocation counter; a no-op on CPU, whose peak RSS cannot be reset."""
+    """Start a new peak-memory measurement: CUDA's peak-allocation counter, or on Linux the
+    process's peak resident set (VmHWM, reset by writing 5 to /proc/self/clear_refs)."""
     if torch.device(device).type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
+        return
+    try:
+        _CLEAR_REFS.write_text("5")
+    except OSError:
+        pass  # not Linux, or not permitted: peak_memory_mb falls back to the process-wide mark
 
 
 def peak_memory_mb(device) -> float:
-    """Peak memory in MiB: CUDA max allocated since the last reset, or on CPU the process's peak RSS.
+    """Peak memory in MiB since `reset_peak_memory`: CUDA max allocated, or on CPU the peak RSS.
 
-    The CPU figure (`resource.getrusage(...).ru_maxrss`) is a process-wide high-water mark since
-    the process started: it includes everything else the process holds and never goes down.
+    On Linux the CPU figure is VmHWM, which reset_peak_memory resets, so each run of a study
+    measures its own peak (it still includes what the process held before, e.g. the dataset);
+    elsewhere it is the process-wide ru_maxrss high-water mark.
     """
     if torch.device(device).type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
+    try:
+        for line in _STATUS.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024  # kB
+    except OSError:
+        pass
     max_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     rss_bytes = max_rss if sys.platform == "darwin" else max_rss * 1024  # macOS reports bytes, Linux KiB
     return rss_bytes / 2**20
+
+
+def machine_load() -> dict:
+    """The load under which timings were taken: 1-minute load average, cores, torch threads."""
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    return {"load_average": load, "cpu_count": os.cpu_count(), "threads": torch.get_num_threads()}
+
+
+def busy(record: dict) -> bool:
+    """True if a record's timings were taken on a busy machine (load above the cores)."""
+    load, cores = record.get("load_average"), record.get("cpu_count")
+    return load is not None and cores is not None and load > cores + 0.5
 
 
 class Timer:
@@ -224,10 +262,10 @@ class Timer:
         self._start = 0.0
 
     def __enter__(self) -> Timer:
-        _synchronize(self.device)
+        synchronize(self.device)
         self._start = time.perf_counter()
         return self
 
     def __exit__(self, *exc_info) -> None:
-        _synchronize(self.device)
+        synchronize(self.device)
         self.seconds = time.perf_counter() - self._start

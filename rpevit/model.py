@@ -11,12 +11,11 @@ import dataclasses
 import torch
 from torch import nn
 
-from .attention import BACKENDS
 from .attention.layer import MultiHeadAttention
 from .errors import UserError
 from .grid import Grid
 from .params import ModelConfig, model_config, validate_model
-from .position import POSITIONS
+from .position import build_position
 from .variants import Variant, parse_variant
 
 
@@ -60,12 +59,11 @@ class ViT(nn.Module):
         if self.cls_token is not None:
             self.cls_token.no_weight_decay = True
         absolute = variant.method("absolute")
-        self.absolute = POSITIONS[absolute].build(config, config.dim, config.heads) if absolute else None
-        builders = {m: (POSITIONS[p].build if (p := variant.method(m)) else None)
-                    for m in ("rotary", "bias", "gate")}
+        self.absolute = None if absolute is None else \
+            build_position(absolute, config, config.dim, config.heads)
+        methods = {m: variant.method(m) for m in ("rotary", "bias", "gate")}
         self.blocks = nn.ModuleList(
-            Block(config, MultiHeadAttention(config, BACKENDS[variant.backend], **builders))
-            for _ in range(config.depth))
+            Block(config, MultiHeadAttention(config, variant.backend, **methods)) for _ in range(config.depth))
         self.norm = nn.LayerNorm(config.dim)
         self.head = nn.Linear(config.dim, config.num_classes)
         # initialise the backbone only: positional modules and backends keep their own inits
@@ -122,9 +120,12 @@ def _init_weights(module):
 
 
 def build_model(variant: str, config: ModelConfig | None = None, **overrides) -> ViT:
-    """Build the ViT for a variant name, e.g. build_model('softmax+ape', dim=64, depth=4).
+    """Build the ViT for a variant name, e.g. build_model('favor+ape', dim=64, favor={'num_features': 32}).
 
-    `config` (a ModelConfig) is the base; keyword overrides are validated like preset keys.
+    `config` (a ModelConfig) is the base; keyword overrides are validated like preset keys
+    (a backend's or method's options as a nested mapping under its name).
     """
+    if config is not None and not overrides:
+        return ViT(parse_variant(variant), config)
     base = dataclasses.asdict(config) if config is not None else {}
     return ViT(parse_variant(variant), model_config(**{**base, **overrides}))

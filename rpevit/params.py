@@ -7,8 +7,7 @@ value and what is allowed.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ from typing import Literal
 import yaml
 
 from .errors import UserError
+from .options import neutral
 
 def _project_root() -> Path:
     """The repository root when rpevit runs from its checkout (editable install), else the cwd."""
@@ -31,7 +31,11 @@ PRESETS_DIR = PROJECT_ROOT / "params"
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """ViT architecture and the options of every attention backend and positional method."""
+    """ViT architecture; each backend's and positional method's own options live in `options`.
+
+    `options` maps a component name (e.g. "favor", "rope_axial") to its Options instance; a
+    component not listed uses its defaults (`options_for`).
+    """
 
     patch_size: int = 4
     dim: int = 64
@@ -40,32 +44,39 @@ class ModelConfig:
     mlp_dim: int = 128
     pool: Literal["cls", "mean"] = "cls"
     dropout: float = 0.0
-    # linear backends: where a rotary method acts — on q, k ("pre") or on φ(q), φ(k) ("post");
-    # "auto" = the backend's default (favor: pre, relu: post)
-    rotation_site: Literal["auto", "pre", "post"] = "auto"
-    # favor: number of random features m (None = the documented default) and redraw policy
-    favor_features: int | None = None
-    favor_redraw_steps: int = 0
-    # relu: φ(x) = ReLU(x) ("identity", seed 000) or ReLU(Wx) with W random-orthogonal or learned (seed 001)
-    relu_features: Literal["identity", "random", "learned"] = "identity"
-    relu_num_features: int | None = None
-    # rotary: RoPE-Axial base θ (frequencies θ^(−4k/d)); RoPE-Mixed initial magnitudes use rope_mixed_theta
-    rope_theta: float = 100.0
-    rope_mixed_theta: float = 10.0
-    # relative bias in favor/relu: the 2D-FFT path (O(N log N)), the dense N×N path, or "auto" =
-    # whichever costs fewer multiply-adds for the grid (dense on small grids, FFT on large ones)
-    bias_path: Literal["auto", "fft", "dense"] = "auto"
-    # krpe on grids other than the trained one: offsets clamped into the trained range (iRPE rule)
-    # or the table bicubic-resized to (2H−1)×(2W−1) (Swin rule)
-    krpe_extrapolation: Literal["clamp", "interpolate"] = "clamp"
-    # irpe offset buckets: per-axis product (49) or Euclidean distance (4), plus one CLS skip bucket
-    irpe_method: Literal["product", "euclidean"] = "product"
-    # gate_string (seed 001 STRINGGate2D): number of learnable 2D Fourier frequencies
-    gate_string_rank: int = 8
-    # set from the dataset by the study runner, not in presets
+    options: dict = field(default_factory=dict)
+    # set from the dataset by the run services, not in presets
     image_size: int = 28
     channels: int = 1
     num_classes: int = 10
+
+    def options_for(self, name: str):
+        """The options of backend or positional method `name` (its defaults unless set)."""
+        return self.options.get(name) or options_class(name)()
+
+
+def components() -> dict[str, type]:
+    """Every backend and positional method by name → its module class."""
+    from .attention import BACKENDS
+    from .position import POSITIONS
+
+    return {**BACKENDS, **{name: method.build for name, method in POSITIONS.items()}}
+
+
+def options_class(name: str) -> type:
+    """The Options dataclass of a backend or positional method."""
+    return components()[name].Options
+
+
+# flat model keys of rpevit ≤ 0.1 → (component, option): named in errors and used to recognise old records
+LEGACY_MODEL_KEYS = {
+    "favor_features": ("favor", "num_features"), "favor_redraw_steps": ("favor", "redraw_steps"),
+    "relu_features": ("relu", "feature_map"), "relu_num_features": ("relu", "num_features"),
+    "rope_theta": ("rope_axial", "theta"), "rope_mixed_theta": ("rope_mixed", "theta"),
+    "bias_path": ("favor|relu", "bias_path"), "krpe_extrapolation": ("krpe", "extrapolation"),
+    "irpe_method": ("irpe", "buckets"), "gate_string_rank": ("gate_string", "rank"),
+    "rotation_site": ("favor|relu", "rotation_site"),
+}
 
 
 DATASET_KEYS = ("image_size", "channels", "num_classes")
@@ -75,8 +86,8 @@ DATASET_KEYS = ("image_size", "channels", "num_classes")
 class DataConfig:
     """Where datasets come from and how training images are augmented."""
 
-    root: str | None = None
-    download: bool = False
+    root: str | None = neutral(None)
+    download: bool = neutral(False)
     augment: Literal["auto", "none", "mnist", "cifar"] = "auto"
     split_seed: int = 42
     val_size: int | None = None
@@ -94,11 +105,32 @@ class TrainConfig:
     warmup_epochs: float = 1.0
     label_smoothing: float = 0.0
     grad_clip: float | None = 1.0
-    device: Literal["auto", "cpu", "cuda"] = "auto"
+    device: Literal["auto", "cpu", "cuda"] = neutral("auto")
     amp: Literal["auto", "off", "bf16"] = "auto"
-    compile: bool = False
-    eval_batch_size: int = 500
-    timing_images: int = 512
+    compile: bool = neutral(False)
+    eval_batch_size: int = neutral(500)
+    timing_images: int = neutral(512)
+
+    def check(self, where: str = "train") -> None:
+        """Reject values that would crash or silently train garbage (before any training starts)."""
+        def bad(key, value, allowed):
+            return UserError(f"{where}.{key}: {value!r} is not valid; it must be {allowed}.")
+
+        for key in ("epochs", "batch_size", "eval_batch_size", "timing_images"):
+            if getattr(self, key) < 1:
+                raise bad(key, getattr(self, key), "a positive integer")
+        if not (math.isfinite(self.lr) and self.lr > 0):
+            raise bad("lr", self.lr, "a finite number > 0")
+        if not (math.isfinite(self.min_lr) and 0 <= self.min_lr <= self.lr):
+            raise bad("min_lr", self.min_lr, f"a number in [0, lr = {self.lr}]")
+        if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
+            raise bad("weight_decay", self.weight_decay, "a finite number ≥ 0")
+        if not (math.isfinite(self.warmup_epochs) and 0 <= self.warmup_epochs <= self.epochs):
+            raise bad("warmup_epochs", self.warmup_epochs, f"a number in [0, epochs = {self.epochs}]")
+        if not 0 <= self.label_smoothing < 1:
+            raise bad("label_smoothing", self.label_smoothing, "a number in [0, 1)")
+        if self.grad_clip is not None and not (math.isfinite(self.grad_clip) and self.grad_clip > 0):
+            raise bad("grad_clip", self.grad_clip, "a finite number > 0, or null for no clipping")
 
 
 @dataclass(frozen=True)
@@ -189,9 +221,13 @@ def build_dataclass(cls, values, where: str = ""):
         values = {}
     if not isinstance(values, dict):
         raise UserError(f"{where or 'preset'}: expected a mapping of keys, got {values!r}.")
+    if cls is ModelConfig:
+        return _build_model_config(values, where)
     hints = typing.get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]
     unknown = [k for k in values if k not in names]
+    if unknown and not names:
+        raise UserError(f"{where} has no options (got {unknown[0]}); remove {where} from the preset.")
     if unknown:
         raise UserError(f"unknown key {prefix}{unknown[0]}; allowed keys: {', '.join(names)}.")
     kwargs = {k: _coerce(v, hints[k], prefix + k) for k, v in values.items()}
@@ -202,6 +238,42 @@ def build_dataclass(cls, values, where: str = ""):
                    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
                    and f.name not in kwargs]
         raise UserError(f"{where or 'preset'}: missing required key(s) {', '.join(missing)}.") from exc
+
+
+def _build_model_config(values: dict, where: str) -> ModelConfig:
+    """ModelConfig from a mapping: core keys, plus one nested mapping of options per component."""
+    from .options import check
+
+    where = where or "model"
+    core = [f.name for f in dataclasses.fields(ModelConfig) if f.name != "options"]
+    known = components()
+    options = {}
+    for key, value in values.items():
+        if key in core or key == "options":
+            continue
+        if key in LEGACY_MODEL_KEYS:
+            component, option = LEGACY_MODEL_KEYS[key]
+            raise UserError(f"{where}.{key} is now an option of its method: write {where}: "
+                            f"{{{component.split('|')[0]}: {{{option}: ...}}}}"
+                            + (" (or under relu)" if "|" in component else "") + ".")
+        if key not in known:
+            raise UserError(f"unknown key {where}.{key}; allowed keys: {', '.join(core)}, or the options of a "
+                            f"backend or positional method under its name: {', '.join(known)}.")
+        opts = value if dataclasses.is_dataclass(value) else build_dataclass(known[key].Options, value,
+                                                                             f"{where}.{key}")
+        check(opts, f"{where}.{key}")
+        options[key] = opts
+    nested = values.get("options") or {}
+    for key, opts in nested.items():  # already-built options (dataclasses.replace / asdict round trips)
+        if key not in known:
+            raise UserError(f"unknown component {key!r} in {where}.options; choose from {', '.join(known)}.")
+        opts = opts if dataclasses.is_dataclass(opts) else build_dataclass(known[key].Options, opts,
+                                                                           f"{where}.{key}")
+        check(opts, f"{where}.{key}")
+        options.setdefault(key, opts)
+    hints = typing.get_type_hints(ModelConfig)
+    kwargs = {k: _coerce(v, hints[k], f"{where}.{k}") for k, v in values.items() if k in core}
+    return ModelConfig(**kwargs, options=options)
 
 
 def model_config(**config) -> ModelConfig:
@@ -235,8 +307,20 @@ def _validate(params: Params) -> None:
     if not params.datasets or not params.variants or not params.seeds:
         raise UserError("datasets, variants and seeds must each list at least one entry.")
     validate_model(params.model)
-    if params.train.epochs < 1 or params.train.batch_size < 1:
-        raise UserError("train.epochs and train.batch_size must be positive integers.")
+    params.train.check()
+    if params.data.val_size is not None and params.data.val_size < 1:
+        raise UserError(f"data.val_size: {params.data.val_size} is not valid; it must be a positive integer "
+                        "or null for the default.")
+    patch = params.model.patch_size
+    for name in params.datasets:
+        size = DATASETS[name].image_size
+        if size % patch:
+            raise UserError(f"model.patch_size: {patch} does not divide the {size}×{size} images of {name}; "
+                            "choose a patch size that divides the image size.")
+    bad = [r for r in params.evaluate.resolutions if r < patch or r % patch]
+    if bad:
+        raise UserError(f"evaluate.resolutions: {bad} are not positive multiples of model.patch_size = {patch}; "
+                        "list image sizes divisible by the patch size.")
 
 
 def preset_path(name_or_path: str | Path) -> Path:
@@ -275,18 +359,3 @@ def load_params(name_or_path: str | Path) -> Params:
     except UserError as exc:
         raise UserError(f"{path}: {exc}") from None
     return params
-
-
-# settings that do not change what a run learns: paths, measurement sizes, the device / compile
-# choice (recorded in each run record) and the eval-only KRPE extrapolation policy
-RESULT_NEUTRAL = {"root", "download", "eval_batch_size", "timing_images", "device", "compile",
-                  "krpe_extrapolation"}
-
-
-def fingerprint(*configs) -> str:
-    """Short stable hash of the settings that change a run's result (not paths or timing sizes).
-
-    A finished run is reused only if its fingerprint matches the preset's.
-    """
-    parts = [{k: v for k, v in dataclasses.asdict(c).items() if k not in RESULT_NEUTRAL} for c in configs]
-    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:12]

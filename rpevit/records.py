@@ -1,7 +1,12 @@
-"""Run records on disk, written atomically (temporary file, then rename).
+"""Run records on disk, written atomically (temporary file, then rename), never lost.
 
-Layout: runs/<preset>/<dataset>/<variant>/seed<k>/{record.json, history.csv, checkpoint.pt}.
-A record exists only for a finished run; a checkpoint without a record is an interrupted run.
+Layout: runs/<preset>/<dataset>/<variant>/seed<k>[-e<epochs>]/{record.json, history.csv,
+checkpoint.pt, checkpoint.prev.pt}. A record exists only for a finished (or diverged) run; a
+checkpoint without a record is an interrupted run. The previous epoch's checkpoint is kept until
+the next one is safely written, so one damaged file costs at most one epoch. A damaged file is
+moved aside (kept, renamed `<name>.damaged-<time>`) and named in a message; results made with
+other settings are moved to `superseded/` rather than overwritten. A lock file marks a run that a
+live process is training.
 """
 from __future__ import annotations
 
@@ -9,7 +14,9 @@ import csv
 import io
 import json
 import os
+import socket
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -20,15 +27,43 @@ _UMASK = os.umask(0)
 os.umask(_UMASK)
 RUNS_ROOT = Path(os.environ.get("RPEVIT_RUNS", PROJECT_ROOT / "runs"))
 RECORD, HISTORY, CHECKPOINT = "record.json", "history.csv", "checkpoint.pt"
+PREVIOUS_CHECKPOINT, LOCK, SUPERSEDED = "checkpoint.prev.pt", ".lock", "superseded"
+# what was recovered (damaged files moved aside) since the study last reported it
+recovered: list[str] = []
 
 
-def run_dir(preset: str, dataset: str, variant: str, seed: int, root: Path | None = None) -> Path:
-    """Directory of one run."""
-    return Path(root or RUNS_ROOT) / preset / dataset / variant / f"seed{seed}"
+def run_dir(preset: str, dataset: str, variant: str, seed: int, root: Path | None = None,
+            epochs: int | None = None) -> Path:
+    """Directory of one run; a run with an `epochs` override (train --epochs) gets its own."""
+    name = f"seed{seed}" if epochs is None else f"seed{seed}-e{epochs}"
+    return Path(root or RUNS_ROOT) / preset / dataset / variant / name
 
 
-def _atomic_write(path: Path, write) -> None:
-    """Call write(file) on a temporary file beside `path`, then rename it into place."""
+def _note(message: str) -> None:
+    print(message, flush=True)
+    recovered.append(message)
+
+
+def move_aside(path: Path, why: str, tag: str = "damaged") -> Path:
+    """Rename a file to `<name>.<tag>-<time>` (kept for inspection) and say why."""
+    stem = f"{path.name}.{tag}-{time.strftime('%Y%m%d-%H%M%S')}"
+    target, n = path.with_name(stem), 1
+    while target.exists():
+        target, n = path.with_name(f"{stem}-{n}"), n + 1
+    os.replace(path, target)
+    _note(f"recovered: {path} — {why}; moved aside to {target.name}")
+    return target
+
+
+def clean_temporary(directory: Path) -> None:
+    """Remove temporary files left by interrupted atomic writes (call with the run's lock held)."""
+    for tmp in Path(directory).glob(".*.tmp"):
+        tmp.unlink(missing_ok=True)
+
+
+def _atomic_write(path: Path, write, keep_previous: Path | None = None) -> None:
+    """Call write(file) on a temporary file beside `path`, then rename it into place (the old
+    `path`, if any, first renamed to `keep_previous` when given)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -37,6 +72,8 @@ def _atomic_write(path: Path, write) -> None:
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; give the usual permissions
+        if keep_previous is not None and path.exists():
+            os.replace(path, keep_previous)
         os.replace(tmp, path)
         directory = os.open(path.parent, os.O_RDONLY)
         try:
@@ -63,37 +100,136 @@ def write_json(path: Path, data) -> None:
     write_text(path, json.dumps(data, indent=2, default=str) + "\n")
 
 
-def write_csv(path: Path, rows: list[dict]) -> None:
-    """Atomically write rows (dicts sharing keys) as CSV."""
+def write_csv(path: Path, rows: list[dict], columns: list[str] | None = None) -> None:
+    """Atomically write rows (dicts sharing keys) as CSV; with `columns`, a header even for no rows."""
     buffer = io.StringIO()
-    if rows:
-        writer = csv.DictWriter(buffer, fieldnames=list(rows[0]))
+    fieldnames = list(columns or (rows[0] if rows else []))
+    if fieldnames:
+        writer = csv.DictWriter(buffer, fieldnames=fieldnames)
         writer.writeheader()
         writer.writerows(rows)
     write_text(path, buffer.getvalue())
 
 
 def save_checkpoint(path: Path, state: dict) -> None:
-    """Atomically torch.save a checkpoint."""
-    _atomic_write(Path(path), lambda handle: torch.save(state, handle))
+    """Atomically torch.save a checkpoint, keeping the one it replaces as checkpoint.prev.pt."""
+    path = Path(path)
+    _atomic_write(path, lambda handle: torch.save(state, handle), keep_previous=path.with_name(PREVIOUS_CHECKPOINT))
 
 
-def load_checkpoint(path: Path) -> dict:
-    """Load a checkpoint onto the CPU."""
-    return torch.load(path, map_location="cpu", weights_only=False)
+def _load(path: Path) -> dict | None:
+    """A checkpoint file's contents, or None (moved aside) if it is damaged."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as exc:  # truncated zip, empty file, unpickling errors: all mean "damaged"
+        move_aside(path, f"{type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else 'unreadable'}")
+        return None
+    if not isinstance(state, dict) or "epoch" not in state:
+        move_aside(path, "not an rpevit checkpoint")
+        return None
+    return state
+
+
+def load_checkpoint(path: Path) -> dict | None:
+    """The newest readable checkpoint of a run (checkpoint.pt, else checkpoint.prev.pt), or None.
+
+    Damaged files are moved aside and named; None means no good state is left.
+    """
+    path = Path(path)
+    for candidate in (path, path.with_name(PREVIOUS_CHECKPOINT)):
+        if candidate.is_file():
+            state = _load(candidate)
+            if state is not None:
+                return state
+    return None
+
+
+def _parse_record(path: Path) -> dict | None:
+    try:
+        record = json.loads(path.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        move_aside(path, f"{type(exc).__name__}: {exc}")
+        return None
+    if not isinstance(record, dict) or not {"variant", "dataset", "seed", "status"} <= record.keys():
+        move_aside(path, "not a run record (a JSON object with variant, dataset, seed and status)")
+        return None
+    return record
 
 
 def read_record(directory: Path) -> dict | None:
-    """The finished run's record, or None."""
+    """The run's record, or None if there is none (a damaged one is moved aside and named)."""
     path = Path(directory) / RECORD
-    return json.loads(path.read_text()) if path.is_file() else None
+    return _parse_record(path) if path.is_file() else None
 
 
 def load_records(preset: str, root: Path | None = None) -> list[dict]:
-    """Every finished run record of a preset, sorted by dataset, variant, seed."""
+    """Every readable run record of a preset, sorted by dataset, variant, seed."""
     base = Path(root or RUNS_ROOT) / preset
-    records = [json.loads(p.read_text()) for p in sorted(base.glob(f"*/*/seed*/{RECORD}"))]
-    return sorted(records, key=lambda r: (r["dataset"], r["variant"], r["seed"]))
+    found = [r for p in sorted(base.glob(f"*/*/seed*/{RECORD}")) if (r := _parse_record(p)) is not None]
+    return sorted(found, key=lambda r: (r["dataset"], r["variant"], r["seed"]))
+
+
+def supersede(directory: Path, why: str) -> Path | None:
+    """Move a run's results (record, history, checkpoints) into superseded/<time>/, keeping them."""
+    directory = Path(directory)
+    files = [directory / n for n in (RECORD, HISTORY, CHECKPOINT, PREVIOUS_CHECKPOINT) if (directory / n).exists()]
+    if not files:
+        return None
+    stem = directory / SUPERSEDED / time.strftime("%Y%m%d-%H%M%S")
+    target, n = stem, 1
+    while target.exists():
+        target, n = stem.with_name(f"{stem.name}-{n}"), n + 1
+    target.mkdir(parents=True)
+    for path in files:
+        os.replace(path, target / path.name)
+    print(f"kept: the results in {directory} were made with {why}; moved them to {target}", flush=True)
+    return target
+
+
+class RunBusy(RuntimeError):
+    """Another live process is training this run."""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class RunLock:
+    """Exclusive use of a run directory: `<dir>/.lock` holds "pid host". A lock of a dead process on
+    this host is stale and taken over; a live one raises RunBusy."""
+
+    def __init__(self, directory: Path):
+        self.path = Path(directory) / LOCK
+
+    def __enter__(self) -> RunLock:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        me = f"{os.getpid()} {socket.gethostname()}"
+        for _ in range(2):
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666 & ~_UMASK)
+            except FileExistsError:
+                try:
+                    pid, host = self.path.read_text().split()
+                except (OSError, ValueError):
+                    pid, host = "0", socket.gethostname()  # unreadable: its writer died mid-write
+                if host != socket.gethostname() or (int(pid) != os.getpid() and _alive(int(pid))):
+                    raise RunBusy(f"{self.path.parent} is being trained by process {pid} on {host}; "
+                                  "skipping it (delete the .lock file if that process is gone)") from None
+                self.path.unlink(missing_ok=True)  # stale: its process is gone
+                continue
+            with os.fdopen(fd, "w") as handle:
+                handle.write(me)
+            return self
+        raise RunBusy(f"could not take the lock {self.path}")
+
+    def __exit__(self, *exc_info) -> None:
+        self.path.unlink(missing_ok=True)
 
 
 def read_history(directory: Path) -> list[dict]:

@@ -1,20 +1,25 @@
 """Study runner: a preset's grid (datasets × variants × seeds) → run records → summary tables.
 
-Finished runs (a record whose key matches the preset's settings) are skipped and interrupted
-runs resume from their last checkpoint, so a study stopped at any point continues where it
-stopped and nothing finished is recomputed. A diverged run is recorded as such, not retried.
+Everything checkable is checked before the first run starts (runs.preflight). Finished runs (a
+record whose key matches the preset's settings, also under rpevit 0.1's key scheme) are skipped
+and interrupted runs resume from their last good checkpoint, so a study stopped at any point
+continues where it stopped and nothing finished is recomputed. A run another live process is
+training is skipped with a message; a diverged run is recorded as such, not retried; damaged
+files are moved aside and the summary says what was recovered.
 """
 from __future__ import annotations
 
 import math
 import os
+import time
 from pathlib import Path
 
-from . import records
-from .data import DATASETS, load_dataset
+from . import records, runs
+from .data import load_dataset
 from .evaluate import evaluate_resolutions
 from .params import PROJECT_ROOT, Params
-from .train import Diverged, resolve_device, run_key, train_run
+from .tables import markdown_table
+from .train import Diverged, train_run
 from .variants import parse_variant
 
 REPORTS_ROOT = Path(os.environ.get("RPEVIT_REPORTS", PROJECT_ROOT / "reports"))
@@ -23,7 +28,7 @@ SUMMARY_COLUMNS = [
     "dataset", "variant", "backend", "positions", "seed", "status", "epochs", "best_epoch", "best_val_acc",
     "top1", "top5", "precision", "recall", "f1", "log_likelihood", "aic", "bic", "num_params",
     "flops_per_image", "train_seconds_per_epoch", "train_images_per_second", "ms_per_image_batched",
-    "ms_single_image", "peak_memory_mb", "device", "amp",
+    "ms_single_image", "peak_memory_mb", "load_average", "threads", "device", "amp",
 ]
 
 
@@ -32,43 +37,75 @@ def grid(params: Params) -> list[tuple[str, str, int]]:
     return [(d, parse_variant(v).name, s) for d in params.datasets for v in params.variants for s in params.seeds]
 
 
-def is_finished(params: Params, dataset: str, variant: str, seed: int, runs_root=None) -> bool:
-    """True if the run has a record made with the preset's current settings."""
+def current_record(params: Params, dataset: str, variant: str, seed: int, runs_root=None) -> dict | None:
+    """The run's record if it was made with the preset's current settings, else None."""
     record = records.read_record(records.run_dir(params.name, dataset, variant, seed, runs_root))
-    return record is not None and record.get("key") == run_key(params, DATASETS[dataset], variant, seed)
+    if record is None or not runs.matches(record.get("key"), params, dataset, variant, seed):
+        return None
+    return record
+
+
+def is_finished(params: Params, dataset: str, variant: str, seed: int, runs_root=None) -> bool:
+    """True if the run has a record (finished or diverged) made with the preset's current settings."""
+    return current_record(params, dataset, variant, seed, runs_root) is not None
+
+
+class Progress:
+    """One line per event: run k of N with an ETA from the runs trained so far in this sitting."""
+
+    def __init__(self, total: int, todo: int):
+        self.total, self.todo, self.done, self.started = total, todo, 0, time.perf_counter()
+
+    def start(self, dataset: str, variant: str, seed: int) -> None:
+        elapsed = time.perf_counter() - self.started
+        eta = "" if not self.done else \
+            f", ETA {_minutes(elapsed / self.done * (self.todo - self.done))} for the remaining runs"
+        print(f"run {self.total - self.todo + self.done + 1} of {self.total}: {variant} on {dataset}, seed {seed}"
+              f"{eta}", flush=True)
+
+    def finish(self) -> None:
+        self.done += 1
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
 
 
 def run_study(params: Params, *, runs_root=None, reports_root=None, progress: bool = False) -> list[dict]:
     """Run every missing run of the preset's grid, then write the summary; returns the records."""
+    runs.preflight(params, runs_root=runs_root)
+    records.recovered.clear()
     todo = [run for run in grid(params) if not is_finished(params, *run, runs_root=runs_root)]
     total = len(grid(params))
     print(f"study {params.name}: {total} runs, {total - len(todo)} already finished, {len(todo)} to run",
           flush=True)
+    meter = Progress(total, len(todo))
+    skipped = []
     for dataset_name in params.datasets:
         pending = [(v, s) for d, v, s in todo if d == dataset_name]
         unevaluated = [(v, s) for d, v, s in grid(params) if d == dataset_name and (v, s) not in pending
                        and needs_resolution_eval(params, d, v, s, runs_root)]
         if not pending and not unevaluated:
             continue
-        dataset = load_dataset(dataset_name, root=params.data.root, download=params.data.download,
-                               device=resolve_device(params.train.device), split_seed=params.data.split_seed,
-                               val_size=params.data.val_size)
+        dataset = runs.dataset_for(params, dataset_name)
         for variant, seed in pending:
-            out_dir = records.run_dir(params.name, dataset_name, variant, seed, runs_root)
+            meter.start(dataset_name, variant, seed)
             try:
-                train_run(params, dataset, variant, seed, out_dir, resume=True, progress=progress)
+                train_run(params, dataset, variant, seed, runs_root=runs_root, resume=True, progress=progress)
             except Diverged as exc:
                 print(f"diverged: {exc}", flush=True)
-                records.write_json(out_dir / records.RECORD, {
-                    "preset": params.name, "dataset": dataset_name, "variant": variant, "seed": seed,
-                    "backend": parse_variant(variant).backend, "positions": list(parse_variant(variant).positions),
-                    "status": "diverged", "message": str(exc),
-                    "key": run_key(params, DATASETS[dataset_name], variant, seed)})
+            except records.RunBusy as exc:
+                print(f"skipped: {exc}", flush=True)
+                skipped.append((dataset_name, variant, seed))
+            meter.finish()
         for variant, seed in pending + unevaluated:
-            if needs_resolution_eval(params, dataset_name, variant, seed, runs_root):
+            if (dataset_name, variant, seed) not in skipped and \
+                    needs_resolution_eval(params, dataset_name, variant, seed, runs_root):
+                print(f"[{variant} | {dataset_name} | seed {seed}] multi-resolution evaluation at "
+                      f"{', '.join(map(str, params.evaluate.resolutions))} px", flush=True)
                 evaluate_resolutions(params, dataset, variant, seed, params.evaluate.resolutions, runs_root)
     results = study_records(params, runs_root)
-    write_summary(params.name, results, reports_root)
+    write_summary(params.name, results, reports_root, notes=list(records.recovered))
     return results
 
 
@@ -76,7 +113,7 @@ def needs_resolution_eval(params: Params, dataset: str, variant: str, seed: int,
     """True if a finished run lacks the preset's multi-resolution evaluation."""
     if not params.evaluate.resolutions:
         return False
-    record = records.read_record(records.run_dir(params.name, dataset, variant, seed, runs_root))
+    record = current_record(params, dataset, variant, seed, runs_root)
     if record is None or record.get("status") != "finished":
         return False
     done = {row["resolution"] for row in record.get("resolution_eval", [])}
@@ -85,12 +122,8 @@ def needs_resolution_eval(params: Params, dataset: str, variant: str, seed: int,
 
 def study_records(params: Params, runs_root=None) -> list[dict]:
     """The current records of the preset's grid, in grid order."""
-    found = []
-    for dataset, variant, seed in grid(params):
-        record = records.read_record(records.run_dir(params.name, dataset, variant, seed, runs_root))
-        if record is not None and record.get("key") == run_key(params, DATASETS[dataset], variant, seed):
-            found.append(record)
-    return found
+    found = (current_record(params, *run, runs_root=runs_root) for run in grid(params))
+    return [record for record in found if record is not None]
 
 
 def _cell(column: str, value) -> str:
@@ -107,16 +140,19 @@ def _cell(column: str, value) -> str:
     return str(value)
 
 
-def write_summary(preset: str, results: list[dict], reports_root=None) -> Path:
+def write_summary(preset: str, results: list[dict], reports_root=None, notes=()) -> Path:
     """reports/<preset>/summary.csv (raw numbers) and summary.md (rounded; accuracies in %)."""
     out = Path(reports_root or REPORTS_ROOT) / preset
     rows = [{c: (("+".join(r[c]) or "none") if c == "positions" and c in r else r.get(c)) for c in SUMMARY_COLUMNS}
             for r in results]
-    records.write_csv(out / "summary.csv", rows)
+    records.write_csv(out / "summary.csv", rows, columns=SUMMARY_COLUMNS)
+    shown = [{c: _cell(c, r.get(c)) for c in SUMMARY_COLUMNS} for r in results]
     lines = [f"# {preset}: summary of {len(results)} runs", "",
              "Accuracies, precision, recall and F1 (macro) in %; log-likelihood on the test set; "
-             "FLOPs are forward matmul FLOPs per image; timing on the device named.", "",
-             "| " + " | ".join(SUMMARY_COLUMNS) + " |", "|" + "---|" * len(SUMMARY_COLUMNS)]
-    lines += ["| " + " | ".join(_cell(c, r.get(c)) for c in SUMMARY_COLUMNS) + " |" for r in results]
+             "FLOPs are forward matmul FLOPs per image; timing on the device named, with the machine's "
+             "1-minute load average and torch threads at the time.", "",
+             markdown_table(shown, SUMMARY_COLUMNS) if shown else "No finished runs yet."]
+    if notes:
+        lines += ["", "## Recovered in the last study run", ""] + [f"- {note}" for note in notes]
     records.write_text(out / "summary.md", "\n".join(lines) + "\n")
     return out

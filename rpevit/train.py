@@ -8,9 +8,7 @@ the run with a clear message and leaves the last good checkpoint in place.
 """
 from __future__ import annotations
 
-import dataclasses
 import math
-import platform
 import time
 from pathlib import Path
 
@@ -18,30 +16,16 @@ import torch
 import torch.nn.functional as F
 
 from . import data as data_lib
-from . import metrics, records
-from .errors import UserError
+from . import metrics, records, runs
+from .device import autocast, device_name, resolve_device, uses_bf16
+from .runs import predict
 from .model import build_model
-from .params import Params, fingerprint
+from .params import Params
 from .variants import parse_variant
 
 
 class Diverged(RuntimeError):
     """Training produced a non-finite loss."""
-
-
-def resolve_device(name: str) -> torch.device:
-    """'auto' → cuda if available else cpu; 'cuda' without a GPU is a user error."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise UserError("train.device: 'cuda' was asked for but no CUDA GPU is visible; use 'auto' or 'cpu'.")
-    return torch.device(name)
-
-
-def autocast(device: torch.device, amp: str):
-    """bf16 autocast on CUDA ('auto' or 'bf16'); fp32 elsewhere."""
-    enabled = device.type == "cuda" and amp in ("auto", "bf16")
-    return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=enabled)
 
 
 def param_groups(model, weight_decay: float) -> list[dict]:
@@ -68,18 +52,6 @@ def warmup_cosine(warmup_steps: int, total_steps: int, lr: float, min_lr: float)
     return factor
 
 
-@torch.no_grad()
-def predict(model, split, info, batch_size: int, device, amp: str = "off", interpolate: bool = False):
-    """Logits (float32, CPU) and labels for a whole split, in order."""
-    model.eval()
-    outputs, labels = [], []
-    for x, y in data_lib.batches(split, info, batch_size, shuffle=False):
-        with autocast(device, amp):
-            outputs.append(model(x.to(device), interpolate=interpolate).float().cpu())
-        labels.append(y.cpu())
-    return torch.cat(outputs), torch.cat(labels)
-
-
 def _rng_state(device) -> dict:
     state = {"torch": torch.get_rng_state()}
     if device.type == "cuda":
@@ -93,32 +65,60 @@ def _set_rng_state(state: dict, device) -> None:
         torch.cuda.set_rng_state(state["cuda"], device)
 
 
-def run_settings(params: Params, info, epochs: int | None = None):
-    """The model config (sized for the dataset) and train config one run uses."""
-    train_cfg = params.train if epochs is None else dataclasses.replace(params.train, epochs=epochs)
-    model_cfg = dataclasses.replace(params.model, image_size=info.image_size, channels=info.channels,
-                                    num_classes=info.num_classes)
-    return model_cfg, train_cfg
+def _checkpoint_state(path: Path, key_matches, label: str):
+    """The newest good checkpoint of this run, or None (other settings' checkpoints are kept aside)."""
+    checkpoint = records.load_checkpoint(path)
+    if checkpoint is None:
+        return None
+    if not key_matches(checkpoint.get("key")):
+        records.supersede(path.parent, f"other settings than this run ({label})")
+        return None
+    return checkpoint
 
 
-def run_key(params: Params, info, variant: str, seed: int, epochs: int | None = None) -> str:
-    """Identity of a run's result: a record or checkpoint is reused only if its key matches."""
-    model_cfg, train_cfg = run_settings(params, info, epochs)
-    return f"{parse_variant(variant).name}|{info.name}|{seed}|" + fingerprint(params.data, model_cfg, train_cfg)
-
-
-def train_run(params: Params, dataset, variant: str, seed: int, out_dir: Path, *, epochs: int | None = None,
-              resume: bool = True, progress: bool = False, on_epoch_end=None) -> dict:
+def train_run(params: Params, dataset, variant: str, seed: int, out_dir: Path | None = None, *,
+              epochs: int | None = None, resume: bool = True, progress: bool = False, on_epoch_end=None,
+              runs_root=None) -> dict:
     """Train one variant on a loaded dataset, test the best-validation weights, write the record.
 
-    `resume` continues from out_dir's checkpoint when it was made with the same settings.
-    `on_epoch_end(row)` is called after each epoch's checkpoint is safely on disk.
+    The run directory is locked while training (RunBusy if a live process holds it). A finished
+    run with the same settings is returned as it is, never retrained or degraded; results made
+    with other settings are moved to `superseded/`, not overwritten. `resume` continues from the
+    newest good checkpoint made with the same settings. `on_epoch_end(row)` is called after each
+    epoch's checkpoint is safely on disk. A non-finite loss writes a `diverged` record and raises.
     """
-    out_dir = Path(out_dir)
     info = dataset.info
-    model_cfg, train_cfg = run_settings(params, info, epochs)
     variant = parse_variant(variant).name
-    key = run_key(params, info, variant, seed, epochs)
+    out_dir = Path(out_dir or records.run_dir(params.name, info.name, variant, seed, runs_root, epochs))
+
+    def key_matches(stored):
+        return runs.matches(stored, params, info.name, variant, seed, epochs)
+
+    with records.RunLock(out_dir):
+        records.clean_temporary(out_dir)
+        existing = records.read_record(out_dir)
+        if existing is not None and key_matches(existing.get("key")):
+            print(f"[{variant} | {info.name} | seed {seed}] already {existing['status']}: {out_dir / records.RECORD}")
+            return existing
+        if existing is not None:
+            records.supersede(out_dir, "other settings than the preset has now")
+        try:
+            return _train(params, dataset, variant, seed, out_dir, epochs, resume, progress, on_epoch_end,
+                          key_matches)
+        except Diverged as exc:
+            records.write_json(out_dir / records.RECORD, {
+                "preset": params.name, "dataset": info.name, "variant": variant, "seed": seed,
+                "backend": parse_variant(variant).backend, "positions": list(parse_variant(variant).positions),
+                "status": "diverged", "message": str(exc), "key": runs.run_key(params, info.name, variant, seed, epochs),
+                "config": runs.run_config(params, info.name, variant, epochs)})
+            raise
+
+
+def _train(params, dataset, variant, seed, out_dir, epochs, resume, progress, on_epoch_end, key_matches) -> dict:
+    info = dataset.info
+    label = f"{variant} | {info.name} | seed {seed}"
+    model_cfg, train_cfg = runs.model_config_for(params, info.name), runs.train_config_for(params, epochs)
+    key = runs.run_key(params, info.name, variant, seed, epochs)
     device = resolve_device(train_cfg.device)
     recipe = info.augment if params.data.augment == "auto" else params.data.augment
 
@@ -135,25 +135,24 @@ def train_run(params: Params, dataset, variant: str, seed: int, out_dir: Path, *
     start_epoch = 0
 
     checkpoint_path = out_dir / records.CHECKPOINT
-    if resume and checkpoint_path.is_file():
-        checkpoint = records.load_checkpoint(checkpoint_path)
-        if checkpoint.get("key") == key:
-            model.load_state_dict(checkpoint["model"])
-            optimizer.load_state_dict(checkpoint["optimizer"])
-            scheduler.load_state_dict(checkpoint["scheduler"])
-            generator.set_state(checkpoint["generator"])
-            _set_rng_state(checkpoint["rng"], device)
-            history, best, start_epoch = checkpoint["history"], checkpoint["best"], checkpoint["epoch"]
-            print(f"[{variant} | {info.name} | seed {seed}] resuming after epoch {start_epoch}")
-        else:
-            print(f"[{variant} | {info.name} | seed {seed}] the checkpoint in {out_dir} was made with other "
-                  "settings; starting this run afresh")
+    checkpoint = _checkpoint_state(checkpoint_path, key_matches, label) if resume else None
+    if checkpoint is not None:
+        model.load_state_dict(checkpoint["model"])
+        optimizer.load_state_dict(checkpoint["optimizer"])
+        scheduler.load_state_dict(checkpoint["scheduler"])
+        generator.set_state(checkpoint["generator"])
+        _set_rng_state(checkpoint["rng"], device)
+        history, best, start_epoch = checkpoint["history"], checkpoint["best"], checkpoint["epoch"]
+        print(f"[{label}] resuming after epoch {start_epoch}", flush=True)
 
     forward = torch.compile(model) if (train_cfg.compile and device.type == "cuda") else model
+    # CPU: reading the flag each step costs nothing; CUDA: once per epoch, so no step waits on the host
+    check_every_step = device.type == "cpu"
     metrics.reset_peak_memory(device)
     for epoch in range(start_epoch, train_cfg.epochs):
         model.train()
         loss_sum, correct, seen = torch.zeros((), device=device), torch.zeros((), device=device), 0
+        first_bad_step = torch.full((), -1, device=device)
         batch_iter = data_lib.batches(dataset.train, info, train_cfg.batch_size, shuffle=True,
                                       generator=generator, recipe=recipe)
         if progress:
@@ -165,11 +164,10 @@ def train_run(params: Params, dataset, variant: str, seed: int, out_dir: Path, *
                 with autocast(device, train_cfg.amp):
                     logits = forward(x)
                 loss = F.cross_entropy(logits.float(), y, label_smoothing=train_cfg.label_smoothing)
-                if not torch.isfinite(loss):
-                    kept = f"the last good checkpoint (epoch {epoch}) is kept at {checkpoint_path}" \
-                        if epoch else "no epoch had finished, so no checkpoint was written"
-                    raise Diverged(f"{variant} on {info.name} (seed {seed}): non-finite loss "
-                                   f"({loss.item()}) at epoch {epoch + 1}, step {step + 1}; {kept}.")
+                bad = ~torch.isfinite(loss)
+                first_bad_step = torch.where(bad & (first_bad_step < 0), step, first_bad_step)
+                if check_every_step and bad:
+                    break
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 if train_cfg.grad_clip:
@@ -179,6 +177,11 @@ def train_run(params: Params, dataset, variant: str, seed: int, out_dir: Path, *
                 loss_sum += loss.detach() * len(y)
                 correct += (logits.argmax(-1) == y).sum()
                 seen += len(y)
+        if int(first_bad_step) >= 0:
+            kept = f"the last good checkpoint (epoch {epoch}) is kept at {checkpoint_path}" \
+                if epoch else "no epoch had finished, so no checkpoint was written"
+            raise Diverged(f"{variant} on {info.name} (seed {seed}): non-finite loss at epoch {epoch + 1}, "
+                           f"step {int(first_bad_step) + 1}; {kept}.")
         val_logits, val_labels = predict(model, dataset.val, info, train_cfg.eval_batch_size, device,
                                          train_cfg.amp)
         row = {"epoch": epoch + 1, "train_loss": loss_sum.item() / seen, "train_acc": correct.item() / seen,
@@ -194,13 +197,16 @@ def train_run(params: Params, dataset, variant: str, seed: int, out_dir: Path, *
             "scheduler": scheduler.state_dict(), "generator": generator.get_state(),
             "rng": _rng_state(device), "history": history, "best": best})
         records.write_csv(out_dir / records.HISTORY, history)
-        print(f"[{variant} | {info.name} | seed {seed}] epoch {epoch + 1}/{train_cfg.epochs} "
+        print(f"[{label}] epoch {epoch + 1}/{train_cfg.epochs} "
               f"train loss {row['train_loss']:.4f} acc {row['train_acc']:.4f} | "
               f"val loss {row['val_loss']:.4f} acc {row['val_acc']:.4f} | {row['seconds']:.1f}s", flush=True)
         if on_epoch_end is not None:
             on_epoch_end(row)
     train_peak_mb = metrics.peak_memory_mb(device)
+    records.write_csv(out_dir / records.HISTORY, history)  # complete even if a kill came before its last write
 
+    print(f"[{label}] testing the best-validation weights (epoch {best['epoch']}), counting FLOPs, timing "
+          "inference", flush=True)
     model.load_state_dict(best["state"])
     test_logits, test_labels = predict(model, dataset.test, info, train_cfg.eval_batch_size, device,
                                        train_cfg.amp)
@@ -214,26 +220,21 @@ def train_run(params: Params, dataset, variant: str, seed: int, out_dir: Path, *
         "seed": seed, "status": "finished", "key": key,
         "epochs": train_cfg.epochs, "best_epoch": best["epoch"], "best_val_acc": best["val_acc"],
         **metrics.classification_metrics(test_logits, test_labels, num_params),
+        # per-image test predictions (space-separated class indices, in test-split order): paired statistics
+        "test_predictions": " ".join(map(str, test_logits.argmax(-1).tolist())),
         "num_params": num_params,
         "flops_per_image": metrics.matmul_flops(model, timing_images[:2]),
         "train_seconds_per_epoch": sum(epoch_seconds) / len(epoch_seconds),
         "train_images_per_second": len(dataset.train) * len(epoch_seconds) / sum(epoch_seconds),
         **metrics.inference_timing(model, timing_images, batch_size=train_cfg.eval_batch_size),
+        **metrics.machine_load(),
         "peak_memory_mb": train_peak_mb,
-        "device": str(device), "device_name": _device_name(device), "amp": _amp_name(device, train_cfg.amp),
+        "device": str(device), "device_name": device_name(device),
+        "amp": "bf16" if uses_bf16(device, train_cfg.amp) else "fp32",
         "compiled": forward is not model, "torch": torch.__version__,
         "data_source": dataset.source, "augment": recipe,
-        "config": {"data": dataclasses.asdict(params.data), "model": dataclasses.asdict(model_cfg),
-                   "train": dataclasses.asdict(train_cfg)},
+        "config": runs.run_config(params, info.name, variant, epochs),
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     records.write_json(out_dir / records.RECORD, record)
     return record
-
-
-def _device_name(device) -> str:
-    return torch.cuda.get_device_name(device) if device.type == "cuda" else (platform.processor() or "cpu")
-
-
-def _amp_name(device, amp: str) -> str:
-    return "bf16" if device.type == "cuda" and amp in ("auto", "bf16") else "fp32"

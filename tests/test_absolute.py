@@ -5,6 +5,8 @@ import math
 
 import pytest
 import torch
+
+from rpevit.position import build_position
 import torch.nn.functional as F
 
 from rpevit.errors import UserError
@@ -18,7 +20,7 @@ F64 = torch.float64
 # ape_sincos ---------------------------------------------------------------------------------------
 
 def test_sincos_matches_formula_by_hand():
-    module = SinCosAbsolute(model_config(), 8, 2)  # D = 8: ω = (1, 10000^(−1/2) = 0.01)
+    module = build_position("ape_sincos", model_config(), 8, 2)  # D = 8: ω = (1, 10000^(−1/2) = 0.01)
     grid = Grid(5, 7, cls=False)
     emb = module.embedding(grid, dtype=F64)[0]  # (35, 8)
     s, c = math.sin, math.cos
@@ -30,7 +32,7 @@ def test_sincos_matches_formula_by_hand():
 
 def test_sincos_frequencies_general_dim():
     dim = 32
-    emb = SinCosAbsolute(model_config(), dim, 4).embedding(Grid(3, 9, cls=False), dtype=F64)[0]
+    emb = build_position("ape_sincos", model_config(), dim, 4).embedding(Grid(3, 9, cls=False), dtype=F64)[0]
     quarter = dim // 4
     row, col = 2, 7
     for i in range(quarter):
@@ -43,7 +45,7 @@ def test_sincos_frequencies_general_dim():
 
 
 def test_sincos_consistent_across_grids_cls_zero_and_added():
-    module = SinCosAbsolute(model_config(), 16, 2)
+    module = build_position("ape_sincos", model_config(), 16, 2)
     small, large = Grid(7, 7), Grid(14, 14)
     e_small = module.embedding(small, dtype=F64)[0]
     e_large = module.embedding(large, dtype=F64)[0]
@@ -65,7 +67,7 @@ def test_sincos_consistent_across_grids_cls_zero_and_added():
 
 
 def test_sincos_position_interpolation_and_cache():
-    module = SinCosAbsolute(model_config(), 8, 2)
+    module = build_position("ape_sincos", model_config(), 8, 2)
     grid = Grid(14, 14, cls=False, trained=(7, 7), interpolate=True)
     last = module.embedding(grid, dtype=F64)[0, -1]  # position (13, 13) scaled to (6.5, 6.5)
     s, c = math.sin, math.cos
@@ -87,10 +89,10 @@ def test_sincos_position_interpolation_and_cache():
 
 
 def test_sincos_has_no_parameters_and_requires_dim_divisible_by_4():
-    module = SinCosAbsolute(model_config(), 16, 2)
+    module = build_position("ape_sincos", model_config(), 16, 2)
     assert list(module.parameters()) == [] and module.state_dict() == {}
     with pytest.raises(UserError, match="divisible by 4"):
-        SinCosAbsolute(model_config(), 18, 2)
+        build_position("ape_sincos", model_config(), 18, 2)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = module(torch.randn(2, 50, 16).bfloat16(), Grid(7, 7))
     assert out.dtype == torch.bfloat16 and torch.isfinite(out.float()).all()
@@ -101,7 +103,7 @@ def test_sincos_has_no_parameters_and_requires_dim_divisible_by_4():
 def test_learned_ape_exact_on_trained_grid_and_bicubic_on_new_grids():
     torch.manual_seed(0)
     config = model_config(dim=16, heads=2, image_size=28, patch_size=4)  # trained grid 7×7
-    module = LearnedAbsolute(config, 16, 2).double()
+    module = build_position("ape", config, 16, 2).double()
     with torch.no_grad():
         module.cls.normal_()
     tokens = torch.randn(2, 50, 16, dtype=F64)

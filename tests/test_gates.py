@@ -6,10 +6,12 @@ import math
 
 import pytest
 import torch
+
+from rpevit.position import build_position
 import torch.nn.functional as F
 from helpers import log_ratio_spread, trained_like
 
-from rpevit.attention import BACKENDS
+from rpevit.attention import build_backend, BACKENDS
 from rpevit.attention.layer import MultiHeadAttention
 from rpevit.checks import relative_violation
 from rpevit.errors import UserError
@@ -18,6 +20,7 @@ from rpevit.params import model_config
 from rpevit.position.gates import IRPEGate, StringGate2D
 
 GATES = [IRPEGate, StringGate2D]
+NAMES = {IRPEGate: "gate_irpe", StringGate2D: "gate_string"}
 CONFIG = model_config(dim=32, heads=4, image_size=28, patch_size=4)  # head_dim 8, trained grid 7×7
 HEAD_DIM, HEADS = 8, 4
 F64 = torch.float64
@@ -26,7 +29,7 @@ NOISE = 0.3  # trained-looking parameters: every parameter gets + NOISE·N(0, 1)
 
 def make(cls, seed=0, dtype=F64, trained=True):
     torch.manual_seed(seed)
-    gate = cls(CONFIG, HEAD_DIM, HEADS).to(dtype)
+    gate = cls(cls.Options(), CONFIG, HEAD_DIM, HEADS).to(dtype)
     return trained_like(gate, seed=seed + 1, scale=NOISE) if trained else gate
 
 
@@ -99,7 +102,7 @@ def test_irpe_gate_tables_are_resized_linearly_on_new_grids():
 
 def test_string_gate_is_exp_of_projected_fourier_features():
     gate = make(StringGate2D)
-    assert gate.rank == model_config().gate_string_rank
+    assert gate.rank == model_config().options_for("gate_string").rank
     grid = Grid(5, 7)
     scale_q, scale_k = gate.scales(grid, dtype=F64)
     omega, phi = gate.frequencies.detach(), gate.phases.detach()
@@ -116,15 +119,11 @@ def test_string_gate_is_exp_of_projected_fourier_features():
     assert gate.positions(squeezed, dtype=F64).max() == pytest.approx(6.5 / 6)
 
 
-def test_string_gate_rank_from_config_and_errors():
-    class Config:  # a config object with the optional field (ModelConfig does not have it yet)
-        image_size, patch_size = 28, 4
-        gate_string_rank = 3
-    gate = StringGate2D(Config(), HEAD_DIM, HEADS)
+def test_string_gate_rank_from_options_and_errors():
+    gate = StringGate2D(StringGate2D.Options(rank=3), CONFIG, HEAD_DIM, HEADS)
     assert gate.frequencies.shape == (3, 2) and gate.proj_q.shape == (HEADS, HEAD_DIM, 6)
-    Config.gate_string_rank = 0
-    with pytest.raises(UserError, match="gate_string_rank"):
-        StringGate2D(Config(), HEAD_DIM, HEADS)
+    with pytest.raises(UserError, match=r"model\.gate_string\.rank must be a positive integer"):
+        StringGate2D(StringGate2D.Options(rank=0), CONFIG, HEAD_DIM, HEADS)
 
 
 def test_wrong_shape_is_rejected():
@@ -141,7 +140,7 @@ def test_wrong_shape_is_rejected():
 
 def softmax_layer(cls, seed=0):
     torch.manual_seed(seed)
-    return MultiHeadAttention(CONFIG, BACKENDS["softmax"], gate=cls).double()
+    return MultiHeadAttention(CONFIG, "softmax", gate=NAMES[cls]).double()
 
 
 def identical_tokens(grid, seed=2):
@@ -189,7 +188,7 @@ def test_irpe_gate_passes_only_in_its_affine_corner():
 # 3. what the gates do inside linear attention (the statement in the module docstring) -----------
 
 def relu_backend(eps=0.0):
-    backend = BACKENDS["relu"](model_config(dim=32, heads=4, relu_features="identity"), HEAD_DIM, HEADS)
+    backend = build_backend("relu", model_config(dim=32, heads=4, relu={"feature_map": "identity"}), HEAD_DIM, HEADS)
     backend.feature_eps = eps
     return backend
 
@@ -222,7 +221,7 @@ def test_linear_relu_per_channel_gate_kernel_and_scalar_cancellation():
 def test_linear_favor_scalar_query_gate_does_not_cancel():
     grid = Grid(5, 7, cls=False)
     torch.manual_seed(0)
-    backend = BACKENDS["favor"](CONFIG, HEAD_DIM, HEADS).double()
+    backend = build_backend("favor", CONFIG, HEAD_DIM, HEADS).double()
     gate = make(IRPEGate)
     with torch.no_grad():
         gate.row_q.copy_(gate.row_q[..., :1].expand_as(gate.row_q))
@@ -238,7 +237,7 @@ def test_linear_favor_scalar_query_gate_does_not_cancel():
 @pytest.mark.parametrize("backend", ["softmax", "favor", "relu"])
 def test_other_grids_and_backends(cls, backend):
     torch.manual_seed(0)
-    layer = MultiHeadAttention(CONFIG, BACKENDS[backend], gate=cls)
+    layer = MultiHeadAttention(CONFIG, backend, gate=NAMES[cls])
     trained_like(layer.gate, seed=1, scale=NOISE)
     for grid in (Grid(4, 4), Grid(10, 8), Grid(10, 8, cls=False), Grid(14, 14, trained=(7, 7), interpolate=True)):
         x = torch.randn(2, grid.num_tokens, CONFIG.dim)
@@ -263,7 +262,7 @@ def test_autocast_bf16_is_finite_and_keeps_dtypes(cls):
         assert torch.isfinite(o).all()
         torch.testing.assert_close(o.float(), r, rtol=0.02, atol=0.02)
     torch.manual_seed(0)
-    layer = trained_like(MultiHeadAttention(CONFIG, BACKENDS["softmax"], gate=cls), seed=1, scale=NOISE)
+    layer = trained_like(MultiHeadAttention(CONFIG, "softmax", gate=NAMES[cls]), seed=1, scale=NOISE)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = layer(torch.randn(2, grid.num_tokens, CONFIG.dim), grid)
     assert torch.isfinite(out.float()).all()
@@ -273,7 +272,7 @@ def test_autocast_bf16_is_finite_and_keeps_dtypes(cls):
 def test_gradients_reach_gate_parameters(cls):
     grid = Grid(5, 7)
     torch.manual_seed(0)
-    layer = MultiHeadAttention(CONFIG, BACKENDS["softmax"], gate=cls)
+    layer = MultiHeadAttention(CONFIG, "softmax", gate=NAMES[cls])
     x = torch.randn(2, grid.num_tokens, CONFIG.dim)
     weight = torch.randn(2, grid.num_tokens, CONFIG.dim)
     # at init the log-scale tables / projections already get gradient
@@ -290,9 +289,9 @@ def test_gradients_reach_gate_parameters(cls):
 
 
 def test_weight_decay_tags():
-    irpe = IRPEGate(CONFIG, HEAD_DIM, HEADS)
+    irpe = IRPEGate(IRPEGate.Options(), CONFIG, HEAD_DIM, HEADS)
     assert all(getattr(p, "no_weight_decay", False) for p in irpe.parameters())
-    string = StringGate2D(CONFIG, HEAD_DIM, HEADS)
+    string = StringGate2D(StringGate2D.Options(), CONFIG, HEAD_DIM, HEADS)
     assert string.frequencies.no_weight_decay and string.phases.no_weight_decay
     assert not getattr(string.proj_q, "no_weight_decay", False)  # linear maps are decayed (documented)
     assert not getattr(string.proj_k, "no_weight_decay", False)

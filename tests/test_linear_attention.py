@@ -28,9 +28,9 @@ GRID_NO_CLS = Grid(5, 7, cls=False)
 
 BACKEND_CASES = {
     "favor": (FavorAttention, {}),
-    "relu-identity": (ReluAttention, {"relu_features": "identity"}),
-    "relu-random": (ReluAttention, {"relu_features": "random", "relu_num_features": 12}),
-    "relu-learned": (ReluAttention, {"relu_features": "learned", "relu_num_features": 10}),
+    "relu-identity": (ReluAttention, {"feature_map": "identity"}),
+    "relu-random": (ReluAttention, {"feature_map": "random", "num_features": 12}),
+    "relu-learned": (ReluAttention, {"feature_map": "learned", "num_features": 10}),
 }
 
 
@@ -38,10 +38,15 @@ def make_config(**overrides):
     return ModelConfig(dim=HEAD_DIM * HEADS, heads=HEADS, **overrides)
 
 
+def make(cls, **options):
+    """A backend of class `cls` with the given options."""
+    return cls(cls.Options(**options), make_config(), HEAD_DIM, HEADS)
+
+
 def make_backend(case, seed=0, **overrides):
     cls, options = BACKEND_CASES[case]
     torch.manual_seed(seed)
-    return cls(make_config(**{**options, **overrides}), HEAD_DIM, HEADS)
+    return make(cls, **{**options, **overrides})
 
 
 class StandInRope(nn.Module):
@@ -59,6 +64,9 @@ class StandInRope(nn.Module):
         even, odd = patches[..., 0::2], patches[..., 1::2]
         rotated = torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1).flatten(-2)
         return torch.cat([prefix, rotated], dim=-2)
+
+    def rotate_pair(self, q, k, grid):
+        return self(q, grid), self(k, grid)
 
 
 def rotation_matrices(rope, grid, dim):
@@ -80,19 +88,20 @@ def random_qkv(grid, dtype=torch.float32, seed=0, scale=1.0, batch=2):
 
 def test_backends_registered_with_interface():
     assert BACKENDS["favor"] is FavorAttention and BACKENDS["relu"] is ReluAttention
-    assert FavorAttention.rotation_sites == ("pre", "post")
-    assert ReluAttention.rotation_sites == ("post", "pre")
+    assert FavorAttention.Options().rotation_site == "pre" and ReluAttention.Options().rotation_site == "post"
+    assert not FavorAttention.exact and not ReluAttention.exact and BACKENDS["softmax"].exact
     for cls in (FavorAttention, ReluAttention):
         assert cls.mechanisms == ("absolute", "gate", "rotary", "bias")
 
 
 def test_default_feature_counts():
     assert [default_favor_features(d) for d in (1, 2, 8, 16, 32, 64)] == [4, 4, 20, 48, 112, 268]
-    assert FavorAttention(ModelConfig(dim=64, heads=4), 16, 4).feature_dim() == 48
-    assert FavorAttention(ModelConfig(favor_features=32), 16, 4).feature_dim() == 32
-    assert ReluAttention(ModelConfig(), 16, 4).feature_dim() == 16
-    learned = ModelConfig(relu_features="learned", relu_num_features=24)
-    assert ReluAttention(learned, 16, 4).feature_dim() == 24
+    config = ModelConfig(dim=64, heads=4)
+    assert FavorAttention(FavorAttention.Options(), config, 16, 4).feature_dim() == 48
+    assert FavorAttention(FavorAttention.Options(num_features=32), config, 16, 4).feature_dim() == 32
+    assert ReluAttention(ReluAttention.Options(), config, 16, 4).feature_dim() == 16
+    learned = ReluAttention.Options(feature_map="learned", num_features=24)
+    assert ReluAttention(learned, config, 16, 4).feature_dim() == 24
 
 
 # ---------------------------------------------------------------- 1. fast path == weights @ v
@@ -304,7 +313,7 @@ def test_key_stabilizer_is_one_max_per_batch_and_head():
 
 
 def test_redraw_policy_and_checkpointing():
-    backend = make_backend("favor", favor_redraw_steps=2)
+    backend = make_backend("favor", redraw_steps=2)
     assert {"omega", "redraw_counter"} <= set(backend.state_dict())
     q, k, v = random_qkv(GRID)
     initial = backend.omega.clone()
@@ -324,7 +333,7 @@ def test_redraw_policy_and_checkpointing():
         backend(q, k, v, GRID)
     assert torch.equal(backend.omega, second) and int(backend.redraw_counter) == 3
 
-    restored = make_backend("favor", seed=7, favor_redraw_steps=2)
+    restored = make_backend("favor", seed=7, redraw_steps=2)
     assert not torch.equal(restored.omega, second)
     restored.load_state_dict(saved)
     assert torch.equal(restored.omega, second) and int(restored.redraw_counter) == 3
@@ -336,7 +345,7 @@ def test_redraw_policy_and_checkpointing():
 
 
 def test_redraw_keeps_old_graph_differentiable_and_zero_never_redraws():
-    backend = make_backend("favor", favor_redraw_steps=1)
+    backend = make_backend("favor", redraw_steps=1)
     backend.train()
     q, k, v = (t.requires_grad_() for t in random_qkv(GRID))
     first = backend.omega
@@ -345,7 +354,7 @@ def test_redraw_keeps_old_graph_differentiable_and_zero_never_redraws():
     out.sum().backward()
     assert torch.isfinite(q.grad).all()
 
-    never = make_backend("favor", favor_redraw_steps=0)
+    never = make_backend("favor", redraw_steps=0)
     never.train()
     initial = never.omega.clone()
     for _ in range(3):
@@ -425,29 +434,29 @@ def test_pre_map_relu_is_not_relative():
 
 
 @pytest.mark.parametrize("overrides, message", [
-    ({"favor_features": 7}, "positive even integer"),
-    ({"favor_features": 0}, "positive even integer"),
-    ({"favor_features": -4}, "positive even integer"),
-    ({"favor_redraw_steps": -1}, "favor_redraw_steps"),
+    ({"num_features": 7}, "positive even integer"),
+    ({"num_features": 0}, "positive even integer"),
+    ({"num_features": -4}, "positive even integer"),
+    ({"redraw_steps": -1}, "redraw_steps"),
 ])
 def test_favor_config_errors(overrides, message):
     with pytest.raises(UserError, match=message):
-        FavorAttention(make_config(**overrides), HEAD_DIM, HEADS)
+        make(FavorAttention, **overrides)
 
 
 @pytest.mark.parametrize("overrides, message", [
-    ({"relu_features": "random", "relu_num_features": 0}, "positive integer"),
-    ({"relu_features": "learned", "relu_num_features": -2}, "positive integer"),
-    ({"relu_features": "identity", "relu_num_features": 12}, "'random' or 'learned'"),
+    ({"feature_map": "random", "num_features": 0}, "positive integer"),
+    ({"feature_map": "learned", "num_features": -2}, "positive integer"),
+    ({"feature_map": "identity", "num_features": 12}, "'random' or 'learned'"),
 ])
 def test_relu_config_errors(overrides, message):
     with pytest.raises(UserError, match=message):
-        ReluAttention(make_config(**overrides), HEAD_DIM, HEADS)
+        make(ReluAttention, **overrides)
 
 
 @pytest.mark.parametrize("kind", ["random", "learned"])
 def test_odd_feature_count_with_post_rotation(kind):
-    backend = ReluAttention(make_config(relu_features=kind, relu_num_features=7), HEAD_DIM, HEADS)
+    backend = make(ReluAttention, feature_map=kind, num_features=7)
     q, k, v = random_qkv(GRID)
     backend(q, k, v, GRID)  # odd m is fine without a post-map rotation
     with pytest.raises(UserError, match="even number of features m.*m=7"):
@@ -462,7 +471,7 @@ def test_odd_feature_count_with_post_rotation(kind):
 @pytest.mark.parametrize("variant, overrides", [
     ("favor+ape", {}),
     ("relu+ape", {}),
-    ("relu+none", {"relu_features": "learned", "relu_num_features": 12, "pool": "mean"}),
+    ("relu+none", {"relu": {"feature_map": "learned", "num_features": 12}, "pool": "mean"}),
 ])
 def test_model_end_to_end(variant, overrides):
     from rpevit.model import build_model

@@ -6,7 +6,8 @@ import dataclasses
 import pytest
 
 from rpevit.errors import UserError
-from rpevit.params import fingerprint, list_presets, load_params
+from rpevit import runs
+from rpevit.params import list_presets, load_params
 
 
 def write(tmp_path, text):
@@ -77,10 +78,85 @@ def test_missing_preset_lists_available():
     assert "smoke" in list_presets()
 
 
-def test_fingerprint_tracks_results_not_paths():
+def test_run_key_tracks_results_not_paths():
     params = load_params("smoke")
-    base = fingerprint(params.data, params.model, params.train)
-    moved = dataclasses.replace(params.data, root="/elsewhere")
-    assert fingerprint(moved, params.model, params.train) == base
-    longer = dataclasses.replace(params.train, epochs=99)
-    assert fingerprint(params.data, params.model, longer) != base
+    base = runs.run_key(params, "mnist5k", "softmax+ape", 0)
+    moved = dataclasses.replace(params, data=dataclasses.replace(params.data, root="/elsewhere"))
+    assert runs.run_key(moved, "mnist5k", "softmax+ape", 0) == base
+    measured = dataclasses.replace(params, train=dataclasses.replace(params.train, timing_images=8, device="cpu"))
+    assert runs.run_key(measured, "mnist5k", "softmax+ape", 0) == base
+    assert runs.run_key(params, "mnist5k", "softmax+ape", 0, epochs=99) != base
+    assert runs.run_key(params, "mnist5k", "softmax+ape", 1) != base
+
+
+def test_nested_options_in_presets(tmp_path):
+    params = load_params(write(tmp_path, "datasets: [mnist5k]\nvariants: [favor+rope_axial]\n"
+                                         "model: {favor: {num_features: 32, redraw_steps: 5}, rope_axial: {theta: 50}}\n"))
+    assert params.model.options_for("favor").num_features == 32
+    assert params.model.options_for("favor").redraw_steps == 5
+    assert params.model.options_for("rope_axial").theta == 50.0
+    assert params.model.options_for("relu").feature_map == "identity"  # not set: defaults
+
+
+@pytest.mark.parametrize("model, message", [
+    ("{favor: {num_feature: 3}}", r"unknown key model\.favor\.num_feature; allowed keys: num_features, redraw_steps"),
+    ("{favor: {num_features: 7}}", r"model\.favor\.num_features must be a positive even integer"),
+    ("{rope_axial: {theta: 0.5}}", r"model\.rope_axial\.theta must be a number > 1"),
+    ("{ape: {size: 3}}", r"model\.ape has no options"),
+    ("{favr: {}}", r"unknown key model\.favr; allowed keys: patch_size.*favor, relu"),
+    ("{favor_features: 32}", r"model\.favor_features is now an option of its method: .*favor: \{num_features"),
+    ("{relu: {feature_map: random, num_features: 0}}", r"model\.relu\.num_features must be a positive integer"),
+])
+def test_bad_nested_options_name_method_and_allowed_keys(tmp_path, model, message):
+    with pytest.raises(UserError, match=message):
+        load_params(write(tmp_path, f"datasets: [mnist5k]\nvariants: [softmax+ape]\nmodel: {model}\n"))
+
+
+def test_option_added_to_one_method_leaves_other_variants_keys_unchanged(monkeypatch):
+    from rpevit.position import POSITIONS
+    from rpevit.position.rotary import ThetaOptions
+
+    params = load_params("smoke")
+    variants = ["softmax+ape", "favor+krpe", "relu+rope_mixed", "favor+rope_axial", "relu+string_circulant"]
+    before = {v: runs.run_key(params, "mnist5k", v, 0) for v in variants}
+
+    @dataclasses.dataclass(frozen=True)
+    class ExtendedOptions(ThetaOptions):
+        scale: float = 1.0  # a new option with a default, for RoPE-Axial only
+
+    monkeypatch.setattr(POSITIONS["rope_axial"].build, "Options", ExtendedOptions)
+    after = {v: runs.run_key(params, "mnist5k", v, 0) for v in variants}
+    assert {v: after[v] for v in variants if "rope_axial" not in v} == \
+        {v: before[v] for v in variants if "rope_axial" not in v}
+    assert after["favor+rope_axial"] != before["favor+rope_axial"]
+
+
+def test_options_of_other_methods_do_not_enter_a_key(tmp_path):
+    base = load_params("smoke")
+    tuned = load_params(write(tmp_path, "datasets: [mnist5k]\nvariants: [softmax+ape]\nname: smoke\n"
+                                        "model: {dim: 64, depth: 4, heads: 4, mlp_dim: 128, rope_axial: {theta: 50},"
+                                        " favor: {num_features: 16}}\n"
+                                        "train: {epochs: 8, batch_size: 64, lr: 0.001, warmup_epochs: 1,"
+                                        " weight_decay: 0.05, device: cpu}\n"))
+    assert runs.run_key(tuned, "mnist5k", "softmax+ape", 0) == runs.run_key(base, "mnist5k", "softmax+ape", 0)
+    assert runs.run_key(tuned, "mnist5k", "favor+ape", 0) != runs.run_key(base, "mnist5k", "favor+ape", 0)
+    assert runs.run_key(tuned, "mnist5k", "relu+ape", 0) == runs.run_key(base, "mnist5k", "relu+ape", 0)
+
+
+# keys rpevit 0.1 (one flat hash of every model option) gave these runs, computed by that version
+LEGACY_KEYS = {
+    ("smoke", "mnist5k", "softmax+ape", 0, None): "softmax+ape|mnist5k|0|98a4af54d447",
+    ("smoke", "mnist5k", "favor+krpe", 1, 1): "favor+krpe|mnist5k|1|92e5671d68fd",
+    ("fashion_mnist", "fashion_mnist", "relu+krpe", 0, None): "relu+krpe|fashion_mnist|0|06cff1b8eea4",
+    ("seed001_mnist", "mnist", "favor+rope_axial+ape", 0, None): "favor+rope_axial+ape|mnist|0|06cff1b8eea4",
+}
+
+
+@pytest.mark.parametrize("case", list(LEGACY_KEYS), ids=lambda c: "/".join(map(str, c)))
+def test_records_of_the_old_key_scheme_are_recognised(case):
+    preset, dataset, variant, seed, epochs = case
+    params = load_params(preset)
+    assert runs.legacy_run_key(params, dataset, variant, seed, epochs) == LEGACY_KEYS[case]
+    assert runs.matches(LEGACY_KEYS[case], params, dataset, variant, seed, epochs)
+    other = dataclasses.replace(params, train=dataclasses.replace(params.train, lr=params.train.lr / 2))
+    assert not runs.matches(LEGACY_KEYS[case], other, dataset, variant, seed, epochs)

@@ -7,6 +7,8 @@ import math
 
 import pytest
 import torch
+
+from rpevit.position import build_position
 from helpers import log_ratio_spread, trained_like
 
 from rpevit.attention import BACKENDS
@@ -29,7 +31,7 @@ def config(**overrides):
 
 def make(name, seed=0, **overrides):
     """Random, asymmetric values in every parameter (so nothing is accidentally symmetric or zero)."""
-    return trained_like(CLASSES[name](config(**overrides), 8, HEADS).double(), seed=seed, scale=1.0, mode="replace")
+    return trained_like(build_position(name, config(**overrides), 8, HEADS).double(), seed=seed, scale=1.0, mode="replace")
 
 
 # 5. table / dense consistency -------------------------------------------------------------------
@@ -55,7 +57,7 @@ def test_dense_gathers_the_table_and_the_cls_border(name, cls):
 
 
 def test_parameters_and_weight_decay_tags():
-    krpe, alibi, irpe = (CLASSES[n](config(), 8, HEADS) for n in ("krpe", "alibi2d", "irpe"))
+    krpe, alibi, irpe = (build_position(n, config(), 8, HEADS) for n in ("krpe", "alibi2d", "irpe"))
     assert krpe.bias_table.shape == (HEADS, 13, 13) and krpe.cls_bias.shape == (HEADS, 3)
     assert 0 < krpe.bias_table.abs().max() <= 0.04 and krpe.cls_bias.abs().max() == 0  # trunc-normal std 0.02
     assert sum(p.numel() for p in alibi.parameters()) == 0 and "slopes" not in alibi.state_dict()
@@ -63,8 +65,8 @@ def test_parameters_and_weight_decay_tags():
     for module in (krpe, irpe):
         assert all(getattr(p, "no_weight_decay", False) for p in module.parameters())
     mean_pool = config(pool="mean")
-    assert KernelizedRPE(mean_pool, 8, HEADS).cls_terms() is None
-    assert IRPE(mean_pool, 8, HEADS).bucket_table.shape == (HEADS, 49)
+    assert build_position("krpe", mean_pool, 8, HEADS).cls_terms() is None
+    assert build_position("irpe", mean_pool, 8, HEADS).bucket_table.shape == (HEADS, 49)
 
 
 # 6. alibi2d --------------------------------------------------------------------------------------
@@ -79,7 +81,7 @@ def test_alibi_slopes():
 
 
 def test_alibi_table_is_minus_slope_times_distance_and_symmetric():
-    module = Alibi2D(config(heads=6), 8, 6).double()
+    module = build_position("alibi2d", config(heads=6), 8, 6).double()
     grid = Grid(5, 7, cls=True)
     table = module.table(grid)
     slopes = torch.tensor(alibi_slopes(6), dtype=F64)
@@ -112,7 +114,7 @@ def test_piecewise_index_at_hand_checked_points():
 
 
 def test_irpe_bucket_counts():
-    product, euclidean = IRPE(config(), 8, HEADS), IRPE(config(irpe_method="euclidean"), 8, HEADS)
+    product, euclidean = build_position("irpe", config(), 8, HEADS), build_position("irpe", config(irpe={"buckets": "euclidean"}), 8, HEADS)
     assert product.num_buckets == 49 and product.bucket_table.shape[1] == 50  # + the CLS skip bucket
     assert euclidean.num_buckets == 4 and euclidean.bucket_table.shape[1] == 5
     big = Grid(30, 30)  # offsets up to ±29 reach every bucket
@@ -134,8 +136,8 @@ def test_irpe_cls_terms_are_the_skip_bucket():
     assert terms.shape == (HEADS, 3) and torch.equal(terms, module.bucket_table[:, 49:50].expand(HEADS, 3))
     dense = module.dense(Grid(5, 7))
     assert torch.equal(dense[:, 0, :], module.bucket_table[:, 49, None].expand(HEADS, 36))
-    with pytest.raises(Exception, match="irpe_method"):
-        IRPE(config(irpe_method="cross"), 8, HEADS)
+    with pytest.raises(Exception, match=r"model\.irpe\.buckets: 'cross' is not valid"):
+        build_position("irpe", config(irpe={"buckets": "cross"}), 8, HEADS)
 
 
 # 8. krpe extrapolation -------------------------------------------------------------------------
@@ -157,7 +159,7 @@ def test_krpe_clamp_policy():
 
 
 def test_krpe_interpolate_policy():
-    module = make("krpe", seed=6, krpe_extrapolation="interpolate")
+    module = make("krpe", seed=6, krpe={"extrapolation": "interpolate"})
     def smooth(r, c):
         return 0.3 * r[:, None] - 0.2 * c[None, :] + 0.5 * torch.sin(0.2 * r[:, None] + 0.1 * c[None, :])
 
@@ -176,8 +178,8 @@ def test_krpe_interpolate_policy():
     small = module.table(Grid(5, 7))
     assert small.shape == (HEADS, 9, 13) and torch.isfinite(module.dense(Grid(5, 7))).all()
     assert not torch.equal(small, module.bias_table[:, 2:11, :])  # resized, not cropped
-    with pytest.raises(UserError, match="krpe_extrapolation: 'wrap' is not valid"):
-        config(krpe_extrapolation="wrap")
+    with pytest.raises(UserError, match=r"model\.krpe\.extrapolation: 'wrap' is not valid"):
+        config(krpe={"extrapolation": "wrap"})
 
 
 # position interpolation --------------------------------------------------------------------------
@@ -185,17 +187,17 @@ def test_krpe_interpolate_policy():
 def test_position_interpolation_scales_offsets_for_alibi_and_irpe_and_resizes_krpe():
     grid = Grid(14, 14, trained=(7, 7), interpolate=True)
     plain = Grid(14, 14, trained=(7, 7))
-    alibi = Alibi2D(config(), 8, HEADS).double()
+    alibi = build_position("alibi2d", config(), 8, HEADS).double()
     slopes = torch.tensor(alibi_slopes(HEADS), dtype=F64)
     torch.testing.assert_close(alibi.table(grid)[:, -1, -1], -slopes * math.hypot(6.5, 6.5), rtol=0, atol=1e-12)
     torch.testing.assert_close(alibi.table(plain)[:, -1, -1], -slopes * math.hypot(13, 13), rtol=0, atol=1e-12)
-    irpe = IRPE(config(), 8, HEADS)
+    irpe = build_position("irpe", config(), 8, HEADS)
     # scale 7/14: column offset 1 becomes 0.5 → g = 0 (round half to even) instead of g(1) = 1
     scaled, unscaled = irpe.buckets(grid), irpe.buckets(plain)
     assert scaled[13, 14] == 3 * 7 + 3 and unscaled[13, 14] == 3 * 7 + 4
     assert not torch.equal(scaled, unscaled)
     krpe = make("krpe")  # policy "clamp": extrapolation clamps, interpolation mode resizes the table
-    resized = make("krpe", krpe_extrapolation="interpolate").table(plain)
+    resized = make("krpe", krpe={"extrapolation": "interpolate"}).table(plain)
     torch.testing.assert_close(krpe.table(grid), resized)
     assert not torch.equal(krpe.table(grid), krpe.table(plain))
 
@@ -204,15 +206,15 @@ def test_position_interpolation_scales_offsets_for_alibi_and_irpe_and_resizes_kr
 
 def softmax_layer(name, **overrides):
     torch.manual_seed(0)
-    layer = MultiHeadAttention(config(**overrides) if overrides else config(), BACKENDS["softmax"],
-                               bias=CLASSES[name]).double()
+    layer = MultiHeadAttention(config(**overrides) if overrides else config(), "softmax",
+                               bias=name).double()
     if layer.bias is not None:
         trained_like(layer.bias, seed=1, scale=1.0, mode="replace")  # random, asymmetric table / buckets / CLS terms
     return layer
 
 
 @pytest.mark.parametrize("name,overrides", [("krpe", {}), ("alibi2d", {}), ("irpe", {}),
-                                            ("irpe", {"irpe_method": "euclidean"})],
+                                            ("irpe", {"irpe": {"buckets": "euclidean"}})],
                          ids=["krpe", "alibi2d", "irpe-product", "irpe-euclidean"])
 @torch.no_grad()
 def test_relative_property_in_softmax_attention(name, overrides):

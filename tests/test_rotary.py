@@ -15,7 +15,7 @@ from rpevit.errors import UserError
 from rpevit.grid import Grid
 from rpevit.model import build_model
 from rpevit.params import model_config
-from rpevit.position import POSITIONS
+from rpevit.position import build_position, POSITIONS
 from rpevit.position.rotary import CIRCULANT_STEP_STD, RoPEAxial
 
 METHODS = ["rope_axial", "rope_mixed", "string_circulant", "string_cayley"]
@@ -28,7 +28,7 @@ NOISE = 0.2  # trained-looking parameters: every parameter gets + NOISE·N(0, 1)
 def make(name, dim=DIM, heads=HEADS, seed=0, dtype=F64):
     """A rotary module with random, non-default parameters, in `dtype`."""
     torch.manual_seed(seed)
-    module = POSITIONS[name].build(model_config(dim=dim * heads, heads=heads), dim, heads)
+    module = build_position(name, model_config(dim=dim * heads, heads=heads), dim, heads)
     return trained_like(module.to(dtype), seed=seed + 1, scale=NOISE)
 
 
@@ -89,9 +89,9 @@ def test_rotation_matrices_orthogonal_relative_and_match_forward(name):
 
 def test_rope_axial_layout():
     """Interleaved pairs; first d/4 pairs turn with col at ω_k = θ^(−4k/d), the rest with row."""
-    module = RoPEAxial(model_config(), 8, 1).double()
+    module = build_position("rope_axial", model_config(), 8, 1).double()
     r = module.rotation_matrices(torch.tensor([[2.0, 3.0]], dtype=F64))[0, 0]  # row 2, col 3
-    theta = model_config().rope_theta
+    theta = model_config().options_for("rope_axial").theta
     angles = [3.0, 3.0 * theta ** -0.5, 2.0, 2.0 * theta ** -0.5]
     for c, a in enumerate(angles):
         block = torch.tensor([[math.cos(a), -math.sin(a)], [math.sin(a), math.cos(a)]], dtype=F64)
@@ -101,7 +101,7 @@ def test_rope_axial_layout():
 
 def test_rope_mixed_init_matches_rope_vit_layout():
     torch.manual_seed(0)
-    module = POSITIONS["rope_mixed"].build(model_config(rope_mixed_theta=10.0), 16, 3)
+    module = build_position("rope_mixed", model_config(rope_mixed={"theta": 10.0}), 16, 3)
     f_row, f_col = module.freqs.detach().double()  # each (h, 8)
     magnitude = torch.hypot(f_row, f_col)
     expected = 10.0 ** (-4.0 * torch.arange(4, dtype=F64) / 16)
@@ -111,7 +111,7 @@ def test_rope_mixed_init_matches_rope_vit_layout():
     torch.testing.assert_close(turn, torch.full_like(turn, math.pi / 2), rtol=0, atol=1e-6)
     assert direction[:, 0].unique().numel() == 3  # a random angle per head
     assert module.freqs.no_weight_decay
-    odd_pairs = POSITIONS["rope_mixed"].build(model_config(), 6, 2)  # dim % 4 == 2 still works
+    odd_pairs = build_position("rope_mixed", model_config(), 6, 2)  # dim % 4 == 2 still works
     assert odd_pairs.freqs.shape == (2, 2, 3)
 
 
@@ -158,7 +158,7 @@ def test_circulant_full_complex_fft_is_real_and_only_antisymmetric_part_matters(
 
 def test_circulant_init_scale_rotates_without_aliasing():
     torch.manual_seed(0)
-    module = POSITIONS["string_circulant"].build(model_config(), 64, 8)
+    module = build_position("string_circulant", model_config(), 64, 8)
     steps = module.phase_steps(F64)[..., 1:-1]  # per-patch phase steps, DC/Nyquist (always 0) dropped
     assert abs(steps.std().item() - CIRCULANT_STEP_STD) < 0.1 * CIRCULANT_STEP_STD
     assert steps.abs().max() < math.pi  # no frequency aliases between neighbouring patches
@@ -177,7 +177,7 @@ def softmax_layer(name, seed=0):
     """A float64 softmax attention layer with the rotary method, trained-looking parameters."""
     torch.manual_seed(seed)
     config = model_config(dim=DIM * HEADS, heads=HEADS)
-    layer = MultiHeadAttention(config, BACKENDS["softmax"], rotary=POSITIONS[name].build).double()
+    layer = MultiHeadAttention(config, "softmax", rotary=name).double()
     trained_like(layer.rotary, seed=seed + 1, scale=NOISE)
     return layer
 
@@ -257,7 +257,7 @@ def test_gradients_reach_learnable_frequencies(name):
     grid = Grid(5, 7)
     torch.manual_seed(0)
     config = model_config(dim=DIM * HEADS, heads=HEADS)
-    layer = MultiHeadAttention(config, BACKENDS["softmax"], rotary=POSITIONS[name].build)
+    layer = MultiHeadAttention(config, "softmax", rotary=name)
     trained_like(layer.rotary, seed=1, scale=NOISE)
     x = torch.randn(2, grid.num_tokens, DIM * HEADS, requires_grad=True)
     weight = torch.randn(2, grid.num_tokens, DIM * HEADS)
@@ -284,7 +284,7 @@ def test_autocast_bf16_keeps_dtype_and_is_finite(name):
     torch.testing.assert_close(out16.float(), reference, rtol=0.05, atol=0.05)
     torch.manual_seed(0)
     config = model_config(dim=DIM * HEADS, heads=HEADS)
-    layer = MultiHeadAttention(config, BACKENDS["softmax"], rotary=POSITIONS[name].build)
+    layer = MultiHeadAttention(config, "softmax", rotary=name)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = layer(torch.randn(2, grid.num_tokens, DIM * HEADS), grid)
     assert torch.isfinite(out).all()
@@ -294,13 +294,13 @@ def test_autocast_bf16_keeps_dtype_and_is_finite(name):
 
 def test_dimension_errors_are_user_errors():
     with pytest.raises(UserError, match="divisible by 4"):
-        POSITIONS["rope_axial"].build(model_config(), 6, 2)
+        build_position("rope_axial", model_config(), 6, 2)
     with pytest.raises(UserError, match="model.dim / model.heads"):
         build_model("softmax+rope_axial", dim=24, heads=4)  # head_dim 6
     for name in ("rope_mixed", "string_cayley"):
         with pytest.raises(UserError, match="divisible by 2"):
-            POSITIONS[name].build(model_config(), 5, 2)
-    POSITIONS["string_circulant"].build(model_config(), 5, 2)  # any dimension works
+            build_position(name, model_config(), 5, 2)
+    build_position("string_circulant", model_config(), 5, 2)  # any dimension works
 
 
 def test_wrong_token_count_is_rejected():

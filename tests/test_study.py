@@ -5,7 +5,8 @@ import dataclasses
 
 import pytest
 
-from rpevit import records, study
+from rpevit import records, runs, study
+from rpevit import train as train_module
 from rpevit.train import Diverged, train_run
 
 
@@ -21,13 +22,13 @@ def counted(monkeypatch, tiny_dataset):
     calls = []
     state = {"crash_on": None}
 
-    def fake_train(params, dataset, variant, seed, out_dir, **kwargs):
+    def fake_train(params, dataset, variant, seed, out_dir=None, **kwargs):
         calls.append((variant, seed))
         if len(calls) == state["crash_on"]:
             raise KeyboardInterrupt  # the machine died mid-grid
         return train_run(params, dataset, variant, seed, out_dir, **kwargs)
 
-    monkeypatch.setattr(study, "load_dataset", lambda *a, **k: tiny_dataset)
+    monkeypatch.setattr(runs, "dataset_for", lambda *a, **k: tiny_dataset)
     monkeypatch.setattr(study, "train_run", fake_train)
     return calls, state
 
@@ -66,12 +67,12 @@ def test_changed_settings_rerun(grid_params, counted, tmp_path):
 
 
 def test_diverged_run_is_recorded_not_retried(grid_params, monkeypatch, tiny_dataset, tmp_path):
-    def diverge(params, dataset, variant, seed, out_dir, **kwargs):
+    def diverge(params, dataset, variant, seed, *args):
         raise Diverged(f"{variant}: non-finite loss at epoch 1, step 3")
 
     one = dataclasses.replace(grid_params, variants=("softmax+ape",), seeds=(0,))
-    monkeypatch.setattr(study, "load_dataset", lambda *a, **k: tiny_dataset)
-    monkeypatch.setattr(study, "train_run", diverge)
+    monkeypatch.setattr(runs, "dataset_for", lambda *a, **k: tiny_dataset)
+    monkeypatch.setattr(train_module, "_train", diverge)
     results = study.run_study(one, runs_root=tmp_path, reports_root=tmp_path)
     assert results[0]["status"] == "diverged" and "epoch 1, step 3" in results[0]["message"]
     assert study.is_finished(one, "mnist5k", "softmax+ape", 0, tmp_path)

@@ -23,13 +23,16 @@ GRID = Grid(5, 7, cls=True)
 TINY = dict(dim=32, depth=1, heads=4, mlp_dim=32, image_size=28, patch_size=4)
 
 
-def make_layer(backend: str, site: str = "auto", *methods: str | None, dtype=torch.float64, seed=0, **config):
-    """An attention layer with the given positional methods and random, non-default parameters."""
+def make_layer(backend: str, site: str = "auto", *methods: str | None, dtype=torch.float64, seed=0,
+               favor=None, relu=None):
+    """An attention layer with the given positional methods and random, non-default parameters;
+    `favor` / `relu` override those backends' options."""
     torch.manual_seed(seed)
-    config = model_config(**{"dim": 32, "heads": 4, "image_size": 28, "patch_size": 4, "rotation_site": site,
-                             "relu_features": "learned", "bias_path": "fft", **config})
-    builders = {POSITIONS[m].mechanism: POSITIONS[m].build for m in methods if m}
-    layer = MultiHeadAttention(config, BACKENDS[backend], **builders)
+    sites = {} if site == "auto" else {"rotation_site": site}
+    config = model_config(dim=32, heads=4, image_size=28, patch_size=4,
+                          favor={**sites, "bias_path": "fft", **(favor or {})},
+                          relu={**sites, "feature_map": "learned", "bias_path": "fft", **(relu or {})})
+    layer = MultiHeadAttention(config, backend, **{POSITIONS[m].mechanism: m for m in methods if m})
     return trained_like(layer, seed=None, scale=0.3).to(dtype)  # noise from the global RNG seeded above
 
 
@@ -75,11 +78,11 @@ def test_gates_fail_the_relative_property(backend, site, gate):
 
 
 def test_auto_bias_path_is_dense_on_small_grids_and_fft_on_large_ones():
-    layer = make_layer("favor", "auto", "krpe", bias_path="auto")
+    layer = make_layer("favor", "auto", "krpe", favor={"bias_path": "auto"})
     backend = layer.backend
     assert not backend._use_fft(Grid(7, 7), 8) and backend._use_fft(Grid(64, 64), 8)
     x = torch.randn(1, GRID.num_tokens, 32, dtype=torch.float64)
-    forced = make_layer("favor", "auto", "krpe", bias_path="fft")
+    forced = make_layer("favor", "auto", "krpe", favor={"bias_path": "fft"})
     with torch.no_grad():
         torch.testing.assert_close(layer(x, GRID), forced(x, GRID), rtol=0, atol=1e-10)  # same attention
 
@@ -92,7 +95,7 @@ def test_favor_with_krpe_converges_to_softmax_with_the_same_bias():
         exact = softmax.attention_matrix(x, GRID)
         errors = []
         for m in (16, 256, 4096):
-            favor = make_layer("favor", "auto", "krpe", favor_features=m)
+            favor = make_layer("favor", "auto", "krpe", favor={"num_features": m})
             favor.load_state_dict(softmax.state_dict(), strict=False)  # same projections and table
             errors.append(float((favor.attention_matrix(x, GRID) - exact).abs().mean() / exact.mean()))
     assert errors[0] > errors[1] > errors[2] and errors[2] < 0.05

@@ -9,34 +9,34 @@ from __future__ import annotations
 from torch import nn
 
 from ..errors import UserError
+from ..position import build_position
+from . import build_backend
 
 
 class MultiHeadAttention(nn.Module):
-    """Self-attention over (batch, tokens, dim) with pluggable backend and positions."""
+    """Self-attention over (batch, tokens, dim) with pluggable backend and positions (given by name)."""
 
-    def __init__(self, config, backend_cls, rotary=None, bias=None, gate=None):
+    def __init__(self, config, backend: str, rotary: str | None = None, bias: str | None = None,
+                 gate: str | None = None):
         super().__init__()
         self.heads = config.heads
         self.head_dim = config.dim // config.heads
         self.qkv = nn.Linear(config.dim, 3 * config.dim)
         self.proj = nn.Linear(config.dim, config.dim)
-        self.backend = backend_cls(config, self.head_dim, self.heads)
-        site = config.rotation_site
-        self.rotation_site = backend_cls.rotation_sites[0] if site == "auto" else site
-        if rotary is not None and self.rotation_site not in backend_cls.rotation_sites:
-            raise UserError(f"rotation_site: {site!r} is not available with this backend; it allows "
-                            f"{', '.join(backend_cls.rotation_sites)} ('post' rotates the feature maps "
-                            "φ(q), φ(k) of linear attention).")
+        self.backend = build_backend(backend, config, self.head_dim, self.heads)
+        self.rotation_site = self.backend.rotation_site
         self.rotary = None
         if rotary is not None:
             rotary_dim = self.head_dim if self.rotation_site == "pre" else self.backend.feature_dim()
             if rotary_dim % 2:
-                raise UserError(f"a 'post' rotation rotates pairs of features, but this backend has an "
+                raise UserError(f"a 'post' rotation rotates pairs of features, but backend {backend} has an "
                                 f"odd number of features m={rotary_dim}; choose an even m or "
-                                "model.rotation_site: pre.")
-            self.rotary = rotary(config, rotary_dim, self.heads)
-        self.bias = None if bias is None else bias(config, self.head_dim, self.heads)
-        self.gate = None if gate is None else gate(config, self.head_dim, self.heads)
+                                f"model.{backend}.rotation_site: pre.")
+            self.rotary = build_position(rotary, config, rotary_dim, self.heads)
+        self.bias = None if bias is None else \
+            build_position(bias, config, self.head_dim, self.heads)
+        self.gate = None if gate is None else \
+            build_position(gate, config, self.head_dim, self.heads)
 
     def _heads(self, x, grid):
         """Project and position q, k, v: each (B, h, T, d)."""
@@ -45,7 +45,7 @@ class MultiHeadAttention(nn.Module):
         if self.gate is not None:
             q, k = self.gate(q, k, grid)
         if self.rotary is not None and self.rotation_site == "pre":
-            q, k = self.rotary(q, grid), self.rotary(k, grid)
+            q, k = self.rotary.rotate_pair(q, k, grid)
         return q, k, v
 
     def _backend_kwargs(self):

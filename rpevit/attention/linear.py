@@ -24,9 +24,13 @@ inspection and as the test reference.
 from __future__ import annotations
 
 import torch
+from dataclasses import dataclass
+from typing import Literal
+
 from torch import nn
 
 from ..errors import UserError
+from ..options import neutral
 from ..precision import autocast_off, compute_dtype
 from .features import (FAVOR_EPS, RELU_EPS, default_favor_features, favor_features,
                        orthogonal_gaussian_matrix, relu_features)
@@ -66,9 +70,12 @@ def dense_linear_attention(num_q, num_k, den_q, den_k, eps: float = DENOMINATOR_
 class LinearAttention(nn.Module):
     """Shared core of the linear backends; subclasses define the feature map φ (`features`)."""
 
+    exact = False  # a kernel feature map stands in for exp(qᵀk/√d)
     mechanisms = ("absolute", "gate", "rotary", "bias")
-    rotation_sites: tuple[str, ...] = ("pre", "post")
     num_features: int
+
+    def _common_options(self, options) -> None:
+        self.rotation_site, self.bias_path = options.rotation_site, options.bias_path
 
     def feature_dim(self) -> int:
         """m, the feature dimension a post-map rotation acts on."""
@@ -86,9 +93,9 @@ class LinearAttention(nn.Module):
         if self.num_features % 2:
             raise UserError(f"a post-map rotation ('post' rotation_site) rotates pairs of features, so "
                             f"it needs an even number of features m; this {type(self).__name__} has "
-                            f"m={self.num_features}. Choose an even m (model.favor_features / "
-                            "model.relu_num_features) or set model.rotation_site: pre.")
-        return feature_rotation(phi_q, grid), feature_rotation(phi_k, grid), phi_q, phi_k
+                            f"m={self.num_features}. Choose an even m (model.favor.num_features / "
+                            "model.relu.num_features) or set rotation_site: pre.")
+        return (*feature_rotation.rotate_pair(phi_q, phi_k, grid), phi_q, phi_k)
 
     def forward(self, q, k, v, grid, bias=None, feature_rotation=None):
         """Attention output (B, h, T, d) in v's dtype; a relative bias goes through the 2D FFT path."""
@@ -123,34 +130,51 @@ class LinearAttention(nn.Module):
         """Hook run after every forward call (FAVOR+ counts calls for its redraw policy)."""
 
 
+@dataclass(frozen=True)
+class FavorOptions:
+    """FAVOR+ options: m random features (None = 4·⌈d ln d/4⌉), redraw every k training steps (0 =
+    never), where a rotary method acts (q, k "pre" the feature map, or φ(q), φ(k) "post"), and the
+    exact path for a relative bias ("auto" = whichever costs fewer multiply-adds)."""
+
+    num_features: int | None = None
+    redraw_steps: int = 0
+    rotation_site: Literal["pre", "post"] = "pre"
+    bias_path: Literal["auto", "fft", "dense"] = neutral("auto")
+
+    def check(self, where: str) -> None:
+        if self.num_features is not None and (self.num_features < 1 or self.num_features % 2):
+            raise UserError(f"{where}.num_features must be a positive even integer (pairs of features are "
+                            f"rotated by post-map rotary methods), got {self.num_features}; or leave it "
+                            "null for the default 4·⌈d·ln d/4⌉.")
+        if self.redraw_steps < 0:
+            raise UserError(f"{where}.redraw_steps must be ≥ 0 (0 = never redraw), got {self.redraw_steps}.")
+
+
 class FavorAttention(LinearAttention):
     """FAVOR+ Performer attention (positive orthogonal random features for exp(qᵀk/√d)).
 
-    m = config.favor_features, or by default m = 4·⌈d·ln(d)/4⌉ (at least 4): performer-pytorch's
+    m = options.num_features, or by default m = 4·⌈d·ln(d)/4⌉ (at least 4): performer-pytorch's
     d·ln d, rounded up to a multiple of 4 so a post-map RoPE-Axial (m % 4 == 0) fits; d = 16 →
     48, d = 32 → 112, d = 64 → 268. One ω (m, d) per layer, shared by q and k (separate draws
     bias the estimator) and by all heads, stored in the `omega` buffer (in state_dict), drawn at
-    init from the global torch RNG. With config.favor_redraw_steps = k > 0 a fresh ω is drawn
+    init from the global torch RNG. With options.redraw_steps = k > 0 a fresh ω is drawn
     after every k-th training-mode forward call (counted in the `redraw_counter` buffer, so it
     is checkpointed); k = 0 never redraws; eval mode never redraws nor counts. A redraw swaps in
     a new tensor (no in-place write), so graphs built with the old ω still backpropagate.
     `feature_eps` is the floor ε added to the features (FAVOR_EPS = 1e-6).
     """
 
-    rotation_sites = ("pre", "post")
+    Options = FavorOptions
+    summary = ("FAVOR+ (Choromanski et al. 2021): positive orthogonal random features, one ω per layer, "
+               "O(N·m·d)")
 
-    def __init__(self, config, head_dim: int, heads: int):
+    def __init__(self, options: FavorOptions, config, head_dim: int, heads: int):
         super().__init__()
-        m = default_favor_features(head_dim) if config.favor_features is None else config.favor_features
-        if m < 1 or m % 2:
-            raise UserError(f"model.favor_features must be a positive even integer (pairs of features "
-                            f"are rotated by post-map rotary methods), got {m}; or leave it null for "
-                            f"the default 4·⌈d·ln d/4⌉ = {default_favor_features(head_dim)}.")
-        if config.favor_redraw_steps < 0:
-            raise UserError(f"model.favor_redraw_steps must be ≥ 0 (0 = never redraw), got "
-                            f"{config.favor_redraw_steps}.")
-        self.head_dim, self.num_features, self.bias_path = head_dim, m, config.bias_path
-        self.redraw_steps = config.favor_redraw_steps
+        options.check("model.favor")
+        m = default_favor_features(head_dim) if options.num_features is None else options.num_features
+        self._common_options(options)
+        self.head_dim, self.num_features = head_dim, m
+        self.redraw_steps = options.redraw_steps
         self.feature_eps = FAVOR_EPS
         self.register_buffer("omega", orthogonal_gaussian_matrix(m, head_dim))  # (m, d)
         self.register_buffer("redraw_counter", torch.zeros((), dtype=torch.long))
@@ -178,38 +202,50 @@ class FavorAttention(LinearAttention):
         self._calls = int(self.redraw_counter)
 
 
+@dataclass(frozen=True)
+class ReluOptions:
+    """Performer-ReLU options: the feature map W ("identity": W = I, seed 000; "random": fixed
+    orthogonal Gaussian; "learned": seed 001), its size m (None = head dim), the rotation site
+    (default "post": pre-map rotation is not relative for ReLU features) and the bias path."""
+
+    feature_map: Literal["identity", "random", "learned"] = "identity"
+    num_features: int | None = None
+    rotation_site: Literal["pre", "post"] = "post"
+    bias_path: Literal["auto", "fft", "dense"] = neutral("auto")
+
+    def check(self, where: str) -> None:
+        if self.num_features is not None and self.num_features < 1:
+            raise UserError(f"{where}.num_features must be a positive integer, got {self.num_features}.")
+        if self.feature_map == "identity" and self.num_features is not None:
+            raise UserError(f"{where}.num_features={self.num_features} needs {where}.feature_map 'random' or "
+                            "'learned'; 'identity' features have m = head dim (leave num_features null).")
+
+
 class ReluAttention(LinearAttention):
     """Performer-ReLU attention: φ(x) = ReLU(d^(−1/4)·W x) + ε, ε = RELU_EPS = 1e-3.
 
-    config.relu_features: "identity" — W = I, m = d (seed 000, no projection); "random" — W a
+    options.feature_map: "identity" — W = I, m = d (seed 000, no projection); "random" — W a
     fixed orthogonal-block Gaussian matrix (rows χ(d)-scaled, `projection` buffer, never
-    redrawn), m = config.relu_num_features or d; "learned" — W a bias-free nn.Linear(d, m)
-    with PyTorch's default init (seed 001), m = config.relu_num_features or d. One W per layer,
-    shared by q, k and all heads. Default rotation site: post (pre-map rotation is not
-    relative for ReLU features).
+    redrawn), m = options.num_features or d; "learned" — W a bias-free nn.Linear(d, m)
+    with PyTorch's default init (seed 001), m = options.num_features or d. One W per layer,
+    shared by q, k and all heads.
     """
 
-    rotation_sites = ("post", "pre")
+    Options = ReluOptions
+    summary = "Performer-ReLU: φ(x) = ReLU(d^(−1/4)Wx) + 10⁻³, W identity / random / learned, O(N·m·d)"
 
-    def __init__(self, config, head_dim: int, heads: int):
+    def __init__(self, options: ReluOptions, config, head_dim: int, heads: int):
         super().__init__()
-        kind, m = config.relu_features, config.relu_num_features
-        if m is not None and m < 1:
-            raise UserError(f"model.relu_num_features must be a positive integer, got {m}.")
-        if kind == "identity" and m is not None and m != head_dim:
-            raise UserError(f"model.relu_num_features={m} needs model.relu_features 'random' or "
-                            f"'learned'; 'identity' features have m = head dim = {head_dim}.")
+        options.check("model.relu")
+        kind, m = options.feature_map, options.num_features
+        self._common_options(options)
         self.kind, self.num_features = kind, head_dim if m is None else m
-        self.bias_path = config.bias_path
         self.feature_eps = RELU_EPS
         if kind == "learned":
             self.projection = nn.Linear(head_dim, self.num_features, bias=False)
-        elif kind in ("random", "identity"):
+        else:
             weight = orthogonal_gaussian_matrix(self.num_features, head_dim) if kind == "random" else None
             self.register_buffer("projection", weight)  # (m, d); None (not saved) for identity
-        else:
-            raise UserError(f"model.relu_features: {kind!r} is not valid; expected one of "
-                            "'identity', 'random', 'learned'.")
 
     def _weight(self):
         if isinstance(self.projection, nn.Linear):

@@ -11,16 +11,21 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..options import NoOptions
+
 
 class SoftmaxAttention(nn.Module):
     """softmax(q kᵀ/√d + B) v over (batch, heads, tokens, head_dim) tensors."""
 
+    Options = NoOptions
+    exact = True  # computes the attention it names exactly (no kernel approximation)
     mechanisms = ("absolute", "gate", "rotary", "bias")
-    rotation_sites = ("pre",)  # the first is the default
+    summary = "exact softmax(qkᵀ/√d + B)v through torch SDPA, O(N²)"
 
-    def __init__(self, config, head_dim: int, heads: int):
+    def __init__(self, options: NoOptions, config, head_dim: int, heads: int):
         super().__init__()
         self.head_dim = head_dim
+        self.rotation_site = "pre"  # softmax rotates q, k themselves
 
     def feature_dim(self) -> int:
         """Dimension a post-map rotation would act on (softmax rotates q, k themselves)."""

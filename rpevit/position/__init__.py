@@ -1,16 +1,18 @@
 """Positional methods, grouped by the mechanism through which attention consumes them.
 
 absolute: added to tokens before the blocks.        forward(tokens, grid) -> tokens
-rotary:   orthogonal maps of q, k (or φ(q), φ(k)).  forward(x (B,h,T,d), grid) -> x, patches only
-bias:     a kernel over offsets, b_h(Δ).            dense(grid) -> (h, T, T) logit bias
+rotary:   orthogonal maps of q, k (or φ(q), φ(k)).  rotate_pair(q, k, grid) -> (q, k), patches only
+bias:     a kernel over offsets, b_h(Δ).            table(grid), cls_terms(), dense(grid) -> (h, T, T)
 gate:     absolute scaling of q and k (seed 001).   forward(q, k, grid) -> (q, k)
 
-Every builder is called as builder(model_config, dim, heads). Adding a method = one entry here.
+Every method is an nn.Module class built as cls(options, model_config, dim, heads), with its
+options in `cls.Options` (rpevit.options). Adding a method = one class satisfying its
+mechanism's protocol and one entry in POSITIONS.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, ClassVar, Protocol, runtime_checkable
 
 from .absolute import LearnedAbsolute, SinCosAbsolute
 from .gates import IRPEGate, StringGate2D
@@ -20,15 +22,62 @@ from .rotary import CayleyString, CirculantString, RoPEAxial, RoPEMixed
 MECHANISMS = ("rotary", "bias", "gate", "absolute")  # the order positions take in a variant name
 
 
+class _Method(Protocol):
+    Options: ClassVar[type]
+
+
+@runtime_checkable
+class AbsoluteMethod(_Method, Protocol):
+    """Added to the tokens (B, T, D) entering the first block."""
+
+    def forward(self, tokens, grid): ...
+
+
+@runtime_checkable
+class RotaryMethod(_Method, Protocol):
+    """Orthogonal, position-dependent maps R(r) of q and k: R(r)ᵀR(r′) depends on r′ − r only."""
+
+    def rotate_pair(self, q, k, grid): ...
+
+    def rotation_matrices(self, coords): ...
+
+
+@runtime_checkable
+class BiasMethod(_Method, Protocol):
+    """A relative logit bias b_h(Δ): a (h, 2H−1, 2W−1) table over offsets plus CLS terms."""
+
+    def table(self, grid): ...
+
+    def cls_terms(self): ...
+
+    def dense(self, grid): ...
+
+
+@runtime_checkable
+class GateMethod(_Method, Protocol):
+    """Per-position scaling of q and k (absolute)."""
+
+    def forward(self, q, k, grid): ...
+
+
+PROTOCOLS = {"absolute": AbsoluteMethod, "rotary": RotaryMethod, "bias": BiasMethod, "gate": GateMethod}
+
+
 @dataclass(frozen=True)
 class PositionMethod:
-    """A positional method: its mechanism, its module builder and a one-line description."""
+    """A positional method: its mechanism, its module class, a one-line description, whether it is
+    relative (passes REFERENCE.md §5) and whether it follows position interpolation."""
 
     mechanism: str
     build: Callable
     summary: str
     relative: bool
     follows_grid_scale: bool = True  # reacts to position interpolation (grid.interpolate)
+
+
+def build_position(name: str, config, dim: int, heads: int):
+    """Positional method `name` with its options from the model config."""
+    return POSITIONS[name].build(config.options_for(name), config, dim, heads)
 
 
 POSITIONS: dict[str, PositionMethod] = {

@@ -20,12 +20,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import UserError
+from ..options import NoOptions
 
 
 class LearnedAbsolute(nn.Module):
     """Learned APE over the trained patch grid, resized bicubically for other grids."""
 
-    def __init__(self, config, dim: int, heads: int):
+    Options = NoOptions
+
+    def __init__(self, options: NoOptions, config, dim: int, heads: int):
         super().__init__()
         side = config.image_size // config.patch_size
         self.trained = (side, side)
@@ -66,7 +69,9 @@ class SinCosAbsolute(nn.Module):
 
     CACHE_SIZE = 8
 
-    def __init__(self, config, dim: int, heads: int):
+    Options = NoOptions
+
+    def __init__(self, options: NoOptions, config, dim: int, heads: int):
         super().__init__()
         if dim % 4:
             raise UserError(f"ape_sincos needs model.dim divisible by 4 (sin and cos for each of the "

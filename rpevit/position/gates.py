@@ -52,7 +52,7 @@ In every case the extra cost is elementwise, O(N·d): linear attention stays lin
       f(r̂) = [sin(ω_kᵀr̂ + φ_k), cos(ω_kᵀr̂ + φ_k)]_{k<R} ∈ R^(2R),
   projected per head by learned bias-free maps P_q, P_k ∈ R^(d×2R) to per-channel log-scales:
       a(r) = exp(P_q f(r̂)),   b(r) = exp(P_k f(r̂)).
-  R = config.gate_string_rank (default 8). ω, φ are shared by the heads
+  R = options.rank (default 8). ω, φ are shared by the heads
   of a layer; ω ~ N(0, STRING_FREQUENCY_STD²) per component, φ ~ U[0, 2π); P_q = P_k = 0 at init
   (identity gate; ω and φ receive gradient once P moves). Positions r̂ = Grid.coords() / (S − 1):
   integer patch indices scaled so the trained grid spans [0, 1]² exactly; a larger grid
@@ -73,7 +73,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from dataclasses import dataclass
+
 from ..errors import UserError
+from ..options import NoOptions
 from ..precision import autocast_off, compute_dtype
 
 # ω ~ N(0, π²) per axis on positions in [0, 1]: |ω_k| mostly between ~π/2 (a quarter period across
@@ -144,7 +147,9 @@ def resize_table(table: torch.Tensor, length: int) -> torch.Tensor:
 class IRPEGate(PositionalGate):
     """Seed 001's IRPE-Gate (absolute): a(r) = exp(row_q[row] + col_q[col]), b(r) = exp(row_k[row] + col_k[col])."""
 
-    def __init__(self, config, dim: int, heads: int):
+    Options = NoOptions
+
+    def __init__(self, options: NoOptions, config, dim: int, heads: int):
         super().__init__(dim, heads)
         side = trained_side(config)
         self.trained = (side, side)
@@ -175,16 +180,26 @@ class IRPEGate(PositionalGate):
         return f"dim={self.dim}, heads={self.heads}, trained={self.trained[0]}×{self.trained[1]}"
 
 
+@dataclass(frozen=True)
+class GateStringOptions:
+    """Number R of learnable 2D Fourier frequencies of the STRING gate."""
+
+    rank: int = 8
+
+    def check(self, where: str) -> None:
+        if self.rank < 1:
+            raise UserError(f"{where}.rank must be a positive integer, got {self.rank}.")
+
+
 class StringGate2D(PositionalGate):
     """Seed 001's STRINGGate2D (absolute): a(r) = exp(P_q f(r̂)), b(r) = exp(P_k f(r̂)), f = 2D Fourier features."""
 
-    def __init__(self, config, dim: int, heads: int):
+    Options = GateStringOptions
+
+    def __init__(self, options: GateStringOptions, config, dim: int, heads: int):
         super().__init__(dim, heads)
-        rank = config.gate_string_rank
-        if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
-            raise UserError(f"model.gate_string_rank must be a positive integer (the number R of "
-                            f"Fourier frequencies of gate_string), got {rank!r}.")
-        self.rank = rank
+        options.check("model.gate_string")
+        rank = self.rank = options.rank
         side = trained_side(config)
         self.position_scale = 1.0 / max(side - 1, 1)  # trained grid → [0, 1]²
         self.frequencies = nn.Parameter(torch.randn(rank, 2) * STRING_FREQUENCY_STD)  # ω_k = (ω_row, ω_col)

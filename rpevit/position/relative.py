@@ -24,7 +24,7 @@ Position interpolation: when `grid.interpolate` is set with a `grid.trained` siz
 irpe evaluate their closed forms at scaled offsets (Δrow·s_row, Δcol·s_col) with
 (s_row, s_col) = grid.scale() (Chen et al. 2023), exactly as the rotary methods scale positions;
 the table keeps its integer-offset layout, so both backends consume it unchanged. krpe ignores
-the flag and follows its own extrapolation policy (config.krpe_extrapolation).
+the flag and follows its own extrapolation policy (options.extrapolation).
 """
 from __future__ import annotations
 
@@ -32,9 +32,13 @@ import math
 
 import torch
 import torch.nn.functional as F
+from dataclasses import dataclass
+from typing import Literal
+
 from torch import nn
 
 from ..errors import UserError
+from ..options import NoOptions, neutral
 
 
 def table_shape(grid) -> tuple[int, int]:
@@ -106,6 +110,21 @@ class RelativeBias(nn.Module):
         return f"heads={self.heads}"
 
 
+@dataclass(frozen=True)
+class KrpeOptions:
+    """KRPE on grids other than the trained one: offsets clamped into the trained range (iRPE rule)
+    or the table bicubic-resized to (2H−1)×(2W−1) (Swin rule). Evaluation only: result-neutral."""
+
+    extrapolation: Literal["clamp", "interpolate"] = neutral("clamp")
+
+
+@dataclass(frozen=True)
+class IrpeOptions:
+    """iRPE offset buckets: per-axis product (49) or Euclidean distance (4), plus a CLS skip bucket."""
+
+    buckets: Literal["product", "euclidean"] = "product"
+
+
 class KernelizedRPE(RelativeBias):
     """krpe: a learnable relative-position table b_h(Δ) (Luo et al. 2021; Swin, Liu et al. 2021, Eq. 4).
 
@@ -118,7 +137,7 @@ class KernelizedRPE(RelativeBias):
     logits [CLS→patch, patch→CLS, CLS→CLS], zero init, present only when config.pool == "cls".
     Both are tagged no_weight_decay.
 
-    Other grids (config.krpe_extrapolation):
+    Other grids (options.extrapolation):
     - "clamp" (iRPE's rule): offsets are clamped into the trained range, so a larger grid reuses
       the edge values for its far offsets and a smaller grid reads the central part exactly.
     - "interpolate" (Swin's fine-tuning rule): the table is resized bicubically
@@ -132,14 +151,13 @@ class KernelizedRPE(RelativeBias):
     POLICIES = ("clamp", "interpolate")
     INIT_STD = 0.02
 
-    def __init__(self, config, dim: int, heads: int):
+    Options = KrpeOptions
+
+    def __init__(self, options: KrpeOptions, config, dim: int, heads: int):
         super().__init__(heads)
         side = config.image_size // config.patch_size
         self.trained = (side, side)
-        self.policy = config.krpe_extrapolation
-        if self.policy not in self.POLICIES:
-            raise UserError(f"model.krpe_extrapolation: {self.policy!r} is not valid; expected one of "
-                            f"{', '.join(repr(p) for p in self.POLICIES)}.")
+        self.policy = options.extrapolation
         self.bias_table = nn.Parameter(torch.empty(heads, 2 * side - 1, 2 * side - 1))
         nn.init.trunc_normal_(self.bias_table, std=self.INIT_STD, a=-2 * self.INIT_STD, b=2 * self.INIT_STD)
         self.bias_table.no_weight_decay = True
@@ -194,7 +212,9 @@ class Alibi2D(RelativeBias):
     scaled by grid.scale() before the norm.
     """
 
-    def __init__(self, config, dim: int, heads: int):
+    Options = NoOptions
+
+    def __init__(self, options: NoOptions, config, dim: int, heads: int):
         super().__init__(heads)
         self.register_buffer("slopes", torch.tensor(alibi_slopes(heads), dtype=torch.float32),
                              persistent=False)  # (heads,)
@@ -226,7 +246,7 @@ class IRPE(RelativeBias):
     Improving Relative Position Encoding for Vision Transformer"; piecewise index g of Eq. 18).
 
     g = `piecewise_index` with α = 1.9, β = 3.8, γ = 15.2 (ratio 1.9: α = 1.9, β = 2α, γ = 8α).
-    config.irpe_method:
+    options.buckets:
     - "product": bucket = (g(Δrow) + ⌊β⌋)·(2⌊β⌋ + 1) + g(Δcol) + ⌊β⌋ — 7 × 7 = 49 buckets.
     - "euclidean": bucket = g(‖Δ‖₂) ∈ {0, …, ⌊β⌋} — 4 buckets. (g is applied to the exact
       distance; iRPE rounds the distance first and allocates 2⌊β⌋ + 1 = 7 ids, 3 unreachable.)
@@ -241,12 +261,11 @@ class IRPE(RelativeBias):
     ALPHA, BETA, GAMMA = 1.9, 3.8, 15.2
     METHODS = ("product", "euclidean")
 
-    def __init__(self, config, dim: int, heads: int):
+    Options = IrpeOptions
+
+    def __init__(self, options: IrpeOptions, config, dim: int, heads: int):
         super().__init__(heads)
-        self.method = config.irpe_method
-        if self.method not in self.METHODS:
-            raise UserError(f"model.irpe_method: {self.method!r} is not valid; expected one of "
-                            f"{', '.join(repr(m) for m in self.METHODS)}.")
+        self.method = options.buckets
         side = math.floor(self.BETA)
         self.num_buckets = (2 * side + 1) ** 2 if self.method == "product" else side + 1
         self.skip = 1 if config.pool == "cls" else 0

@@ -6,7 +6,7 @@ R(r)ᵀR(r′) = R(0)ᵀR(r′ − r), so q_iᵀk_j only sees the offset r_j −
 
 - `RoPEAxial`  — RoPE-Axial (Heo et al. 2024, "Rotary Position Embedding for Vision Transformer",
   naver-ai/rope-vit): interleaved pairs (2c, 2c+1) rotated by angle a_c(r) = ω_c·x for the first
-  dim/4 pairs and ω_c·y for the rest, ω_c = θ^(−4c/dim), θ = config.rope_theta; x = col, y = row.
+  dim/4 pairs and ω_c·y for the rest, ω_c = θ^(−4c/dim), θ = options.theta; x = col, y = row.
 - `RoPEMixed`  — RoPE-Mixed (Heo et al. 2024): a_c(r) = f_x,c·x + f_y,c·y with (f_x, f_y) learnable
   per head (and per layer: each layer builds its own module).
 - `CirculantString` — Circulant-STRING (Schenck et al., ICML 2025, "Learning the RoPEs: Better 2D
@@ -29,7 +29,10 @@ import math
 import torch
 from torch import nn
 
+from dataclasses import dataclass
+
 from ..errors import UserError
+from ..options import NoOptions
 from ..precision import autocast_off, compute_dtype
 
 # Circulant-STRING init: c_k ~ N(0, σ²) with σ = CIRCULANT_STEP_STD / √(2·dim), so that each
@@ -96,6 +99,10 @@ class RotaryPosition(nn.Module):
             patches = self.rotate_grid(patches, grid).to(x.dtype)
         return torch.cat((x[:, :, :prefix], patches), dim=2) if prefix else patches
 
+    def rotate_pair(self, q: torch.Tensor, k: torch.Tensor, grid):
+        """(R q, R k) with the rotation built once for both (q, k of equal shape)."""
+        return self(torch.cat((q, k)), grid).chunk(2)
+
     def extra_repr(self) -> str:
         return f"dim={self.dim}, heads={self.heads}"
 
@@ -130,15 +137,36 @@ def _require_divisible(name: str, dim: int, by: int, why: str) -> None:
                         "model.heads (or the feature count) so that it is.")
 
 
+@dataclass(frozen=True)
+class ThetaOptions:
+    """Base θ of the frequencies θ^(−4c/dim) (RoPE-Axial: fixed; RoPE-Mixed / Cayley: initial magnitudes)."""
+
+    theta: float = 100.0
+
+    def check(self, where: str) -> None:
+        if not self.theta > 1:
+            raise UserError(f"{where}.theta must be a number > 1 (frequencies θ^(−4c/dim) must decay), "
+                            f"got {self.theta}.")
+
+
+@dataclass(frozen=True)
+class MixedOptions(ThetaOptions):
+    """RoPE-Mixed initial frequency magnitudes θ^(−4c/dim), θ = 10 (RoPE-ViT)."""
+
+    theta: float = 10.0
+
+
 class RoPEAxial(PairRotary):
     """RoPE-Axial (Heo et al. 2024): fixed ω_c = θ^(−4c/dim); pairs < dim/4 turn with col, others with row."""
 
     CACHE_SIZE = 8
 
-    def __init__(self, config, dim: int, heads: int):
+    Options = ThetaOptions
+
+    def __init__(self, options: ThetaOptions, config, dim: int, heads: int):
         super().__init__(dim, heads)
         _require_divisible("rope_axial", dim, 4, "two axes × interleaved pairs")
-        self.theta = config.rope_theta
+        self.theta = options.theta
         self._cache: dict = {}  # (H, W, scale, device, dtype, inference mode) → (cos, sin)
 
     def frequencies(self, dtype, device):
@@ -188,11 +216,13 @@ def rope_mixed_init(dim: int, heads: int, theta: float) -> torch.Tensor:
 class RoPEMixed(PairRotary):
     """RoPE-Mixed (Heo et al. 2024): learnable a_c(r) = f_x,c·x + f_y,c·y per head."""
 
-    def __init__(self, config, dim: int, heads: int):
+    Options = MixedOptions
+
+    def __init__(self, options: MixedOptions, config, dim: int, heads: int):
         super().__init__(dim, heads)
         _require_divisible("rope_mixed", dim, 2, "interleaved pairs")
         # (2, h, dim/2): freqs[0] = f_y (multiplies row), freqs[1] = f_x (multiplies col)
-        self.freqs = nn.Parameter(rope_mixed_init(dim, heads, config.rope_mixed_theta))
+        self.freqs = nn.Parameter(rope_mixed_init(dim, heads, options.theta))
         self.freqs.no_weight_decay = True
 
     def frequencies(self, dtype, device):
@@ -210,7 +240,9 @@ def circulant(first_column: torch.Tensor) -> torch.Tensor:
 class CirculantString(RotaryPosition):
     """Circulant-STRING (Schenck et al. 2025): R(r)z = IFFT(exp(Σ r_k μ_k) ⊙ FFT(z)), μ_k = 2i·Im FFT c_k."""
 
-    def __init__(self, config, dim: int, heads: int):
+    Options = NoOptions
+
+    def __init__(self, options: NoOptions, config, dim: int, heads: int):
         super().__init__(dim, heads)
         # (2, h, dim): first columns c_row, c_col of the circulants C_k; only their antisymmetric
         # part (c_j − c_{−j})/2 matters. Scale: see CIRCULANT_STEP_STD.
@@ -241,9 +273,11 @@ class CirculantString(RotaryPosition):
 class CayleyString(RotaryPosition):
     """Cayley-STRING (Schenck et al. 2025): R(r) = RoPE-Mixed(r)·P, P = (I − S)(I + S)⁻¹, S = A−Aᵀ."""
 
-    def __init__(self, config, dim: int, heads: int):
+    Options = MixedOptions
+
+    def __init__(self, options: MixedOptions, config, dim: int, heads: int):
         super().__init__(dim, heads)
-        self.mixed = RoPEMixed(config, dim, heads)
+        self.mixed = RoPEMixed(options, config, dim, heads)
         # A = 0 at init: P = I and the method starts as RoPE-Mixed; dP/dA ≠ 0 there, so it learns.
         self.skew = nn.Parameter(torch.zeros(heads, dim, dim))  # (h, d, d)
         self.skew.no_weight_decay = True

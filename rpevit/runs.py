@@ -1,0 +1,192 @@
+"""Run services: the one place that turns a preset into a run's pieces.
+
+Every command, benchmark and notebook gets its dataset, its dataset-sized model settings, a
+trained run's model and its predictions from here, so each is set up one way only. Here too is
+a run's identity: its key hashes exactly the settings that change its result — data, training,
+the core architecture and the options of the variant's own backend and methods, nothing else —
+so adding an option to one method never invalidates the runs of the others.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import torch
+
+from . import records
+from .data import DATASETS, Dataset, batches, load_dataset
+from .device import autocast, resolve_device
+from .errors import UserError
+from .model import ViT, build_model
+from .options import result_fields
+from .params import ModelConfig, Params, TrainConfig
+from .variants import parse_variant
+
+
+def dataset_for(params: Params, name: str | None = None, device=None) -> Dataset:
+    """Load dataset `name` (default: the preset's first) with the preset's data settings."""
+    name = name or params.datasets[0]
+    if name not in DATASETS:
+        raise UserError(f"unknown dataset {name!r}; choose from {', '.join(DATASETS)}.")
+    return load_dataset(name, root=params.data.root, download=params.data.download,
+                        device=device or resolve_device(params.train.device),
+                        split_seed=params.data.split_seed, val_size=params.data.val_size)
+
+
+def model_config_for(params: Params, dataset: str) -> ModelConfig:
+    """The preset's model settings sized for a dataset (image size, channels, classes)."""
+    info = DATASETS[dataset]
+    return dataclasses.replace(params.model, image_size=info.image_size, channels=info.channels,
+                               num_classes=info.num_classes)
+
+
+def train_config_for(params: Params, epochs: int | None = None) -> TrainConfig:
+    """The preset's training settings, with `epochs` overridden when given."""
+    return params.train if epochs is None else dataclasses.replace(params.train, epochs=epochs)
+
+
+def _hash(settings) -> str:
+    return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def run_config(params: Params, dataset: str, variant: str, epochs: int | None = None) -> dict:
+    """The full settings of one run as plain data (what its record stores under `config`)."""
+    parsed = parse_variant(variant)
+    model = model_config_for(params, dataset)
+    core = {k: v for k, v in dataclasses.asdict(model).items() if k != "options"}
+    options = {name: dataclasses.asdict(model.options_for(name)) for name in (parsed.backend, *parsed.positions)}
+    return {"data": dataclasses.asdict(params.data), "model": {**core, "options": options},
+            "train": dataclasses.asdict(train_config_for(params, epochs))}
+
+
+def run_key(params: Params, dataset: str, variant: str, seed: int, epochs: int | None = None) -> str:
+    """Identity of a run's result: a record or checkpoint is reused only if its key matches.
+
+    Hashes the data and training settings and the core architecture without their result-neutral
+    fields (paths, device, measurement sizes), plus the result fields of the options of the
+    variant's own backend and positional methods.
+    """
+    parsed = parse_variant(variant)
+    model = model_config_for(params, dataset)
+    core = {k: v for k, v in dataclasses.asdict(model).items() if k != "options"}
+    options = {name: result_fields(model.options_for(name)) for name in (parsed.backend, *parsed.positions)}
+    settings = {"data": result_fields(params.data), "train": result_fields(train_config_for(params, epochs)),
+                "model": {**core, "options": options}}
+    return f"{parsed.name}|{dataset}|{seed}|v2-{_hash(settings)}"
+
+
+def legacy_run_key(params: Params, dataset: str, variant: str, seed: int, epochs: int | None = None):
+    """The key rpevit ≤ 0.1 gave this run (one flat hash of every model option), or None where the
+    current options cannot be written in the old flat form. Lets old records be recognised."""
+    model = model_config_for(params, dataset)
+    favor, relu = model.options_for("favor"), model.options_for("relu")
+    if (favor.rotation_site, relu.rotation_site) == ("pre", "post"):
+        site = "auto"
+    elif favor.rotation_site == relu.rotation_site:
+        site = favor.rotation_site
+    else:
+        return None
+    if favor.bias_path != relu.bias_path:
+        return None
+    flat = {k: v for k, v in dataclasses.asdict(model).items() if k != "options"}
+    flat.update(rotation_site=site, favor_features=favor.num_features, favor_redraw_steps=favor.redraw_steps,
+                relu_features=relu.feature_map, relu_num_features=relu.num_features,
+                rope_theta=model.options_for("rope_axial").theta,
+                rope_mixed_theta=model.options_for("rope_mixed").theta, bias_path=favor.bias_path,
+                irpe_method=model.options_for("irpe").buckets, gate_string_rank=model.options_for("gate_string").rank)
+    if model.options_for("string_cayley").theta != flat["rope_mixed_theta"]:
+        return None
+    train = result_fields(train_config_for(params, epochs))
+    train["amp"] = train_config_for(params, epochs).amp
+    parts = [result_fields(params.data), flat, train]
+    digest = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:12]
+    return f"{parse_variant(variant).name}|{dataset}|{seed}|{digest}"
+
+
+def matches(stored_key, params: Params, dataset: str, variant: str, seed: int, epochs: int | None = None) -> bool:
+    """True if a stored key (record or checkpoint) is this run's, under the current or the old scheme."""
+    return stored_key is not None and stored_key in (run_key(params, dataset, variant, seed, epochs),
+                                                     legacy_run_key(params, dataset, variant, seed, epochs))
+
+
+def check_runs_root(root) -> Path:
+    """The runs directory, created if needed; one clear error if it cannot be written."""
+    root = Path(root or records.RUNS_ROOT)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=root, prefix=".write-test-"):
+            pass
+    except OSError as exc:
+        raise UserError(f"runs directory {root} cannot be written ({exc.strerror or exc}); set $RPEVIT_RUNS "
+                        "to a writable directory (on a cluster: one every worker can reach).") from None
+    return root
+
+
+def preflight(params: Params, variants=None, runs_root=None) -> None:
+    """Everything checkable before the first epoch: every variant's model builds for every dataset
+    (options, arithmetic), the device exists and the runs directory is writable."""
+    resolve_device(params.train.device)
+    check_runs_root(runs_root)
+    state = torch.get_rng_state()
+    try:
+        for dataset in params.datasets:
+            for variant in variants or params.variants:
+                build_model(variant, model_config_for(params, dataset))
+    finally:
+        torch.set_rng_state(state)
+
+
+def untrained_model(params: Params, dataset: str, variant: str, seed: int = 0, device="cpu") -> ViT:
+    """A run's model at initialisation (the same init `train` starts from for this seed)."""
+    torch.manual_seed(seed)
+    return build_model(variant, model_config_for(params, dataset)).to(device).eval()
+
+
+def trained_model(params: Params, dataset: str, variant: str, seed: int, runs_root=None, device=None):
+    """(model with the run's best-validation weights in eval mode, its record) for a finished run."""
+    variant = parse_variant(variant).name
+    out_dir = records.run_dir(params.name, dataset, variant, seed, runs_root)
+    record = records.read_record(out_dir)
+    if record is None or record.get("status") != "finished":
+        raise UserError(f"no finished run of {variant} on {dataset} (seed {seed}) in {out_dir}; "
+                        f"train it first (python -m rpevit train --params {params.name} --variant {variant}).")
+    if not matches(record.get("key"), params, dataset, variant, seed, record["epochs"]):
+        raise UserError(f"the run in {out_dir} was trained with other settings than preset {params.name} has now; "
+                        f"retrain it (python -m rpevit study {params.name}) before evaluating.")
+    checkpoint = tested_weights(out_dir, record)
+    if checkpoint is None:
+        raise UserError(f"the run of {variant} on {dataset} (seed {seed}) lost the weights it was tested with, so "
+                        f"it is unfinished again; run `python -m rpevit study {params.name}` to finish it from its "
+                        "last good checkpoint.")
+    model = build_model(variant, model_config_for(params, dataset))
+    model.load_state_dict(checkpoint["best"]["state"])
+    return model.to(device or resolve_device(params.train.device)).eval(), record
+
+
+def tested_weights(out_dir: Path, record: dict) -> dict | None:
+    """The checkpoint holding the weights a finished record was tested with, or None — then the
+    record is moved aside (kept), so the run counts as unfinished and resumes from its last good
+    checkpoint."""
+    checkpoint = records.load_checkpoint(Path(out_dir) / records.CHECKPOINT)
+    if checkpoint is not None and checkpoint["best"]["epoch"] == record.get("best_epoch"):
+        return checkpoint
+    records.move_aside(Path(out_dir) / records.RECORD, "the checkpoint with its tested weights is damaged or "
+                       "missing", tag="unverified")
+    return None
+
+
+@torch.no_grad()
+def predict(model, split, info, batch_size: int, device=None, amp: str = "off", interpolate: bool = False):
+    """Logits (float32, CPU) and labels of a whole split, in order."""
+    device = device or next(model.parameters()).device
+    model.eval()
+    outputs, labels = [], []
+    for x, y in batches(split, info, batch_size, shuffle=False):
+        with autocast(device, amp):
+            outputs.append(model(x.to(device), interpolate=interpolate).float().cpu())
+        labels.append(y.cpu())
+    return torch.cat(outputs), torch.cat(labels)
