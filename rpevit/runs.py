@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import tempfile
 from pathlib import Path
 

@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 
 from . import records, runs
-from .data import load_dataset
 from .evaluate import evaluate_resolutions
 from .params import PROJECT_ROOT, Params
 from .tables import markdown_table

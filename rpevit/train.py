@@ -129,7 +129,7 @@ def _train(params, dataset, variant, seed, out_dir, epochs, resume, progress, on
     schedule = warmup_cosine(max(1, round(train_cfg.warmup_epochs * steps_per_epoch)),
                              train_cfg.epochs * steps_per_epoch, train_cfg.lr, train_cfg.min_lr)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
-    generator = torch.Generator().manual_seed(seed)
+    generator = torch.Generator(device=device).manual_seed(seed)  # augmentation + order, on the device
     history: list[dict] = []
     best = {"val_acc": -1.0, "epoch": 0, "state": None}
     start_epoch = 0

@@ -41,7 +41,7 @@ def test_unknown_variant(capsys):
 
 
 def test_missing_dataset_lists_paths_and_hint(capsys, tmp_path, monkeypatch):
-    monkeypatch.setattr(data_lib, "SYSTEM_ROOT", tmp_path / "system")
+    monkeypatch.setattr(data_lib.files, "SYSTEM_ROOT", tmp_path / "system")
     monkeypatch.setenv("RPEVIT_DATA", str(tmp_path / "env"))
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     code, _, err = run_main(capsys, "train", "--params", "fashion_mnist", "--variant", "softmax+ape",

@@ -140,7 +140,7 @@ def isolated_roots(tmp_path, monkeypatch):
     """No real $RPEVIT_DATA, ~/.cache/rpevit or /usr/share/datasets unless a test asks."""
     monkeypatch.delenv("RPEVIT_DATA", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    monkeypatch.setattr(data, "SYSTEM_ROOT", tmp_path / "system")
+    monkeypatch.setattr(data.files, "SYSTEM_ROOT", tmp_path / "system")
 
 
 # --------------------------------------------------------------------------- readers
@@ -438,7 +438,7 @@ def test_mnist5k_split_depends_on_seed(mnist5k):
 @pytest.mark.skipif(not DEBIAN_FASHION.is_dir(),
                     reason=f"Debian's dataset-fashion-mnist is not installed ({DEBIAN_FASHION})")
 def test_debian_fashion_mnist_is_found_and_read(monkeypatch):
-    monkeypatch.setattr(data, "SYSTEM_ROOT", DEBIAN_FASHION.parent)
+    monkeypatch.setattr(data.files, "SYSTEM_ROOT", DEBIAN_FASHION.parent)
     dataset = load_dataset("fashion_mnist")
     assert dataset.source == str(DEBIAN_FASHION)
     assert (len(dataset.train), len(dataset.val), len(dataset.test)) == (55000, 5000, 10000)

