@@ -1,4 +1,8 @@
-"""Command-line interface. User mistakes print one `error:` line and exit with status 2."""
+"""rpevit — train and compare Vision Transformers whose attention is exact softmax or a linear-time
+Performer (FAVOR+, ReLU), each with relative or absolute positional encodings, and regenerate the
+study's tables and notebooks from the run records.
+
+A mistake in a command or preset prints one `error:` line and exits with status 2."""
 from __future__ import annotations
 
 import argparse
@@ -6,6 +10,7 @@ import dataclasses
 import sys
 
 from .errors import UserError
+from .tables import markdown_table
 
 
 def _params(args):
@@ -28,27 +33,48 @@ def _dataset(args, params):
 
 
 def cmd_list(args) -> int:
-    """Print backends, positional methods by mechanism, variants, datasets and presets."""
+    """Print backends, positional methods, variants, datasets and presets (or one of them, filtered)."""
     from .attention import BACKENDS
     from .data import DATASETS
     from .params import list_presets
     from .position import MECHANISMS, POSITIONS
-    from .variants import list_variants
+    from .variants import list_variants, parse_variant
 
-    print("backends:  " + ", ".join(BACKENDS))
-    print("positional methods (name: mechanism — description):")
-    for mechanism in MECHANISMS:
-        for name, method in POSITIONS.items():
-            if method.mechanism == mechanism:
-                kind = "relative" if method.relative else "absolute"
-                print(f"  {name}: {mechanism}, {kind} — {method.summary}")
-    print("datasets:  " + ", ".join(DATASETS))
-    print("presets:   " + ", ".join(list_presets()))
-    variants = list_variants()
-    print(f"variants ({len(variants)}):")
-    for name in variants:
-        print("  " + name)
+    for flag, value, allowed in (("--backend", args.backend, BACKENDS), ("--position", args.position, POSITIONS),
+                                 ("--mechanism", args.mechanism, MECHANISMS)):
+        if value is not None and value not in allowed:
+            raise UserError(f"{flag}: unknown {value!r}; choose from {', '.join(allowed)}.")
+    show = (lambda part: args.what in ("all", part))
+    if show("backends"):
+        print("backends:")
+        for name, cls in BACKENDS.items():
+            if args.backend in (None, name):
+                print(f"  {name}: {'exact' if cls.exact else 'linear'} — {cls.summary}")
+    if show("positions"):
+        print("positional methods (name: mechanism, relative/absolute — description):")
+        for mechanism in MECHANISMS:
+            for name, method in POSITIONS.items():
+                if method.mechanism == mechanism and args.mechanism in (None, mechanism) \
+                        and args.position in (None, name):
+                    kind = "relative" if method.relative else "absolute"
+                    print(f"  {name}: {mechanism}, {kind} — {method.summary}")
+    if show("datasets"):
+        print("datasets:  " + ", ".join(DATASETS))
+    if show("presets"):
+        print("presets:   " + ", ".join(list_presets()))
+    if show("variants"):
+        variants = [v for v in list_variants() if _variant_matches(parse_variant(v), args)]
+        print(f"variants ({len(variants)}):")
+        for name in variants:
+            print("  " + name)
     return 0
+
+
+def _variant_matches(variant, args) -> bool:
+    from .position import POSITIONS
+
+    return (args.backend in (None, variant.backend) and args.position in (None, *variant.positions)
+            and (args.mechanism is None or any(POSITIONS[p].mechanism == args.mechanism for p in variant.positions)))
 
 
 def cmd_train(args) -> int:
@@ -57,14 +83,22 @@ def cmd_train(args) -> int:
     from .train import train_run
     from .variants import parse_variant
 
+    from .runs import preflight
+
     params = _params(args)
     variant = parse_variant(args.variant).name
     if args.epochs is not None and args.epochs < 1:
-        raise UserError("--epochs must be a positive integer.")
+        raise UserError(f"--epochs: {args.epochs} is not valid; it must be a positive integer.")
+    dataset_name = args.dataset or params.datasets[0]
+    preflight(dataclasses.replace(params, datasets=(dataset_name,)) if dataset_name in params.datasets else params,
+              variants=[variant])
     dataset = _dataset(args, params)
-    out_dir = records.run_dir(params.name, dataset.info.name, variant, args.seed)
+    out_dir = records.run_dir(params.name, dataset.info.name, variant, args.seed, epochs=args.epochs)
     record = train_run(params, dataset, variant, args.seed, out_dir, epochs=args.epochs, resume=args.resume,
                        progress=not args.no_progress)
+    if record.get("status") != "finished":
+        print(f"this run is recorded as {record.get('status')}: {record.get('message', '')}")
+        return 1
     print(f"test top-1 {100 * record['top1']:.2f}% (best epoch {record['best_epoch']}); record: "
           f"{out_dir / records.RECORD}")
     return 0
@@ -90,10 +124,15 @@ def cmd_evaluate(args) -> int:
     except ValueError:
         raise UserError(f"--resolutions: {args.resolutions!r} is not a comma-separated list of integers "
                         "(e.g. 20,28,36).") from None
+    patch = params.model.patch_size
+    bad = [r for r in resolutions if r < patch or r % patch]
+    if bad:
+        raise UserError(f"--resolutions: {bad} are not positive multiples of model.patch_size = {patch}; "
+                        "give image sizes divisible by the patch size.")
     dataset = _dataset(args, params)
-    print("| resolution | mode | top-1 % |\n|---|---|---|")
-    for row in evaluate_resolutions(params, dataset, args.variant, args.seed, resolutions):
-        print(f"| {row['resolution']} | {row['mode']} | {100 * row['top1']:.2f} |")
+    rows = evaluate_resolutions(params, dataset, args.variant, args.seed, resolutions)
+    print(markdown_table([{"resolution": r["resolution"], "mode": r["mode"], "top-1 %": 100 * r["top1"]}
+                          for r in rows]))
     return 0
 
 
@@ -117,12 +156,26 @@ def cmd_bench(args) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: `error: <what> (see python -m rpevit <command> --help)`, status 2."""
+
+    def error(self, message):
+        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser for every sub-command."""
-    parser = argparse.ArgumentParser(prog="python -m rpevit", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = _Parser(prog="python -m rpevit", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EXAMPLES)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
 
-    sub.add_parser("list", help="list backends, positional methods, variants, datasets and presets")
+    listing = sub.add_parser("list", help="list backends, positional methods, variants, datasets and presets")
+    listing.add_argument("what", nargs="?", default="all",
+                         choices=["all", "backends", "positions", "variants", "datasets", "presets"])
+    listing.add_argument("--backend", help="only this backend's variants, e.g. favor")
+    listing.add_argument("--position", help="only variants using this positional method, e.g. krpe")
+    listing.add_argument("--mechanism", help="only methods (and variants using one) of this mechanism: "
+                                             "rotary, bias, gate, absolute")
 
     def add_common(p):
         p.add_argument("--data-root", help="directory holding dataset files (also $RPEVIT_DATA)")
@@ -170,6 +223,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+EXAMPLES = """examples:
+  python -m rpevit list variants --backend favor
+  python -m rpevit study smoke                       run or resume a preset's grid (params/smoke.yaml)
+  python -m rpevit train --params smoke --variant favor+rope_mixed --epochs 1
+  python -m rpevit evaluate --params smoke --variant softmax+ape --resolutions 20,28,36
+  python -m rpevit notebooks smoke                   regenerate reports/smoke/ from the run records
+  python -m rpevit bench attention                   time and memory of one layer vs tokens
+"""
+
 COMMANDS = {"list": cmd_list, "train": cmd_train, "study": cmd_study, "evaluate": cmd_evaluate,
             "notebooks": cmd_notebooks, "bench": cmd_bench}
 
@@ -177,6 +239,7 @@ COMMANDS = {"list": cmd_list, "train": cmd_train, "study": cmd_study, "evaluate"
 def main(argv=None) -> int:
     """Entry point: run a sub-command; user errors → one message, exit status 2."""
     from .notebooks import NotebookFailed
+    from .records import RunBusy
     from .train import Diverged
 
     args = build_parser().parse_args(argv)
@@ -185,13 +248,23 @@ def main(argv=None) -> int:
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except (Diverged, NotebookFailed, OSError) as exc:
+    except BrokenPipeError:  # output piped into e.g. `head`, which closed early: stop quietly
+        _silence_stdout()
+        return 0
+    except (Diverged, NotebookFailed, RunBusy, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    except BrokenPipeError:  # output piped into e.g. `head`, which closed early
-        sys.stderr.close()
-        return 0
     except KeyboardInterrupt:
         print("interrupted: finished epochs are checkpointed; run the same command again "
               "(with --resume for `train`) to continue.", file=sys.stderr)
         return 130
+
+
+def _silence_stdout() -> None:
+    """After a broken pipe, point stdout at /dev/null so the interpreter's final flush stays quiet."""
+    import os
+
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass

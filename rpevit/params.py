@@ -91,6 +91,8 @@ class DataConfig:
     augment: Literal["auto", "none", "mnist", "cifar"] = "auto"
     split_seed: int = 42
     val_size: int | None = None
+    # a seeded, class-stratified subset of the training split (None: all of it), for CPU budgets
+    train_size: int | None = None
 
 
 @dataclass(frozen=True)
@@ -308,6 +310,9 @@ def _validate(params: Params) -> None:
         raise UserError("datasets, variants and seeds must each list at least one entry.")
     validate_model(params.model)
     params.train.check()
+    if params.data.train_size is not None and params.data.train_size < 1:
+        raise UserError(f"data.train_size: {params.data.train_size} is not valid; it must be a positive integer "
+                        "or null for the whole training split.")
     if params.data.val_size is not None and params.data.val_size < 1:
         raise UserError(f"data.val_size: {params.data.val_size} is not valid; it must be a positive integer "
                         "or null for the default.")

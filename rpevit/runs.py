@@ -33,7 +33,8 @@ def dataset_for(params: Params, name: str | None = None, device=None) -> Dataset
         raise UserError(f"unknown dataset {name!r}; choose from {', '.join(DATASETS)}.")
     return load_dataset(name, root=params.data.root, download=params.data.download,
                         device=device or resolve_device(params.train.device),
-                        split_seed=params.data.split_seed, val_size=params.data.val_size)
+                        split_seed=params.data.split_seed, val_size=params.data.val_size,
+                        train_size=params.data.train_size)
 
 
 def model_config_for(params: Params, dataset: str) -> ModelConfig:
@@ -78,6 +79,10 @@ def run_key(params: Params, dataset: str, variant: str, seed: int, epochs: int |
     return f"{parsed.name}|{dataset}|{seed}|v2-{_hash(settings)}"
 
 
+LEGACY_TRAIN_FIELDS = ("epochs", "batch_size", "lr", "min_lr", "weight_decay", "warmup_epochs", "label_smoothing",
+                       "grad_clip", "amp")
+
+
 def legacy_run_key(params: Params, dataset: str, variant: str, seed: int, epochs: int | None = None):
     """The key rpevit ≤ 0.1 gave this run (one flat hash of every model option), or None where the
     current options cannot be written in the old flat form. Lets old records be recognised."""
@@ -89,8 +94,8 @@ def legacy_run_key(params: Params, dataset: str, variant: str, seed: int, epochs
         site = favor.rotation_site
     else:
         return None
-    if favor.bias_path != relu.bias_path:
-        return None
+    if favor.bias_path != relu.bias_path or params.data.train_size is not None:
+        return None  # settings rpevit 0.1 did not have
     flat = {k: v for k, v in dataclasses.asdict(model).items() if k != "options"}
     flat.update(rotation_site=site, favor_features=favor.num_features, favor_redraw_steps=favor.redraw_steps,
                 relu_features=relu.feature_map, relu_num_features=relu.num_features,
@@ -99,9 +104,10 @@ def legacy_run_key(params: Params, dataset: str, variant: str, seed: int, epochs
                 irpe_method=model.options_for("irpe").buckets, gate_string_rank=model.options_for("gate_string").rank)
     if model.options_for("string_cayley").theta != flat["rope_mixed_theta"]:
         return None
-    train = result_fields(train_config_for(params, epochs))
-    train["amp"] = train_config_for(params, epochs).amp
-    parts = [result_fields(params.data), flat, train]
+    train_cfg = train_config_for(params, epochs)
+    train = {k: getattr(train_cfg, k) for k in LEGACY_TRAIN_FIELDS}
+    data = {k: getattr(params.data, k) for k in ("augment", "split_seed", "val_size")}
+    parts = [data, flat, train]
     digest = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:12]
     return f"{parse_variant(variant).name}|{dataset}|{seed}|{digest}"
 

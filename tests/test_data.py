@@ -580,3 +580,22 @@ def test_dataset_constants_are_consistent():
         assert info.name == name
         assert len(info.mean) == len(info.std) == info.channels
         assert info.augment in AUGMENTATIONS
+
+
+def test_train_size_is_a_seeded_class_stratified_subset():
+    full = load_dataset("mnist5k")
+    part = load_dataset("mnist5k", train_size=1000)
+    again = load_dataset("mnist5k", train_size=1000)
+    assert len(part.train) == 1000 and torch.equal(part.train.labels, again.train.labels)
+    assert torch.bincount(part.train.labels).tolist() == [100] * 10  # mnist5k: 400 of each class → 100 each
+    assert torch.equal(part.test.labels, full.test.labels) and torch.equal(part.val.labels, full.val.labels)
+    rows = {tuple(x.flatten()[::37].tolist()) for x in full.train.images}
+    assert all(tuple(x.flatten()[::37].tolist()) in rows for x in part.train.images[:50])  # drawn from train
+    with pytest.raises(UserError, match=r"data\.train_size=5000 does not fit the 4000 training images"):
+        load_dataset("mnist5k", train_size=5000)
+
+
+def test_val_and_test_splits_are_not_ordered_by_class():
+    data = load_dataset("mnist5k")
+    for split in (data.val, data.test):
+        assert len(set(split.labels[:50].tolist())) >= 8  # any prefix is a fair sample

@@ -28,7 +28,7 @@ class MultiHeadAttention(nn.Module):
         self.rotary = None
         if rotary is not None:
             rotary_dim = self.head_dim if self.rotation_site == "pre" else self.backend.feature_dim()
-            if rotary_dim % 2:
+            if self.rotation_site == "post" and rotary_dim % 2:
                 raise UserError(f"a 'post' rotation rotates pairs of features, but backend {backend} has an "
                                 f"odd number of features m={rotary_dim}; choose an even m or "
                                 f"model.{backend}.rotation_site: pre.")

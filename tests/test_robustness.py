@@ -1,0 +1,263 @@
+"""Nothing lost, nothing wasted: damaged files are recovered, every setting is checked before any
+training, finished results are never silently overwritten, and one run is trained by one process."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from rpevit import records, runs, study
+from rpevit.cli import main
+from rpevit.errors import UserError
+from rpevit.params import load_params
+from rpevit.train import train_run
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY_PRESET = """\
+name: tiny
+datasets: [mnist5k]
+variants: [softmax+ape, relu+rope_mixed]
+seeds: [0]
+data: {train_size: 1000}
+model: {dim: 16, depth: 1, heads: 2, mlp_dim: 32}
+train: {epochs: 2, batch_size: 100, lr: 0.003, warmup_epochs: 0.5, eval_batch_size: 250, timing_images: 4,
+        device: cpu}
+"""
+RESULT_FIELDS = ("top1", "top5", "log_likelihood", "best_epoch", "best_val_acc", "f1", "test_predictions")
+
+
+@pytest.fixture
+def preset(tmp_path):
+    path = tmp_path / "tiny.yaml"
+    path.write_text(TINY_PRESET)
+    return path
+
+
+@pytest.fixture
+def roots(tmp_path, monkeypatch):
+    """Runs and reports in tmp_path for the in-process CLI and study runner."""
+    monkeypatch.setattr(records, "RUNS_ROOT", tmp_path / "runs")
+    monkeypatch.setattr(study, "REPORTS_ROOT", tmp_path / "reports")
+    return tmp_path / "runs", tmp_path / "reports"
+
+
+def cli(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    return code, out, err
+
+
+def run_dir(roots, variant="softmax+ape", seed=0):
+    return records.run_dir("tiny", "mnist5k", variant, seed, roots[0])
+
+
+def results(record):
+    return {k: record[k] for k in RESULT_FIELDS}
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """Uninterrupted runs of the tiny preset (the records every recovery must reproduce)."""
+    out = tmp_path_factory.mktemp("reference")
+    (out / "tiny.yaml").write_text(TINY_PRESET)
+    params = load_params(out / "tiny.yaml")
+    return {r["variant"]: r for r in study.run_study(params, runs_root=out / "runs", reports_root=out / "rep")}
+
+
+# ------------------------------------------------------------------ damaged files
+
+@pytest.mark.parametrize("damage", ["empty", "truncated"])
+def test_damaged_checkpoint_of_interrupted_run_resumes_from_the_previous_one(preset, roots, reference, damage):
+    params = load_params(preset)
+    dataset = runs.dataset_for(params)
+    directory = run_dir(roots)
+    with pytest.raises(KeyboardInterrupt):  # killed after epoch 2's checkpoint, before the record
+        train_run(params, dataset, "softmax+ape", 0, directory, on_epoch_end=_stop_at(2))
+    checkpoint = directory / records.CHECKPOINT
+    blob = checkpoint.read_bytes()
+    checkpoint.write_bytes(b"" if damage == "empty" else blob[: len(blob) // 2])
+    finished = study.run_study(params, runs_root=roots[0], reports_root=roots[1])
+    assert results(finished[0]) == results(reference["softmax+ape"])  # epoch 2 redone from epoch 1's state
+    assert len(finished) == 2  # the rest of the grid went on
+    assert list(directory.glob("checkpoint.pt.damaged-*"))  # kept, not deleted
+    summary = (roots[1] / "tiny" / "summary.md").read_text()
+    assert "Recovered" in summary and "checkpoint.pt" in summary
+
+
+def _stop_at(epoch):
+    def stop(row):
+        if row["epoch"] == epoch:
+            raise KeyboardInterrupt
+    return stop
+
+
+@pytest.mark.parametrize("content", [b'{"variant": "softmax+ape", "sta', b"[1, 2]", b"\xff\xfe\x00garbage", b""],
+                         ids=["truncated", "not-an-object", "not-utf8", "empty"])
+def test_damaged_record_is_moved_aside_and_the_run_finished_again(preset, roots, reference, content):
+    params = load_params(preset)
+    study.run_study(params, runs_root=roots[0], reports_root=roots[1])
+    directory = run_dir(roots)
+    (directory / records.RECORD).write_bytes(content)
+    again = study.run_study(params, runs_root=roots[0], reports_root=roots[1])
+    assert [r["variant"] for r in again] == ["softmax+ape", "relu+rope_mixed"]
+    assert results(again[0]) == results(reference["softmax+ape"])
+    assert list(directory.glob("record.json.damaged-*"))
+
+
+def test_damaged_checkpoint_of_finished_run_makes_evaluate_explain_and_study_repair(preset, roots, reference,
+                                                                                    capsys):
+    params = load_params(preset)
+    study.run_study(params, runs_root=roots[0], reports_root=roots[1])
+    directory = run_dir(roots)
+    (directory / records.CHECKPOINT).write_bytes(b"PK\x03\x04 truncated")
+    (directory / records.PREVIOUS_CHECKPOINT).unlink()  # no earlier good state either
+    code, out, err = cli(capsys, "evaluate", "--params", preset, "--variant", "softmax+ape", "--resolutions", "28")
+    assert code == 2 and "lost the weights it was tested with" in err and "| resolution" not in out
+    assert list(directory.glob("record.json.unverified-*")) and list(directory.glob("checkpoint.pt.damaged-*"))
+    again = study.run_study(params, runs_root=roots[0], reports_root=roots[1])  # retrained from scratch
+    assert results(again[0]) == results(reference["softmax+ape"])
+
+
+def test_history_is_completed_from_the_checkpoint(preset, roots, reference):
+    params = load_params(preset)
+    dataset = runs.dataset_for(params)
+    directory = run_dir(roots)
+    with pytest.raises(KeyboardInterrupt):
+        train_run(params, dataset, "softmax+ape", 0, directory, on_epoch_end=_stop_at(2))
+    history = (directory / records.HISTORY).read_text().splitlines()
+    (directory / records.HISTORY).write_text("\n".join(history[:2]) + "\n")  # killed before epoch 2's row
+    (directory / ".checkpoint.pt.abc123.tmp").write_bytes(b"half-written")
+    record = train_run(params, dataset, "softmax+ape", 0, directory)
+    assert [row["epoch"] for row in records.read_history(directory)] == [1.0, 2.0]
+    assert not list(directory.glob(".*.tmp"))  # leftovers of interrupted writes are cleaned
+    assert results(record) == results(reference["softmax+ape"])
+    assert record["threads"] == torch.get_num_threads()  # exact resume holds for the same thread count
+
+
+# ------------------------------------------------------------------ checked before training
+
+@pytest.mark.parametrize("section, values, message", [
+    ("train", {"lr": 0}, r"train\.lr: 0\.0 is not valid; it must be a finite number > 0"),
+    ("train", {"lr": float("nan")}, r"train\.lr: nan is not valid"),
+    ("train", {"min_lr": -0.001}, r"train\.min_lr: -0\.001 is not valid; it must be a number in \[0"),
+    ("train", {"grad_clip": -1}, r"train\.grad_clip: -1\.0 is not valid; it must be a finite number > 0, or null"),
+    ("train", {"warmup_epochs": -1}, r"train\.warmup_epochs: -1\.0 is not valid"),
+    ("train", {"label_smoothing": 1.0}, r"train\.label_smoothing: 1\.0 is not valid; it must be a number in \[0, 1\)"),
+    ("train", {"timing_images": 0}, r"train\.timing_images: 0 is not valid; it must be a positive integer"),
+    ("train", {"eval_batch_size": 0}, r"train\.eval_batch_size: 0 is not valid"),
+    ("evaluate", {"resolutions": [20, 30]}, r"evaluate\.resolutions: \[30\] are not positive multiples of "
+                                            r"model\.patch_size = 4"),
+    ("model", {"favor": {"num_features": 0}}, r"model\.favor\.num_features must be a positive even integer"),
+    ("model", {"patch_size": 5}, r"model\.patch_size: 5 does not divide the 28×28 images of mnist5k"),
+    ("data", {"val_size": 0}, r"data\.val_size: 0 is not valid"),
+])
+def test_bad_settings_stop_before_any_training(tmp_path, roots, capsys, section, values, message):
+    preset = yaml.safe_load(TINY_PRESET)
+    preset.setdefault(section, {}).update(values)
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(preset))
+    code, out, err = cli(capsys, "study", path)
+    assert code == 2 and err.count("\n") == 1 and err.startswith("error: ")
+    assert re.search(message, err), err
+    assert not roots[0].exists() or not any(roots[0].rglob("checkpoint.pt"))
+
+
+def test_unwritable_runs_directory_stops_before_training(preset, tmp_path, monkeypatch, capsys):
+    blocked = tmp_path / "file-not-dir"
+    blocked.write_text("")
+    monkeypatch.setattr(records, "RUNS_ROOT", blocked / "runs")
+    code, _, err = cli(capsys, "study", preset)
+    assert code == 2 and "cannot be written" in err and "RPEVIT_RUNS" in err
+
+
+# ------------------------------------------------------------------ never silently overwritten
+
+def test_results_of_other_settings_are_kept(preset, roots, capsys):
+    params = load_params(preset)
+    first = study.run_study(params, runs_root=roots[0], reports_root=roots[1])[0]
+    # train --epochs 1 on a finished study run writes its own run directory
+    code, _, _ = cli(capsys, "train", "--params", preset, "--variant", "softmax+ape", "--epochs", "1")
+    assert code == 0
+    assert records.read_record(run_dir(roots)) == first
+    assert records.read_record(run_dir(roots).with_name("seed0-e1"))["epochs"] == 1
+    # train --resume on the finished run changes nothing
+    code, out, _ = cli(capsys, "train", "--params", preset, "--variant", "softmax+ape", "--resume")
+    assert code == 0 and "already finished" in out and records.read_record(run_dir(roots)) == first
+    # an edited preset retrains, and keeps the earlier results in superseded/
+    edited = dataclasses.replace(params, train=dataclasses.replace(params.train, lr=0.002))
+    study.run_study(edited, runs_root=roots[0], reports_root=roots[1])
+    kept = list((run_dir(roots) / records.SUPERSEDED).glob(f"*/{records.RECORD}"))
+    assert len(kept) == 1 and json.loads(kept[0].read_text()) == first
+    assert records.read_record(run_dir(roots))["config"]["train"]["lr"] == 0.002
+
+
+def test_a_run_held_by_a_live_process_is_skipped_and_a_stale_lock_taken_over(preset, roots):
+    params = load_params(preset)
+    directory = run_dir(roots)
+    directory.mkdir(parents=True)
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (directory / records.LOCK).write_text(f"{holder.pid} {os.uname().nodename}")
+        done = study.run_study(params, runs_root=roots[0], reports_root=roots[1])
+        assert [r["variant"] for r in done] == ["relu+rope_mixed"]  # skipped, the rest went on
+    finally:
+        holder.kill()
+        holder.wait()
+    done = study.run_study(params, runs_root=roots[0], reports_root=roots[1])  # holder is dead: stale lock
+    assert [r["variant"] for r in done] == ["softmax+ape", "relu+rope_mixed"]
+    assert not (directory / records.LOCK).exists()
+
+
+def test_lock_is_exclusive_within_a_process_pair(tmp_path):
+    with records.RunLock(tmp_path):
+        child = subprocess.run([sys.executable, "-c", (
+            "import sys; from rpevit import records\n"
+            "try:\n    records.RunLock(sys.argv[1]).__enter__()\nexcept records.RunBusy as e:\n"
+            "    print('busy', e); sys.exit(3)\n"), str(tmp_path)], capture_output=True, text=True)
+        assert child.returncode == 3 and "busy" in child.stdout
+    assert not (tmp_path / records.LOCK).exists()
+
+
+# ------------------------------------------------------------------ smaller
+
+def test_broken_pipe_is_quiet():
+    shell = f"{sys.executable} -m rpevit list | head -1"
+    result = subprocess.run(["bash", "-c", f"set -o pipefail; {shell}"], capture_output=True, text=True,
+                            cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    assert "error" not in result.stderr.lower() and result.stdout.strip() == "backends:"
+
+
+def test_argparse_mistakes_are_one_line(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "--params", "smoke"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1 and "--variant" in err
+
+
+def test_kill_and_resume_harness(tmp_path):
+    """SIGKILL at random points of a tiny run, again and again: the final record and history equal an
+    uninterrupted run's (scripts/kill_resume.py, also runnable by hand with more kills)."""
+    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "kill_resume.py"), "--kills", "3",
+                             "--workdir", str(tmp_path)], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "identical" in result.stdout and "kills that landed: 0" not in result.stdout
+
+
+def test_preflight_catches_model_errors_without_touching_the_rng():
+    params = load_params("smoke")
+    bad = dataclasses.replace(params, variants=("favor+rope_axial",),
+                              model=dataclasses.replace(params.model, dim=36, heads=4))  # head dim 9: odd
+    state = torch.get_rng_state()
+    with pytest.raises(UserError, match="rope_axial needs a rotated dimension divisible by 4"):
+        runs.preflight(bad)
+    assert torch.equal(torch.get_rng_state(), state)
