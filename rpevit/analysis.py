@@ -9,17 +9,12 @@ import statistics
 from collections import defaultdict
 
 from .params import PROJECT_ROOT
+from .schema import METRIC_COLUMNS
 from .variants import parse_variant
 
 PUBLISHED = PROJECT_ROOT / "params" / "published_results.csv"
 
-RESULT_COLUMNS = [  # (record key, table column, scale)
-    ("top1", "top-1 %", 100), ("top5", "top-5 %", 100), ("precision", "precision %", 100),
-    ("recall", "recall %", 100), ("f1", "F1 %", 100), ("log_likelihood", "log-lik", 1), ("aic", "AIC", 1),
-    ("bic", "BIC", 1), ("num_params", "params", 1), ("flops_per_image", "MFLOPs/img", 1e-6),
-    ("train_seconds_per_epoch", "s/epoch", 1), ("ms_per_image_batched", "ms/img (batch)", 1),
-    ("ms_single_image", "ms/img (single)", 1), ("peak_memory_mb", "peak MB", 1),
-]
+RESULT_COLUMNS = METRIC_COLUMNS  # (record key, table column, scale), from the record schema
 
 
 def finished(records: list[dict]) -> list[dict]:

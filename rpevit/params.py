@@ -151,6 +151,9 @@ class Params:
     variants: tuple[str, ...]
     seeds: tuple[int, ...] = (0,)
     description: str = ""
+    # keep each run's record and history under reports/<preset>/records/ (tracked in git), so a
+    # fresh clone regenerates the reports without retraining (checkpoints stay in runs/)
+    keep_records: bool = False
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)

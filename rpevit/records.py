@@ -186,6 +186,14 @@ def supersede(directory: Path, why: str) -> Path | None:
     return target
 
 
+def keep(run_directory: Path, kept_directory: Path) -> None:
+    """Copy a run's record and history (not its checkpoints) to a tracked place, atomically."""
+    for name in (RECORD, HISTORY):
+        source = Path(run_directory) / name
+        if source.is_file():
+            write_bytes(Path(kept_directory) / name, source.read_bytes())
+
+
 class RunBusy(RuntimeError):
     """Another live process is training this run."""
 

@@ -15,38 +15,47 @@ import time
 from pathlib import Path
 
 from . import records, runs
+from .errors import UserError
 from .evaluate import evaluate_resolutions
 from .params import PROJECT_ROOT, Params
+from .schema import SUMMARY_COLUMNS
 from .tables import markdown_table
 from .train import Diverged, train_run
 from .variants import parse_variant
 
 REPORTS_ROOT = Path(os.environ.get("RPEVIT_REPORTS", PROJECT_ROOT / "reports"))
 
-SUMMARY_COLUMNS = [
-    "dataset", "variant", "backend", "positions", "seed", "status", "epochs", "best_epoch", "best_val_acc",
-    "top1", "top5", "precision", "recall", "f1", "log_likelihood", "aic", "bic", "num_params",
-    "flops_per_image", "train_seconds_per_epoch", "train_images_per_second", "ms_per_image_batched",
-    "ms_single_image", "peak_memory_mb", "load_average", "threads", "device", "amp",
-]
-
-
 def grid(params: Params) -> list[tuple[str, str, int]]:
     """The (dataset, canonical variant, seed) triples of a preset."""
     return [(d, parse_variant(v).name, s) for d in params.datasets for v in params.variants for s in params.seeds]
 
 
-def current_record(params: Params, dataset: str, variant: str, seed: int, runs_root=None) -> dict | None:
-    """The run's record if it was made with the preset's current settings, else None."""
-    record = records.read_record(records.run_dir(params.name, dataset, variant, seed, runs_root))
-    if record is None or not runs.matches(record.get("key"), params, dataset, variant, seed):
-        return None
-    return record
+def kept_dir(params: Params, dataset: str, variant: str, seed: int, reports_root=None) -> Path:
+    """Where a preset with `keep_records` keeps a run's record and history in the repository."""
+    return Path(reports_root or REPORTS_ROOT) / params.name / "records" / dataset / variant / f"seed{seed}"
 
 
-def is_finished(params: Params, dataset: str, variant: str, seed: int, runs_root=None) -> bool:
+def current_record(params: Params, dataset: str, variant: str, seed: int, runs_root=None,
+                   reports_root=None) -> dict | None:
+    """The run's record (from runs/, else the copy kept in reports/) if it was made with the preset's
+    current settings, else None."""
+    for directory in (records.run_dir(params.name, dataset, variant, seed, runs_root),
+                      kept_dir(params, dataset, variant, seed, reports_root) if params.keep_records else None):
+        record = None if directory is None else records.read_record(directory)
+        if record is not None and runs.matches(record.get("key"), params, dataset, variant, seed):
+            return record
+    return None
+
+
+def _keep(params: Params, dataset: str, variant: str, seed: int, runs_root, reports_root) -> None:
+    if params.keep_records:
+        records.keep(records.run_dir(params.name, dataset, variant, seed, runs_root),
+                     kept_dir(params, dataset, variant, seed, reports_root))
+
+
+def is_finished(params: Params, dataset: str, variant: str, seed: int, runs_root=None, reports_root=None) -> bool:
     """True if the run has a record (finished or diverged) made with the preset's current settings."""
-    return current_record(params, dataset, variant, seed, runs_root) is not None
+    return current_record(params, dataset, variant, seed, runs_root, reports_root) is not None
 
 
 class Progress:
@@ -74,7 +83,8 @@ def run_study(params: Params, *, runs_root=None, reports_root=None, progress: bo
     """Run every missing run of the preset's grid, then write the summary; returns the records."""
     runs.preflight(params, runs_root=runs_root)
     records.recovered.clear()
-    todo = [run for run in grid(params) if not is_finished(params, *run, runs_root=runs_root)]
+    todo = [run for run in grid(params) if not is_finished(params, *run, runs_root=runs_root,
+                                                          reports_root=reports_root)]
     total = len(grid(params))
     print(f"study {params.name}: {total} runs, {total - len(todo)} already finished, {len(todo)} to run",
           flush=True)
@@ -83,7 +93,7 @@ def run_study(params: Params, *, runs_root=None, reports_root=None, progress: bo
     for dataset_name in params.datasets:
         pending = [(v, s) for d, v, s in todo if d == dataset_name]
         unevaluated = [(v, s) for d, v, s in grid(params) if d == dataset_name and (v, s) not in pending
-                       and needs_resolution_eval(params, d, v, s, runs_root)]
+                       and needs_resolution_eval(params, d, v, s, runs_root, reports_root)]
         if not pending and not unevaluated:
             continue
         dataset = runs.dataset_for(params, dataset_name)
@@ -96,32 +106,43 @@ def run_study(params: Params, *, runs_root=None, reports_root=None, progress: bo
             except records.RunBusy as exc:
                 print(f"skipped: {exc}", flush=True)
                 skipped.append((dataset_name, variant, seed))
+            _keep(params, dataset_name, variant, seed, runs_root, reports_root)
             meter.finish()
         for variant, seed in pending + unevaluated:
-            if (dataset_name, variant, seed) not in skipped and \
-                    needs_resolution_eval(params, dataset_name, variant, seed, runs_root):
-                print(f"[{variant} | {dataset_name} | seed {seed}] multi-resolution evaluation at "
-                      f"{', '.join(map(str, params.evaluate.resolutions))} px", flush=True)
+            if (dataset_name, variant, seed) in skipped or \
+                    not needs_resolution_eval(params, dataset_name, variant, seed, runs_root, reports_root):
+                continue
+            if not (records.run_dir(params.name, dataset_name, variant, seed, runs_root) / records.CHECKPOINT).is_file():
+                print(f"[{variant} | {dataset_name} | seed {seed}] multi-resolution evaluation skipped: its "
+                      "checkpoint is not on this machine (only its kept record is)", flush=True)
+                continue
+            print(f"[{variant} | {dataset_name} | seed {seed}] multi-resolution evaluation at "
+                  f"{', '.join(map(str, params.evaluate.resolutions))} px", flush=True)
+            try:
                 evaluate_resolutions(params, dataset, variant, seed, params.evaluate.resolutions, runs_root)
-    results = study_records(params, runs_root)
+            except UserError as exc:  # its tested weights are lost: the run is unfinished again
+                print(f"not evaluated: {exc}", flush=True)
+            _keep(params, dataset_name, variant, seed, runs_root, reports_root)
+    results = study_records(params, runs_root, reports_root)
     write_summary(params.name, results, reports_root, notes=list(records.recovered))
     return results
 
 
-def needs_resolution_eval(params: Params, dataset: str, variant: str, seed: int, runs_root=None) -> bool:
+def needs_resolution_eval(params: Params, dataset: str, variant: str, seed: int, runs_root=None,
+                          reports_root=None) -> bool:
     """True if a finished run lacks the preset's multi-resolution evaluation."""
     if not params.evaluate.resolutions:
         return False
-    record = current_record(params, dataset, variant, seed, runs_root)
+    record = current_record(params, dataset, variant, seed, runs_root, reports_root)
     if record is None or record.get("status") != "finished":
         return False
     done = {row["resolution"] for row in record.get("resolution_eval", [])}
     return done != set(params.evaluate.resolutions)
 
 
-def study_records(params: Params, runs_root=None) -> list[dict]:
+def study_records(params: Params, runs_root=None, reports_root=None) -> list[dict]:
     """The current records of the preset's grid, in grid order."""
-    found = (current_record(params, *run, runs_root=runs_root) for run in grid(params))
+    found = (current_record(params, *run, runs_root=runs_root, reports_root=reports_root) for run in grid(params))
     return [record for record in found if record is not None]
 
 

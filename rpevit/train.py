@@ -19,6 +19,7 @@ from . import data as data_lib
 from . import metrics, records, runs
 from .device import autocast, device_name, resolve_device, uses_bf16
 from .runs import predict
+from .schema import make_record
 from .model import build_model
 from .params import Params
 from .variants import parse_variant
@@ -106,11 +107,11 @@ def train_run(params: Params, dataset, variant: str, seed: int, out_dir: Path | 
             return _train(params, dataset, variant, seed, out_dir, epochs, resume, progress, on_epoch_end,
                           key_matches)
         except Diverged as exc:
-            records.write_json(out_dir / records.RECORD, {
-                "preset": params.name, "dataset": info.name, "variant": variant, "seed": seed,
-                "backend": parse_variant(variant).backend, "positions": list(parse_variant(variant).positions),
-                "status": "diverged", "message": str(exc), "key": runs.run_key(params, info.name, variant, seed, epochs),
-                "config": runs.run_config(params, info.name, variant, epochs)})
+            records.write_json(out_dir / records.RECORD, make_record(
+                preset=params.name, dataset=info.name, variant=variant, seed=seed,
+                backend=parse_variant(variant).backend, positions=list(parse_variant(variant).positions),
+                status="diverged", message=str(exc), key=runs.run_key(params, info.name, variant, seed, epochs),
+                config=runs.run_config(params, info.name, variant, epochs)))
             raise
 
 
@@ -214,7 +215,7 @@ def _train(params, dataset, variant, seed, out_dir, epochs, resume, progress, on
     timing_images = dataset.test.images[:train_cfg.timing_images]
     timing_images = data_lib.normalize(timing_images.float() / 255, info).to(device)
     epoch_seconds = [row["seconds"] for row in history]
-    record = {
+    record = make_record(**{
         "preset": params.name, "dataset": info.name, "variant": variant,
         "backend": parse_variant(variant).backend, "positions": list(parse_variant(variant).positions),
         "seed": seed, "status": "finished", "key": key,
@@ -235,6 +236,6 @@ def _train(params, dataset, variant, seed, out_dir, epochs, resume, progress, on
         "data_source": dataset.source, "augment": recipe,
         "config": runs.run_config(params, info.name, variant, epochs),
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    }
+    })
     records.write_json(out_dir / records.RECORD, record)
     return record

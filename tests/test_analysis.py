@@ -8,16 +8,16 @@ from pathlib import Path
 import pytest
 
 from rpevit.analysis import gap_table, published_results, published_side_by_side, results_table
+from rpevit.schema import METRIC_COLUMNS, make_record
 
 SEEDS = Path(__file__).resolve().parents[2] / "shared" / "seeds"
 
 
 def record(variant, top1, seed=0, dataset="mnist5k"):
-    metrics = {"top1": top1, "top5": 1.0, "precision": top1, "recall": top1, "f1": top1, "log_likelihood": -10.0,
-               "aic": 100.0, "bic": 120.0, "num_params": 1000, "flops_per_image": 2e6,
-               "train_seconds_per_epoch": 3.0, "ms_per_image_batched": 0.2, "ms_single_image": 1.0,
-               "peak_memory_mb": 500.0}
-    return {"dataset": dataset, "variant": variant, "seed": seed, "status": "finished", **metrics}
+    """A finished record with every metric column of the schema (top-1 and friends as given)."""
+    metrics = {name: 2.0 for name, _, _ in METRIC_COLUMNS}
+    metrics.update(top1=top1, precision=top1, recall=top1, f1=top1, flops_per_image=2e6)
+    return make_record(dataset=dataset, variant=variant, seed=seed, status="finished", **metrics)
 
 
 RECORDS = [record("softmax+ape", 0.90), record("softmax+ape", 0.80, seed=1), record("softmax+rope_mixed", 0.95),

@@ -77,3 +77,16 @@ def test_diverged_run_is_recorded_not_retried(grid_params, monkeypatch, tiny_dat
     assert results[0]["status"] == "diverged" and "epoch 1, step 3" in results[0]["message"]
     assert study.is_finished(one, "mnist5k", "softmax+ape", 0, tmp_path)
     assert "| diverged |" in (tmp_path / "tiny" / "summary.md").read_text()
+
+
+def test_kept_records_let_a_fresh_clone_skip_training(grid_params, counted, tmp_path):
+    """A preset with keep_records copies record + history into reports/<preset>/records/; with the
+    runs directory gone (a fresh clone), the study reuses them and retrains nothing."""
+    calls, _ = counted
+    kept = dataclasses.replace(grid_params, keep_records=True, seeds=(0,))
+    first = study.run_study(kept, runs_root=tmp_path / "runs", reports_root=tmp_path / "reports")
+    copies = sorted((tmp_path / "reports" / "tiny" / "records").rglob("record.json"))
+    assert len(copies) == 2 and not list((tmp_path / "reports").rglob("checkpoint*.pt"))
+    calls.clear()
+    again = study.run_study(kept, runs_root=tmp_path / "elsewhere", reports_root=tmp_path / "reports")
+    assert calls == [] and again == first

@@ -1,0 +1,77 @@
+"""The run record: one typed schema from which the record, the summary table's columns and the
+analysis tables' metric columns all derive, so the field list exists once.
+
+Each field's metadata: `label` (column name in analysis tables), `scale` (factor shown, e.g. 100
+for accuracies in %), `summary` (a column of reports/<preset>/summary.*), `metric` (a number
+averaged over seeds per variant in analysis tables).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+
+def _f(label: str | None = None, scale: float = 1, summary: bool = True, metric: bool = False, default=None,
+       **kwargs):
+    metadata = {"label": label, "scale": scale, "summary": summary, "metric": metric}
+    if "default_factory" in kwargs:
+        return field(default_factory=kwargs["default_factory"], metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+@dataclass
+class RunRecord:
+    """Everything a finished run wrote: identity, test metrics, costs, where and how it ran."""
+
+    preset: str = _f(summary=False)
+    dataset: str = _f()
+    variant: str = _f()
+    backend: str = _f()
+    positions: list = _f(default_factory=list)
+    seed: int = _f(default=0)
+    status: str = _f(default="finished")  # finished | diverged
+    key: str = _f(summary=False)  # rpevit.runs.run_key
+    epochs: int = _f()
+    best_epoch: int = _f()
+    best_val_acc: float = _f("val top-1 %", 100)
+    top1: float = _f("top-1 %", 100, metric=True)
+    top5: float = _f("top-5 %", 100, metric=True)
+    precision: float = _f("precision %", 100, metric=True)  # macro
+    recall: float = _f("recall %", 100, metric=True)  # macro
+    f1: float = _f("F1 %", 100, metric=True)  # macro
+    log_likelihood: float = _f("log-lik", metric=True)  # Σ log p(y|x) over the test set
+    aic: float = _f("AIC", metric=True)
+    bic: float = _f("BIC", metric=True)
+    n_test: int = _f(summary=False)
+    num_params: int = _f("params", metric=True)
+    flops_per_image: int = _f("MFLOPs/img", 1e-6, metric=True)  # forward matmul FLOPs
+    train_seconds_per_epoch: float = _f("s/epoch", metric=True)
+    train_images_per_second: float = _f("train img/s", metric=True)
+    ms_per_image_batched: float = _f("ms/img (batch)", metric=True)
+    ms_single_image: float = _f("ms/img (single)", metric=True)
+    peak_memory_mb: float = _f("peak MB", metric=True)  # training peak: CUDA allocated / CPU resident set
+    load_average: float = _f()  # 1-minute load when the timings were taken
+    cpu_count: int = _f(summary=False)
+    threads: int = _f()  # torch CPU threads; bit-exact resume holds for the same count
+    device: str = _f()
+    device_name: str = _f(summary=False)
+    amp: str = _f()
+    compiled: bool = _f(summary=False, default=False)
+    torch: str = _f(summary=False)
+    data_source: str = _f(summary=False)
+    augment: str = _f(summary=False)
+    test_predictions: str = _f(summary=False)  # space-separated predicted classes, test-split order
+    config: dict = _f(summary=False, default_factory=dict)  # rpevit.runs.run_config
+    finished_at: str = _f(summary=False)
+    message: str = _f(summary=False)  # why a run diverged
+    resolution_eval: list = _f(summary=False, default_factory=list)  # rpevit.evaluate
+
+
+FIELDS = dataclasses.fields(RunRecord)
+SUMMARY_COLUMNS = [f.name for f in FIELDS if f.metadata["summary"]]
+METRIC_COLUMNS = [(f.name, f.metadata["label"], f.metadata["scale"]) for f in FIELDS if f.metadata["metric"]]
+
+
+def make_record(**values) -> dict:
+    """A record as plain data; an unknown field is an error (the schema is the one list of fields)."""
+    return dataclasses.asdict(RunRecord(**values))
