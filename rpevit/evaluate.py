@@ -60,7 +60,8 @@ def evaluate_resolutions(params, dataset, variant: str, seed: int, resolutions, 
             scores = metrics.classification_metrics(logits, labels, record["num_params"])
             results.append({"resolution": size, "mode": mode, "trained_resolution": dataset.info.image_size,
                             "top1": scores["top1"], "top5": scores["top5"],
-                            "log_likelihood": scores["log_likelihood"]})
+                            "log_likelihood": scores["log_likelihood"],
+                            "correct": metrics.correct_string(logits, labels)})
     record["resolution_eval"] = results
     records.write_json(records.run_dir(params.name, dataset.info.name, record["variant"], seed, runs_root)
                        / records.RECORD, record)

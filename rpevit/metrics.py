@@ -28,6 +28,11 @@ from torch.utils.flop_counter import FlopCounterMode
 aten = torch.ops.aten
 
 
+def correct_string(logits: Tensor, labels: Tensor) -> str:
+    """Per-example correctness as a string of "1" (right) and "0" (wrong), in order."""
+    return "".join("1" if ok else "0" for ok in (logits.argmax(-1) == labels).tolist())
+
+
 def count_parameters(model: nn.Module) -> int:
     """Number of trainable (requires_grad) parameter elements, each shared tensor counted once."""
     # `parameters()` yields a Parameter tied into several modules only once.

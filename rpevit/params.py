@@ -91,7 +91,7 @@ class DataConfig:
     augment: Literal["auto", "none", "mnist", "cifar"] = "auto"
     split_seed: int = 42
     val_size: int | None = None
-    # a seeded, class-stratified subset of the training split (None: all of it), for CPU budgets
+    # at most this many training images: a seeded, class-stratified subset (None: all), for CPU budgets
     train_size: int | None = None
 
 

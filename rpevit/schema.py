@@ -61,6 +61,7 @@ class RunRecord:
     data_source: str = _f(summary=False)
     augment: str = _f(summary=False)
     test_predictions: str = _f(summary=False)  # space-separated predicted classes, test-split order
+    test_correct: str = _f(summary=False)  # per test image "1" (right) or "0", test-split order: paired tests
     config: dict = _f(summary=False, default_factory=dict)  # rpevit.runs.run_config
     finished_at: str = _f(summary=False)
     message: str = _f(summary=False)  # why a run diverged

@@ -223,6 +223,7 @@ def _train(params, dataset, variant, seed, out_dir, epochs, resume, progress, on
         **metrics.classification_metrics(test_logits, test_labels, num_params),
         # per-image test predictions (space-separated class indices, in test-split order): paired statistics
         "test_predictions": " ".join(map(str, test_logits.argmax(-1).tolist())),
+        "test_correct": metrics.correct_string(test_logits, test_labels),
         "num_params": num_params,
         "flops_per_image": metrics.matmul_flops(model, timing_images[:2]),
         "train_seconds_per_epoch": sum(epoch_seconds) / len(epoch_seconds),

@@ -61,14 +61,14 @@ def _stratified_split(
 
 def _subset(indices: torch.Tensor, labels: torch.Tensor, size: int | None, split_seed: int,
             info: DatasetInfo) -> torch.Tensor:
-    """A seeded, class-stratified subset of `size` of the (sorted) training indices; all if size is None.
+    """A seeded, class-stratified subset of at most `size` of the (sorted) training indices; all of
+    them if size is None or not smaller (so one preset can cap several datasets).
 
     Each class keeps its share of the split (largest remainders round the counts to `size`)."""
-    if size is None:
+    if size is None or size >= len(indices):
         return indices
-    if not 0 < size <= len(indices):
-        raise UserError(f"data.train_size={size} does not fit the {len(indices)} training images of "
-                        f"'{info.name}'; use 1..{len(indices)} or null for all of them.")
+    if size < 1:
+        raise UserError(f"data.train_size={size} is not valid; use a positive integer or null for all images.")
     generator = torch.Generator().manual_seed(split_seed + 1)
     classes = labels[indices]
     counts = torch.bincount(classes, minlength=info.num_classes).double()
