@@ -6,7 +6,7 @@ r_i = (row, col) and the offset Δ_ij = r_j − r_i (REFERENCE.md notation).
 """
 from __future__ import annotations
 
-import functools
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import torch
@@ -59,13 +59,34 @@ class Grid:
 
     def offsets(self, device=None) -> torch.Tensor:
         """Integer offsets Δ_ij = r_j − r_i between patches: (N, N, 2) long (cached per shape)."""
-        # inference-mode tensors cannot be saved for backward later: cache them separately
-        return _offsets(self.height, self.width, torch.device(device or "cpu"), torch.is_inference_mode_enabled())
+        device = torch.device(device or "cpu")
+
+        def build():
+            rows = torch.arange(self.height, device=device)
+            cols = torch.arange(self.width, device=device)
+            r = torch.stack(torch.meshgrid(rows, cols, indexing="ij"), dim=-1).reshape(-1, 2)
+            return r[None, :, :] - r[:, None, :]
+
+        return grid_cached(("offsets", self.height, self.width, device), build)
 
 
-@functools.lru_cache(maxsize=16)
-def _offsets(height: int, width: int, device: torch.device, inference: bool) -> torch.Tensor:
-    rows = torch.arange(height, device=device)
-    cols = torch.arange(width, device=device)
-    r = torch.stack(torch.meshgrid(rows, cols, indexing="ij"), dim=-1).reshape(-1, 2)
-    return r[None, :, :] - r[:, None, :]
+_CACHE: OrderedDict = OrderedDict()
+CACHE_SIZE = 64
+
+
+def grid_cached(key: tuple, build):
+    """The one cache of tensors derived from a grid without parameters (offsets, rotation angles of
+    fixed frequencies, sin-cos embeddings, ALiBi tables, iRPE buckets): built once per key — which
+    names what, the grid's shape/scale, device and dtype — and shared by every layer and forward.
+    Inference-mode tensors are kept apart (they cannot be saved for backward); while torch.compile
+    traces, nothing is cached (the graph computes it)."""
+    if torch.compiler.is_compiling():
+        return build()
+    key = (*key, torch.is_inference_mode_enabled())
+    if key in _CACHE:
+        _CACHE.move_to_end(key)
+        return _CACHE[key]
+    value = _CACHE[key] = build()
+    if len(_CACHE) > CACHE_SIZE:
+        _CACHE.popitem(last=False)
+    return value

@@ -10,6 +10,7 @@ from rpevit.position import build_position
 import torch.nn.functional as F
 
 from rpevit.errors import UserError
+from rpevit import grid as grid_module
 from rpevit.grid import Grid
 from rpevit.params import model_config
 from rpevit.position.absolute import LearnedAbsolute, SinCosAbsolute
@@ -78,7 +79,7 @@ def test_sincos_position_interpolation_and_cache():
     assert module.embedding(Grid(5, 7), dtype=torch.float32).dtype == torch.float32
     for h in range(1, 12):
         module.embedding(Grid(h, 3))
-    assert len(module._cache) <= SinCosAbsolute.CACHE_SIZE
+    assert len(grid_module._CACHE) <= grid_module.CACHE_SIZE  # the one bounded grid cache
     # a grid first seen under inference_mode still works in a later training forward
     grid = Grid(3, 4)
     with torch.inference_mode():

@@ -84,3 +84,27 @@ def test_weight_init_is_deterministic():
     torch.manual_seed(3)
     b = build_model("softmax+ape", dim=32, depth=1, heads=4)
     assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+
+
+def test_parameter_free_position_tensors_are_built_once_per_grid_not_per_layer(monkeypatch):
+    """ALiBi tables, iRPE buckets and RoPE-Axial angles come from the one grid cache: a 4-layer
+    model builds each once per grid, and a second forward builds nothing."""
+    from rpevit import grid as grid_module
+
+    builds = []
+    real = grid_module.grid_cached
+
+    def counting(key, build):
+        return real(key, lambda: builds.append(key[0]) or build())
+
+    for module in ("rpevit.position.relative", "rpevit.position.rotary"):
+        monkeypatch.setattr(f"{module}.grid_cached", counting)
+    grid_module._CACHE.clear()
+    for variant in ("softmax+alibi2d", "favor+rope_axial", "relu+irpe"):
+        model = build_model(variant, dim=32, depth=4, heads=4, mlp_dim=32)
+        x = torch.randn(2, 1, 28, 28)
+        builds.clear()
+        model(x)
+        assert len(builds) == 1, (variant, builds)
+        model(x)
+        assert len(builds) == 1, (variant, builds)

@@ -12,6 +12,7 @@ from rpevit.attention import BACKENDS
 from rpevit.attention.layer import MultiHeadAttention
 from rpevit.checks import relative_violation
 from rpevit.errors import UserError
+from rpevit import grid as grid_module
 from rpevit.grid import Grid
 from rpevit.model import build_model
 from rpevit.params import model_config
@@ -240,7 +241,7 @@ def test_rope_axial_cache_follows_grid_device_dtype_and_inference_mode():
             expected = apply_dense(module.rotation_matrices(grid.coords(dtype=F64)), x.double(), grid)
             torch.testing.assert_close(module(x, grid)[:, :, grid.prefix:].double(), expected,
                                        rtol=0, atol=1e-12 if dtype == F64 else 1e-5)
-    assert len(module._cache) <= RoPEAxial.CACHE_SIZE
+    assert len(grid_module._CACHE) <= grid_module.CACHE_SIZE  # the one bounded grid cache
     # a grid first seen under inference_mode must still work in a later training forward
     grid = Grid(3, 4)
     with torch.inference_mode():

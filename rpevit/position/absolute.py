@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import UserError
+from ..grid import grid_cached
 from ..options import NoOptions
 
 
@@ -67,8 +68,6 @@ def sincos_embedding(coords: torch.Tensor, dim: int) -> torch.Tensor:
 class SinCosAbsolute(nn.Module):
     """Fixed 2D sin-cos APE (MAE / MoCo v3), recomputed for any grid; CLS gets zeros. No parameters."""
 
-    CACHE_SIZE = 8
-
     Options = NoOptions
 
     def __init__(self, options: NoOptions, config, dim: int, heads: int):
@@ -77,27 +76,21 @@ class SinCosAbsolute(nn.Module):
             raise UserError(f"ape_sincos needs model.dim divisible by 4 (sin and cos for each of the "
                             f"two axes), got model.dim={dim}; choose a model.dim that is.")
         self.dim = dim
-        self._cache: dict = {}  # (H, W, cls, scale, device, dtype, inference mode) → (1, T, D)
 
     def embedding(self, grid, device=None, dtype=torch.float32) -> torch.Tensor:
         """Position vectors of all tokens of the grid, CLS first if present: (1, T, D).
 
         Computed in float64 and cast to `dtype`; cached per grid shape, scale, device and dtype.
         """
-        key = (grid.height, grid.width, grid.cls, grid.scale(), torch.device(device or "cpu"), dtype,
-               torch.is_inference_mode_enabled())
-        compiling = torch.compiler.is_compiling()
-        cached = None if compiling else self._cache.get(key)
-        if cached is None:
+        def build():
             patches = sincos_embedding(grid.coords(device=device, dtype=torch.float64), self.dim)  # (N, D)
             if grid.cls:
                 patches = torch.cat((patches.new_zeros(grid.prefix, self.dim), patches))
-            cached = patches.to(dtype)[None]
-            if not compiling:
-                if len(self._cache) >= self.CACHE_SIZE:
-                    self._cache.pop(next(iter(self._cache)))
-                self._cache[key] = cached
-        return cached
+            return patches.to(dtype)[None]
+
+        key = ("ape_sincos", self.dim, grid.height, grid.width, grid.cls, grid.scale(), torch.device(device or "cpu"),
+               dtype)
+        return grid_cached(key, build)
 
     def forward(self, tokens, grid):
         """tokens (B, T, D) plus their fixed position vectors."""

@@ -37,7 +37,7 @@ from typing import Literal
 
 from torch import nn
 
-from ..errors import UserError
+from ..grid import grid_cached
 from ..options import NoOptions, neutral
 
 
@@ -221,10 +221,14 @@ class Alibi2D(RelativeBias):
 
     def table(self, grid):
         """−m_h·‖Δ‖₂ over the grid's (possibly scaled) offsets: (heads, 2H−1, 2W−1)."""
-        rows, cols = offset_axes(grid, device=self.slopes.device, dtype=torch.float64,
-                                 scaled=grid.interpolate)
-        distance = torch.sqrt(rows[:, None] ** 2 + cols[None, :] ** 2)  # (2H−1, 2W−1)
-        return -self.slopes[:, None, None] * distance.to(self.slopes.dtype)
+        def build():
+            rows, cols = offset_axes(grid, device=self.slopes.device, dtype=torch.float64, scaled=grid.interpolate)
+            distance = torch.sqrt(rows[:, None] ** 2 + cols[None, :] ** 2)  # (2H−1, 2W−1)
+            return -self.slopes[:, None, None] * distance.to(self.slopes.dtype)
+
+        key = ("alibi2d", self.heads, grid.height, grid.width, grid.interpolate and grid.scale(),
+               self.slopes.device, self.slopes.dtype)
+        return grid_cached(key, build)
 
 
 def piecewise_index(x: torch.Tensor, alpha: float, beta: float, gamma: float) -> torch.Tensor:
@@ -278,12 +282,17 @@ class IRPE(RelativeBias):
 
     def buckets(self, grid) -> torch.Tensor:
         """Bucket id of every offset of `grid`: (2H−1, 2W−1) long in [0, num_buckets)."""
-        rows, cols = offset_axes(grid, device=self.bucket_table.device, dtype=torch.float64,
-                                 scaled=grid.interpolate)
-        if self.method == "euclidean":
-            return self.index(torch.sqrt(rows[:, None] ** 2 + cols[None, :] ** 2))
-        side = math.floor(self.BETA)
-        return (self.index(rows)[:, None] + side) * (2 * side + 1) + self.index(cols)[None, :] + side
+        def build():
+            rows, cols = offset_axes(grid, device=self.bucket_table.device, dtype=torch.float64,
+                                     scaled=grid.interpolate)
+            if self.method == "euclidean":
+                return self.index(torch.sqrt(rows[:, None] ** 2 + cols[None, :] ** 2))
+            side = math.floor(self.BETA)
+            return (self.index(rows)[:, None] + side) * (2 * side + 1) + self.index(cols)[None, :] + side
+
+        key = ("irpe", self.method, grid.height, grid.width, grid.interpolate and grid.scale(),
+               self.bucket_table.device)
+        return grid_cached(key, build)
 
     def table(self, grid):
         """The bucket values over the grid's offsets: (heads, 2H−1, 2W−1)."""

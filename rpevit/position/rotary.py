@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 from ..errors import UserError
 from ..options import NoOptions
+from ..grid import grid_cached
 from ..precision import autocast_off, compute_dtype
 
 # Circulant-STRING init: c_k ~ N(0, σ²) with σ = CIRCULANT_STEP_STD / √(2·dim), so that each
@@ -159,15 +160,12 @@ class MixedOptions(ThetaOptions):
 class RoPEAxial(PairRotary):
     """RoPE-Axial (Heo et al. 2024): fixed ω_c = θ^(−4c/dim); pairs < dim/4 turn with col, others with row."""
 
-    CACHE_SIZE = 8
-
     Options = ThetaOptions
 
     def __init__(self, options: ThetaOptions, config, dim: int, heads: int):
         super().__init__(dim, heads)
         _require_divisible("rope_axial", dim, 4, "two axes × interleaved pairs")
         self.theta = options.theta
-        self._cache: dict = {}  # (H, W, scale, device, dtype, inference mode) → (cos, sin)
 
     def frequencies(self, dtype, device):
         """Fixed (f_row, f_col) = ([0, ω], [ω, 0]), ω_k = θ^(−4k/dim): (2, 1, dim/2).
@@ -179,18 +177,13 @@ class RoPEAxial(PairRotary):
         return torch.stack((torch.cat((zeros, omega)), torch.cat((omega, zeros))))[:, None, :]
 
     def rotate_grid(self, z, grid):
-        """Rotate with cos/sin cached per (H, W, scale, device, dtype, inference mode)."""
-        key = (grid.height, grid.width, grid.scale(), z.device, z.dtype, torch.is_inference_mode_enabled())
-        compiling = torch.compiler.is_compiling()
-        cached = None if compiling else self._cache.get(key)
-        if cached is None:
+        """Rotate with cos/sin of the fixed angles, built once per grid (shared by every layer)."""
+        def build():
             angles = self.angles(grid.coords(device=z.device, dtype=z.dtype))  # (1, N, d/2)
-            cached = (angles.cos(), angles.sin())
-            if not compiling:
-                if len(self._cache) >= self.CACHE_SIZE:
-                    self._cache.pop(next(iter(self._cache)))
-                self._cache[key] = cached
-        return rotate_pairs(z, *cached)
+            return angles.cos(), angles.sin()
+
+        key = ("rope_axial", self.dim, self.theta, grid.height, grid.width, grid.scale(), z.device, z.dtype)
+        return rotate_pairs(z, *grid_cached(key, build))
 
 
 def rope_mixed_init(dim: int, heads: int, theta: float) -> torch.Tensor:
