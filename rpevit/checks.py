@@ -36,3 +36,13 @@ def relative_violation(weights: torch.Tensor, grid: Grid) -> float:
     scale = max(float(v.abs().max()) for v in groups.values())
     spread = max(float(v.max() - v.min()) for v in groups.values())
     return spread / scale
+
+
+@torch.no_grad()
+def dense_reference_error(layer, x: torch.Tensor, grid: Grid) -> float:
+    """Largest |fast path − A·v| of an attention layer (rpevit.attention.layer.MultiHeadAttention),
+    relative to max(1, |A·v|): the backend's own computation against the dense matrix it reports."""
+    q, k, v = layer._heads(x, grid)
+    fast = layer.backend(q, k, v, grid, **layer._backend_kwargs())
+    dense = layer.attention_matrix(x, grid) @ v
+    return float((fast - dense).abs().max()) / max(1.0, float(dense.abs().max()))

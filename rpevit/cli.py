@@ -141,7 +141,7 @@ def cmd_notebooks(args) -> int:
     from .notebooks import execute_notebooks
 
     outputs = execute_notebooks(args.params, only=args.only.split(",") if args.only else None,
-                                kernel=args.kernel)
+                                kernel=args.kernel, cell_timeout=args.cell_timeout)
     print(f"{len(outputs)} notebooks executed; index: {outputs[0].parent / 'README.md' if outputs else '—'}")
     return 0
 
@@ -208,6 +208,9 @@ def build_parser() -> argparse.ArgumentParser:
     notebooks.add_argument("params", help="preset name or YAML path")
     notebooks.add_argument("--only", help="comma-separated notebook name prefixes, e.g. 00,40")
     notebooks.add_argument("--kernel", default="python3", help="Jupyter kernel name")
+    notebooks.add_argument("--cell-timeout", type=int, help="seconds one cell may run before the notebook fails "
+                                                          "(default $RPEVIT_CELL_TIMEOUT or 900; training cells "
+                                                          "are exempt)")
 
     bench = sub.add_parser("bench", help="throughput benchmarks")
     bench.add_argument("what", choices=["train", "data", "attention", "patches"], help="what to measure")
