@@ -1,60 +1,187 @@
 """Execute the numbered study notebooks headless with papermill into reports/<preset>/.
 
-Each notebook's `parameters` cell holds CPU-cheap defaults (the smoke preset); here it receives
-the preset's YAML keys (as `papermill -f params/<preset>.yaml` would) plus `name`. A failing
-notebook stops the command with the notebook and cell named; the partly executed copy is kept.
+Each notebook's `parameters` cell holds CPU-cheap defaults (the smoke preset) and
+`report_dir = None` (an interactive run only shows its figures and tables). Here each notebook
+receives, of the preset's YAML keys plus `name` (the preset as given) and `report_dir` (the
+report folder, relative to the project), only those its parameters cell declares; it writes its
+outputs there, replacing those of its previous execution. One line per notebook is printed; the
+kernel's own log (its stderr) goes to a file that is shown only when a notebook fails. A cell that
+runs longer than the per-cell limit (`cell_timeout`, $RPEVIT_CELL_TIMEOUT, default 900 s; cells
+tagged `no-timeout` have none) stops the command with the notebook and cell named, as does a
+failing cell; the partly executed copy is kept. Executed notebooks record paths relative to the
+project only. A whole run (no `only`) also removes every file of the folder that this execution
+did not produce, except the study runner's summary tables.
 """
 from __future__ import annotations
 
+import os
+import tempfile
+import time
 from pathlib import Path
 
 import yaml
 
 from .errors import UserError
-from .params import PROJECT_ROOT, load_params, preset_path
-from .report import report_dir, write_index
+from .params import PRESETS_DIR, PROJECT_ROOT, load_params, preset_path
+from .report import begin_notebook, prune, report_dir, write_index
 
 NOTEBOOKS_DIR = PROJECT_ROOT / "notebooks"
+CELL_TIMEOUT = 900
+NO_TIMEOUT_TAG = "no-timeout"
+KERNEL_NAME = "rpevit"  # the kernelspec the notebooks declare (make lab / the README install it)
 
 
 class NotebookFailed(RuntimeError):
-    """A notebook raised an error while executing."""
+    """A notebook raised an error, or a cell ran past the per-cell limit, while executing."""
 
 
-def list_notebooks() -> list[Path]:
+def list_notebooks(directory=None) -> list[Path]:
     """The numbered notebooks NN_name.ipynb, in order."""
-    return sorted(NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb"))
+    return sorted(Path(directory or NOTEBOOKS_DIR).glob("[0-9][0-9]_*.ipynb"))
 
 
-def notebook_parameters(preset: str) -> dict:
-    """The parameters a preset passes to every notebook: its YAML keys, and `name` = the preset
-    as given (a name under params/ or a path), which the notebooks hand to load_params."""
+def declared_parameters(notebook: Path) -> set[str]:
+    """The names a notebook's `parameters` cell declares."""
+    import papermill
+
+    return set(papermill.inspect_notebook(str(notebook)))
+
+
+def project_relative(path) -> str:
+    """`path` relative to the project root when it lies inside it, else absolute."""
+    path = Path(path).resolve()
+    try:
+        return path.relative_to(PROJECT_ROOT.resolve()).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def notebook_parameters(preset: str, notebook: Path | None = None, report_folder=None) -> dict:
+    """The parameters a preset passes to a notebook: its YAML keys, `name` (a preset of params/ by
+    its name, any other YAML file by its path, relative to the project when inside it) and `report_dir` (relative to the project) — only the names the
+    notebook's parameters cell declares when `notebook` is given."""
     load_params(preset)  # fail here, with one clear message, on a bad preset
-    raw = yaml.safe_load(preset_path(preset).read_text()) or {}
-    return {**raw, "name": str(preset)}
+    path = preset_path(preset)
+    raw = yaml.safe_load(path.read_text()) or {}
+    shipped = path.resolve() == (PRESETS_DIR / f"{path.stem}.yaml").resolve()
+    parameters = {**raw, "name": path.stem if shipped else project_relative(path)}
+    if report_folder is not None:
+        parameters["report_dir"] = project_relative(report_folder)
+    if notebook is None:
+        return parameters
+    declared = declared_parameters(notebook)
+    return {key: value for key, value in parameters.items() if key in declared}
+
+
+def _relative_strings(node, root: str):
+    """Every string in a JSON-like tree with the absolute project root replaced by a relative path."""
+    if isinstance(node, str):
+        return node.replace(root + os.sep, "").replace(root, ".")
+    if isinstance(node, list):
+        return [_relative_strings(item, root) for item in node]
+    if isinstance(node, dict):
+        return {key: _relative_strings(value, root) for key, value in node.items()}
+    return node
+
+
+def finalise_executed(output: Path, source: Path) -> None:
+    """Make an executed notebook carry paths relative to the project only and declare the same
+    kernel as its source notebook (so it opens with the rpevit kernel in JupyterLab)."""
+    import nbformat
+
+    executed = nbformat.read(str(output), as_version=4)
+    original = nbformat.read(str(source), as_version=4)
+    if "kernelspec" in original.metadata:
+        executed.metadata["kernelspec"] = original.metadata["kernelspec"]
+    papermill_meta = executed.metadata.get("papermill", {})
+    papermill_meta["input_path"] = project_relative(source)
+    papermill_meta["output_path"] = project_relative(output)
+    cleaned = _relative_strings(executed, str(PROJECT_ROOT.resolve()))
+    nbformat.write(nbformat.from_dict(cleaned), str(output))
+
+
+def _kernel_manager_class(log):
+    """A kernel manager whose kernel writes its own log (TCP warning, shutdown interrupts) to `log`."""
+    from jupyter_client.manager import AsyncKernelManager
+
+    class QuietKernelManager(AsyncKernelManager):
+        async def start_kernel(self, **kw):
+            kw.setdefault("stdout", log)
+            kw.setdefault("stderr", log)
+            return await super().start_kernel(**kw)
+
+    return QuietKernelManager
+
+
+def cell_timeout_seconds(cell_timeout: float | None = None) -> float:
+    """The per-cell limit: the argument, else $RPEVIT_CELL_TIMEOUT, else CELL_TIMEOUT."""
+    if cell_timeout is not None:
+        return cell_timeout
+    value = os.environ.get("RPEVIT_CELL_TIMEOUT", CELL_TIMEOUT)
+    try:
+        return float(value)
+    except ValueError:
+        raise UserError(f"RPEVIT_CELL_TIMEOUT must be a number of seconds, got {value!r}.") from None
+
+
+def execute_notebook(notebook: Path, output: Path, parameters: dict, kernel: str = "python3",
+                     cell_timeout: float | None = None) -> float:
+    """Execute one notebook with papermill into `output` (cwd: the project root); return seconds."""
+    import papermill
+    from nbclient.exceptions import CellTimeoutError
+
+    limit = cell_timeout_seconds(cell_timeout)
+    started = time.perf_counter()
+    with tempfile.TemporaryFile() as log:
+        def kernel_log() -> str:
+            log.seek(0)
+            text = log.read().decode(errors="replace").strip()
+            return f"\nkernel log:\n{text[-3000:]}" if text else ""
+
+        try:
+            papermill.execute_notebook(
+                str(notebook), str(output), parameters=parameters, kernel_name=kernel, cwd=str(PROJECT_ROOT),
+                progress_bar=False, log_output=False, kernel_manager_class=_kernel_manager_class(log),
+                timeout_func=lambda cell: None if NO_TIMEOUT_TAG in cell.metadata.get("tags", []) else limit)
+        except papermill.PapermillExecutionError as exc:
+            raise NotebookFailed(f"notebook {notebook.name} failed in cell {exc.exec_count}: {exc.ename}: "
+                                 f"{exc.evalue} (partly executed copy: {project_relative(output)})") from None
+        except CellTimeoutError:
+            raise NotebookFailed(f"notebook {notebook.name}: a cell ran longer than the per-cell limit of "
+                                 f"{limit:g} s (RPEVIT_CELL_TIMEOUT; partly executed copy: "
+                                 f"{project_relative(output)}){kernel_log()}") from None
+        except RuntimeError as exc:  # the kernel died or could not start
+            raise NotebookFailed(f"notebook {notebook.name}: {exc}{kernel_log()}") from None
+    finalise_executed(output, notebook)
+    return time.perf_counter() - started
 
 
 def execute_notebooks(preset: str, only: list[str] | None = None, kernel: str = "python3",
-                      reports_root=None) -> list[Path]:
-    """Run the notebooks (all, or those whose names start with an entry of `only`) for a preset."""
-    import papermill
-
-    parameters = notebook_parameters(preset)
-    name = load_params(preset).name
-    out_dir = report_dir(name, reports_root)
-    chosen = [nb for nb in list_notebooks() if not only or any(nb.stem.startswith(o) for o in only)]
+                      reports_root=None, cell_timeout: float | None = None, notebooks_dir=None) -> list[Path]:
+    """Run the notebooks (all, or those whose names start with an entry of `only`) for a preset
+    into reports/<preset>/, then write its README.md. Returns the executed copies."""
+    params = load_params(preset)
+    out_dir = report_dir(params.name, reports_root)
+    available = list_notebooks(notebooks_dir)
+    chosen = [nb for nb in available if not only or any(nb.stem.startswith(o) for o in only)]
     if only and not chosen:
-        raise UserError(f"no notebook matches {only}; notebooks: {', '.join(nb.stem for nb in list_notebooks())}.")
+        raise UserError(f"no notebook matches {only}; notebooks: {', '.join(nb.stem for nb in available)}.")
     done = []
-    for notebook in chosen:
+    for index, notebook in enumerate(chosen, start=1):
         output = out_dir / notebook.name
-        print(f"executing {notebook.name} → {output}", flush=True)
+        print(f"[{index}/{len(chosen)}] {notebook.stem} → {project_relative(output)} …", end="", flush=True)
+        begin_notebook(out_dir, notebook.stem)
         try:
-            papermill.execute_notebook(str(notebook), str(output), parameters=parameters, kernel_name=kernel,
-                                       cwd=str(PROJECT_ROOT), progress_bar=False)
-        except papermill.PapermillExecutionError as exc:
-            raise NotebookFailed(f"notebook {notebook.name} failed in cell {exc.exec_count}: {exc.ename}: "
-                                 f"{exc.evalue} (partly executed copy: {output})") from None
+            seconds = execute_notebook(notebook, output, notebook_parameters(preset, notebook, out_dir), kernel,
+                                       cell_timeout)
+        except BaseException:
+            print(" failed", flush=True)
+            raise
+        print(f" {seconds:.0f} s", flush=True)
         done.append(output)
-    write_index(name, [nb.name for nb in list_notebooks()], reports_root)
+    if not only:
+        prune(out_dir, [nb.stem for nb in available])
+    from .study import study_records
+
+    write_index(params.name, [nb.name for nb in available], reports_root, found=study_records(params))
     return done

@@ -1,4 +1,5 @@
-"""Report outputs: tables (CSV + Markdown), figures (PNG / interactive HTML) and the index."""
+"""Report outputs: where figures and tables go (and when they do not), the per-notebook manifest,
+stale-output removal, the index with its headline, offline plotly, and styles per variant."""
 from __future__ import annotations
 
 import json
@@ -9,31 +10,195 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import plotly.graph_objects as go  # noqa: E402
+import pytest  # noqa: E402
 
-from rpevit.report import markdown_table, save_figure, save_table, variant_style, write_index  # noqa: E402
+from rpevit import report  # noqa: E402
+from rpevit.attention import BACKENDS, SoftmaxAttention  # noqa: E402
+from rpevit.report import (Report, begin_notebook, headline, markdown_table, plotly_bundle, prune,  # noqa: E402
+                           read_manifest, variant_style, variant_styles, write_index)
+from rpevit.variants import list_variants  # noqa: E402
+
+SMOKE = [f"{b}+{p}" for b in ("softmax", "favor", "relu") for p in ("ape", "rope_mixed", "string_circulant", "krpe")]
 
 
-def test_tables_figures_and_index(tmp_path):
-    rows = [{"variant": "softmax+ape", "top-1 %": 91.234}, {"variant": "favor+krpe", "top-1 %": math.nan}]
-    markdown = save_table(rows, "p", "40_results", "Per-variant results", "40_results", root=tmp_path)
-    assert "| softmax+ape | 91.23 |" in markdown and "| favor+krpe | — |" in markdown
-    assert (tmp_path / "p" / "40_results.csv").read_text().splitlines()[1] == "softmax+ape,91.234"
+def _line_figure():
     fig, axis = plt.subplots()
     axis.plot([1, 2], [3, 4])
-    assert save_figure(fig, "p", "10_curves", "curves", "10_train", root=tmp_path).read_bytes()[:4] == b"\x89PNG"
-    page = save_figure(go.Figure(go.Scatter(x=[1], y=[2])), "p", "10_live", "live", "10_train", root=tmp_path)
-    assert page.suffix == ".html" and (tmp_path / "p" / "plotly.min.js").stat().st_size > 100_000
-    (tmp_path / "p" / "10_train.ipynb").write_text("{}")
-    index = write_index("p", ["10_train.ipynb", "99_missing.ipynb"], root=tmp_path).read_text()
-    assert "[10_train.ipynb]" in index and "99_missing" not in index
-    assert "[10_curves.png](10_curves.png) — curves (10_train)" in index
-    assert "[40_results.md](40_results.md) — Per-variant results (40_results)" in index
-    manifest = json.loads((tmp_path / "p" / "manifest.json").read_text())
-    assert manifest["10_live.html"]["kind"] == "figure"
+    return fig
 
 
-def test_markdown_table_and_styles():
-    assert markdown_table([]) == "(no rows)\n"
-    softmax, favor = variant_style("softmax+rope_mixed"), variant_style("favor+rope_mixed")
-    assert softmax["color"] == favor["color"] and softmax["linestyle"] != favor["linestyle"]
-    assert variant_style("softmax+ape")["color"] != softmax["color"]
+def test_report_writes_figures_tables_and_manifest(tmp_path):
+    rows = [{"variant": "softmax+ape", "top-1 %": 91.234}, {"variant": "favor+krpe", "top-1 %": math.nan, "note": "x"}]
+    rep = Report(tmp_path / "p", "40_results")
+    rep.table(rows, "40_results", "Per-variant results")
+    rep.figure(_line_figure(), "40_curves", "curves")
+    rep.figure(go.Figure(go.Scatter(x=[1], y=[2])), "40_live", "live")
+    rep.figure(_line_figure(), "40_results", "a figure named like a table")
+    rep.table(rows, "40_results", "Per-variant results")  # written again: listed once
+    folder = tmp_path / "p"
+    markdown = (folder / "40_results.md").read_text()
+    assert "| softmax+ape | 91.23 | — |" in markdown and "| favor+krpe | — | x |" in markdown  # union of columns
+    assert (folder / "40_results.csv").read_text().splitlines()[:2] == ["variant,top-1 %,note", "softmax+ape,91.234,"]
+    assert (folder / "40_curves.png").read_bytes()[:4] == b"\x89PNG"
+    page = (folder / "40_live.html").read_text()
+    assert 'src="plotly.min.js"' in page and "cdn" not in page.lower()
+    assert (folder / "plotly.min.js").stat().st_size > 100_000
+    outputs = read_manifest(folder)["notebooks"]["40_results"]["outputs"]
+    assert [(o["name"], o["kind"], o["files"]) for o in outputs] == [
+        ("40_curves", "figure", ["40_curves.png"]), ("40_live", "figure", ["40_live.html"]),
+        ("40_results", "figure", ["40_results.png"]), ("40_results", "table", ["40_results.md", "40_results.csv"])]
+
+
+def test_without_a_folder_nothing_is_written(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("RPEVIT_REPORTS", str(tmp_path / "reports"))
+    rep = Report(None, "40_results")
+    rep.table([{"a": 1}], "40_results", "caption")
+    rep.figure(_line_figure(), "40_curves", "curves")
+    rep.figure(go.Figure(), "40_live", "live")
+    assert not rep.writes and list(tmp_path.iterdir()) == []
+
+
+def test_empty_table_is_not_written(tmp_path):
+    rep = Report(tmp_path, "40_results")
+    rep.table([], "40_results", "Per-variant results")
+    assert not (tmp_path / "40_results.csv").exists() and not (tmp_path / "40_results.md").exists()
+    assert read_manifest(tmp_path)["notebooks"]["40_results"]["outputs"] == []
+    assert markdown_table([]) == "(no runs yet)\n" and markdown_table([], empty="nothing") == "(nothing)\n"
+
+
+def test_a_new_execution_replaces_the_notebooks_previous_outputs_only(tmp_path):
+    old = Report(tmp_path, "30_maps")
+    old.figure(_line_figure(), "30_map_relu_ape", "a variant that is no longer in the grid")
+    other = Report(tmp_path, "40_results")
+    other.table([{"a": 1}], "40_results", "kept: another notebook's output")
+    for name in ("summary.csv", "summary.md", "30_leftover.png", "40_untracked.md"):
+        (tmp_path / name).write_text("x")
+    removed = begin_notebook(tmp_path, "30_maps")
+    assert sorted(removed) == ["30_leftover.png", "30_map_relu_ape.png"]
+    assert (tmp_path / "40_results.csv").is_file() and (tmp_path / "summary.csv").is_file()
+    assert (tmp_path / "40_untracked.md").is_file()  # another notebook's prefix: only a whole run prunes it
+    assert read_manifest(tmp_path)["notebooks"]["30_maps"]["outputs"] == []
+    (tmp_path / "30_maps.ipynb").write_text("{}")
+    (tmp_path / "99_gone.ipynb").write_text("{}")
+    assert sorted(prune(tmp_path, ["30_maps", "40_results"])) == ["40_untracked.md", "99_gone.ipynb"]
+    assert {p.name for p in tmp_path.iterdir()} == {"30_maps.ipynb", "40_results.csv", "40_results.md",
+                                                   "manifest.json", "summary.csv", "summary.md"}
+
+
+def test_legacy_flat_manifest_is_read_per_notebook(tmp_path):
+    (tmp_path / "manifest.json").write_text(json.dumps({
+        "40_results.csv": {"caption": "c", "notebook": "40_results", "kind": "table"},
+        "40_results.md": {"caption": "c", "notebook": "40_results", "kind": "table"},
+        "10_curves.png": {"caption": "f", "notebook": "10_train", "kind": "figure"}}))
+    notebooks = read_manifest(tmp_path)["notebooks"]
+    assert notebooks["40_results"]["outputs"] == [{"name": "40_results", "kind": "table", "caption": "c",
+                                                   "files": ["40_results.csv", "40_results.md"]}]
+    assert notebooks["10_train"]["outputs"][0]["files"] == ["10_curves.png"]
+
+
+def _record(variant, seed, top1, dataset="mnist5k"):
+    return {"dataset": dataset, "variant": variant, "seed": seed, "status": "finished", "top1": top1,
+            "device": "cpu", "device_name": "x86_64", "finished_at": f"2025-01-0{seed + 1}T10:00:00+0000"}
+
+
+def test_headline_best_per_backend_gap_interval_date_and_device():
+    found = [_record("softmax+ape", 0, 0.90), _record("softmax+ape", 1, 0.92), _record("softmax+krpe", 0, 0.80),
+             _record("softmax+krpe", 1, 0.82), _record("favor+krpe", 0, 0.85), _record("favor+krpe", 1, 0.86),
+             _record("relu+ape", 0, 0.70), _record("relu+ape", 1, 0.75),
+             {"dataset": "mnist5k", "variant": "relu+krpe", "seed": 0, "status": "diverged"}]
+    text = "\n".join(headline(found))
+    assert "softmax: `softmax+ape` 91.0% (mean of 2 seeds)" in text
+    assert "favor: `favor+krpe` 85.5%" in text and "relu: `relu+ape` 72.5%" in text
+    assert "best softmax `softmax+ape` − best Performer `favor+krpe`: +5.5 points" in text
+    assert "95% t-interval over 2 paired seeds" in text or "2 paired seeds" in text
+    assert "8 finished runs, trained 2025-01-01 … 2025-01-02 on x86_64" in text
+    one_seed = "\n".join(headline([_record("softmax+ape", 0, 0.9), _record("favor+ape", 0, 0.8)]))
+    assert "one seed, so no interval" in one_seed
+    assert "No finished runs yet" in headline([])[0]
+
+
+def test_index_opens_with_headline_and_lists_each_output_once_by_notebook(tmp_path):
+    folder = tmp_path / "p"
+    rep = Report(folder, "40_results")
+    rep.table([{"a": 1.0}], "40_results", "Per-variant results")
+    rep.figure(_line_figure(), "40_curves", "Accuracy vs cost")
+    Report(folder, "00_checks").table([{"b": 2}], "00_summary", "Every check")
+    for notebook, title in (("00_checks", "00 · Checks"), ("40_results", "40 · Results")):
+        (folder / f"{notebook}.ipynb").write_text(json.dumps(
+            {"cells": [{"cell_type": "markdown", "source": [f"# {title}\n", "text"]}]}))
+    (folder / "summary.md").write_text("x")
+    index = write_index("p", ["00_checks.ipynb", "40_results.ipynb", "99_missing.ipynb"], root=tmp_path,
+                        found=[_record("softmax+ape", 0, 0.9), _record("favor+ape", 0, 0.8)]).read_text()
+    headline_at, guide_at = index.index("## Headline"), index.index("## Guide")
+    checks_at, results_at = index.index("## [00 · Checks](00_checks.ipynb)"), index.index("## [40 · Results]")
+    assert headline_at < guide_at < checks_at < results_at and "99_missing" not in index
+    assert index.count("40_results.md") == 1 and index.count("40_results.csv") == 1
+    assert "- table **40_results** ([md](40_results.md) · [csv](40_results.csv)) — Per-variant results" in index
+    assert "- figure **40_curves** ([png](40_curves.png)) — Accuracy vs cost" in index
+    assert checks_at < index.index("00_summary") < results_at
+    assert "[summary.md](summary.md)" in index and "+10.0 points" in index
+
+
+def test_plotly_bundle_is_offline():
+    bundle = plotly_bundle(go.Figure(go.Scatter(x=[1, 2], y=[3, 4]), layout={"height": 300}))
+    assert set(bundle) == {"application/vnd.plotly.v1+json", "text/html"}
+    assert bundle["application/vnd.plotly.v1+json"]["data"][0]["x"] == [1, 2]
+    html = bundle["text/html"]
+    assert 'script.src = "plotly.min.js"' in html and "height:300px" in html
+    assert "cdn" not in html.lower() and "https://" not in html
+
+
+def test_styles_distinct_for_the_smoke_grid_and_every_variant():
+    styles = variant_styles(SMOKE)
+    keys = {(s["color"], s["marker"], s["linestyle"]) for s in styles.values()}
+    assert len(keys) == 12
+    assert len({s["color"] for s in styles.values()}) == 4  # colour = positions
+    assert len({(s["marker"], s["linestyle"]) for s in styles.values()}) == 3  # marker, line = backend
+    assert styles["softmax+krpe"]["color"] == styles["relu+krpe"]["color"]
+    assert styles["softmax+krpe"]["marker"] == styles["softmax+ape"]["marker"]
+    every = variant_styles(list_variants())
+    assert len({(s["color"], s["marker"], s["linestyle"]) for s in every.values()}) == len(list_variants())
+    assert variant_style("softmax+ape")["color"] != variant_style("softmax+rope_mixed")["color"]
+    assert variant_style("favor+krpe", SMOKE) == styles["favor+krpe"]
+
+
+def test_styles_follow_the_backend_registry(monkeypatch):
+    monkeypatch.setitem(BACKENDS, "toy", SoftmaxAttention)
+    styles = variant_styles(SMOKE + ["toy+ape"])
+    assert styles["toy+ape"]["marker"] not in {styles[v]["marker"] for v in SMOKE}
+    assert styles["toy+ape"]["color"] == styles["softmax+ape"]["color"]
+
+
+def test_plotly_style_and_encoding_legend():
+    style = report.plotly_style(variant_styles(SMOKE)["favor+krpe"])
+    assert style["marker"]["symbol"] == "square" and style["line"]["dash"] == "dash"
+    assert style["marker"]["color"].startswith("#")
+    fig, axis = plt.subplots()
+    legend = report.encoding_legend(axis, SMOKE)
+    labels = [t.get_text() for t in legend.get_texts()]
+    assert labels == ["ape", "krpe", "rope_mixed", "string_circulant", "softmax", "favor", "relu"]
+    assert "colour" in legend.get_title().get_text()
+    plt.close(fig)
+
+
+def test_report_directory_relative_to_the_project(monkeypatch, tmp_path):
+    monkeypatch.setattr(report, "PROJECT_ROOT", tmp_path)
+    rep = Report("reports/p", "10_train")
+    assert rep.directory == tmp_path / "reports" / "p" and (tmp_path / "reports" / "p" / "manifest.json").is_file()
+
+
+@pytest.mark.parametrize("count", [3, 12, 25])
+def test_palette_sizes(count):
+    colours = report._palette(count)
+    assert len(set(colours)) == count
+
+
+def test_plain_log_ticks():
+    fig, axis = plt.subplots()
+    axis.loglog([1, 300], [2, 300])
+    report.plain_log_ticks(axis)
+    fig.canvas.draw()
+    labels = {t.get_text() for t in axis.get_yticklabels(minor=False) + axis.get_yticklabels(minor=True)}
+    assert {"10", "100", "20", "50"} <= labels and not any("times" in label or "^" in label for label in labels)
+    plt.close(fig)
