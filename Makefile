@@ -19,7 +19,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml scripts/install_torch.sh
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	bash scripts/install_torch.sh $(PY) $(TORCH_VERSION) $(TORCHVISION_VERSION)
-	$(PY) -m pip install --quiet -e ".[test]"
+	$(PY) -m pip install --quiet -e ".[test,cluster]"
 	$(PY) -m ipykernel install --sys-prefix --name rpevit --display-name "Python (rpevit)" >/dev/null
 	touch $@
 
@@ -28,6 +28,8 @@ study: $(STAMP)
 	$(PY) -m rpevit notebooks $(PRESET)
 
 test: $(STAMP)
+	$(VENV)/bin/ruff check rpevit tests scripts
+	$(VENV)/bin/ruff format --check rpevit tests scripts
 	$(PY) -m pytest -q tests
 	$(PY) -m pytest -q -p no:cacheprovider --nbval-lax --nbval-current-env notebooks
 
