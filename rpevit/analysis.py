@@ -8,6 +8,7 @@ import math
 import statistics
 from collections import defaultdict
 
+from .metrics import busy
 from .params import PROJECT_ROOT
 from .schema import METRIC_COLUMNS
 from .variants import parse_variant
@@ -38,6 +39,8 @@ def results_table(records: list[dict]) -> list[dict]:
             row[column] = statistics.fmean(r[key] for r in runs) * scale
             if key == "top1":
                 row["top-1 std"] = statistics.stdev(r[key] * 100 for r in runs) if len(runs) > 1 else math.nan
+        # timings taken while the machine's load exceeded its cores are not comparable: say so
+        row["busy timings"] = f"{sum(busy(r) for r in runs)}/{len(runs)}"
         rows.append(row)
     diverged = [r for r in records if r.get("status") == "diverged"]
     for record in diverged:

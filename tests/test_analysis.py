@@ -56,3 +56,10 @@ def test_published_numbers_appear_in_their_seed_reports():
         value = row["value"]
         candidates = {f"{value:.2f}", f"{value:.3f}", f"{value:g}", f"{value:.1f}"}
         assert any(c in texts[seed] for c in candidates), (row["label"], row["table"], value)
+
+
+def test_results_table_flags_timings_taken_on_a_busy_machine():
+    loaded = [dict(r, load_average=5.0, cpu_count=2) if r["seed"] == 1 else dict(r, load_average=0.2, cpu_count=2)
+              for r in RECORDS]
+    rows = {row["variant"]: row for row in results_table(loaded)}
+    assert rows["softmax+ape"]["busy timings"] == "1/2" and rows["favor+ape"]["busy timings"] == "0/1"
