@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 
 from .errors import UserError
@@ -78,24 +79,40 @@ def _variant_matches(variant, args) -> bool:
 
 
 def cmd_train(args) -> int:
-    """Train one variant of a preset on one dataset."""
-    from . import records
+    """Train one variant of a preset on one dataset (data-parallel when started by torchrun)."""
+    from . import distributed, records
+    from .runs import preflight
     from .train import train_run
     from .variants import parse_variant
-
-    from .runs import preflight
 
     params = _params(args)
     variant = parse_variant(args.variant).name
     if args.epochs is not None and args.epochs < 1:
         raise UserError(f"--epochs: {args.epochs} is not valid; it must be a positive integer.")
     dataset_name = args.dataset or params.datasets[0]
-    preflight(dataclasses.replace(params, datasets=(dataset_name,)) if dataset_name in params.datasets else params,
-              variants=[variant])
-    dataset = _dataset(args, params)
-    out_dir = records.run_dir(params.name, dataset.info.name, variant, args.seed, epochs=args.epochs)
-    record = train_run(params, dataset, variant, args.seed, out_dir, epochs=args.epochs, resume=args.resume,
-                       progress=not args.no_progress)
+
+    def train():
+        preflight(dataclasses.replace(params, datasets=(dataset_name,)) if dataset_name in params.datasets
+                  else params, variants=[variant])
+        dataset = _dataset(args, params)
+        out_dir = records.run_dir(params.name, dataset.info.name, variant, args.seed, epochs=args.epochs)
+        return out_dir, train_run(params, dataset, variant, args.seed, out_dir, epochs=args.epochs,
+                                  resume=args.resume, progress=not args.no_progress)
+
+    # torchrun (WORLD_SIZE > 1): join the process group before the dataset goes to this rank's device
+    if distributed.init(params.train.device):
+        main = distributed.is_main()
+        try:
+            distributed.check_shared_runs_root(records.RUNS_ROOT)
+            out_dir, record = train()
+        except distributed.PeerFailed as exc:  # rank 0 prints the error, once
+            return exc.code
+        finally:
+            distributed.teardown()
+        if not main:
+            return 0
+    else:
+        out_dir, record = train()
     if record.get("status") != "finished":
         print(f"this run is recorded as {record.get('status')}: {record.get('message', '')}")
         return 1
@@ -246,6 +263,11 @@ def main(argv=None) -> int:
     from .train import Diverged
 
     args = build_parser().parse_args(argv)
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and args.command != "train":
+        print(f"error: torchrun starts several processes; only `train` runs data-parallel (got "
+              f"`{args.command}`). Run `python -m rpevit {args.command} …` once, or `--engine ray` for a grid.",
+              file=sys.stderr)
+        return 2
     try:
         return COMMANDS[args.command](args)
     except UserError as exc:

@@ -53,6 +53,7 @@ class RunRecord:
     load_average: float = _f()  # 1-minute load when the timings were taken
     cpu_count: int = _f(summary=False)
     threads: int = _f()  # torch CPU threads; bit-exact resume holds for the same count
+    world_size: int = _f(summary=False, default=1)  # processes of a torchrun data-parallel run
     device: str = _f()
     device_name: str = _f(summary=False)
     amp: str = _f()

@@ -29,6 +29,7 @@ from typing import Literal
 
 from torch import nn
 
+from .. import distributed
 from ..errors import UserError
 from ..options import neutral
 from ..precision import autocast_off, compute_dtype
@@ -186,8 +187,10 @@ class FavorAttention(LinearAttention):
                 favor_features(k, self.omega, "key", self.feature_eps))
 
     def redraw(self) -> None:
-        """Replace ω by a fresh draw from the global torch RNG (same device and dtype)."""
-        self.omega = orthogonal_gaussian_matrix(self.num_features, self.head_dim).to(self.omega)
+        """Replace ω by a fresh draw from the global torch RNG (same device and dtype); in a
+        data-parallel run, by rank 0's draw on every rank (rpevit.distributed)."""
+        omega = orthogonal_gaussian_matrix(self.num_features, self.head_dim).to(self.omega)
+        self.omega = distributed.broadcast_from_main(omega)
 
     def _after_forward(self) -> None:
         if not self.training or self.redraw_steps <= 0:
