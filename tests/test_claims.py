@@ -64,3 +64,126 @@ def test_every_published_claim_names_variants_of_the_claims_preset():
         assert claim.a in variants and claim.b in variants, claim
         if claim.resolution:
             assert claim.resolution in load_params("cpu_claims").evaluate.resolutions
+
+
+# --------------------------------------------------------------------------- the claims notebook's helpers
+
+def _runs(rng, plan, seeds=(0, 1), n=1000, load=0.1):
+    """Records of dataset 'toy' with planted accuracies {variant: accuracy}."""
+    out = []
+    for variant, accuracy in plan.items():
+        for seed in seeds:
+            rec = record(variant, accuracy, seed, rng, n=n, load=load)
+            rec.update(n_test=n, train_images_per_second=250.0, train_seconds_per_epoch=16.0)
+            out.append(rec)
+    return out
+
+
+def _gap_table():
+    return [Claim(claims.S002, f"{m} closes the {b}–softmax gap", "equal", f"{b}+{m}", f"softmax+{m}")
+            for m in ("krpe", "rope_mixed") for b in ("favor", "relu")] + \
+        [Claim(claims.S001, "plain FAVOR+ is below softmax", "less", "favor+ape", "softmax+ape"),
+         Claim(claims.S001, "about as fast", "equal", "favor+ape", "softmax+ape", measure="ms_per_image_batched")]
+
+
+def test_seed_and_run_tables_give_means_and_intervals():
+    rng = np.random.default_rng(2)
+    found = _runs(rng, {"softmax+ape": 0.9, "favor+ape": 0.8}, seeds=(0, 1, 2))
+    seeds = {row["variant"]: row for row in claims.seed_table(found)}
+    assert seeds["softmax+ape"]["seeds"] == 3
+    assert seeds["softmax+ape"]["95% t low"] < seeds["softmax+ape"]["top-1 %"] < seeds["softmax+ape"]["95% t high"]
+    runs = claims.run_table(found, n_resamples=200)
+    assert len(runs) == 6 and all(r["test images"] == 1000 for r in runs)
+    assert all(r["95% bootstrap low"] < r["top-1 %"] < r["95% bootstrap high"] for r in runs)
+    assert abs(runs[0]["top-1 %"] - 100 * correctness(found[0]).mean()) < 1e-9
+
+
+def test_protocol_reads_the_preset_and_the_records():
+    from rpevit.params import load_params
+
+    params = load_params("smoke")
+    rng = np.random.default_rng(3)
+    found = [dict(r, dataset="mnist5k") for r in _runs(rng, {"softmax+ape": 0.9}, seeds=(0,))]
+    (row,) = claims.protocol_rows(params, found)
+    assert row["training images"] == "4000" and row["test images"] == "1000"
+    assert row["epochs"] == params.train.epochs and row["runs finished"] == f"1 of {len(params.variants)}"
+    assert "no finished run" in claims.protocol_rows(params, [])[0]["training images"]
+    text = claims.protocol_text(params)
+    assert f"±{claims.MARGIN_POINTS:g} point" in text and f"±{claims.MARGIN_TIME_PCT:g} %" in text
+    assert f"{len(claims.CLAIMS)} claims" in text
+
+
+def test_claims_table_counts_missing_runs_and_unplanned_variants():
+    rng = np.random.default_rng(4)
+    found = _runs(rng, {"softmax+ape": 0.9, "favor+ape": 0.8, "softmax+krpe": 0.9, "favor+krpe": 0.89})
+    rows = claims.mark_unplanned(evaluate_claims(found, _gap_table(), n_resamples=300),
+                                 ["softmax+ape", "favor+ape", "softmax+krpe", "favor+krpe", "relu+krpe"])
+    by = {row["comparison"]: row for row in rows}
+    assert by["relu+krpe vs softmax+krpe"]["note"] == "not run yet"
+    assert by["relu+rope_mixed vs softmax+rope_mixed"]["note"] == claims.NOT_PLANNED
+    table = claims.claims_table(rows)
+    assert list(table[0])[:4] == ["source", "claim", "dataset", "comparison (a vs b)"]
+    assert {"effect", "low", "high", "p", "p (Holm)", "verdict", "note"} <= set(table[0])
+    counts = {row["source"]: row for row in claims.verdict_counts(rows)}
+    assert counts["all"]["rows"] == len(rows) == 6
+    assert counts[claims.S002][claims.NO_DATA] == 3 and counts[claims.S001][claims.NO_DATA] == 0
+    expected = [("toy", v, s) for v in ("softmax+ape", "relu+krpe") for s in (0, 1, 2)]
+    assert claims.missing_runs(found, expected) == [
+        {"dataset": "toy", "variant": "softmax+ape", "missing seeds": "2"},
+        {"dataset": "toy", "variant": "relu+krpe", "missing seeds": "0, 1, 2"}]
+
+
+def test_answer_says_not_answered_without_data_and_names_the_findings():
+    rng = np.random.default_rng(5)
+    empty = evaluate_claims([], _gap_table(), datasets=["toy"])
+    text = claims.answer_text(empty, [{"dataset": "toy", "variant": "favor+krpe", "missing seeds": "0, 1"}], 2)
+    assert "not answered yet" in text and "2 of 2 planned runs" in text and "none of the 4 rows has data" in text
+    found = _runs(rng, {"softmax+ape": 0.9, "favor+ape": 0.75, "softmax+krpe": 0.9, "favor+krpe": 0.75}, n=3000)
+    found += [dict(r, variant="relu+krpe") for r in found if r["variant"] == "softmax+krpe"]  # the same images right
+    rows = evaluate_claims(found, _gap_table(), n_resamples=300)
+    text = claims.answer_text(rows, [], 10)
+    assert "— partly: yes for 1 of the 4 rows, no for 1; undecided for the other 2.**" in text
+    assert "gap closed (interval inside ±1 point): `relu+krpe vs softmax+krpe` on toy: +0.00 [+0.00, +0.00]" in text
+    assert "- per Performer backend: `favor` 1 contradicted, 1 no data; `relu` 1 supported, 1 no data." in text
+    only_open = [r for r in rows if r["comparison"] != "relu+krpe vs softmax+krpe"]
+    assert "— no for 1 of the 3 rows; undecided for the other 2.**" in claims.answer_text(only_open, [], 10)
+    assert "All 10 planned runs have finished" in text
+    assert "a gap beyond ±1 point remains" in text and "`favor+krpe vs softmax+krpe` on toy" in text
+    assert "For scale" in text and "`favor+ape vs softmax+ape` on toy" in text
+
+
+def test_busy_text_flags_busy_timings_and_their_claims():
+    rng = np.random.default_rng(6)
+    quiet = _runs(rng, {"softmax+ape": 0.9, "favor+ape": 0.8})
+    rows = evaluate_claims(quiet, _gap_table(), n_resamples=100)
+    assert "None of the 4 finished runs" in claims.busy_text(quiet, rows)
+    loaded = _runs(rng, {"softmax+ape": 0.9, "favor+ape": 0.8}, load=7.5)
+    rows = evaluate_claims(loaded, _gap_table(), n_resamples=100)
+    text = claims.busy_text(loaded, rows)
+    assert "4 of 4 finished runs" in text and "7.5 on 2 core(s)" in text and "about as fast · toy" in text
+    assert claims.busy_text([], rows).startswith("No finished runs")
+    others = [r for r in loaded if r["variant"] == "softmax+ape"]
+    text = claims.busy_text(others, evaluate_claims(others, _gap_table(), n_resamples=100))
+    assert text.endswith("The time claims have no data yet.")
+
+
+def test_forest_figure_has_a_row_per_claim_and_dataset_and_a_panel_per_unit():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rng = np.random.default_rng(7)
+    found = _runs(rng, {"softmax+ape": 0.9, "favor+ape": 0.8, "softmax+krpe": 0.9, "favor+krpe": 0.89})
+    rows = evaluate_claims(found, _gap_table(), n_resamples=100)
+    fig = claims.forest_figure(rows, "toy")
+    accuracy, timing = fig.axes
+    labels = [t.get_text() for t in accuracy.get_yticklabels()]
+    assert len(labels) == 5 and labels[0] == "seed 002 · krpe closes the favor–softmax gap · toy"
+    assert len(timing.get_yticklabels()) == 1
+    assert any(t.get_text() == "not run yet" for t in accuracy.texts)
+    assert fig.legends and "supported" in [t.get_text() for t in fig.legends[0].get_texts()]
+    plt.close(fig)
+    empty = claims.forest_figure([], "nothing")
+    assert len(empty.axes) == 1
+    plt.close(empty)
