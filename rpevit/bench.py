@@ -184,6 +184,51 @@ def run_attention_bench(args) -> None:
         + growth(rows, (b, "krpe", "fft"), ns) for b in linear]))
 
 
+def run_bias_bench(args) -> None:
+    """Relative bias inside linear attention (issue 13): time and memory of every bias method × exact
+    path per linear backend and N, as ratios to plain linear attention of the same backend, in one run."""
+    from .attention import linear_backends
+    from .attention.linear import separable
+    from .position import POSITIONS, build_position
+
+    device = resolve_device(args.device)
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    sides = [int(s) for s in args.sides.split(",")]
+    biases = [n for n, m in POSITIONS.items() if m.mechanism == "bias"]
+    print(f"device: {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}, "
+          f"{torch.get_num_threads()} threads), torch {torch.__version__}, {dtype}, batch 1, 8 heads, head dim 32, "
+          f"CLS; forward+backward of one attention layer (projections included), median of {args.steps}; memory: "
+          + ("peak allocated (CUDA)" if device.type == "cuda" else "activations saved for backward (CPU)")
+          + f"; dense N×N paths only up to N = {args.softmax_cpu_max} on CPU")
+    rows = []
+    for backend in linear_backends():
+        for side in sides:
+            n = side * side
+            plain = attention_cost(backend, None, side, device, dtype, args.steps)
+            rows.append({"backend": backend, "method": "— (plain)", "path": "—", "N": n,
+                         "ms": 1000 * plain["seconds"], "MB": plain["memory_mb"], "time ×": 1.0, "memory ×": 1.0})
+            print(markdown_table(rows[-1:], list(rows[-1])), end="", flush=True)
+            for method in biases:
+                probe = build_position(method, _bench_config(side), 32, 8)
+                for path in (("axis", "scan", "fft", "dense") if separable(probe) else ("fft", "dense")):
+                    if path == "dense" and device.type == "cpu" and n > args.softmax_cpu_max:
+                        continue
+                    cost = attention_cost(backend, method, side, device, dtype, args.steps, bias_path=path)
+                    rows.append({"backend": backend, "method": method, "path": path, "N": n,
+                                 "ms": 1000 * cost["seconds"], "MB": cost["memory_mb"],
+                                 "time ×": cost["seconds"] / plain["seconds"],
+                                 "memory ×": cost["memory_mb"] / max(plain["memory_mb"], 1e-9)})
+                    print(markdown_table(rows[-1:], list(rows[-1])).splitlines()[-1], flush=True)
+    print("\nAll rows (ratios to plain linear attention of the same backend and N):\n")
+    print(markdown_table(rows, list(rows[0]), digits=2))
+
+
+def _bench_config(side: int):
+    from .params import model_config
+
+    return model_config(dim=256, heads=8, image_size=side * 4, patch_size=4)
+
+
 def patch_sweep(patch_sizes=(8, 4, 2, 1), backends=None, positions: str = "ape",
                 dim: int = 64, depth: int = 4, heads: int = 4, batch: int = 32, steps: int = 3,
                 epoch_images: int = 50_000, device="cpu") -> list[dict]:
@@ -230,6 +275,9 @@ def run_bench(what: str, args) -> None:
     if what == "attention":
         args.steps = args.steps or 5
         return run_attention_bench(args)
+    if what == "bias":
+        args.steps = args.steps or 3
+        return run_bias_bench(args)
     if what == "patches":
         device = resolve_device(args.device)
         print(f"device: {device}, torch {torch.__version__}; seed 000 patch sweep on 32×32 images, "

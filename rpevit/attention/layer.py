@@ -35,6 +35,8 @@ class MultiHeadAttention(nn.Module):
             self.rotary = build_position(rotary, config, rotary_dim, self.heads)
         self.bias = None if bias is None else \
             build_position(bias, config, self.head_dim, self.heads)
+        if self.bias is not None and hasattr(self.backend, "check_bias"):
+            self.backend.check_bias(self.bias)
         self.gate = None if gate is None else \
             build_position(gate, config, self.head_dim, self.heads)
 

@@ -35,6 +35,8 @@ from ..options import neutral
 from ..precision import autocast_off, compute_dtype
 from .features import (FAVOR_EPS, RELU_EPS, default_favor_features, favor_features,
                        orthogonal_gaussian_matrix, relu_features)
+from .separable import separable_linear_attention
+from .separable import weights as separable_weights
 from .toeplitz import biased_linear_attention, biased_linear_weights, fft_is_cheaper
 
 DENOMINATOR_EPS = 1e-12
@@ -43,6 +45,18 @@ DENOMINATOR_EPS = 1e-12
 def _bias_terms(bias, grid):
     """(table (h, 2H−1, 2W−1), CLS terms (h, 3) or None) of a relative-bias module for this grid."""
     return bias.table(grid), (bias.cls_terms() if grid.cls else None)
+
+
+def separable(bias) -> bool:
+    """True for a bias additive over the axes, b(Δ) = b_row(Δrow) + b_col(Δcol) (it has `factors`)."""
+    return hasattr(bias, "factors")
+
+
+def _separable_terms(bias, grid):
+    """(row logits, col logits, CLS terms or None, decay rates or None) of a separable bias."""
+    row, col = bias.factors(grid)
+    decay = bias.axis_rates(grid) if hasattr(bias, "axis_rates") else None
+    return row, col, (bias.cls_terms() if grid.cls else None), decay
 
 
 def key_sums(num_k: torch.Tensor, den_k: torch.Tensor, v: torch.Tensor):
@@ -105,6 +119,10 @@ class LinearAttention(nn.Module):
             pairs = self._feature_pairs(q.to(dtype), k.to(dtype), grid, feature_rotation)
             if bias is None:
                 out = linear_attention(*pairs, v.to(dtype))  # (B, h, T, d)
+            elif separable(bias):  # additive over axes: applied one axis at a time (separable.py)
+                row, col, cls_terms, decay = _separable_terms(bias, grid)
+                out = separable_linear_attention(*pairs, v.to(dtype), grid, row, col, cls_terms, decay=decay,
+                                                 path=self.bias_path)
             elif self._use_fft(grid, v.shape[-1]):
                 out = biased_linear_attention(*pairs, v.to(dtype), grid, *_bias_terms(bias, grid))
             else:  # small grids: the same attention through its N×N matrix is cheaper
@@ -119,7 +137,16 @@ class LinearAttention(nn.Module):
             pairs = self._feature_pairs(q.to(dtype), k.to(dtype), grid, feature_rotation)
             if bias is None:
                 return dense_linear_attention(*pairs).to(q.dtype)
+            if separable(bias):
+                row, col, cls_terms, _ = _separable_terms(bias, grid)
+                return separable_weights(*pairs, grid, row, col, cls_terms).to(q.dtype)
             return biased_linear_weights(*pairs, grid, *_bias_terms(bias, grid)).to(q.dtype)
+
+    def check_bias(self, bias) -> None:
+        """`bias_path` axis / scan exist only for separable biases (rpevit.attention.separable)."""
+        if self.bias_path in ("axis", "scan") and not separable(bias):
+            raise UserError(f"bias_path: {self.bias_path!r} applies a separable bias (manhattan, axial_rpe) axis by "
+                            f"axis; {type(bias).__name__} is not separable — use auto, fft or dense.")
 
     def _use_fft(self, grid, head_dim: int) -> bool:
         """Relative bias: the O(N log N) FFT path, or the dense N×N path where that is cheaper."""
@@ -140,7 +167,7 @@ class FavorOptions:
     num_features: int | None = None
     redraw_steps: int = 0
     rotation_site: Literal["pre", "post"] = "pre"
-    bias_path: Literal["auto", "fft", "dense"] = neutral("auto")
+    bias_path: Literal["auto", "fft", "dense", "axis", "scan"] = neutral("auto")
 
     def check(self, where: str) -> None:
         if self.num_features is not None and (self.num_features < 1 or self.num_features % 2):
@@ -214,7 +241,7 @@ class ReluOptions:
     feature_map: Literal["identity", "random", "learned"] = "identity"
     num_features: int | None = None
     rotation_site: Literal["pre", "post"] = "post"
-    bias_path: Literal["auto", "fft", "dense"] = neutral("auto")
+    bias_path: Literal["auto", "fft", "dense", "axis", "scan"] = neutral("auto")
 
     def check(self, where: str) -> None:
         if self.num_features is not None and self.num_features < 1:

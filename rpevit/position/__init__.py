@@ -18,6 +18,7 @@ from .absolute import LearnedAbsolute, SinCosAbsolute
 from .gates import IRPEGate, StringGate2D
 from .relative import IRPE, Alibi2D, KernelizedRPE
 from .rotary import CayleyString, CirculantString, RoPEAxial, RoPEMixed
+from .separable import AxialRPE, ManhattanDecay
 
 MECHANISMS = ("rotary", "bias", "gate", "absolute")  # the order positions take in a variant name
 
@@ -93,6 +94,13 @@ POSITIONS: dict[str, PositionMethod] = {
     "irpe": PositionMethod("bias", IRPE,
                            "iRPE bias mode (Wu et al. 2021): learnable bias per piecewise offset bucket "
                            "(product or euclidean) + CLS skip bucket", True),
+    "manhattan": PositionMethod("bias", ManhattanDecay,
+                                "Manhattan-distance decay b_h = −λ_h(|Δrow| + |Δcol|) (RMT, Fan et al. 2024), ALiBi "
+                                "slopes, optionally learnable; separable: applied axis by axis in linear attention",
+                                True),
+    "axial_rpe": PositionMethod("bias", AxialRPE,
+                                "axial learnable table b_h = t_row[Δrow] + t_col[Δcol]; separable: applied axis by axis "
+                                "in linear attention", True),
     "ape_sincos": PositionMethod("absolute", SinCosAbsolute,
                                  "fixed 2D sin-cos embedding (MAE / MoCo v3), recomputed for any grid", False),
     "gate_irpe": PositionMethod("gate", IRPEGate,
