@@ -126,6 +126,17 @@ def cmd_study(args) -> int:
     from .study import REPORTS_ROOT, run_study
 
     params = _params(args)
+    if args.engine == "ray":
+        from .cluster import run_study_ray
+
+        results = run_study_ray(params, address=args.address, gpus_per_run=args.gpus_per_run or 0.0,
+                                cpus_per_run=args.cpus_per_run or 1, progress=False if args.no_progress else None)
+        failed = [r for r in results if r.get("status") in ("failed", "skipped")]
+        print(f"{len(results) - len(failed)} runs recorded, {len(failed)} failed or skipped; "
+              f"summary: {REPORTS_ROOT / params.name / 'summary.md'}")
+        return 1 if failed else 0
+    if args.address or args.gpus_per_run is not None or args.cpus_per_run is not None:
+        raise UserError("--address, --gpus-per-run and --cpus-per-run need --engine ray.")
     results = run_study(params, progress=not args.no_progress)
     print(f"{len(results)} runs recorded; summary: {REPORTS_ROOT / params.name / 'summary.md'}")
     return 0
@@ -211,6 +222,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     study = sub.add_parser("study", help="run or resume a preset's grid")
     study.add_argument("params", help="preset name or YAML path")
+    study.add_argument("--engine", choices=["sequential", "ray"], default="sequential",
+                       help="sequential: one run after another in this process (default); ray: one Ray task per run")
+    study.add_argument("--address", help="--engine ray: a running Ray cluster, HOST:6379 or auto "
+                                         "(default: $RAY_ADDRESS, else a new local Ray on this machine)")
+    study.add_argument("--gpus-per-run", type=float,
+                       help="--engine ray: GPU share per run, ≤ 1 (0.25 packs 4 runs per GPU)")
+    study.add_argument("--cpus-per-run", type=int, help="--engine ray: CPUs per run = its torch threads (default 1)")
     add_common(study)
 
     evaluate = sub.add_parser("evaluate", help="evaluate a finished run at other input resolutions")
@@ -230,7 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                           "are exempt)")
 
     bench = sub.add_parser("bench", help="throughput benchmarks")
-    bench.add_argument("what", choices=["train", "data", "attention", "patches"], help="what to measure")
+    bench.add_argument("what", choices=["train", "data", "attention", "bias", "patches"], help="what to measure")
     bench.add_argument("--sides", default="8,16,32,64,128",
                        help="attention: grid sides (N = side²), default 8,16,32,64,128 = 64…16384 tokens")
     bench.add_argument("--softmax-cpu-max", type=int, default=4096,

@@ -173,6 +173,6 @@ def write_summary(preset: str, results: list[dict], reports_root=None, notes=())
              "1-minute load average and torch threads at the time.", "",
              markdown_table(shown, SUMMARY_COLUMNS) if shown else "No finished runs yet."]
     if notes:
-        lines += ["", "## Recovered in the last study run", ""] + [f"- {note}" for note in notes]
+        lines += ["", "## Notes from the last study run", ""] + [f"- {note}" for note in notes]
     records.write_text(out / "summary.md", "\n".join(lines) + "\n")
     return out

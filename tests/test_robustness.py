@@ -90,7 +90,7 @@ def test_damaged_checkpoint_of_interrupted_run_resumes_from_the_previous_one(pre
     assert len(finished) == 2  # the rest of the grid went on
     assert list(directory.glob("checkpoint.pt.damaged-*"))  # kept, not deleted
     summary = (roots[1] / "tiny" / "summary.md").read_text()
-    assert "Recovered" in summary and "checkpoint.pt" in summary
+    assert "Notes from the last study run" in summary and "recovered:" in summary and "checkpoint.pt" in summary
 
 
 def _stop_at(epoch):

@@ -1,0 +1,694 @@
+"""Study runner on a Ray cluster: one Ray Core task per run of a preset's grid.
+
+`run_study_ray` mirrors `study.run_study`: the same preflight, the same skip-what-is-finished
+rule, the same records, checkpoints and summary; only the runs go to Ray tasks instead of one
+loop. Ray does all the scheduling (resources per task: `cpus_per_run` CPUs and `gpus_per_run`
+GPUs, fractional GPUs pack several runs on one GPU) and retries a task whose worker process
+died (`max_retries`); the retried task resumes the run from its last epoch checkpoint. Python
+errors are not retried: the run is reported failed by name and the other runs go on.
+
+Records and checkpoints on disk are the source of truth, so the runs root must be one
+directory that the driver and every worker see at the same path (a shared filesystem on a
+multi-node cluster). Each task checks that: it must be able to write there and to see a check
+file the driver wrote there, else the run fails with one message saying so.
+
+Ray Core tasks, not Ray Tune: a run is already a complete, checkpointed job writing its own
+record; Tune would add its own trial directories, state and checkpoints beside them (two sources
+of truth), and its search and early-stopping schedulers have nothing to do in a fixed grid.
+Ray is an optional extra (`pip install -e '.[cluster]'`); nothing here imports it before a
+study on Ray is asked for.
+
+Benchmark (sequential runner vs Ray workers, one run, as a ratio):
+    python -m rpevit.cluster compare smoke --workers 2 --cpus-per-run 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import socket
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from . import records, runs, study
+from .errors import UserError
+from .params import Params
+
+INSTALL_HINT = "--engine ray needs Ray: pip install -e '.[cluster]' (or pip install 'ray>=2.9')"
+SHARED_CHECK_PREFIX = ".rpevit-shared-check-"
+# what `compare_engines` and the tests compare: everything a run's result is, no timings
+RESULT_FIELDS = (
+    "status",
+    "epochs",
+    "best_epoch",
+    "best_val_acc",
+    "top1",
+    "top5",
+    "precision",
+    "recall",
+    "f1",
+    "log_likelihood",
+    "aic",
+    "bic",
+    "num_params",
+    "flops_per_image",
+    "test_predictions",
+    "resolution_eval",
+    "key",
+)
+
+
+def import_ray():
+    """The ray module, or one UserError saying how to install it."""
+    try:
+        import ray
+    except ImportError:
+        raise UserError(INSTALL_HINT) from None
+    return ray
+
+
+def result_fields(record: dict) -> dict:
+    """The fields of a record that make up its result (no timings, hosts or dates)."""
+    return {field: record.get(field) for field in RESULT_FIELDS}
+
+
+def _label(dataset: str, variant: str, seed: int) -> str:
+    return f"{variant} on {dataset}, seed {seed}"
+
+
+# --------------------------------------------------------------------------------------------
+# worker side (runs inside Ray worker processes)
+
+
+class _Board:
+    """A Ray actor the tasks tell when they start (host, pid) and end, so the driver can show what runs."""
+
+    def __init__(self):
+        self.events = []
+
+    def put(self, event: dict) -> None:
+        self.events.append(event)
+
+    def drain(self) -> list:
+        events, self.events = self.events, []
+        return events
+
+
+_DATASET_CACHE: dict = {}  # one dataset per worker process: Ray reuses workers for later tasks
+
+
+def _dataset(params: Params, name: str, loader):
+    if loader is not None:
+        return loader(params, name)
+    key = (name, params.data, params.train.device)
+    if key not in _DATASET_CACHE:
+        _DATASET_CACHE.clear()
+        _DATASET_CACHE[key] = runs.dataset_for(params, name)
+    return _DATASET_CACHE[key]
+
+
+def _check_shared(runs_root: str, check_name: str, host: str) -> None:
+    """One UserError unless this worker can write the runs root and sees the driver's check file."""
+    runs.check_runs_root(runs_root)
+    check = Path(runs_root) / check_name
+    for _ in range(10):  # a network filesystem may show a new file a moment late
+        if check.is_file():
+            return
+        time.sleep(0.5)
+    raise UserError(
+        f"the runs directory {runs_root} on worker host {host} is not the driver's: the check file "
+        f"{check_name} the driver wrote there is missing. Every node must see the runs directory at the "
+        "same path (a shared filesystem such as NFS or Lustre); set it with $RPEVIT_RUNS."
+    )
+
+
+def _pid_alive(pid: int) -> bool:
+    """Whether process `pid` exists on this host."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    return True
+
+
+def _clear_stale_foreign_lock(out_dir: Path) -> None:
+    """A run's lock left by a dead process on another node of the cluster is stale: remove it.
+
+    RunLock can tell a dead process only on its own host, and Ray may retry a killed task on
+    another node; so ask the lock's host (a zero-CPU task pinned to that node) whether the
+    process is alive. Hosts that are not in the cluster are left alone (RunBusy as usual).
+    """
+    lock = Path(out_dir) / records.LOCK
+    try:
+        pid, host = lock.read_text().split()
+    except (OSError, ValueError):
+        return
+    if host == socket.gethostname():
+        return  # RunLock handles its own host
+    ray = import_ray()
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    nodes = [n for n in ray.nodes() if n.get("Alive") and n.get("NodeManagerHostname") == host]
+    if not nodes:
+        return
+    probe = ray.remote(_pid_alive).options(
+        num_cpus=0, max_retries=0, scheduling_strategy=NodeAffinitySchedulingStrategy(nodes[0]["NodeID"], soft=False)
+    )
+    try:
+        alive = ray.get(probe.remote(int(pid)), timeout=60)
+    except Exception:  # node gone meanwhile, probe timed out: cannot tell, leave the lock
+        return
+    if not alive:
+        print(f"taking over {lock}: process {pid} on {host} is gone", flush=True)
+        lock.unlink(missing_ok=True)
+
+
+def _tell(ray, board, event: dict) -> None:
+    """Tell the driver's board (waiting until it has the event); progress never fails a run."""
+    try:
+        ray.get(board.put.remote(event), timeout=60)
+    except Exception as exc:
+        print(f"(progress event not delivered: {type(exc).__name__})", flush=True)
+
+
+def _run_task(
+    params: Params,
+    dataset_name: str,
+    variant: str,
+    seed: int,
+    runs_root: str,
+    check_name: str,
+    cpus_per_run: int,
+    board,
+    train: bool,
+    dataset_loader=None,
+) -> dict:
+    """One run on a Ray worker: train it (resuming from its checkpoint) and evaluate it at the
+    preset's resolutions; returns a small status dict (the record itself is on disk)."""
+    import ray
+    import torch
+
+    from .evaluate import evaluate_resolutions
+    from .train import Diverged, train_run
+
+    torch.set_num_threads(cpus_per_run)
+    host, pid = socket.gethostname(), os.getpid()
+    tell = {"run": (dataset_name, variant, seed), "host": host, "pid": pid}
+    _tell(ray, board, {"kind": "running", **tell})
+    records.recovered.clear()
+    started = time.perf_counter()
+    result = {"host": host, "pid": pid, "recovered": records.recovered}
+    try:
+        _check_shared(runs_root, check_name, host)
+        dataset = _dataset(params, dataset_name, dataset_loader)
+        if train:
+            _clear_stale_foreign_lock(records.run_dir(params.name, dataset_name, variant, seed, runs_root))
+            try:
+                train_run(params, dataset, variant, seed, runs_root=runs_root, resume=True)
+            except Diverged as exc:
+                return {**result, "status": "diverged", "message": str(exc)}
+            except records.RunBusy as exc:
+                return {**result, "status": "skipped", "message": str(exc)}
+        if study.needs_resolution_eval(params, dataset_name, variant, seed, runs_root):
+            print(
+                f"[{variant} | {dataset_name} | seed {seed}] multi-resolution evaluation at "
+                f"{', '.join(map(str, params.evaluate.resolutions))} px",
+                flush=True,
+            )
+            evaluate_resolutions(params, dataset, variant, seed, params.evaluate.resolutions, runs_root)
+        record = study.current_record(params, dataset_name, variant, seed, runs_root) or {}
+        return {
+            **result,
+            "status": record.get("status", "finished"),
+            "top1": record.get("top1"),
+            "seconds": time.perf_counter() - started,
+        }
+    except UserError as exc:
+        return {**result, "status": "failed", "message": f"{exc} (on {host})"}
+    finally:  # the slot is free: the driver counts the run as no longer running (its result follows)
+        _tell(ray, board, {"kind": "ended", **tell})
+
+
+# --------------------------------------------------------------------------------------------
+# driver side
+
+
+class _Progress:
+    """Done / running / failed as they change: one line per event, or a tqdm bar on a terminal."""
+
+    def __init__(self, todo: int, tty: bool, on_event=None, name: str = "study"):
+        self.todo, self.on_event = todo, on_event
+        self.done = self.failed = self.diverged = self.skipped = 0
+        self.running: dict = {}  # run -> (host, pid)
+        self.bar = None
+        if tty and todo:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=todo, unit="run", desc=name, dynamic_ncols=True)
+            self._refresh()
+
+    def _counts(self) -> str:
+        extra = "".join(f", {n} {what}" for n, what in ((self.diverged, "diverged"), (self.skipped, "skipped")) if n)
+        return f"{self.done + self.diverged}/{self.todo} done, {len(self.running)} running, {self.failed} failed{extra}"
+
+    def _refresh(self) -> None:
+        if self.bar is not None:
+            self.bar.set_postfix_str(f"{len(self.running)} running, {self.failed} failed", refresh=True)
+
+    def _say(self, text: str, important: bool = False) -> None:
+        if self.bar is None:
+            print(f"[{self._counts()}] {text}", flush=True)
+        elif important:
+            self.bar.write(text)
+
+    def ended(self, run) -> None:
+        """The run's task returned (its outcome is reported when its result is collected)."""
+        self.running.pop(run, None)
+        self._refresh()
+
+    def event(self, kind: str, run, message: str = "", **info) -> None:
+        label = _label(*run)
+        if kind == "running":
+            self.running[run] = (info.get("host"), info.get("pid"))
+            where = f" (host {info.get('host')}, pid {info.get('pid')})"
+            if info.get("attempt", 1) > 1:
+                self._say(
+                    f"running again, attempt {info['attempt']}: {label}{where}; its previous worker died, "
+                    "resuming from its last checkpoint",
+                    important=True,
+                )
+            else:
+                self._say(f"running: {label}{where}")
+        else:
+            self.running.pop(run, None)
+            if kind in ("done", "diverged"):
+                setattr(self, kind, getattr(self, kind) + 1)
+            else:
+                self.failed += kind == "failed"
+                self.skipped += kind == "skipped"
+            if self.bar is not None:
+                self.bar.update(1)
+            self._say(f"{kind}: {label}{' — ' + message if message else ''}", important=kind != "done")
+        self._refresh()
+        if self.on_event is not None:
+            self.on_event(
+                {"kind": kind, "dataset": run[0], "variant": run[1], "seed": run[2], "message": message, **info}
+            )
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _connect(ray, address):
+    """Initialise Ray (reusing an initialised one); returns True if this call started it."""
+    if ray.is_initialized():
+        return False
+    address = address or os.environ.get("RAY_ADDRESS")
+    hint = (
+        "Start the cluster first (ray start --head on its head node) and pass the address it prints "
+        "(--address HOST:6379), or leave --address out for a local cluster on this machine."
+    )
+    host, _, port = (address or "").rpartition(":")
+    if host and port.isdigit() and "/" not in host:  # HOST:PORT: fail fast (ray.init would retry for minutes)
+        try:
+            socket.create_connection((host, int(port)), timeout=10).close()
+        except OSError as exc:
+            raise UserError(f"cannot reach the Ray cluster at {address} ({exc.strerror or exc}). {hint}") from None
+    try:
+        if address:
+            ray.init(address=address)
+        else:
+            ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False)
+    except ConnectionError as exc:
+        raise UserError(f"cannot reach the Ray cluster at {address}: {exc}. {hint}") from None
+    return True
+
+
+def _check_resources(ray, cpus_per_run: int, gpus_per_run: float) -> list:
+    """The alive nodes; one UserError if no node can hold one run."""
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    fits = [
+        n
+        for n in nodes
+        if n["Resources"].get("CPU", 0) >= cpus_per_run and n["Resources"].get("GPU", 0) >= gpus_per_run
+    ]
+    if not fits:
+        have = "; ".join(
+            f"{n.get('NodeManagerHostname')}: {n['Resources'].get('CPU', 0):g} CPUs, "
+            f"{n['Resources'].get('GPU', 0):g} GPUs"
+            for n in nodes
+        )
+        raise UserError(
+            f"no node of the Ray cluster can hold one run ({cpus_per_run} CPUs"
+            f"{f', {gpus_per_run:g} GPU' if gpus_per_run else ''}); nodes: {have or 'none'}. "
+            "Lower --cpus-per-run / --gpus-per-run or add nodes."
+        )
+    return nodes
+
+
+def _task_params(params: Params, gpus_per_run: float) -> Params:
+    """The preset as the tasks run it: on CUDA when they hold a GPU share, else on CPU."""
+    device = params.train.device
+    if gpus_per_run == 0 and device == "cuda":
+        raise UserError(
+            "the preset trains on cuda (train.device) but --gpus-per-run is 0; give each run a GPU "
+            "share, e.g. --gpus-per-run 0.25, or use --device cpu."
+        )
+    if device == "auto":
+        device = "cuda" if gpus_per_run > 0 else "cpu"
+    return dataclasses.replace(params, train=dataclasses.replace(params.train, device=device))
+
+
+def run_study_ray(
+    params: Params,
+    *,
+    address: str | None = None,
+    gpus_per_run: float = 0.0,
+    cpus_per_run: int = 1,
+    runs_root=None,
+    reports_root=None,
+    max_retries: int = 3,
+    progress: bool | None = None,
+    dataset_loader=None,
+    on_event=None,
+) -> list[dict]:
+    """Run every missing run of the preset's grid as Ray tasks, then write the summary.
+
+    Like `study.run_study`: preflight first, finished runs skipped, interrupted ones resumed from
+    their checkpoint, diverged ones recorded and not retried, then the multi-resolution evaluation
+    (inside the run's task, on its worker; finished runs that lack it get an evaluation-only task)
+    and reports/<preset>/summary.{csv,md}. Each run is one task holding `cpus_per_run` CPUs (and
+    as many torch threads) and `gpus_per_run` GPUs (fractions pack runs on one GPU); a task whose
+    worker dies is retried up to `max_retries` times. `address`: a running Ray cluster (HOST:PORT,
+    or "auto" for the one `ray start` began on this machine; else $RAY_ADDRESS, else a new local
+    cluster on this machine's cores, shut down at the end); an initialised Ray is reused.
+    `progress`: a tqdm bar (True), one line per event (False), or by whether stdout is a terminal
+    (None). `dataset_loader(params, name)`: a picklable module-level function loading a dataset in
+    the workers (default `runs.dataset_for`). `on_event(dict)` is called in the driver for every
+    event (kind running/done/failed/diverged/skipped, dataset, variant, seed, host, pid, attempt).
+
+    Returns the records of the grid in grid order, plus a row with status `failed` or `skipped`
+    (and its `message`) for each run that failed or was skipped in this sitting.
+    """
+    ray = import_ray()
+    if not (isinstance(cpus_per_run, int) and cpus_per_run >= 1):
+        raise UserError(f"--cpus-per-run must be a positive integer, not {cpus_per_run!r}.")
+    if not 0 <= gpus_per_run <= 1:  # a run trains on one device
+        raise UserError(
+            f"--gpus-per-run must be in [0, 1] (a run uses one GPU at most; 0.25 packs 4 runs on a "
+            f"GPU), not {gpus_per_run!r}."
+        )
+    task_params = _task_params(params, gpus_per_run)
+    root = Path(runs_root or records.RUNS_ROOT).resolve()
+    runs.preflight(
+        dataclasses.replace(task_params, train=dataclasses.replace(task_params.train, device="cpu")), runs_root=root
+    )  # the driver needs no GPU: the workers check their device
+    records.recovered.clear()
+    grid = study.grid(params)
+    todo = [run for run in grid if not study.is_finished(params, *run, runs_root=root)]
+    unevaluated = [run for run in grid if run not in todo and study.needs_resolution_eval(params, *run, root)]
+
+    if not todo and not unevaluated:  # nothing for Ray to do: no cluster needed
+        print(f"study {params.name}: {len(grid)} runs, all finished", flush=True)
+        return _summarise(params, grid, root, reports_root, {}, [])
+
+    started_ray = _connect(ray, address)
+    check = root / f"{SHARED_CHECK_PREFIX}{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    meter, pending, outcomes, worker_notes = None, {}, {}, []
+    try:
+        nodes = _check_resources(ray, cpus_per_run, gpus_per_run)
+        total_cpus = sum(n["Resources"].get("CPU", 0) for n in nodes)
+        total_gpus = sum(n["Resources"].get("GPU", 0) for n in nodes)
+        print(
+            f"study {params.name} on Ray ({len(nodes)} node{'s' * (len(nodes) != 1)}, {total_cpus:g} CPUs, "
+            f"{total_gpus:g} GPUs): {len(grid)} runs, {len(grid) - len(todo)} already finished, {len(todo)} to run"
+            f"{f', {len(unevaluated)} to evaluate' if unevaluated else ''}; each run {cpus_per_run} CPU"
+            f"{'s' * (cpus_per_run != 1)}{f' + {gpus_per_run:g} GPU' if gpus_per_run else ''}",
+            flush=True,
+        )
+        records.write_text(check, f"{socket.gethostname()} {os.getpid()}\n")
+        board = ray.remote(num_cpus=0)(_Board).remote()
+        task = ray.remote(_run_task)
+        for run in todo + unevaluated:
+            dataset_name, variant, seed = run
+            ref = task.options(
+                num_cpus=cpus_per_run,
+                num_gpus=gpus_per_run,
+                max_retries=max_retries,
+                retry_exceptions=False,
+                name=f"rpevit {variant} {dataset_name} seed{seed}",
+            ).remote(
+                task_params,
+                dataset_name,
+                variant,
+                seed,
+                str(root),
+                check.name,
+                cpus_per_run,
+                board,
+                run in todo,
+                dataset_loader,
+            )
+            pending[ref] = run
+        tty = sys.stdout.isatty() if progress is None else progress
+        meter = _Progress(len(pending), tty, on_event, name=f"study {params.name}")
+        attempts: dict = {}
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.5)
+            events = _drain(ray, board) if board is not None else []
+            if events is None:  # the board is gone: no more running events, results still come
+                board, events = None, []
+            for event in events:  # in the order they happened, before the results
+                run = tuple(event["run"])
+                if event["kind"] == "ended":
+                    meter.ended(run)
+                elif run not in outcomes:
+                    attempts[run] = attempts.get(run, 0) + 1
+                    meter.event("running", run, host=event["host"], pid=event["pid"], attempt=attempts[run])
+            for ref in ready:
+                run = pending.pop(ref)
+                kind, message, info = _outcome(ray, ref, params, run, root)
+                worker_notes += info.pop("recovered", [])
+                outcomes[run] = (kind, message)
+                meter.event(kind, run, message, attempt=attempts.get(run, 1), **info)
+    except BaseException:
+        for ref in pending:  # interrupted: stop this sitting's tasks (their checkpoints stay)
+            ray.cancel(ref, force=True)
+        raise
+    finally:
+        if meter is not None:
+            meter.close()
+        check.unlink(missing_ok=True)
+        if started_ray:
+            ray.shutdown()
+    return _summarise(params, grid, root, reports_root, outcomes, worker_notes)
+
+
+def _drain(ray, board) -> list | None:
+    """The board's new events, or None if it cannot answer (progress display only: results are unaffected)."""
+    try:
+        return ray.get(board.drain.remote(), timeout=60)
+    except (ray.exceptions.RayError, TimeoutError) as exc:
+        print(f"(running events unavailable from now on: {type(exc).__name__}; results still follow)", flush=True)
+        return None
+
+
+def _summarise(params: Params, grid, root: Path, reports_root, outcomes: dict, worker_notes: list) -> list[dict]:
+    """Write the summary (records, plus a row per run that failed or was skipped); return those rows."""
+    failures = {run: outcome for run, outcome in outcomes.items() if outcome[0] in ("failed", "skipped")}
+    results = []
+    for run in grid:
+        record = study.current_record(params, *run, runs_root=root)
+        if record is not None:
+            results.append(record)
+        elif run in failures:
+            results.append(_failure_row(params, run, *failures[run]))
+    notes = list(dict.fromkeys(records.recovered + worker_notes))
+    notes += [f"{kind}: {_label(*run)} — {message}" for run, (kind, message) in failures.items()]
+    study.write_summary(params.name, results, reports_root, notes=notes)
+    if outcomes:
+        counts = {
+            kind: sum(o[0] == kind for o in outcomes.values()) for kind in ("done", "diverged", "failed", "skipped")
+        }
+        print(
+            f"study {params.name}: {counts['done']} done, {counts['diverged']} diverged, {counts['failed']} failed, "
+            f"{counts['skipped']} skipped in this sitting; {sum(r.get('status') == 'finished' for r in results)} "
+            f"of {len(grid)} runs finished",
+            flush=True,
+        )
+    return results
+
+
+def _outcome(ray, ref, params: Params, run, root: Path):
+    """(kind, message, info) of a finished task: done / diverged / skipped / failed."""
+    label = _label(*run)
+    try:
+        result = ray.get(ref)
+    except ray.exceptions.RayTaskError as exc:
+        cause = getattr(exc, "cause", None) or exc
+        print(f"error in {label}:\n{exc}", file=sys.stderr, flush=True)  # the worker's traceback
+        last = str(cause).strip().splitlines()[-1] if str(cause).strip() else ""
+        return "failed", f"{type(cause).__name__}: {last}", {}
+    except ray.exceptions.RayError as exc:  # the worker (or its node) died on every attempt
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        return "failed", f"{type(exc).__name__}: its worker died on every attempt ({first})", {}
+    info = {"host": result.get("host"), "pid": result.get("pid"), "recovered": result.get("recovered", [])}
+    status = result["status"]
+    if status in ("failed", "skipped", "diverged"):
+        return status, result.get("message", ""), info
+    if not study.is_finished(params, *run, runs_root=root):
+        return (
+            "failed",
+            (
+                f"the worker on {result.get('host')} finished the run but its record is not in {root} as "
+                "the driver sees it: every node must see the runs directory at the same path (a shared "
+                "filesystem)"
+            ),
+            info,
+        )
+    top1, seconds = result.get("top1"), result.get("seconds", 0.0)
+    message = (f"top-1 {100 * top1:.2f}%, " if top1 is not None else "") + f"{seconds:.0f} s on {result.get('host')}"
+    return "done", message, info
+
+
+def _failure_row(params: Params, run, kind: str, message: str) -> dict:
+    from .variants import parse_variant
+
+    dataset, variant, seed = run
+    parsed = parse_variant(variant)
+    return {
+        "preset": params.name,
+        "dataset": dataset,
+        "variant": variant,
+        "backend": parsed.backend,
+        "positions": list(parsed.positions),
+        "seed": seed,
+        "status": kind,
+        "message": message,
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# benchmark: sequential runner vs Ray workers, in one run
+
+
+def compare_engines(params: Params, *, workers: int = 2, cpus_per_run: int = 1, root=None, dataset_loader=None) -> dict:
+    """Wall time of the preset's whole grid with the sequential runner and with Ray (`workers`
+    tasks of `cpus_per_run` threads at once on a local cluster started here, or as many as an
+    already initialised Ray's CPUs hold), both from scratch in fresh runs
+    directories under `root` (default: a temporary directory), measured one after the other in
+    this process. Prints a Markdown table and returns the numbers."""
+    import torch
+
+    ray = import_ray()
+    root = Path(root or tempfile.mkdtemp(prefix="rpevit-compare-"))
+    if dataset_loader is not None:
+        from . import runs as runs_module
+
+        saved = runs_module.dataset_for
+        runs_module.dataset_for = dataset_loader  # the sequential runner loads through runs.dataset_for
+    try:
+        threads = torch.get_num_threads()
+        start = time.perf_counter()
+        sequential = study.run_study(
+            params, runs_root=root / "sequential" / "runs", reports_root=root / "sequential" / "reports"
+        )
+        sequential_s = time.perf_counter() - start
+    finally:
+        if dataset_loader is not None:
+            runs_module.dataset_for = saved
+    start = time.perf_counter()
+    started_ray = not ray.is_initialized()
+    if started_ray:
+        ray.init(address="local", num_cpus=workers * cpus_per_run, include_dashboard=False)
+    else:  # reuse the caller's cluster: as many workers as its CPUs hold runs
+        workers = int(ray.cluster_resources().get("CPU", 0)) // cpus_per_run
+    init_s = time.perf_counter() - start
+    try:
+        start = time.perf_counter()
+        on_ray = run_study_ray(
+            params,
+            cpus_per_run=cpus_per_run,
+            runs_root=root / "ray" / "runs",
+            reports_root=root / "ray" / "reports",
+            progress=False,
+            dataset_loader=dataset_loader,
+        )
+        ray_s = time.perf_counter() - start
+    finally:
+        if started_ray:
+            ray.shutdown()
+    same = sum(result_fields(a) == result_fields(b) for a, b in zip(sequential, on_ray))
+    result = {
+        "runs": len(sequential),
+        "sequential_seconds": sequential_s,
+        "sequential_threads": threads,
+        "ray_seconds": ray_s,
+        "ray_start_seconds": init_s,
+        "workers": workers,
+        "cpus_per_run": cpus_per_run,
+        "ratio": sequential_s / ray_s,
+        "ratio_with_start": sequential_s / (ray_s + init_s),
+        "identical_results": same,
+        "cores": os.cpu_count(),
+        "root": str(root),
+    }
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(
+        f"\n{params.name}: {len(sequential)} runs on {os.cpu_count()} cores (1-min load {load:.2f}), "
+        f"torch {torch.__version__}, ray {ray.__version__}\n\n"
+        "| engine | processes × threads | wall s |\n|---|---|---|\n"
+        f"| sequential (`study`) | 1 × {threads} | {sequential_s:.1f} |\n"
+        f"| ray (`study --engine ray`) | {workers} × {cpus_per_run} | {ray_s:.1f} "
+        f"(+ {init_s:.1f} cluster start) |\n\n"
+        f"sequential / ray: {result['ratio']:.2f}× ({result['ratio_with_start']:.2f}× counting the cluster start); "
+        f"identical result fields in {same} of {len(sequential)} runs"
+        + (
+            ""
+            if threads == cpus_per_run
+            else f" (the runners used {threads} vs {cpus_per_run} torch threads; float sums may round differently)"
+        ),
+        flush=True,
+    )
+    return result
+
+
+def main(argv=None) -> int:
+    """python -m rpevit.cluster compare PRESET [--workers 2] [--cpus-per-run 1] [--variants …] [--epochs N]"""
+    from .params import load_params
+
+    parser = argparse.ArgumentParser(prog="python -m rpevit.cluster", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    compare = sub.add_parser("compare", help="wall time of a preset's grid: sequential runner vs Ray workers")
+    compare.add_argument("params", help="preset name or YAML path")
+    compare.add_argument(
+        "--workers", type=int, default=2, help="Ray tasks at once (a local cluster of workers × cpus-per-run CPUs)"
+    )
+    compare.add_argument("--cpus-per-run", type=int, default=1, help="CPUs (torch threads) per Ray task")
+    compare.add_argument("--variants", help="comma-separated variants (default: the preset's)")
+    compare.add_argument("--epochs", type=int, help="override train.epochs (a quicker check)")
+    compare.add_argument("--root", help="directory for both runs trees (default: a new temporary directory)")
+    args = parser.parse_args(argv)
+    try:
+        params = load_params(args.params)
+        if args.variants:
+            params = dataclasses.replace(params, variants=tuple(args.variants.split(",")))
+        if args.epochs:
+            params = dataclasses.replace(params, train=dataclasses.replace(params.train, epochs=args.epochs))
+        print("command: python -m rpevit.cluster " + " ".join(sys.argv[1:] if argv is None else argv), flush=True)
+        compare_engines(params, workers=args.workers, cpus_per_run=args.cpus_per_run, root=args.root)
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,266 @@
+"""Study on Ray (rpevit.cluster): a real local Ray cluster runs tiny grids; every record equals the
+sequential runner's; a worker killed mid-run is retried and resumes from its checkpoint; a failed
+run is named and the others go on. The Ray tests are skipped (with the reason shown) only where
+Ray is not installed."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+import shutil
+import signal
+import sys
+import threading
+import time
+import types
+
+import pytest
+import torch
+
+from rpevit import cluster, records, runs, study
+from rpevit.data import Dataset, Split
+from rpevit.errors import UserError
+
+DATASET_FOR = runs.dataset_for  # the real loader (the sequential reference patches runs.dataset_for)
+NO_RAY = "Ray is not installed (pip install -e '.[cluster]'): the Ray engine tests are skipped"
+
+
+def tiny_loader(params, name, n_train=256):
+    """The dataset shrunk (first n_train train / 100 val / 100 test images) — loaded in Ray workers,
+    so it is shipped to them by value (see the ray_cluster fixture)."""
+    if name != "mnist5k":
+        raise RuntimeError(f"no such tiny dataset: {name}")
+    data = DATASET_FOR(params, name)
+
+    def cut(split, n):
+        return Split(split.images[:n], split.labels[:n])
+
+    return Dataset(data.info, cut(data.train, n_train), cut(data.val, 100), cut(data.test, 100), data.source)
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    ray = pytest.importorskip("ray", reason=NO_RAY)
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import test modules
+    ray.init(address="local", num_cpus=2, include_dashboard=False)
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture
+def one_thread():
+    """The sequential reference runs with the 1 torch thread each Ray task gets (same float sums)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def grid_params(tiny_params):
+    """2 variants × 2 seeds, 2 epochs, multi-resolution evaluation at two sizes."""
+    return dataclasses.replace(
+        tiny_params,
+        variants=("softmax+none", "softmax+ape"),
+        seeds=(0, 1),
+        evaluate=dataclasses.replace(tiny_params.evaluate, resolutions=(20, 36)),
+    )
+
+
+def sequential(params, root, monkeypatch, loader):
+    """The in-process sequential runner's records (the reference)."""
+    with monkeypatch.context() as patch:
+        patch.setattr(runs, "dataset_for", loader)
+        return study.run_study(params, runs_root=root / "runs", reports_root=root / "reports")
+
+
+def test_engine_ray_without_ray_says_how_to_install(monkeypatch, tiny_params, tmp_path):
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
+    with pytest.raises(UserError, match=r"pip install -e '\.\[cluster\]'"):
+        cluster.run_study_ray(tiny_params, runs_root=tmp_path)
+
+
+def test_bad_resources_are_one_clear_error(tiny_params, tmp_path):
+    pytest.importorskip("ray", reason=NO_RAY)
+    for wrong in ({"cpus_per_run": 0}, {"cpus_per_run": 1.5}, {"gpus_per_run": 2}, {"gpus_per_run": -0.5}):
+        with pytest.raises(UserError, match="-per-run must"):
+            cluster.run_study_ray(tiny_params, runs_root=tmp_path, **wrong)
+    on_cuda = dataclasses.replace(tiny_params, train=dataclasses.replace(tiny_params.train, device="cuda"))
+    with pytest.raises(UserError, match="--gpus-per-run is 0"):
+        cluster.run_study_ray(on_cuda, runs_root=tmp_path)
+
+
+def test_worker_that_does_not_share_the_runs_root_fails_clearly(tmp_path, monkeypatch):
+    monkeypatch.setattr(cluster.time, "sleep", lambda s: None)
+    (tmp_path / "check-a").write_text("driver 1\n")
+    cluster._check_shared(str(tmp_path), "check-a", "node-1")  # sees the driver's file: fine
+    with pytest.raises(UserError, match="not the driver's.*shared filesystem"):
+        cluster._check_shared(str(tmp_path), "check-b", "node-1")
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(UserError, match="cannot be written.*every worker can reach"):
+        cluster._check_shared(str(tmp_path / "a-file" / "runs"), "check-a", "node-1")
+
+
+def test_unreachable_cluster_address_is_one_clear_error():
+    fake_ray = types.SimpleNamespace(is_initialized=lambda: False, init=lambda **kw: pytest.fail("no init"))
+    with pytest.raises(UserError, match="cannot reach the Ray cluster at 127.0.0.1:9.*ray start --head"):
+        cluster._connect(fake_ray, "127.0.0.1:9")
+
+
+def test_progress_lines(capsys):
+    seen = []
+    meter = cluster._Progress(2, tty=False, on_event=seen.append)
+    meter.event("running", ("mnist5k", "softmax+ape", 0), host="h", pid=7, attempt=1)
+    meter.event("running", ("mnist5k", "softmax+ape", 0), host="h", pid=8, attempt=2)
+    meter.event("done", ("mnist5k", "softmax+ape", 0), "top-1 90.00%")
+    meter.event("failed", ("mnist5k", "favor+ape", 0), "RuntimeError: boom")
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "[0/2 done, 1 running, 0 failed] running: softmax+ape on mnist5k, seed 0 (host h, pid 7)"
+    assert "running again, attempt 2" in lines[1] and "resuming from its last checkpoint" in lines[1]
+    assert lines[2].startswith("[1/2 done, 0 running, 0 failed] done: softmax+ape on mnist5k, seed 0 — top-1")
+    assert lines[3] == "[1/2 done, 0 running, 1 failed] failed: favor+ape on mnist5k, seed 0 — RuntimeError: boom"
+    assert [e["kind"] for e in seen] == ["running", "running", "done", "failed"]
+
+
+def test_ray_grid_equals_sequential_and_runs_only_what_is_missing(
+    ray_cluster, grid_params, one_thread, monkeypatch, tmp_path
+):
+    loader = functools.partial(tiny_loader, n_train=256)
+    reference = sequential(grid_params, tmp_path / "seq", monkeypatch, loader)
+    assert [r["status"] for r in reference] == ["finished"] * 4
+
+    # a driver stopped earlier left one run finished and one finished without its multi-resolution evaluation
+    ray_runs = tmp_path / "ray" / "runs"
+    for variant, strip in (("softmax+none", False), ("softmax+ape", True)):
+        source = records.run_dir("tiny", "mnist5k", variant, 1, tmp_path / "seq" / "runs")
+        target = records.run_dir("tiny", "mnist5k", variant, 1, ray_runs)
+        shutil.copytree(source, target)
+        if strip:
+            record = json.loads((target / records.RECORD).read_text())
+            del record["resolution_eval"]
+            records.write_json(target / records.RECORD, record)
+
+    events = []
+    results = cluster.run_study_ray(
+        grid_params,
+        cpus_per_run=1,
+        runs_root=ray_runs,
+        reports_root=tmp_path / "ray" / "reports",
+        progress=False,
+        dataset_loader=loader,
+        on_event=events.append,
+    )
+    started = {(e["variant"], e["seed"]) for e in events if e["kind"] == "running"}
+    assert started == {("softmax+none", 0), ("softmax+ape", 0), ("softmax+ape", 1)}, events  # not the finished one
+    assert sorted(e["kind"] for e in events if e["kind"] != "running") == ["done"] * 3, events
+    assert len(results) == 4
+    for ours, theirs in zip(results, reference):
+        ours_fields, theirs_fields = cluster.result_fields(ours), cluster.result_fields(theirs)
+        assert ours_fields == theirs_fields, (
+            ours["variant"],
+            ours["seed"],
+            {k: (ours_fields[k], theirs_fields[k]) for k in ours_fields if ours_fields[k] != theirs_fields[k]},
+        )
+        assert {row["resolution"] for row in ours["resolution_eval"]} == {20, 36}
+    assert (tmp_path / "ray" / "reports" / "tiny" / "summary.md").read_text().count("| finished |") == 4
+    assert not list(ray_runs.glob(f"{cluster.SHARED_CHECK_PREFIX}*"))  # the driver's check file is cleaned up
+    events.clear()
+    again = cluster.run_study_ray(
+        grid_params,
+        runs_root=ray_runs,
+        reports_root=tmp_path / "ray" / "reports",
+        dataset_loader=loader,
+        on_event=events.append,
+    )
+    assert events == [] and [cluster.result_fields(r) for r in again] == [cluster.result_fields(r) for r in results]
+
+
+def test_failed_run_is_named_and_the_others_go_on(ray_cluster, tiny_params, tmp_path, capsys):
+    params = dataclasses.replace(
+        tiny_params,
+        datasets=("mnist5k", "mnist"),
+        variants=("softmax+none",),
+        train=dataclasses.replace(tiny_params.train, epochs=1),
+        evaluate=dataclasses.replace(tiny_params.evaluate, resolutions=()),
+    )
+    events = []
+    results = cluster.run_study_ray(
+        params,
+        runs_root=tmp_path / "runs",
+        reports_root=tmp_path / "reports",
+        progress=False,
+        dataset_loader=tiny_loader,
+        on_event=events.append,
+    )
+    assert [(r["dataset"], r["status"]) for r in results] == [("mnist5k", "finished"), ("mnist", "failed")]
+    assert "RuntimeError: no such tiny dataset: mnist" in results[1]["message"]
+    out = capsys.readouterr().out
+    assert "failed: softmax+none on mnist, seed 0 — RuntimeError: no such tiny dataset: mnist" in out
+    assert "1 done, 0 diverged, 1 failed" in out
+    summary = (tmp_path / "reports" / "tiny" / "summary.md").read_text()
+    assert "| mnist | softmax+none |" in summary and "| failed |" in summary
+    assert "- failed: softmax+none on mnist, seed 0 — RuntimeError" in summary
+
+
+def test_killed_worker_is_retried_and_the_run_resumes(ray_cluster, tiny_params, one_thread, monkeypatch, tmp_path):
+    params = dataclasses.replace(
+        tiny_params,
+        name="tinykill",
+        variants=("softmax+ape",),
+        seeds=(0,),
+        train=dataclasses.replace(tiny_params.train, epochs=4),
+        evaluate=dataclasses.replace(tiny_params.evaluate, resolutions=()),
+    )
+    loader = functools.partial(tiny_loader, n_train=2048)  # epochs of ~0.5 s: time to kill mid-run
+    reference = sequential(params, tmp_path / "seq", monkeypatch, loader)
+    run_dir = records.run_dir("tinykill", "mnist5k", "softmax+ape", 0, tmp_path / "ray" / "runs")
+    killed = {}
+
+    def kill_after_first_checkpoint(pid):
+        deadline = time.monotonic() + 60
+        while not (run_dir / records.CHECKPOINT).exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        killed["record_existed"] = (run_dir / records.RECORD).exists()
+        os.kill(pid, signal.SIGKILL)
+        killed["pid"] = pid
+
+    events, threads = [], []
+
+    def on_event(event):
+        events.append(event)
+        if event["kind"] == "running" and not threads:
+            threads.append(threading.Thread(target=kill_after_first_checkpoint, args=(event["pid"],)))
+            threads[0].start()
+
+    results = cluster.run_study_ray(
+        params,
+        runs_root=tmp_path / "ray" / "runs",
+        reports_root=tmp_path / "reports",
+        progress=False,
+        dataset_loader=loader,
+        on_event=on_event,
+        max_retries=2,
+    )
+    threads[0].join()
+    assert killed["pid"] and killed["record_existed"] is False  # killed mid-run, after a checkpoint
+    running = [e for e in events if e["kind"] == "running"]
+    assert [e["attempt"] for e in running] == [1, 2] and running[1]["pid"] != killed["pid"]
+    assert events[-1]["kind"] == "done"
+    assert cluster.result_fields(results[0]) == cluster.result_fields(reference[0])
+    assert len(records.read_history(run_dir)) == 4
+
+
+def test_compare_engines_reports_a_ratio(ray_cluster, tiny_params, tmp_path, capsys):
+    params = dataclasses.replace(
+        tiny_params,
+        variants=("softmax+none", "softmax+ape"),
+        train=dataclasses.replace(tiny_params.train, epochs=1),
+        evaluate=dataclasses.replace(tiny_params.evaluate, resolutions=()),
+    )
+    result = cluster.compare_engines(
+        params, cpus_per_run=1, root=tmp_path, dataset_loader=functools.partial(tiny_loader, n_train=128)
+    )
+    assert result["runs"] == 2 and result["workers"] == 2 and result["ratio"] > 0
+    assert "sequential / ray:" in capsys.readouterr().out
