@@ -1,5 +1,6 @@
 """rpevit: can relative positional encodings close the gap between softmax ViTs and linear-time
 Performer ViTs, and at what cost?  A variant = one attention backend + positional mechanisms."""
+
 from __future__ import annotations
 
 __version__ = "0.1.0"

@@ -1,4 +1,5 @@
 """Command line: python -m rpevit {list,train,study,bench} …"""
+
 from .cli import main
 
 raise SystemExit(main())

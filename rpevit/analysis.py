@@ -1,6 +1,7 @@
 """Tables computed from run records for the results notebooks: per-variant means over seeds, the
 accuracy gap of each Performer variant to softmax, and the seeds' published numbers side by side.
 """
+
 from __future__ import annotations
 
 import csv
@@ -61,11 +62,18 @@ def gap_table(records: list[dict]) -> list[dict]:
             continue
         same = mean_top1.get((dataset, parse_variant("+".join(("softmax",) + parsed.positions)).name))
         baseline = mean_top1.get((dataset, "softmax+ape"))
-        rows.append({"dataset": dataset, "variant": variant, "backend": parsed.backend,
-                     "positions": "+".join(parsed.positions) or "none", "top-1 %": accuracy,
-                     "softmax, same positions %": same if same is not None else math.nan,
-                     "gap to it (points)": same - accuracy if same is not None else math.nan,
-                     "gap to softmax+ape (points)": baseline - accuracy if baseline is not None else math.nan})
+        rows.append(
+            {
+                "dataset": dataset,
+                "variant": variant,
+                "backend": parsed.backend,
+                "positions": "+".join(parsed.positions) or "none",
+                "top-1 %": accuracy,
+                "softmax, same positions %": same if same is not None else math.nan,
+                "gap to it (points)": same - accuracy if same is not None else math.nan,
+                "gap to softmax+ape (points)": baseline - accuracy if baseline is not None else math.nan,
+            }
+        )
     return rows
 
 
@@ -77,15 +85,20 @@ def published_results() -> list[dict]:
 
 def published_side_by_side(records: list[dict]) -> list[dict]:
     """Published top-1 (per source, dataset, model) next to our top-1 for the same variant name."""
-    ours = {variant: 100 * statistics.fmean(r["top1"] for r in runs)
-            for (_, variant), runs in _groups(records).items()}
+    ours = {variant: 100 * statistics.fmean(r["top1"] for r in runs) for (_, variant), runs in _groups(records).items()}
     our_dataset = ", ".join(sorted({r["dataset"] for r in finished(records)})) or "—"
     rows = []
     for row in published_results():
         if row["metric"] != "top1_pct":
             continue
-        rows.append({"variant": row["variant"], "published top-1 %": row["value"],
-                     "published dataset": row["dataset"], "model": row["model"],
-                     "source": f"{row['source'].split(' (')[0]}, {row['table']}",
-                     f"ours top-1 % ({our_dataset})": ours.get(row["variant"], math.nan)})
+        rows.append(
+            {
+                "variant": row["variant"],
+                "published top-1 %": row["value"],
+                "published dataset": row["dataset"],
+                "model": row["model"],
+                "source": f"{row['source'].split(' (')[0]}, {row['table']}",
+                f"ours top-1 % ({our_dataset})": ours.get(row["variant"], math.nan),
+            }
+        )
     return rows

@@ -14,6 +14,7 @@ single layers, and what the notebooks compute from them.
   relative bias in linear attention (`dense_biased_linear_reference`).
 - Drawing (`show_map`, `as_picture`, `describe_query`, `query_figure`).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -37,6 +38,7 @@ F64 = torch.float64
 
 
 # --------------------------------------------------------------------------- registries
+
 
 def methods_of(mechanism: str) -> list[str]:
     """The positional methods of one mechanism, in registry order."""
@@ -62,18 +64,35 @@ def with_rotation_site(config, backend: str, site: str = "auto"):
 
 # --------------------------------------------------------------------------- runs to inspect
 
+
 def inspection_targets(params, found: list[dict], seed: int = 0) -> list[dict]:
     """What to inspect: the finished runs among `found` (records), or — when none has finished —
     every variant × dataset of the preset at init (seed `seed`). Each target: variant, dataset,
     seed, record (None: untrained) and a label naming it."""
     finished = [r for r in found if r.get("status") == "finished"]
     if finished:
-        return [{"variant": r["variant"], "dataset": r["dataset"], "seed": r["seed"], "record": r,
-                 "label": f"{r['variant']} · {r['dataset']} · seed {r['seed']} "
-                          f"(test top-1 {100 * r['top1']:.1f}%, {r['epochs']} ep)"} for r in finished]
-    return [{"variant": parse_variant(v).name, "dataset": d, "seed": seed, "record": None,
-             "label": f"{parse_variant(v).name} · {d} (untrained, seed {seed})"}
-            for d in params.datasets for v in params.variants]
+        return [
+            {
+                "variant": r["variant"],
+                "dataset": r["dataset"],
+                "seed": r["seed"],
+                "record": r,
+                "label": f"{r['variant']} · {r['dataset']} · seed {r['seed']} "
+                f"(test top-1 {100 * r['top1']:.1f}%, {r['epochs']} ep)",
+            }
+            for r in finished
+        ]
+    return [
+        {
+            "variant": parse_variant(v).name,
+            "dataset": d,
+            "seed": seed,
+            "record": None,
+            "label": f"{parse_variant(v).name} · {d} (untrained, seed {seed})",
+        }
+        for d in params.datasets
+        for v in params.variants
+    ]
 
 
 def test_images(dataset, start: int, count: int):
@@ -110,11 +129,13 @@ class MapSource:
         """The trained model of a finished run (best-validation weights), or the variant at init."""
         target = self.targets[label]
         if target["record"] is not None:
-            model, _ = self._runs.trained_model(self.params, target["dataset"], target["variant"], target["seed"],
-                                                device=self.device)
+            model, _ = self._runs.trained_model(
+                self.params, target["dataset"], target["variant"], target["seed"], device=self.device
+            )
             return model
-        return self._runs.untrained_model(self.params, target["dataset"], target["variant"], target["seed"],
-                                          device=self.device)
+        return self._runs.untrained_model(
+            self.params, target["dataset"], target["variant"], target["seed"], device=self.device
+        )
 
     def dataset(self, label: str):
         return self.datasets[self.targets[label]["dataset"]]
@@ -137,11 +158,17 @@ class MapSource:
         images, raw, labels = self.images(label, index, 1)
         maps, grid, predictions = self.maps(label, images)
         picture = (raw[0] * 255).round().to(torch.uint8).permute(1, 2, 0).expand(-1, -1, 3).numpy()
-        return {"maps": [m[0].numpy() for m in maps], "grid": grid, "picture": picture,
-                "truth": int(labels[0]), "prediction": int(predictions[0])}
+        return {
+            "maps": [m[0].numpy() for m in maps],
+            "grid": grid,
+            "picture": picture,
+            "truth": int(labels[0]),
+            "prediction": int(predictions[0]),
+        }
 
 
 # --------------------------------------------------------------------------- maps of a model
+
 
 def query_maps(maps: list[torch.Tensor], grid) -> list[torch.Tensor]:
     """Per layer (B, heads, H, W): the CLS query's row over the patches, or (no CLS) the mean
@@ -177,6 +204,7 @@ def attention_distance(maps: list[torch.Tensor], grid) -> tuple[torch.Tensor, bo
 
 # --------------------------------------------------------------------------- single layers
 
+
 def perturb_parameters(module: torch.nn.Module, scale: float, seed: int = 0) -> torch.nn.Module:
     """Add scale·N(0, 1) to every parameter of `module` (reproducibly): trained-looking, not the init."""
     generator = torch.Generator().manual_seed(seed)
@@ -186,8 +214,16 @@ def perturb_parameters(module: torch.nn.Module, scale: float, seed: int = 0) -> 
     return module
 
 
-def layer_attention(config, grid, backend: str, method: str | None = None, site: str = "auto", dtype=F64,
-                    seed: int = 0, perturb_scale: float = 0.3) -> torch.Tensor:
+def layer_attention(
+    config,
+    grid,
+    backend: str,
+    method: str | None = None,
+    site: str = "auto",
+    dtype=F64,
+    seed: int = 0,
+    perturb_scale: float = 0.3,
+) -> torch.Tensor:
     """The attention matrix (heads, T, T) of one layer with at most one positional method, for
     identical token content (so q_i = q, k_j = k before positions enter); parameters perturbed by
     perturb_scale·N(0, 1). An absolute method is added to the tokens first; the others are consumed
@@ -200,8 +236,9 @@ def layer_attention(config, grid, backend: str, method: str | None = None, site:
         if mechanism not in BACKENDS[backend].mechanisms:
             raise NotImplementedError(f"backend {backend} does not consume {mechanism} methods")
         if mechanism == "absolute":
-            absolute = perturb_parameters(build_position(method, config, config.dim, config.heads).to(dtype),
-                                          perturb_scale, seed + 1)
+            absolute = perturb_parameters(
+                build_position(method, config, config.dim, config.heads).to(dtype), perturb_scale, seed + 1
+            )
         else:
             kwargs[mechanism] = method
     layer = perturb_parameters(MultiHeadAttention(config, backend, **kwargs).to(dtype), perturb_scale, seed)
@@ -231,13 +268,20 @@ def relative_property_cases() -> list[tuple[str, str | None, str]]:
 
 def premap_cases() -> list[tuple[str, str, str]]:
     """(backend, rotary method, "pre") for every linear backend that can rotate before its feature map."""
-    return [(b, m, "pre") for b, cls in BACKENDS.items() if b != "softmax" and "pre" in rotation_sites(b)
-            and "rotary" in cls.mechanisms for m in methods_of("rotary")]
+    return [
+        (b, m, "pre")
+        for b, cls in BACKENDS.items()
+        if b != "softmax" and "pre" in rotation_sites(b) and "rotary" in cls.mechanisms
+        for m in methods_of("rotary")
+    ]
 
 
 def case_label(backend: str, method: str | None, site: str) -> str:
-    return f"{backend}+{method or 'none'}" + (" (post-map)" if site == "post" else "") + \
-        (" (pre-map)" if site == "pre" and backend != "softmax" else "")
+    return (
+        f"{backend}+{method or 'none'}"
+        + (" (post-map)" if site == "post" else "")
+        + (" (pre-map)" if site == "pre" and backend != "softmax" else "")
+    )
 
 
 def offset_maps(weights: torch.Tensor, grid):
@@ -258,8 +302,10 @@ def offset_maps(weights: torch.Tensor, grid):
 
 # --------------------------------------------------------------------------- FAVOR+ and the FFT path
 
-def favor_estimator_error(d: int, multipliers, pairs: int = 2000, draws: int = 8, qk_scale: float = 0.5,
-                          seed: int = 0) -> list[dict]:
+
+def favor_estimator_error(
+    d: int, multipliers, pairs: int = 2000, draws: int = 8, qk_scale: float = 0.5, seed: int = 0
+) -> list[dict]:
     """The FAVOR+ estimate φ(q)ᵀφ(k) of exp(qᵀk/√d) without stabilizer or ε, for m = multiplier·d
     features, orthogonal vs i.i.d. ω: per (kind, m) the mean relative error over `pairs` random
     (q, k) pairs and `draws` ω draws, the mean signed error (bias) and its standard error (over draws)."""
@@ -273,15 +319,24 @@ def favor_estimator_error(d: int, multipliers, pairs: int = 2000, draws: int = 8
         for kind in ("orthogonal", "iid"):
             signed = []
             for _ in range(draws):
-                omega = (orthogonal_gaussian_matrix(m, d, generator=generator, dtype=F64) if kind == "orthogonal"
-                         else torch.randn(m, d, generator=generator, dtype=F64))
+                omega = (
+                    orthogonal_gaussian_matrix(m, d, generator=generator, dtype=F64)
+                    if kind == "orthogonal"
+                    else torch.randn(m, d, generator=generator, dtype=F64)
+                )
                 estimate = (favor_features(q, omega, None, eps=0.0) * favor_features(k, omega, None, eps=0.0)).sum(-1)
                 signed.append(estimate / exact - 1)
             signed = torch.stack(signed)  # (draws, pairs)
-            rows.append({"features": kind, "m": m, "m/d": multiplier,
-                         "mean relative error": signed.abs().mean(dim=1).mean().item(),
-                         "mean signed error (bias)": signed.mean().item(),
-                         "bias standard error": (signed.mean(dim=1).std() / math.sqrt(draws)).item()})
+            rows.append(
+                {
+                    "features": kind,
+                    "m": m,
+                    "m/d": multiplier,
+                    "mean relative error": signed.abs().mean(dim=1).mean().item(),
+                    "mean signed error (bias)": signed.mean().item(),
+                    "bias standard error": (signed.mean(dim=1).std() / math.sqrt(draws)).item(),
+                }
+            )
     return rows
 
 
@@ -313,8 +368,9 @@ def dense_biased_linear_reference(q_num, k_num, q_den, k_den, table, cls_terms, 
     return numerator / denominator
 
 
-def fft_vs_dense(grid, heads: int, head_dim: int, num_features: int, seed: int = 0,
-                 dtypes=(torch.float64, torch.float32)) -> list[dict]:
+def fft_vs_dense(
+    grid, heads: int, head_dim: int, num_features: int, seed: int = 0, dtypes=(torch.float64, torch.float32)
+) -> list[dict]:
     """The FFT path of a relative bias in linear attention (toeplitz.biased_linear_attention) against
     the dense matrix it implies (biased_linear_weights @ v) and against the independent float64
     `dense_biased_linear_reference`, on `grid` (with CLS), an asymmetric random table and random CLS
@@ -339,21 +395,28 @@ def fft_vs_dense(grid, heads: int, head_dim: int, num_features: int, seed: int =
             with torch.no_grad():
                 fft = biased_linear_attention(*args, v.to(dtype), grid, table.to(dtype), cls_terms.to(dtype))
                 dense = biased_linear_weights(*args, grid, table.to(dtype), cls_terms.to(dtype)) @ v.to(dtype)
-            rows.append({"features": features, "dtype": str(dtype).replace("torch.", ""),
-                         "vs dense": ((fft - dense).abs().max() / dense.abs().max()).item(),
-                         "vs independent": ((fft.to(F64) - reference).abs().max() / reference.abs().max()).item()})
+            rows.append(
+                {
+                    "features": features,
+                    "dtype": str(dtype).replace("torch.", ""),
+                    "vs dense": ((fft - dense).abs().max() / dense.abs().max()).item(),
+                    "vs independent": ((fft.to(F64) - reference).abs().max() / reference.abs().max()).item(),
+                }
+            )
     return rows
 
 
 # --------------------------------------------------------------------------- drawing
+
 
 def as_picture(raw: torch.Tensor) -> np.ndarray:
     """(C, H, W) in [0, 1] → (H, W) or (H, W, 3) for imshow."""
     return raw[0].numpy() if raw.shape[0] == 1 else raw.permute(1, 2, 0).numpy()
 
 
-def show_map(ax, values: np.ndarray, image: np.ndarray | None = None, signed: bool | None = None,
-             colorbar: bool | None = None):
+def show_map(
+    ax, values: np.ndarray, image: np.ndarray | None = None, signed: bool | None = None, colorbar: bool | None = None
+):
     """imshow a map on its own colour scale (min … max), over the image if given. Signed maps (`signed`,
     default: any value < 0) use a diverging scale centred at 0 and get a colour bar unless
     colorbar=False. Returns the image artist."""
@@ -365,8 +428,9 @@ def show_map(ax, values: np.ndarray, image: np.ndarray | None = None, signed: bo
     else:
         height, width = image.shape[:2]
         ax.imshow(image, cmap="gray" if image.ndim == 2 else None)
-        artist = ax.imshow(values, alpha=0.55, extent=(-0.5, width - 0.5, height - 0.5, -0.5),
-                           interpolation="bilinear", **kwargs)
+        artist = ax.imshow(
+            values, alpha=0.55, extent=(-0.5, width - 0.5, height - 0.5, -0.5), interpolation="bilinear", **kwargs
+        )
     if colorbar or (colorbar is None and signed):
         bar = ax.figure.colorbar(artist, ax=ax, fraction=0.046, pad=0.03)
         bar.ax.tick_params(labelsize=5)
@@ -389,31 +453,69 @@ def query_figure(view: dict, layer: int, head: int, query: int, title: str = "",
 
     maps, grid, picture = view["maps"], view["grid"], view["picture"]
     weights = maps[layer][head, query]  # (T,)
-    patches = weights[grid.prefix:].reshape(grid.height, grid.width)
+    patches = weights[grid.prefix :].reshape(grid.height, grid.width)
     signed = bool((maps[layer][head] < 0).any())
     limit = float(np.abs(patches).max()) or 1.0
-    colours = dict(colorscale="RdBu", reversescale=True, zmid=0, zmin=-limit, zmax=limit) if signed else \
-        dict(colorscale="Inferno")
+    colours = (
+        dict(colorscale="RdBu", reversescale=True, zmid=0, zmin=-limit, zmax=limit)
+        if signed
+        else dict(colorscale="Inferno")
+    )
     which = f"test #{image_index}: " if image_index is not None else ""
-    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.08,
-                        subplot_titles=(f"{which}label {view['truth']}, predicted {view['prediction']}",
-                                        f"layer {layer}, head {head}, query {describe_query(grid, query)}"))
+    fig = make_subplots(
+        rows=1,
+        cols=2,
+        horizontal_spacing=0.08,
+        subplot_titles=(
+            f"{which}label {view['truth']}, predicted {view['prediction']}",
+            f"layer {layer}, head {head}, query {describe_query(grid, query)}",
+        ),
+    )
     fig.add_trace(go.Image(z=picture, hoverinfo="skip"), row=1, col=1)
-    fig.add_trace(go.Heatmap(z=patches, hovertemplate="row %{y}, col %{x}<br>weight %{z:.4f}<extra></extra>",
-                             colorbar=dict(title="weight"), **colours), row=1, col=2)
+    fig.add_trace(
+        go.Heatmap(
+            z=patches,
+            hovertemplate="row %{y}, col %{x}<br>weight %{z:.4f}<extra></extra>",
+            colorbar=dict(title="weight"),
+            **colours,
+        ),
+        row=1,
+        col=2,
+    )
     if query >= grid.prefix:
         row, col = divmod(query - grid.prefix, grid.width)
         size = picture.shape[0] / grid.height
-        fig.add_shape(type="rect", x0=col * size - 0.5, x1=(col + 1) * size - 0.5, y0=row * size - 0.5,
-                      y1=(row + 1) * size - 0.5, line=dict(color="cyan", width=2), row=1, col=1)
-        fig.add_trace(go.Scatter(x=[col], y=[row], mode="markers", marker=dict(symbol="x", color="cyan", size=10),
-                                 hoverinfo="skip", showlegend=False), row=1, col=2)
+        fig.add_shape(
+            type="rect",
+            x0=col * size - 0.5,
+            x1=(col + 1) * size - 0.5,
+            y0=row * size - 0.5,
+            y1=(row + 1) * size - 0.5,
+            line=dict(color="cyan", width=2),
+            row=1,
+            col=1,
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=[col],
+                y=[row],
+                mode="markers",
+                marker=dict(symbol="x", color="cyan", size=10),
+                hoverinfo="skip",
+                showlegend=False,
+            ),
+            row=1,
+            col=2,
+        )
     fig.update_yaxes(autorange="reversed", scaleanchor="x2", row=1, col=2)
     fig.update_xaxes(constrain="domain", row=1, col=2)
     fig.update_xaxes(title_text="patch column", row=1, col=2)
     fig.update_yaxes(title_text="patch row", row=1, col=2)
     extra = f"; weight on the CLS key {weights[0]:.4f}" if grid.prefix else ""
-    fig.update_layout(title=dict(text=f"{title}{extra}", font=dict(size=13)), width=900, height=460,
-                      margin=dict(l=20, r=20, t=90, b=40))
+    fig.update_layout(
+        title=dict(text=f"{title}{extra}", font=dict(size=13)),
+        width=900,
+        height=460,
+        margin=dict(l=20, r=20, t=90, b=40),
+    )
     return fig
-

@@ -7,6 +7,7 @@ bench attention: forward+backward time and memory of one attention layer vs toke
 bench patches:   seed 000's patch-size sweep: a whole ViT on 32×32 images with patch 8/4/2/1
                  (16…1024 tokens), training and inference seconds per epoch, softmax vs Performers.
 """
+
 from __future__ import annotations
 
 import time
@@ -16,10 +17,10 @@ import torch.nn.functional as F
 
 from . import data as data_lib
 from . import runs
-from .model import build_model
-from .params import load_params
 from .device import autocast, resolve_device
 from .metrics import synchronize, timed
+from .model import build_model
+from .params import load_params
 from .tables import markdown_table
 
 
@@ -51,8 +52,9 @@ def data_throughput(params, device, steps: int) -> float:
     generator = torch.Generator().manual_seed(0)
     count, start = 0, None
     while count < steps * params.train.batch_size + params.train.batch_size:
-        for x, _ in data_lib.batches(dataset.train, info, params.train.batch_size, shuffle=True,
-                                     generator=generator, recipe=recipe):
+        for x, _ in data_lib.batches(
+            dataset.train, info, params.train.batch_size, shuffle=True, generator=generator, recipe=recipe
+        ):
             if start is None:  # the first batch is warm-up
                 synchronize(device)
                 start = time.perf_counter()
@@ -64,14 +66,24 @@ def data_throughput(params, device, steps: int) -> float:
     return count / (time.perf_counter() - start)
 
 
-def attention_cost(backend: str, method: str | None, side: int, device, dtype, repeats: int,
-                   bias_path: str = "auto", heads: int = 8, head_dim: int = 32, batch: int = 1) -> dict:
+def attention_cost(
+    backend: str,
+    method: str | None,
+    side: int,
+    device,
+    dtype,
+    repeats: int,
+    bias_path: str = "auto",
+    heads: int = 8,
+    head_dim: int = 32,
+    batch: int = 1,
+) -> dict:
     """Seconds per forward+backward of one attention layer on a side×side grid (+CLS), and memory.
 
     `method` is any positional method consumed inside attention (rotary, bias or gate) or None;
-    `bias_path` (auto / fft / dense) picks how linear backends apply a relative bias. Memory: on CUDA the peak allocated bytes; on
-    CPU the bytes autograd saves for backward (the layer's activation memory), since CPU peak
-    memory cannot be reset per measurement.
+    `bias_path` (auto / fft / dense / axis / scan) picks how linear backends apply a relative bias.
+    Memory: on CUDA the peak allocated bytes; on CPU the bytes autograd saves for backward (the
+    layer's activation memory), which isolates the layer from everything else the process holds.
     """
     from .attention import linear_backends
     from .attention.layer import MultiHeadAttention
@@ -119,8 +131,12 @@ def _table(header: list[str], rows: list[list]) -> str:
 
 def growth(rows: dict, key: tuple, ns: list[int]) -> list[str]:
     """T(4N)/T(N) cells for one (backend, method, path) series of measured seconds."""
-    return [f"{rows[key + (b,)]['seconds'] / rows[key + (a,)]['seconds']:.2f}"
-            if key + (a,) in rows and key + (b,) in rows else "—" for a, b in zip(ns, ns[1:])]
+    return [
+        f"{rows[key + (b,)]['seconds'] / rows[key + (a,)]['seconds']:.2f}"
+        if key + (a,) in rows and key + (b,) in rows
+        else "—"
+        for a, b in zip(ns, ns[1:])
+    ]
 
 
 def run_attention_bench(args) -> None:
@@ -136,10 +152,12 @@ def run_attention_bench(args) -> None:
     sides = [int(s) for s in args.sides.split(",")]
     ns = [s * s for s in sides]
     rows: dict = {}
-    print(f"device: {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}, "
-          f"{torch.get_num_threads()} threads), torch {torch.__version__}, {dtype}, batch 1, 8 heads, head dim 32; "
-          f"forward+backward of one attention layer, median of {args.steps}; memory: "
-          + ("peak allocated (CUDA)" if device.type == "cuda" else "activations saved for backward (CPU)"))
+    print(
+        f"device: {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}, "
+        f"{torch.get_num_threads()} threads), torch {torch.__version__}, {dtype}, batch 1, 8 heads, head dim 32; "
+        f"forward+backward of one attention layer, median of {args.steps}; memory: "
+        + ("peak allocated (CUDA)" if device.type == "cuda" else "activations saved for backward (CPU)")
+    )
     print()
     print("| backend | method | bias path | N | ms | memory MB |\n|---|---|---|---|---|---|")
 
@@ -154,8 +172,10 @@ def run_attention_bench(args) -> None:
             print(f"| {backend} | {method or '—'} | {path} | {n} | out of memory | |", flush=True)
             return
         rows[(backend, method, path, n)] = cost
-        print(f"| {backend} | {method or '—'} | {path} | {n} | {1000 * cost['seconds']:.2f} | "
-              f"{cost['memory_mb']:.1f} |", flush=True)
+        print(
+            f"| {backend} | {method or '—'} | {path} | {n} | {1000 * cost['seconds']:.2f} | {cost['memory_mb']:.1f} |",
+            flush=True,
+        )
 
     for backend in BACKENDS:
         for method in methods:
@@ -167,21 +187,50 @@ def run_attention_bench(args) -> None:
                 measure(backend, "krpe", path, side)
 
     print("\nGrowth T(4N)/T(N) of the bare backends (linear attention → 4, softmax → 16):\n")
-    print(_table(["backend"] + [f"{a}→{b}" for a, b in zip(ns, ns[1:])],
-                 [[b] + growth(rows, (b, None, "auto"), ns) for b in BACKENDS]))
+    print(
+        _table(
+            ["backend"] + [f"{a}→{b}" for a, b in zip(ns, ns[1:])],
+            [[b] + growth(rows, (b, None, "auto"), ns) for b in BACKENDS],
+        )
+    )
     print("\nOverhead of each method at N = 1024: T(with method) / T(bare backend):\n")
     named = [m for m in methods if m]
-    print(_table(["backend"] + named, [[b] + [
-        f"{rows[(b, m, 'auto', 1024)]['seconds'] / rows[(b, None, 'auto', 1024)]['seconds']:.2f}"
-        if (b, m, "auto", 1024) in rows and (b, None, "auto", 1024) in rows else "—" for m in named]
-        for b in BACKENDS]))
-    print("\nkrpe in linear attention: the 2D-FFT path vs the dense N×N path (time ratio dense/FFT; > 1: FFT "
-          "faster), and the FFT path's growth T(4N)/T(N):\n")
+    print(
+        _table(
+            ["backend"] + named,
+            [
+                [b]
+                + [
+                    f"{rows[(b, m, 'auto', 1024)]['seconds'] / rows[(b, None, 'auto', 1024)]['seconds']:.2f}"
+                    if (b, m, "auto", 1024) in rows and (b, None, "auto", 1024) in rows
+                    else "—"
+                    for m in named
+                ]
+                for b in BACKENDS
+            ],
+        )
+    )
+    print(
+        "\nkrpe in linear attention: the 2D-FFT path vs the dense N×N path (time ratio dense/FFT; > 1: FFT "
+        "faster), and the FFT path's growth T(4N)/T(N):\n"
+    )
     linear = linear_backends()
-    print(_table(["backend"] + [f"N={n}" for n in ns] + [f"FFT {a}→{b}" for a, b in zip(ns, ns[1:])], [[b] + [
-        f"{rows[(b, 'krpe', 'dense', n)]['seconds'] / rows[(b, 'krpe', 'fft', n)]['seconds']:.2f}"
-        if (b, "krpe", "dense", n) in rows and (b, "krpe", "fft", n) in rows else "—" for n in ns]
-        + growth(rows, (b, "krpe", "fft"), ns) for b in linear]))
+    print(
+        _table(
+            ["backend"] + [f"N={n}" for n in ns] + [f"FFT {a}→{b}" for a, b in zip(ns, ns[1:])],
+            [
+                [b]
+                + [
+                    f"{rows[(b, 'krpe', 'dense', n)]['seconds'] / rows[(b, 'krpe', 'fft', n)]['seconds']:.2f}"
+                    if (b, "krpe", "dense", n) in rows and (b, "krpe", "fft", n) in rows
+                    else "—"
+                    for n in ns
+                ]
+                + growth(rows, (b, "krpe", "fft"), ns)
+                for b in linear
+            ],
+        )
+    )
 
 
 def run_bias_bench(args) -> None:
@@ -195,29 +244,49 @@ def run_bias_bench(args) -> None:
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     sides = [int(s) for s in args.sides.split(",")]
     biases = [n for n, m in POSITIONS.items() if m.mechanism == "bias"]
-    print(f"device: {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}, "
-          f"{torch.get_num_threads()} threads), torch {torch.__version__}, {dtype}, batch 1, 8 heads, head dim 32, "
-          f"CLS; forward+backward of one attention layer (projections included), median of {args.steps}; memory: "
-          + ("peak allocated (CUDA)" if device.type == "cuda" else "activations saved for backward (CPU)")
-          + f"; dense N×N paths only up to N = {args.softmax_cpu_max} on CPU")
+    print(
+        f"device: {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}, "
+        f"{torch.get_num_threads()} threads), torch {torch.__version__}, {dtype}, batch 1, 8 heads, head dim 32, "
+        f"CLS; forward+backward of one attention layer (projections included), median of {args.steps}; memory: "
+        + ("peak allocated (CUDA)" if device.type == "cuda" else "activations saved for backward (CPU)")
+        + f"; dense N×N paths only up to N = {args.softmax_cpu_max} on CPU"
+    )
     rows = []
     for backend in linear_backends():
         for side in sides:
             n = side * side
             plain = attention_cost(backend, None, side, device, dtype, args.steps)
-            rows.append({"backend": backend, "method": "— (plain)", "path": "—", "N": n,
-                         "ms": 1000 * plain["seconds"], "MB": plain["memory_mb"], "time ×": 1.0, "memory ×": 1.0})
+            rows.append(
+                {
+                    "backend": backend,
+                    "method": "— (plain)",
+                    "path": "—",
+                    "N": n,
+                    "ms": 1000 * plain["seconds"],
+                    "MB": plain["memory_mb"],
+                    "time ×": 1.0,
+                    "memory ×": 1.0,
+                }
+            )
             print(markdown_table(rows[-1:], list(rows[-1])), end="", flush=True)
             for method in biases:
                 probe = build_position(method, _bench_config(side), 32, 8)
-                for path in (("axis", "scan", "fft", "dense") if separable(probe) else ("fft", "dense")):
+                for path in ("axis", "scan", "fft", "dense") if separable(probe) else ("fft", "dense"):
                     if path == "dense" and device.type == "cpu" and n > args.softmax_cpu_max:
                         continue
                     cost = attention_cost(backend, method, side, device, dtype, args.steps, bias_path=path)
-                    rows.append({"backend": backend, "method": method, "path": path, "N": n,
-                                 "ms": 1000 * cost["seconds"], "MB": cost["memory_mb"],
-                                 "time ×": cost["seconds"] / plain["seconds"],
-                                 "memory ×": cost["memory_mb"] / max(plain["memory_mb"], 1e-9)})
+                    rows.append(
+                        {
+                            "backend": backend,
+                            "method": method,
+                            "path": path,
+                            "N": n,
+                            "ms": 1000 * cost["seconds"],
+                            "MB": cost["memory_mb"],
+                            "time ×": cost["seconds"] / plain["seconds"],
+                            "memory ×": cost["memory_mb"] / max(plain["memory_mb"], 1e-9),
+                        }
+                    )
                     print(markdown_table(rows[-1:], list(rows[-1])).splitlines()[-1], flush=True)
     print("\nAll rows (ratios to plain linear attention of the same backend and N):\n")
     print(markdown_table(rows, list(rows[0]), digits=2))
@@ -229,9 +298,18 @@ def _bench_config(side: int):
     return model_config(dim=256, heads=8, image_size=side * 4, patch_size=4)
 
 
-def patch_sweep(patch_sizes=(8, 4, 2, 1), backends=None, positions: str = "ape",
-                dim: int = 64, depth: int = 4, heads: int = 4, batch: int = 32, steps: int = 3,
-                epoch_images: int = 50_000, device="cpu") -> list[dict]:
+def patch_sweep(
+    patch_sizes=(8, 4, 2, 1),
+    backends=None,
+    positions: str = "ape",
+    dim: int = 64,
+    depth: int = 4,
+    heads: int = 4,
+    batch: int = 32,
+    steps: int = 3,
+    epoch_images: int = 50_000,
+    device="cpu",
+) -> list[dict]:
     """Seconds per epoch of training and inference for each patch size and backend (seed 000 §5.3.3).
 
     Each cell is measured over `steps` timed batches of random 32×32×3 images after one warm-up
@@ -244,19 +322,28 @@ def patch_sweep(patch_sizes=(8, 4, 2, 1), backends=None, positions: str = "ape",
     for patch in patch_sizes:
         for backend in backends or BACKENDS:
             torch.manual_seed(0)
-            model = build_model(f"{backend}+{positions}", dim=dim, depth=depth, heads=heads, mlp_dim=2 * dim,
-                                patch_size=patch, image_size=32, channels=3, num_classes=100).to(device)
+            model = build_model(
+                f"{backend}+{positions}",
+                dim=dim,
+                depth=depth,
+                heads=heads,
+                mlp_dim=2 * dim,
+                patch_size=patch,
+                image_size=32,
+                channels=3,
+                num_classes=100,
+            ).to(device)
             optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
             x = torch.randn(batch, 3, 32, 32, device=device)
             y = torch.randint(0, 100, (batch,), device=device)
 
-            def train_step():
+            def train_step(model=model, optimizer=optimizer, x=x, y=y):
                 loss = F.cross_entropy(model(x), y)
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 optimizer.step()
 
-            def infer_step():
+            def infer_step(model=model, x=x):
                 with torch.inference_mode():
                     model(x)
 
@@ -264,9 +351,15 @@ def patch_sweep(patch_sizes=(8, 4, 2, 1), backends=None, positions: str = "ape",
             for label, step in (("train", train_step), ("inference", infer_step)):
                 model.train(label == "train")
                 timings[label] = sum(timed(step, device, steps, warmup=1)) / (steps * batch) * epoch_images
-            rows.append({"patch_size": patch, "tokens": (32 // patch) ** 2, "backend": backend,
-                         "train_seconds_per_epoch": timings["train"],
-                         "inference_seconds_per_epoch": timings["inference"]})
+            rows.append(
+                {
+                    "patch_size": patch,
+                    "tokens": (32 // patch) ** 2,
+                    "backend": backend,
+                    "train_seconds_per_epoch": timings["train"],
+                    "inference_seconds_per_epoch": timings["inference"],
+                }
+            )
     return rows
 
 
@@ -280,18 +373,25 @@ def run_bench(what: str, args) -> None:
         return run_bias_bench(args)
     if what == "patches":
         device = resolve_device(args.device)
-        print(f"device: {device}, torch {torch.__version__}; seed 000 patch sweep on 32×32 images, "
-              f"{args.steps or 3} timed batches of 32 per cell, scaled to a 50,000-image epoch")
+        print(
+            f"device: {device}, torch {torch.__version__}; seed 000 patch sweep on 32×32 images, "
+            f"{args.steps or 3} timed batches of 32 per cell, scaled to a 50,000-image epoch"
+        )
         print("| patch | tokens | backend | train s/epoch | inference s/epoch |\n|---|---|---|---|---|")
         for row in patch_sweep(steps=args.steps or 3, device=device):
-            print(f"| {row['patch_size']} | {row['tokens']} | {row['backend']} | "
-                  f"{row['train_seconds_per_epoch']:.1f} | {row['inference_seconds_per_epoch']:.1f} |", flush=True)
+            print(
+                f"| {row['patch_size']} | {row['tokens']} | {row['backend']} | "
+                f"{row['train_seconds_per_epoch']:.1f} | {row['inference_seconds_per_epoch']:.1f} |",
+                flush=True,
+            )
         return None
     args.steps = args.steps or 20
     device = resolve_device(args.device)
     presets = [p.strip() for p in args.params.split(",")]
-    print(f"device: {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}, "
-          f"{torch.get_num_threads()} threads), torch {torch.__version__}")
+    print(
+        f"device: {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}, "
+        f"{torch.get_num_threads()} threads), torch {torch.__version__}"
+    )
     print("| preset | variant | batch | train images/s | data images/s | data / train |")
     print("|---|---|---|---|---|---|")
     for name in presets:
@@ -300,5 +400,8 @@ def run_bench(what: str, args) -> None:
         compile_model = bool(getattr(args, "compile", False)) and device.type == "cuda"
         train_rate = train_throughput(params, variant, device, args.steps, compile_model)
         data_rate = data_throughput(params, device, args.steps) if what == "data" else float("nan")
-        print(f"| {name} | {variant}{' (compiled)' if compile_model else ''} | {params.train.batch_size} | "
-              f"{train_rate:,.0f} | {data_rate:,.0f} | {data_rate / train_rate:.1f}× |", flush=True)
+        print(
+            f"| {name} | {variant}{' (compiled)' if compile_model else ''} | {params.train.batch_size} | "
+            f"{train_rate:,.0f} | {data_rate:,.0f} | {data_rate / train_rate:.1f}× |",
+            flush=True,
+        )

@@ -1,4 +1,5 @@
 """Numerical property checks shared by the tests and the derivation notebook (REFERENCE.md §5)."""
+
 from __future__ import annotations
 
 import torch
@@ -12,7 +13,7 @@ def offset_ratios(weights: torch.Tensor, grid: Grid) -> dict[tuple[int, int], to
     `weights` is one attention matrix (T, T) over grid.num_tokens tokens (CLS rows/cols skipped).
     For a relative method and identical token content these ratios depend on Δ only.
     """
-    patches = weights.detach()[grid.prefix:, grid.prefix:]  # (N, N)
+    patches = weights.detach()[grid.prefix :, grid.prefix :]  # (N, N)
     offsets = grid.offsets()  # (N, N, 2): Δ_ij = r_j − r_i
     diagonal = patches.diagonal().unsqueeze(1)  # A[i, i]
     ratios = patches / diagonal

@@ -12,6 +12,7 @@ Kinds (stats.verdict): greater, less, equal (equivalence within a margin, TOST),
 (non-inferiority within a margin). Margins are fixed here, before any result: ±1 point of top-1
 and ±20 % of inference time. Holm's correction runs over the whole table (α = 0.05).
 """
+
 from __future__ import annotations
 
 import math
@@ -53,31 +54,65 @@ S003 = "seeds 003/004 (RoPE-ViT §4.1; 2D ALiBi)"
 CLAIMS = [
     Claim(S001, "plain FAVOR+ is below softmax", "less", "favor+ape", "softmax+ape"),
     Claim(S001, "adding RoPE to FAVOR+ narrows the gap to softmax", "greater", "favor+rope_mixed+ape", "favor+ape"),
-    Claim(S001, "adding STRING to FAVOR+ narrows the gap to softmax", "greater", "favor+string_circulant+ape",
-          "favor+ape"),
+    Claim(
+        S001, "adding STRING to FAVOR+ narrows the gap to softmax", "greater", "favor+string_circulant+ape", "favor+ape"
+    ),
     Claim(S001, "adding a gate to FAVOR+ narrows the gap to softmax", "greater", "favor+gate_string+ape", "favor+ape"),
     Claim(S001, "plain Performer-ReLU matches softmax", "equal", "relu+ape", "softmax+ape"),
-    Claim(S001, "ReLU + a positional method is at or above softmax", "at_least", "relu+rope_mixed+ape",
-          "softmax+ape"),
-    Claim(S001, "inference time is about equal across variants (49–65 tokens): FAVOR+", "equal", "favor+ape",
-          "softmax+ape", measure="ms_per_image_batched"),
-    Claim(S001, "inference time is about equal across variants (49–65 tokens): ReLU", "equal", "relu+ape",
-          "softmax+ape", measure="ms_per_image_batched"),
-    *(Claim(S002, f"{method} closes the {backend}–softmax gap", "equal", f"{backend}+{method}", f"softmax+{method}")
-      for method in ("krpe", "string_circulant", "rope_mixed") for backend in ("favor", "relu")),
+    Claim(S001, "ReLU + a positional method is at or above softmax", "at_least", "relu+rope_mixed+ape", "softmax+ape"),
+    Claim(
+        S001,
+        "inference time is about equal across variants (49–65 tokens): FAVOR+",
+        "equal",
+        "favor+ape",
+        "softmax+ape",
+        measure="ms_per_image_batched",
+    ),
+    Claim(
+        S001,
+        "inference time is about equal across variants (49–65 tokens): ReLU",
+        "equal",
+        "relu+ape",
+        "softmax+ape",
+        measure="ms_per_image_batched",
+    ),
+    *(
+        Claim(S002, f"{method} closes the {backend}–softmax gap", "equal", f"{backend}+{method}", f"softmax+{method}")
+        for method in ("krpe", "string_circulant", "rope_mixed")
+        for backend in ("favor", "relu")
+    ),
     Claim(S000, "APE beats RoPE-Axial on small images (ViT)", "greater", "softmax+ape", "softmax+rope_axial"),
     Claim(S000, "APE beats RoPE-Mixed on small images (ViT)", "greater", "softmax+ape", "softmax+rope_mixed"),
     Claim(S000, "APE beats RoPE-Axial on small images (Performer)", "greater", "favor+ape", "favor+rope_axial"),
     Claim(S000, "APE beats RoPE-Mixed on small images (Performer)", "greater", "favor+ape", "favor+rope_mixed"),
     Claim(S000, "RoPE + APE falls between them: below APE", "less", "softmax+rope_mixed+ape", "softmax+ape"),
-    Claim(S000, "RoPE + APE falls between them: above RoPE", "greater", "softmax+rope_mixed+ape",
-          "softmax+rope_mixed"),
-    *(Claim(S003, f"at {size} px: RoPE-Mixed ≥ RoPE-Axial", "at_least", "softmax+rope_mixed", "softmax+rope_axial",
-            resolution=size) for size in (36, 44)),
-    *(Claim(S003, f"at {size} px: RoPE-Axial ≥ APE", "at_least", "softmax+rope_axial", "softmax+ape",
-            resolution=size) for size in (36, 44)),
-    *(Claim(S003, f"at {size} px: 2D ALiBi extrapolates best (vs RoPE-Mixed)", "greater", "softmax+alibi2d",
-            "softmax+rope_mixed", resolution=size) for size in (36, 44)),
+    Claim(S000, "RoPE + APE falls between them: above RoPE", "greater", "softmax+rope_mixed+ape", "softmax+rope_mixed"),
+    *(
+        Claim(
+            S003,
+            f"at {size} px: RoPE-Mixed ≥ RoPE-Axial",
+            "at_least",
+            "softmax+rope_mixed",
+            "softmax+rope_axial",
+            resolution=size,
+        )
+        for size in (36, 44)
+    ),
+    *(
+        Claim(S003, f"at {size} px: RoPE-Axial ≥ APE", "at_least", "softmax+rope_axial", "softmax+ape", resolution=size)
+        for size in (36, 44)
+    ),
+    *(
+        Claim(
+            S003,
+            f"at {size} px: 2D ALiBi extrapolates best (vs RoPE-Mixed)",
+            "greater",
+            "softmax+alibi2d",
+            "softmax+rope_mixed",
+            resolution=size,
+        )
+        for size in (36, 44)
+    ),
 ]
 
 
@@ -85,15 +120,21 @@ def correctness(record: dict, resolution: int | None = None, mode: str = "extrap
     """Per-image test correctness (bool) of a run, at its trained resolution or an evaluated one."""
     text = record.get("test_correct")
     if resolution is not None:
-        rows = [r for r in record.get("resolution_eval", [])
-                if r["resolution"] == resolution and r["mode"] == mode and "correct" in r]
+        rows = [
+            r
+            for r in record.get("resolution_eval", [])
+            if r["resolution"] == resolution and r["mode"] == mode and "correct" in r
+        ]
         text = rows[0]["correct"] if rows else None
     return None if text is None else np.frombuffer(text.encode(), dtype=np.uint8) == ord("1")
 
 
 def _by_seed(records: list[dict], dataset: str, variant: str) -> dict[int, dict]:
-    return {r["seed"]: r for r in records
-            if r["dataset"] == dataset and r["variant"] == variant and r.get("status") == "finished"}
+    return {
+        r["seed"]: r
+        for r in records
+        if r["dataset"] == dataset and r["variant"] == variant and r.get("status") == "finished"
+    }
 
 
 def _accuracy_row(claim: Claim, a: dict, b: dict, seeds: list[int], n_resamples: int = 2000) -> dict:
@@ -102,8 +143,15 @@ def _accuracy_row(claim: Claim, a: dict, b: dict, seeds: list[int], n_resamples:
         return {"note": "no per-image results at this resolution"}
     correct_a, correct_b = (np.stack(ms) for ms in matrices)
     tested = stats.paired_difference(correct_a, correct_b, n_resamples=n_resamples)
-    row = {"a": 100 * correct_a.mean(), "b": 100 * correct_b.mean(), "effect": tested["effect"],
-           "p": tested["p_value"], "test": tested["test"], "low": tested["low"], "high": tested["high"]}
+    row = {
+        "a": 100 * correct_a.mean(),
+        "b": 100 * correct_b.mean(),
+        "effect": tested["effect"],
+        "p": tested["p_value"],
+        "test": tested["test"],
+        "low": tested["low"],
+        "high": tested["high"],
+    }
     if claim.margin is not None:  # equivalence / non-inferiority: the (1 − 2α) interval
         tost = stats.paired_equivalence(correct_a, correct_b, claim.margin, alpha=ALPHA, n_resamples=n_resamples)
         row.update(low=tost["low"], high=tost["high"], test=tested["test"] + f"; {100 * (1 - 2 * ALPHA):.0f}% interval")
@@ -118,10 +166,16 @@ def _time_row(claim: Claim, a: dict, b: dict, seeds: list[int], n_resamples: int
     interval = stats.t_interval(relative, confidence)
     p = float(scipy_stats.ttest_1samp(relative, 0.0).pvalue) if len(seeds) > 1 else math.nan
     flagged = [s for s in seeds if busy(a[s]) or busy(b[s])]
-    return {"a": float(ta.mean()), "b": float(tb.mean()), "effect": float(relative.mean()), "p": p,
-            "test": f"t over seeds; {100 * confidence:.0f}% interval", "low": interval["low"],
-            "high": interval["high"],
-            "note": f"timings of seeds {flagged} taken on a busy machine" if flagged else ""}
+    return {
+        "a": float(ta.mean()),
+        "b": float(tb.mean()),
+        "effect": float(relative.mean()),
+        "p": p,
+        "test": f"t over seeds; {100 * confidence:.0f}% interval",
+        "low": interval["low"],
+        "high": interval["high"],
+        "note": f"timings of seeds {flagged} taken on a busy machine" if flagged else "",
+    }
 
 
 def evaluate_claims(records: list[dict], claims=CLAIMS, datasets=None, n_resamples: int = 2000) -> list[dict]:
@@ -134,11 +188,17 @@ def evaluate_claims(records: list[dict], claims=CLAIMS, datasets=None, n_resampl
         for dataset in datasets:
             a, b = _by_seed(records, dataset, claim.a), _by_seed(records, dataset, claim.b)
             seeds = sorted(a.keys() & b.keys())
-            row = {"source": claim.source, "claim": claim.statement, "dataset": dataset,
-                   "comparison": f"{claim.a} vs {claim.b}" + (f" @ {claim.resolution}px {claim.mode}"
-                                                              if claim.resolution else ""),
-                   "kind": claim.kind, "margin": claim.margin, "seeds": len(seeds),
-                   "unit": "points" if claim.measure == "top1" else "% time"}
+            row = {
+                "source": claim.source,
+                "claim": claim.statement,
+                "dataset": dataset,
+                "comparison": f"{claim.a} vs {claim.b}"
+                + (f" @ {claim.resolution}px {claim.mode}" if claim.resolution else ""),
+                "kind": claim.kind,
+                "margin": claim.margin,
+                "seeds": len(seeds),
+                "unit": "points" if claim.measure == "top1" else "% time",
+            }
             if seeds:
                 row.update((_accuracy_row if claim.measure == "top1" else _time_row)(claim, a, b, seeds, n_resamples))
             else:
@@ -150,9 +210,19 @@ def evaluate_claims(records: list[dict], claims=CLAIMS, datasets=None, n_resampl
         rows[i]["p_holm"] = p
     for row in rows:
         row.setdefault("p_holm", math.nan)
-        row["verdict"] = stats.verdict(row["kind"], row.get("effect", math.nan), row.get("low", math.nan),
-                                       row.get("high", math.nan), row["p_holm"], ALPHA, row["margin"]) \
-            if "effect" in row else stats.INCONCLUSIVE + " (no data)"
+        row["verdict"] = (
+            stats.verdict(
+                row["kind"],
+                row.get("effect", math.nan),
+                row.get("low", math.nan),
+                row.get("high", math.nan),
+                row["p_holm"],
+                ALPHA,
+                row["margin"],
+            )
+            if "effect" in row
+            else stats.INCONCLUSIVE + " (no data)"
+        )
     return rows
 
 
@@ -200,12 +270,18 @@ def protocol_rows(params, records: list[dict]) -> list[dict]:
         cap = "" if params.data.train_size is None else f"; cap {params.data.train_size}"
         trained = sorted({train_images(r) for r in done if r.get("train_images_per_second")})
         tested = sorted({r["n_test"] for r in done if r.get("n_test")})
-        rows.append({"dataset": dataset,
-                     "training images": ", ".join(map(str, trained)) or f"— (no finished run{cap})",
-                     "test images": ", ".join(map(str, tested)) or "—",
-                     "epochs": params.train.epochs, "batch size": params.train.batch_size,
-                     "seeds": ", ".join(map(str, params.seeds)), "variants": len(params.variants),
-                     "runs finished": f"{len(done)} of {planned}"})
+        rows.append(
+            {
+                "dataset": dataset,
+                "training images": ", ".join(map(str, trained)) or f"— (no finished run{cap})",
+                "test images": ", ".join(map(str, tested)) or "—",
+                "epochs": params.train.epochs,
+                "batch size": params.train.batch_size,
+                "seeds": ", ".join(map(str, params.seeds)),
+                "variants": len(params.variants),
+                "runs finished": f"{len(done)} of {planned}",
+            }
+        )
     return rows
 
 
@@ -217,26 +293,28 @@ def protocol_text(params, claims=CLAIMS) -> str:
     """The protocol in Markdown: preset, model, budget, margins, intervals and the correction."""
     model = params.model
     kinds = sorted({c.kind for c in claims})
-    return "\n".join([
-        f"**Preset `{params.name}`** — {params.description or 'no description'}.",
-        "",
-        f"- Datasets: {', '.join(params.datasets)}; seeds {', '.join(map(str, params.seeds))} "
-        f"({len(params.seeds)} training run{'s' if len(params.seeds) != 1 else ''} per variant and dataset); "
-        f"{len(params.variants)} variants.",
-        f"- Budget: {params.train.epochs} epochs of batch {params.train.batch_size}, training images "
-        f"{'all' if params.data.train_size is None else f'capped at {params.data.train_size}'} "
-        f"(the table below gives the count each run used); device `{params.train.device}`.",
-        f"- Model: patch {model.patch_size}, dim {model.dim}, depth {model.depth}, heads {model.heads}, "
-        f"MLP {model.mlp_dim}, pool `{model.pool}`.",
-        f"- {len(claims)} claims ({', '.join(f'{sum(c.kind == k for c in claims)} {k}' for k in kinds)}), each "
-        f"tested on every dataset. Margins fixed before any result: ±{_points(MARGIN_POINTS)} of top-1 and "
-        f"±{MARGIN_TIME_PCT:g} % of inference time for `equal` (equivalence, TOST) and `at_least` "
-        "(non-inferiority) claims.",
-        f"- Intervals: {100 * (1 - ALPHA):.0f}% for `greater`/`less`, {100 * (1 - 2 * ALPHA):.0f}% for `equal`/"
-        f"`at_least` (each bound a one-sided test at α = {ALPHA:g}). Accuracy: paired bootstrap over seeds × test "
-        "images (exact McNemar p with one seed); time: Student-t over seeds of 100·(a/b − 1). Holm's correction "
-        f"over every testable row of the table, verdicts at α = {ALPHA:g}.",
-    ])
+    return "\n".join(
+        [
+            f"**Preset `{params.name}`** — {params.description or 'no description'}.",
+            "",
+            f"- Datasets: {', '.join(params.datasets)}; seeds {', '.join(map(str, params.seeds))} "
+            f"({len(params.seeds)} training run{'s' if len(params.seeds) != 1 else ''} per variant and dataset); "
+            f"{len(params.variants)} variants.",
+            f"- Budget: {params.train.epochs} epochs of batch {params.train.batch_size}, training images "
+            f"{'all' if params.data.train_size is None else f'capped at {params.data.train_size}'} "
+            f"(the table below gives the count each run used); device `{params.train.device}`.",
+            f"- Model: patch {model.patch_size}, dim {model.dim}, depth {model.depth}, heads {model.heads}, "
+            f"MLP {model.mlp_dim}, pool `{model.pool}`.",
+            f"- {len(claims)} claims ({', '.join(f'{sum(c.kind == k for c in claims)} {k}' for k in kinds)}), each "
+            f"tested on every dataset. Margins fixed before any result: ±{_points(MARGIN_POINTS)} of top-1 and "
+            f"±{MARGIN_TIME_PCT:g} % of inference time for `equal` (equivalence, TOST) and `at_least` "
+            "(non-inferiority) claims.",
+            f"- Intervals: {100 * (1 - ALPHA):.0f}% for `greater`/`less`, {100 * (1 - 2 * ALPHA):.0f}% for `equal`/"
+            f"`at_least` (each bound a one-sided test at α = {ALPHA:g}). Accuracy: paired bootstrap over seeds × test "
+            "images (exact McNemar p with one seed); time: Student-t over seeds of 100·(a/b − 1). Holm's correction "
+            f"over every testable row of the table, verdicts at α = {ALPHA:g}.",
+        ]
+    )
 
 
 def seed_table(records: list[dict], confidence: float = 0.95) -> list[dict]:
@@ -247,9 +325,17 @@ def seed_table(records: list[dict], confidence: float = 0.95) -> list[dict]:
     rows = []
     for row in stats.mean_ci_table(groups, confidence):
         dataset, variant = row["group"]
-        rows.append({"dataset": dataset, "variant": variant, "seeds": row["n"], "top-1 %": row["mean"],
-                     f"{100 * confidence:.0f}% t low": row["low"], f"{100 * confidence:.0f}% t high": row["high"],
-                     "std": row["std"]})
+        rows.append(
+            {
+                "dataset": dataset,
+                "variant": variant,
+                "seeds": row["n"],
+                "top-1 %": row["mean"],
+                f"{100 * confidence:.0f}% t low": row["low"],
+                f"{100 * confidence:.0f}% t high": row["high"],
+                "std": row["std"],
+            }
+        )
     return rows
 
 
@@ -260,12 +346,25 @@ def run_table(records: list[dict], n_resamples: int = 2000, confidence: float = 
         correct = correctness(r)
         row = {"dataset": r["dataset"], "variant": r["variant"], "seed": r["seed"], "top-1 %": 100 * r["top1"]}
         if correct is None:
-            rows.append({**row, "low": math.nan, "high": math.nan, "test images": r.get("n_test"),
-                         "note": "no per-image results in the record"})
+            rows.append(
+                {
+                    **row,
+                    "low": math.nan,
+                    "high": math.nan,
+                    "test images": r.get("n_test"),
+                    "note": "no per-image results in the record",
+                }
+            )
             continue
         interval = stats.bootstrap_accuracy(correct, confidence, n_resamples, seed=r["seed"])
-        rows.append({**row, f"{100 * confidence:.0f}% bootstrap low": 100 * interval["low"],
-                     f"{100 * confidence:.0f}% bootstrap high": 100 * interval["high"], "test images": correct.size})
+        rows.append(
+            {
+                **row,
+                f"{100 * confidence:.0f}% bootstrap low": 100 * interval["low"],
+                f"{100 * confidence:.0f}% bootstrap high": 100 * interval["high"],
+                "test images": correct.size,
+            }
+        )
     return rows
 
 
@@ -285,12 +384,33 @@ def mark_unplanned(rows: list[dict], variants) -> list[dict]:
 
 def claims_table(rows: list[dict]) -> list[dict]:
     """The claims rows with readable columns, in the order of the report."""
-    columns = [("source", "source"), ("claim", "claim"), ("dataset", "dataset"), ("comparison", "comparison (a vs b)"),
-               ("kind", "kind"), ("margin", "margin"), ("unit", "effect unit"), ("seeds", "seeds"),
-               ("a", "mean a"), ("b", "mean b"), ("effect", "effect"), ("low", "low"), ("high", "high"),
-               ("test", "test"), ("p", "p"), ("p_holm", "p (Holm)"), ("verdict", "verdict"), ("note", "note")]
-    return [{label: row.get(key, math.nan if key in ("a", "b", "effect", "low", "high", "p") else "")
-             for key, label in columns} for row in rows]
+    columns = [
+        ("source", "source"),
+        ("claim", "claim"),
+        ("dataset", "dataset"),
+        ("comparison", "comparison (a vs b)"),
+        ("kind", "kind"),
+        ("margin", "margin"),
+        ("unit", "effect unit"),
+        ("seeds", "seeds"),
+        ("a", "mean a"),
+        ("b", "mean b"),
+        ("effect", "effect"),
+        ("low", "low"),
+        ("high", "high"),
+        ("test", "test"),
+        ("p", "p"),
+        ("p_holm", "p (Holm)"),
+        ("verdict", "verdict"),
+        ("note", "note"),
+    ]
+    return [
+        {
+            label: row.get(key, math.nan if key in ("a", "b", "effect", "low", "high", "p") else "")
+            for key, label in columns
+        }
+        for row in rows
+    ]
 
 
 def verdict_counts(rows: list[dict]) -> list[dict]:
@@ -299,8 +419,7 @@ def verdict_counts(rows: list[dict]) -> list[dict]:
     table = []
     for source in [*dict.fromkeys(r["source"] for r in rows), "all"]:
         mine = [r for r in rows if source in ("all", r["source"])]
-        table.append({"source": source, **{k: sum(verdict_key(r) == k for r in mine) for k in keys},
-                      "rows": len(mine)})
+        table.append({"source": source, **{k: sum(verdict_key(r) == k for r in mine) for k in keys}, "rows": len(mine)})
     return table
 
 
@@ -312,8 +431,9 @@ def missing_runs(records: list[dict], expected) -> list[dict]:
     for dataset, variant, seed in expected:
         if (dataset, variant, seed) not in done:
             missing.setdefault((dataset, variant), []).append(seed)
-    return [{"dataset": d, "variant": v, "missing seeds": ", ".join(map(str, seeds))}
-            for (d, v), seeds in missing.items()]
+    return [
+        {"dataset": d, "variant": v, "missing seeds": ", ".join(map(str, seeds))} for (d, v), seeds in missing.items()
+    ]
 
 
 def _signed(value: float) -> str:
@@ -321,8 +441,9 @@ def _signed(value: float) -> str:
 
 
 def _finding(row: dict) -> str:
-    interval = "" if not math.isfinite(row.get("low", math.nan)) else \
-        f" [{_signed(row['low'])}, {_signed(row['high'])}]"
+    interval = (
+        "" if not math.isfinite(row.get("low", math.nan)) else f" [{_signed(row['low'])}, {_signed(row['high'])}]"
+    )
     seeds = f"{row['seeds']} seed{'s' if row['seeds'] != 1 else ''}"
     return f"`{row['comparison']}` on {row['dataset']}: {_signed(row['effect'])}{interval} ({seeds})"
 
@@ -334,12 +455,16 @@ def answer_text(rows: list[dict], missing: list[dict], planned_runs: int) -> str
     for count in verdict_counts(rows):
         if count["source"] == "all":
             continue
-        lines.append(f"- **{count['source']}**: {count[stats.SUPPORTED]} supported, {count[stats.CONTRADICTED]} "
-                     f"contradicted, {count[stats.INCONCLUSIVE]} inconclusive, {count[NO_DATA]} without data "
-                     f"(of {count['rows']} rows).")
+        lines.append(
+            f"- **{count['source']}**: {count[stats.SUPPORTED]} supported, {count[stats.CONTRADICTED]} "
+            f"contradicted, {count[stats.INCONCLUSIVE]} inconclusive, {count[NO_DATA]} without data "
+            f"(of {count['rows']} rows)."
+        )
     question = [r for r in rows if r["source"] == S002]
-    by_verdict = {k: [r for r in question if verdict_key(r) == k]
-                  for k in (stats.SUPPORTED, stats.CONTRADICTED, stats.INCONCLUSIVE, NO_DATA)}
+    by_verdict = {
+        k: [r for r in question if verdict_key(r) == k]
+        for k in (stats.SUPPORTED, stats.CONTRADICTED, stats.INCONCLUSIVE, NO_DATA)
+    }
     tested = len(question) - len(by_verdict[NO_DATA])
     if not question:
         short = "not asked by this table"
@@ -352,29 +477,45 @@ def answer_text(rows: list[dict], missing: list[dict], planned_runs: int) -> str
         if closed and open_:
             short = f"partly: yes for {closed} of the {len(question)} rows, no for {open_}{rest}"
         elif closed:
-            short = (f"yes for {closed} of the {len(question)} rows{rest}" if undecided
-                     else "yes, for every method and backend tested")
+            short = (
+                f"yes for {closed} of the {len(question)} rows{rest}"
+                if undecided
+                else "yes, for every method and backend tested"
+            )
         elif open_:
-            short = (f"no for {open_} of the {len(question)} rows{rest}" if undecided
-                     else "no, for every method and backend tested")
+            short = (
+                f"no for {open_} of the {len(question)} rows{rest}"
+                if undecided
+                else "no, for every method and backend tested"
+            )
         else:
             short = "undecided by the data so far"
     margin = f"±{_points(MARGIN_POINTS)}"
-    lines += ["", f"**Do relative positional encodings close the Performer–softmax gap here? — {short}.** "
-              f"Seed 002's claim, per method and Performer backend, is that `backend+method` matches "
-              f"`softmax+method` within {margin} of top-1 ({len(question)} rows, {tested} with data; effects "
-              f"a − b in points with their {100 * (1 - 2 * ALPHA):.0f}% interval):"]
-    phrases = {stats.SUPPORTED: f"gap closed (interval inside {margin})",
-               stats.CONTRADICTED: f"a gap beyond {margin} remains (interval outside, Holm-significant)",
-               stats.INCONCLUSIVE: f"inconclusive (interval not inside {margin}, nor Holm-significantly outside)"}
+    lines += [
+        "",
+        f"**Do relative positional encodings close the Performer–softmax gap here? — {short}.** "
+        f"Seed 002's claim, per method and Performer backend, is that `backend+method` matches "
+        f"`softmax+method` within {margin} of top-1 ({len(question)} rows, {tested} with data; effects "
+        f"a − b in points with their {100 * (1 - 2 * ALPHA):.0f}% interval):",
+    ]
+    phrases = {
+        stats.SUPPORTED: f"gap closed (interval inside {margin})",
+        stats.CONTRADICTED: f"a gap beyond {margin} remains (interval outside, Holm-significant)",
+        stats.INCONCLUSIVE: f"inconclusive (interval not inside {margin}, nor Holm-significantly outside)",
+    }
     if tested:
         per_backend: dict[str, list[str]] = {}
         for r in question:
             per_backend.setdefault(r["comparison"].split("+")[0], []).append(verdict_key(r))
         keys = (stats.SUPPORTED, stats.CONTRADICTED, stats.INCONCLUSIVE, NO_DATA)
-        lines.append("- per Performer backend: " + "; ".join(
-            f"`{backend}` " + ", ".join(f"{found.count(k)} {k}" for k in keys if found.count(k))
-            for backend, found in per_backend.items()) + ".")
+        lines.append(
+            "- per Performer backend: "
+            + "; ".join(
+                f"`{backend}` " + ", ".join(f"{found.count(k)} {k}" for k in keys if found.count(k))
+                for backend, found in per_backend.items()
+            )
+            + "."
+        )
     for key, phrase in phrases.items():
         if by_verdict[key]:
             lines.append(f"- {phrase}: " + "; ".join(_finding(r) for r in by_verdict[key]) + ".")
@@ -382,28 +523,44 @@ def answer_text(rows: list[dict], missing: list[dict], planned_runs: int) -> str
         notes = sorted({r.get("note") or NO_DATA for r in question})
         lines.append(f"- none of the {len(question)} rows has data yet ({', '.join(notes)}).")
     elif by_verdict[NO_DATA]:
-        lines.append("- no data: " + "; ".join(f"`{r['comparison']}` on {r['dataset']} ({r.get('note', '')})"
-                                                for r in by_verdict[NO_DATA]) + ".")
+        lines.append(
+            "- no data: "
+            + "; ".join(f"`{r['comparison']}` on {r['dataset']} ({r.get('note', '')})" for r in by_verdict[NO_DATA])
+            + "."
+        )
     baseline = [r for r in rows if r["claim"] == CLAIMS[0].statement and verdict_key(r) != NO_DATA]
     if baseline:
-        lines += ["", f"For scale, the gap without relative encodings ({100 * (1 - ALPHA):.0f}% interval): "
-                  + "; ".join(_finding(r) for r in baseline) + "."]
+        lines += [
+            "",
+            f"For scale, the gap without relative encodings ({100 * (1 - ALPHA):.0f}% interval): "
+            + "; ".join(_finding(r) for r in baseline)
+            + ".",
+        ]
     few = sorted({r["seeds"] for r in rows if verdict_key(r) != NO_DATA and r["seeds"] < 2})
     if few:
-        lines += ["", "Rows with a single seed carry test-set uncertainty only (no training randomness): read "
-                  "their verdicts as preliminary."]
+        lines += [
+            "",
+            "Rows with a single seed carry test-set uncertainty only (no training randomness): read "
+            "their verdicts as preliminary.",
+        ]
     still = sum(len(m["missing seeds"].split(", ")) for m in missing)
     if still:
         per_dataset = {}
         for m in missing:
             per_dataset[m["dataset"]] = per_dataset.get(m["dataset"], 0) + len(m["missing seeds"].split(", "))
         unplanned = sorted({r["comparison"].split(" @ ")[0] for r in rows if r.get("note") == NOT_PLANNED})
-        lines += ["", f"**Still missing:** {still} of {planned_runs} planned runs ("
-                  + ", ".join(f"{d}: {n}" for d, n in per_dataset.items()) + "; the missing-runs table lists them). "
-                  "Rows without data and inconclusive rows may change when they finish."]
+        lines += [
+            "",
+            f"**Still missing:** {still} of {planned_runs} planned runs ("
+            + ", ".join(f"{d}: {n}" for d, n in per_dataset.items())
+            + "; the missing-runs table lists them). "
+            "Rows without data and inconclusive rows may change when they finish.",
+        ]
         if unplanned:
-            lines[-1] += (f" {len(unplanned)} comparisons need variants this preset does not train (run the "
-                          "`cpu_claims` preset for them).")
+            lines[-1] += (
+                f" {len(unplanned)} comparisons need variants this preset does not train (run the "
+                "`cpu_claims` preset for them)."
+            )
     else:
         lines += ["", f"All {planned_runs} planned runs have finished."]
     return "\n".join(lines)
@@ -418,20 +575,26 @@ def busy_text(records: list[dict], rows: list[dict]) -> str:
     if not done:
         return "No finished runs yet, so no timings to judge."
     if not flagged:
-        text = (f"None of the {len(done)} finished runs was timed on a busy machine (1-minute load average above "
-                "its cores, `rpevit.metrics.busy`).")
+        text = (
+            f"None of the {len(done)} finished runs was timed on a busy machine (1-minute load average above "
+            "its cores, `rpevit.metrics.busy`)."
+        )
     else:
         low, high = min(r["load_average"] for r in flagged), max(r["load_average"] for r in flagged)
         cores = ", ".join(map(str, sorted({r["cpu_count"] for r in flagged})))
         load = f"{low:.1f}" if f"{low:.1f}" == f"{high:.1f}" else f"{low:.1f}–{high:.1f}"
-        text = (f"{len(flagged)} of {len(done)} finished runs took their timings on a busy machine: a 1-minute "
-                f"load average of {load} on {cores} core(s) (`rpevit.metrics.busy`). Other processes then share "
-                "the cores, so their inference times and seconds per epoch measure the machine's load as much as "
-                "the variant.")
+        text = (
+            f"{len(flagged)} of {len(done)} finished runs took their timings on a busy machine: a 1-minute "
+            f"load average of {load} on {cores} core(s) (`rpevit.metrics.busy`). Other processes then share "
+            "the cores, so their inference times and seconds per epoch measure the machine's load as much as "
+            "the variant."
+        )
     if affected:
-        text += (f"\n\n{len(affected)} of the {len(time_rows)} time-claim rows use such timings; their verdicts are "
-                 "no evidence about speed until the runs are timed again on an idle machine:\n\n"
-                 + "\n".join(f"- {r['claim']} · {r['dataset']}: {r['note']}" for r in affected))
+        text += (
+            f"\n\n{len(affected)} of the {len(time_rows)} time-claim rows use such timings; their verdicts are "
+            "no evidence about speed until the runs are timed again on an idle machine:\n\n"
+            + "\n".join(f"- {r['claim']} · {r['dataset']}: {r['note']}" for r in affected)
+        )
     elif time_rows:
         text += f"\n\nNone of the {len(time_rows)} time-claim rows with data uses a flagged timing."
     elif any(r["unit"] != "points" for r in rows):
@@ -453,8 +616,14 @@ def forest_figure(rows: list[dict], title: str = ""):
     if not panels:
         panels = [("points", [])]
     heights = [len(panel) + 2 for _, panel in panels]
-    fig, axes = plt.subplots(len(panels), 1, figsize=(12, 0.25 * sum(heights) + 1.8), squeeze=False,
-                             gridspec_kw={"height_ratios": heights}, layout="constrained")
+    fig, axes = plt.subplots(
+        len(panels),
+        1,
+        figsize=(12, 0.25 * sum(heights) + 1.8),
+        squeeze=False,
+        gridspec_kw={"height_ratios": heights},
+        layout="constrained",
+    )
     band, region = "#cfe3f5", "#e8f2e1"
     for axis, (unit, panel) in zip(axes[:, 0], panels):
         values = [abs(r[k]) for r in panel for k in ("low", "high", "effect") if math.isfinite(r.get(k, math.nan))]
@@ -470,36 +639,69 @@ def forest_figure(rows: list[dict], title: str = ""):
                 axis.plot([-margin, -margin], [y - 0.42, y + 0.42], color="tab:green", lw=0.8)
             key = verdict_key(row)
             if key == NO_DATA:
-                axis.text(0, y, row.get("note") or row["verdict"], ha="center", va="center", fontsize=7,
-                          color="0.4", style="italic", bbox={"facecolor": "white", "edgecolor": "none", "pad": 1})
+                axis.text(
+                    0,
+                    y,
+                    row.get("note") or row["verdict"],
+                    ha="center",
+                    va="center",
+                    fontsize=7,
+                    color="0.4",
+                    style="italic",
+                    bbox={"facecolor": "white", "edgecolor": "none", "pad": 1},
+                )
                 continue
             colour, marker = VERDICT_STYLES[key]
             if math.isfinite(row.get("low", math.nan)):
                 axis.plot([row["low"], row["high"]], [y, y], color=colour, lw=2)
             else:
-                axis.annotate("no interval (one seed)", (row["effect"], y), xytext=(8, 0), textcoords="offset points",
-                              va="center", fontsize=7, color="0.4", style="italic")
-            axis.plot(row["effect"], y, marker=marker, color=colour, markersize=7, markeredgecolor="black",
-                      markeredgewidth=0.5)
+                axis.annotate(
+                    "no interval (one seed)",
+                    (row["effect"], y),
+                    xytext=(8, 0),
+                    textcoords="offset points",
+                    va="center",
+                    fontsize=7,
+                    color="0.4",
+                    style="italic",
+                )
+            axis.plot(
+                row["effect"],
+                y,
+                marker=marker,
+                color=colour,
+                markersize=7,
+                markeredgecolor="black",
+                markeredgewidth=0.5,
+            )
         for y, (above, below) in zip(positions[1:], zip(panel, panel[1:])):
             if above["source"] != below["source"]:
                 axis.axhline(y + 0.5, color="0.6", lw=0.6)
         axis.axvline(0, color="black", lw=0.8)
         axis.set_xlim(-limit, limit)
         axis.set_ylim(-0.7, max(len(panel), 1) - 0.3)
-        axis.set_yticks(positions, [f"{source_tag(r['source'])} · {r['claim']} · {r['dataset']}" for r in panel],
-                        fontsize=7)
+        axis.set_yticks(
+            positions, [f"{source_tag(r['source'])} · {r['claim']} · {r['dataset']}" for r in panel], fontsize=7
+        )
         axis.tick_params(axis="x", labelsize=8)
         axis.grid(axis="x", alpha=0.3)
-        axis.set_xlabel("effect a − b (points of top-1)" if unit == "points"
-                        else "effect 100·(a/b − 1) (% of inference time per image; negative: a faster)", fontsize=8)
+        axis.set_xlabel(
+            "effect a − b (points of top-1)"
+            if unit == "points"
+            else "effect 100·(a/b − 1) (% of inference time per image; negative: a faster)",
+            fontsize=8,
+        )
         if not panel:
             axis.text(0, 0, "no claims", ha="center", va="center", fontsize=8, color="0.45")
-    handles = [Line2D([], [], color=c, marker=m, lw=2, markeredgecolor="black", markeredgewidth=0.5, label=k)
-               for k, (c, m) in VERDICT_STYLES.items()]
-    handles += [Patch(color=band, label="equivalence band (±margin): `equal` claims"),
-                Patch(color=region, label="non-inferior region (≥ −margin): `at_least` claims"),
-                Patch(facecolor="none", edgecolor="none", label="grey italics: no data (why)")]
+    handles = [
+        Line2D([], [], color=c, marker=m, lw=2, markeredgecolor="black", markeredgewidth=0.5, label=k)
+        for k, (c, m) in VERDICT_STYLES.items()
+    ]
+    handles += [
+        Patch(color=band, label="equivalence band (±margin): `equal` claims"),
+        Patch(color=region, label="non-inferior region (≥ −margin): `at_least` claims"),
+        Patch(facecolor="none", edgecolor="none", label="grey italics: no data (why)"),
+    ]
     fig.legend(handles=handles, loc="outside lower center", ncol=3, fontsize=7, frameon=False)
     interval = f"{100 * (1 - ALPHA):.0f}% interval for greater/less, {100 * (1 - 2 * ALPHA):.0f}% for equal/at_least"
     fig.suptitle(f"{title}{' — ' if title else ''}claims: effect a − b with its interval ({interval})", fontsize=9)

@@ -3,6 +3,7 @@ Performer (FAVOR+, ReLU), each with relative or absolute positional encodings, a
 study's tables and notebooks from the run records.
 
 A mistake in a command or preset prints one `error:` line and exits with status 2."""
+
 from __future__ import annotations
 
 import argparse
@@ -18,11 +19,12 @@ def _params(args):
     from .params import load_params
 
     params = load_params(args.params)
-    data = dataclasses.replace(params.data,
-                               root=getattr(args, "data_root", None) or params.data.root,
-                               download=params.data.download or getattr(args, "download", False))
-    train = params.train if not getattr(args, "device", None) else \
-        dataclasses.replace(params.train, device=args.device)
+    data = dataclasses.replace(
+        params.data,
+        root=getattr(args, "data_root", None) or params.data.root,
+        download=params.data.download or getattr(args, "download", False),
+    )
+    train = params.train if not getattr(args, "device", None) else dataclasses.replace(params.train, device=args.device)
     return dataclasses.replace(params, data=data, train=train)
 
 
@@ -41,11 +43,17 @@ def cmd_list(args) -> int:
     from .position import MECHANISMS, POSITIONS
     from .variants import list_variants, parse_variant
 
-    for flag, value, allowed in (("--backend", args.backend, BACKENDS), ("--position", args.position, POSITIONS),
-                                 ("--mechanism", args.mechanism, MECHANISMS)):
+    for flag, value, allowed in (
+        ("--backend", args.backend, BACKENDS),
+        ("--position", args.position, POSITIONS),
+        ("--mechanism", args.mechanism, MECHANISMS),
+    ):
         if value is not None and value not in allowed:
             raise UserError(f"{flag}: unknown {value!r}; choose from {', '.join(allowed)}.")
-    show = (lambda part: args.what in ("all", part))
+
+    def show(part: str) -> bool:
+        return args.what in ("all", part)
+
     if show("backends"):
         print("backends:")
         for name, cls in BACKENDS.items():
@@ -55,8 +63,11 @@ def cmd_list(args) -> int:
         print("positional methods (name: mechanism, relative/absolute — description):")
         for mechanism in MECHANISMS:
             for name, method in POSITIONS.items():
-                if method.mechanism == mechanism and args.mechanism in (None, mechanism) \
-                        and args.position in (None, name):
+                if (
+                    method.mechanism == mechanism
+                    and args.mechanism in (None, mechanism)
+                    and args.position in (None, name)
+                ):
                     kind = "relative" if method.relative else "absolute"
                     print(f"  {name}: {mechanism}, {kind} — {method.summary}")
     if show("datasets"):
@@ -74,8 +85,11 @@ def cmd_list(args) -> int:
 def _variant_matches(variant, args) -> bool:
     from .position import POSITIONS
 
-    return (args.backend in (None, variant.backend) and args.position in (None, *variant.positions)
-            and (args.mechanism is None or any(POSITIONS[p].mechanism == args.mechanism for p in variant.positions)))
+    return (
+        args.backend in (None, variant.backend)
+        and args.position in (None, *variant.positions)
+        and (args.mechanism is None or any(POSITIONS[p].mechanism == args.mechanism for p in variant.positions))
+    )
 
 
 def cmd_train(args) -> int:
@@ -92,12 +106,22 @@ def cmd_train(args) -> int:
     dataset_name = args.dataset or params.datasets[0]
 
     def train():
-        preflight(dataclasses.replace(params, datasets=(dataset_name,)) if dataset_name in params.datasets
-                  else params, variants=[variant])
+        preflight(
+            dataclasses.replace(params, datasets=(dataset_name,)) if dataset_name in params.datasets else params,
+            variants=[variant],
+        )
         dataset = _dataset(args, params)
         out_dir = records.run_dir(params.name, dataset.info.name, variant, args.seed, epochs=args.epochs)
-        return out_dir, train_run(params, dataset, variant, args.seed, out_dir, epochs=args.epochs,
-                                  resume=args.resume, progress=not args.no_progress)
+        return out_dir, train_run(
+            params,
+            dataset,
+            variant,
+            args.seed,
+            out_dir,
+            epochs=args.epochs,
+            resume=args.resume,
+            progress=not args.no_progress,
+        )
 
     # torchrun (WORLD_SIZE > 1): join the process group before the dataset goes to this rank's device
     if distributed.init(params.train.device):
@@ -116,8 +140,10 @@ def cmd_train(args) -> int:
     if record.get("status") != "finished":
         print(f"this run is recorded as {record.get('status')}: {record.get('message', '')}")
         return 1
-    print(f"test top-1 {100 * record['top1']:.2f}% (best epoch {record['best_epoch']}); record: "
-          f"{out_dir / records.RECORD}")
+    print(
+        f"test top-1 {100 * record['top1']:.2f}% (best epoch {record['best_epoch']}); record: "
+        f"{out_dir / records.RECORD}"
+    )
     return 0
 
 
@@ -129,11 +155,18 @@ def cmd_study(args) -> int:
     if args.engine == "ray":
         from .cluster import run_study_ray
 
-        results = run_study_ray(params, address=args.address, gpus_per_run=args.gpus_per_run or 0.0,
-                                cpus_per_run=args.cpus_per_run or 1, progress=False if args.no_progress else None)
+        results = run_study_ray(
+            params,
+            address=args.address,
+            gpus_per_run=args.gpus_per_run or 0.0,
+            cpus_per_run=args.cpus_per_run or 1,
+            progress=False if args.no_progress else None,
+        )
         failed = [r for r in results if r.get("status") in ("failed", "skipped")]
-        print(f"{len(results) - len(failed)} runs recorded, {len(failed)} failed or skipped; "
-              f"summary: {REPORTS_ROOT / params.name / 'summary.md'}")
+        print(
+            f"{len(results) - len(failed)} runs recorded, {len(failed)} failed or skipped; "
+            f"summary: {REPORTS_ROOT / params.name / 'summary.md'}"
+        )
         return 1 if failed else 0
     if args.address or args.gpus_per_run is not None or args.cpus_per_run is not None:
         raise UserError("--address, --gpus-per-run and --cpus-per-run need --engine ray.")
@@ -150,17 +183,21 @@ def cmd_evaluate(args) -> int:
     try:
         resolutions = [int(r) for r in args.resolutions.split(",")]
     except ValueError:
-        raise UserError(f"--resolutions: {args.resolutions!r} is not a comma-separated list of integers "
-                        "(e.g. 20,28,36).") from None
+        raise UserError(
+            f"--resolutions: {args.resolutions!r} is not a comma-separated list of integers (e.g. 20,28,36)."
+        ) from None
     patch = params.model.patch_size
     bad = [r for r in resolutions if r < patch or r % patch]
     if bad:
-        raise UserError(f"--resolutions: {bad} are not positive multiples of model.patch_size = {patch}; "
-                        "give image sizes divisible by the patch size.")
+        raise UserError(
+            f"--resolutions: {bad} are not positive multiples of model.patch_size = {patch}; "
+            "give image sizes divisible by the patch size."
+        )
     dataset = _dataset(args, params)
     rows = evaluate_resolutions(params, dataset, args.variant, args.seed, resolutions)
-    print(markdown_table([{"resolution": r["resolution"], "mode": r["mode"], "top-1 %": 100 * r["top1"]}
-                          for r in rows]))
+    print(
+        markdown_table([{"resolution": r["resolution"], "mode": r["mode"], "top-1 %": 100 * r["top1"]} for r in rows])
+    )
     return 0
 
 
@@ -168,8 +205,12 @@ def cmd_notebooks(args) -> int:
     """Execute the study notebooks with papermill into reports/<preset>/ and index them."""
     from .notebooks import execute_notebooks
 
-    outputs = execute_notebooks(args.params, only=args.only.split(",") if args.only else None,
-                                kernel=args.kernel, cell_timeout=args.cell_timeout)
+    outputs = execute_notebooks(
+        args.params,
+        only=args.only.split(",") if args.only else None,
+        kernel=args.kernel,
+        cell_timeout=args.cell_timeout,
+    )
     print(f"{len(outputs)} notebooks executed; index: {outputs[0].parent / 'README.md' if outputs else '—'}")
     return 0
 
@@ -178,8 +219,11 @@ def cmd_bench(args) -> int:
     """Benchmarks: throughput of training and of the data pipeline (ratios in one run)."""
     from .bench import run_bench
 
-    print("command: python -m rpevit " + " ".join(sys.argv[1:]) if sys.argv[0].endswith("__main__.py")
-          else f"command: rpevit bench {args.what}")
+    print(
+        "command: python -m rpevit " + " ".join(sys.argv[1:])
+        if sys.argv[0].endswith("__main__.py")
+        else f"command: rpevit bench {args.what}"
+    )
     run_bench(args.what, args)
     return 0
 
@@ -193,17 +237,23 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser for every sub-command."""
-    parser = _Parser(prog="python -m rpevit", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EXAMPLES)
+    parser = _Parser(
+        prog="python -m rpevit",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=EXAMPLES,
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
 
     listing = sub.add_parser("list", help="list backends, positional methods, variants, datasets and presets")
-    listing.add_argument("what", nargs="?", default="all",
-                         choices=["all", "backends", "positions", "variants", "datasets", "presets"])
+    listing.add_argument(
+        "what", nargs="?", default="all", choices=["all", "backends", "positions", "variants", "datasets", "presets"]
+    )
     listing.add_argument("--backend", help="only this backend's variants, e.g. favor")
     listing.add_argument("--position", help="only variants using this positional method, e.g. krpe")
-    listing.add_argument("--mechanism", help="only methods (and variants using one) of this mechanism: "
-                                             "rotary, bias, gate, absolute")
+    listing.add_argument(
+        "--mechanism", help="only methods (and variants using one) of this mechanism: rotary, bias, gate, absolute"
+    )
 
     def add_common(p):
         p.add_argument("--data-root", help="directory holding dataset files (also $RPEVIT_DATA)")
@@ -222,12 +272,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     study = sub.add_parser("study", help="run or resume a preset's grid")
     study.add_argument("params", help="preset name or YAML path")
-    study.add_argument("--engine", choices=["sequential", "ray"], default="sequential",
-                       help="sequential: one run after another in this process (default); ray: one Ray task per run")
-    study.add_argument("--address", help="--engine ray: a running Ray cluster, HOST:6379 or auto "
-                                         "(default: $RAY_ADDRESS, else a new local Ray on this machine)")
-    study.add_argument("--gpus-per-run", type=float,
-                       help="--engine ray: GPU share per run, ≤ 1 (0.25 packs 4 runs per GPU)")
+    study.add_argument(
+        "--engine",
+        choices=["sequential", "ray"],
+        default="sequential",
+        help="sequential: one run after another in this process (default); ray: one Ray task per run",
+    )
+    study.add_argument(
+        "--address",
+        help="--engine ray: a running Ray cluster, HOST:6379 or auto "
+        "(default: $RAY_ADDRESS, else a new local Ray on this machine)",
+    )
+    study.add_argument(
+        "--gpus-per-run", type=float, help="--engine ray: GPU share per run, ≤ 1 (0.25 packs 4 runs per GPU)"
+    )
     study.add_argument("--cpus-per-run", type=int, help="--engine ray: CPUs per run = its torch threads (default 1)")
     add_common(study)
 
@@ -243,16 +301,27 @@ def build_parser() -> argparse.ArgumentParser:
     notebooks.add_argument("params", help="preset name or YAML path")
     notebooks.add_argument("--only", help="comma-separated notebook name prefixes, e.g. 00,40")
     notebooks.add_argument("--kernel", default="python3", help="Jupyter kernel name")
-    notebooks.add_argument("--cell-timeout", type=int, help="seconds one cell may run before the notebook fails "
-                                                          "(default $RPEVIT_CELL_TIMEOUT or 900; training cells "
-                                                          "are exempt)")
+    notebooks.add_argument(
+        "--cell-timeout",
+        type=int,
+        help="seconds one cell may run before the notebook fails "
+        "(default $RPEVIT_CELL_TIMEOUT or 900; training cells "
+        "are exempt)",
+    )
 
     bench = sub.add_parser("bench", help="throughput benchmarks")
     bench.add_argument("what", choices=["train", "data", "attention", "bias", "patches"], help="what to measure")
-    bench.add_argument("--sides", default="8,16,32,64,128",
-                       help="attention: grid sides (N = side²), default 8,16,32,64,128 = 64…16384 tokens")
-    bench.add_argument("--softmax-cpu-max", type=int, default=4096,
-                       help="attention: largest N on CPU for softmax and relative-bias methods (memory)")
+    bench.add_argument(
+        "--sides",
+        default="8,16,32,64,128",
+        help="attention: grid sides (N = side²), default 8,16,32,64,128 = 64…16384 tokens",
+    )
+    bench.add_argument(
+        "--softmax-cpu-max",
+        type=int,
+        default=4096,
+        help="attention: largest N on CPU for softmax and relative-bias methods (memory)",
+    )
     bench.add_argument("--params", default="smoke", help="comma-separated presets whose model/data to use")
     bench.add_argument("--compile", action="store_true", help="torch.compile the model (CUDA only)")
     bench.add_argument("--variant", help="train/data: the variant to time (default: each preset's first)")
@@ -270,8 +339,14 @@ EXAMPLES = """examples:
   python -m rpevit bench attention                   time and memory of one layer vs tokens
 """
 
-COMMANDS = {"list": cmd_list, "train": cmd_train, "study": cmd_study, "evaluate": cmd_evaluate,
-            "notebooks": cmd_notebooks, "bench": cmd_bench}
+COMMANDS = {
+    "list": cmd_list,
+    "train": cmd_train,
+    "study": cmd_study,
+    "evaluate": cmd_evaluate,
+    "notebooks": cmd_notebooks,
+    "bench": cmd_bench,
+}
 
 
 def main(argv=None) -> int:
@@ -282,9 +357,11 @@ def main(argv=None) -> int:
 
     args = build_parser().parse_args(argv)
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 and args.command != "train":
-        print(f"error: torchrun starts several processes; only `train` runs data-parallel (got "
-              f"`{args.command}`). Run `python -m rpevit {args.command} …` once, or `--engine ray` for a grid.",
-              file=sys.stderr)
+        print(
+            f"error: torchrun starts several processes; only `train` runs data-parallel (got "
+            f"`{args.command}`). Run `python -m rpevit {args.command} …` once, or `--engine ray` for a grid.",
+            file=sys.stderr,
+        )
         return 2
     try:
         return COMMANDS[args.command](args)
@@ -298,8 +375,11 @@ def main(argv=None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print("interrupted: finished epochs are checkpointed; run the same command again "
-              "(with --resume for `train`) to continue.", file=sys.stderr)
+        print(
+            "interrupted: finished epochs are checkpointed; run the same command again "
+            "(with --resume for `train`) to continue.",
+            file=sys.stderr,
+        )
         return 130
 
 

@@ -1,4 +1,5 @@
 """Device choice and mixed precision: CUDA when asked for (or 'auto' finds one), bf16 autocast on CUDA."""
+
 from __future__ import annotations
 
 import platform

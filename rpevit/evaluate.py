@@ -10,6 +10,7 @@ Test images are resized with antialiasing. Two position modes, labelled in every
 Learned APE and the IRPE-Gate tables are resized in both modes, so for variants whose methods
 ignore position interpolation the two modes coincide and only "extrapolate" is run.
 """
+
 from __future__ import annotations
 
 import torch
@@ -27,8 +28,9 @@ def resize_split(split, size: int) -> data_lib.Split:
     """The split's images resized to size×size (antialiased bilinear), back to uint8."""
     if split.images.shape[-1] == size:
         return split
-    images = F.interpolate(split.images.float(), size=(size, size), mode="bilinear", antialias=True,
-                           align_corners=False)
+    images = F.interpolate(
+        split.images.float(), size=(size, size), mode="bilinear", antialias=True, align_corners=False
+    )
     return data_lib.Split(images.round().clamp(0, 255).to(torch.uint8), split.labels)
 
 
@@ -53,16 +55,33 @@ def evaluate_resolutions(params, dataset, variant: str, seed: int, resolutions, 
     for size in resolutions:
         split = resize_split(dataset.test, size)
         for mode in position_modes(variant):
-            print(f"[{record['variant']} | {dataset.info.name} | seed {seed}] testing at {size}×{size} ({mode})",
-                  flush=True)
-            logits, labels = runs.predict(model, split, dataset.info, train_cfg.eval_batch_size, device,
-                                          train_cfg.amp, interpolate=mode == "interpolate")
+            print(
+                f"[{record['variant']} | {dataset.info.name} | seed {seed}] testing at {size}×{size} ({mode})",
+                flush=True,
+            )
+            logits, labels = runs.predict(
+                model,
+                split,
+                dataset.info,
+                train_cfg.eval_batch_size,
+                device,
+                train_cfg.amp,
+                interpolate=mode == "interpolate",
+            )
             scores = metrics.classification_metrics(logits, labels, record["num_params"])
-            results.append({"resolution": size, "mode": mode, "trained_resolution": dataset.info.image_size,
-                            "top1": scores["top1"], "top5": scores["top5"],
-                            "log_likelihood": scores["log_likelihood"],
-                            "correct": metrics.correct_string(logits, labels)})
+            results.append(
+                {
+                    "resolution": size,
+                    "mode": mode,
+                    "trained_resolution": dataset.info.image_size,
+                    "top1": scores["top1"],
+                    "top5": scores["top5"],
+                    "log_likelihood": scores["log_likelihood"],
+                    "correct": metrics.correct_string(logits, labels),
+                }
+            )
     record["resolution_eval"] = results
-    records.write_json(records.run_dir(params.name, dataset.info.name, record["variant"], seed, runs_root)
-                       / records.RECORD, record)
+    records.write_json(
+        records.run_dir(params.name, dataset.info.name, record["variant"], seed, runs_root) / records.RECORD, record
+    )
     return results

@@ -4,6 +4,7 @@ Tokens are the H×W patches in row-major order (row = i div W, col = i mod W, th
 which the convolutional patch embedding flattens), optionally preceded by one CLS token.
 r_i = (row, col) and the offset Δ_ij = r_j − r_i (REFERENCE.md notation).
 """
+
 from __future__ import annotations
 
 from collections import OrderedDict

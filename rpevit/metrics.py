@@ -8,6 +8,7 @@
 * `inference_timing`, `Timer`, `reset_peak_memory` / `peak_memory_mb`: wall-clock and memory,
   synchronising CUDA where the work runs on a GPU.
 """
+
 from __future__ import annotations
 
 import math
@@ -49,9 +50,7 @@ def classification_metrics(logits: Tensor, labels: Tensor, num_params: int) -> d
     n examples, aic = 2k - 2 ln L and bic = k ln n - 2 ln L. top5 uses min(5, C) classes.
     """
     if logits.ndim != 2 or labels.ndim != 1 or logits.shape[0] != labels.shape[0]:
-        raise ValueError(
-            f"expected logits (n, C) and labels (n,), got {tuple(logits.shape)} and {tuple(labels.shape)}"
-        )
+        raise ValueError(f"expected logits (n, C) and labels (n,), got {tuple(logits.shape)} and {tuple(labels.shape)}")
     num_examples, num_classes = logits.shape
     if num_examples == 0:
         raise ValueError("classification_metrics needs at least one example")

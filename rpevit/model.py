@@ -4,6 +4,7 @@ Convolutional patch embedding → [CLS] + absolute positions → pre-norm blocks
 is one backend with the variant's rotary / bias / gate mechanisms → norm → CLS or mean pool →
 linear head. Any image size divisible by the patch size works: the grid is rebuilt per call.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -23,8 +24,9 @@ class MLP(nn.Sequential):
     """Two-layer GELU feed-forward block."""
 
     def __init__(self, dim: int, hidden: int, dropout: float):
-        super().__init__(nn.Linear(dim, hidden), nn.GELU(), nn.Dropout(dropout),
-                         nn.Linear(hidden, dim), nn.Dropout(dropout))
+        super().__init__(
+            nn.Linear(dim, hidden), nn.GELU(), nn.Dropout(dropout), nn.Linear(hidden, dim), nn.Dropout(dropout)
+        )
 
 
 class Block(nn.Module):
@@ -50,8 +52,7 @@ class ViT(nn.Module):
         super().__init__()
         validate_model(config)
         if config.image_size % config.patch_size:
-            raise UserError(f"image size {config.image_size} is not divisible by patch_size "
-                            f"{config.patch_size}.")
+            raise UserError(f"image size {config.image_size} is not divisible by patch_size {config.patch_size}.")
         self.variant, self.config = variant, config
         self.side = config.image_size // config.patch_size
         self.patch_embed = nn.Conv2d(config.channels, config.dim, config.patch_size, config.patch_size)
@@ -59,11 +60,11 @@ class ViT(nn.Module):
         if self.cls_token is not None:
             self.cls_token.no_weight_decay = True
         absolute = variant.method("absolute")
-        self.absolute = None if absolute is None else \
-            build_position(absolute, config, config.dim, config.heads)
+        self.absolute = None if absolute is None else build_position(absolute, config, config.dim, config.heads)
         methods = {m: variant.method(m) for m in ("rotary", "bias", "gate")}
         self.blocks = nn.ModuleList(
-            Block(config, MultiHeadAttention(config, variant.backend, **methods)) for _ in range(config.depth))
+            Block(config, MultiHeadAttention(config, variant.backend, **methods)) for _ in range(config.depth)
+        )
         self.norm = nn.LayerNorm(config.dim)
         self.head = nn.Linear(config.dim, config.num_classes)
         # initialise the backbone only: positional modules and backends keep their own inits
@@ -78,8 +79,13 @@ class ViT(nn.Module):
         p = self.config.patch_size
         if height % p or width % p:
             raise UserError(f"image size {height}×{width} is not divisible by patch_size {p}.")
-        return Grid(height // p, width // p, cls=self.cls_token is not None,
-                    trained=(self.side, self.side), interpolate=interpolate)
+        return Grid(
+            height // p,
+            width // p,
+            cls=self.cls_token is not None,
+            trained=(self.side, self.side),
+            interpolate=interpolate,
+        )
 
     def tokens(self, images, grid):
         """Embedded tokens entering the first block: (B, T, D)."""

@@ -12,6 +12,7 @@ failing cell; the partly executed copy is kept. Executed notebooks record paths 
 project only. A whole run (no `only`) also removes every file of the folder that this execution
 did not produce, except the study runner's summary tables.
 """
+
 from __future__ import annotations
 
 import os
@@ -58,8 +59,9 @@ def project_relative(path) -> str:
 
 def notebook_parameters(preset: str, notebook: Path | None = None, report_folder=None) -> dict:
     """The parameters a preset passes to a notebook: its YAML keys, `name` (a preset of params/ by
-    its name, any other YAML file by its path, relative to the project when inside it) and `report_dir` (relative to the project) — only the names the
-    notebook's parameters cell declares when `notebook` is given."""
+    its name, any other YAML file by its path, relative to the project when inside it) and
+    `report_dir` (relative to the project) — only the names the notebook's parameters cell declares
+    when `notebook` is given."""
     load_params(preset)  # fail here, with one clear message, on a bad preset
     path = preset_path(preset)
     raw = yaml.safe_load(path.read_text()) or {}
@@ -124,8 +126,9 @@ def cell_timeout_seconds(cell_timeout: float | None = None) -> float:
         raise UserError(f"RPEVIT_CELL_TIMEOUT must be a number of seconds, got {value!r}.") from None
 
 
-def execute_notebook(notebook: Path, output: Path, parameters: dict, kernel: str = "python3",
-                     cell_timeout: float | None = None) -> float:
+def execute_notebook(
+    notebook: Path, output: Path, parameters: dict, kernel: str = "python3", cell_timeout: float | None = None
+) -> float:
     """Execute one notebook with papermill into `output` (cwd: the project root); return seconds."""
     import papermill
     from nbclient.exceptions import CellTimeoutError
@@ -133,6 +136,7 @@ def execute_notebook(notebook: Path, output: Path, parameters: dict, kernel: str
     limit = cell_timeout_seconds(cell_timeout)
     started = time.perf_counter()
     with tempfile.TemporaryFile() as log:
+
         def kernel_log() -> str:
             log.seek(0)
             text = log.read().decode(errors="replace").strip()
@@ -140,24 +144,41 @@ def execute_notebook(notebook: Path, output: Path, parameters: dict, kernel: str
 
         try:
             papermill.execute_notebook(
-                str(notebook), str(output), parameters=parameters, kernel_name=kernel, cwd=str(PROJECT_ROOT),
-                progress_bar=False, log_output=False, kernel_manager_class=_kernel_manager_class(log),
-                timeout_func=lambda cell: None if NO_TIMEOUT_TAG in cell.metadata.get("tags", []) else limit)
+                str(notebook),
+                str(output),
+                parameters=parameters,
+                kernel_name=kernel,
+                cwd=str(PROJECT_ROOT),
+                progress_bar=False,
+                log_output=False,
+                kernel_manager_class=_kernel_manager_class(log),
+                timeout_func=lambda cell: None if NO_TIMEOUT_TAG in cell.metadata.get("tags", []) else limit,
+            )
         except papermill.PapermillExecutionError as exc:
-            raise NotebookFailed(f"notebook {notebook.name} failed in cell {exc.exec_count}: {exc.ename}: "
-                                 f"{exc.evalue} (partly executed copy: {project_relative(output)})") from None
+            raise NotebookFailed(
+                f"notebook {notebook.name} failed in cell {exc.exec_count}: {exc.ename}: "
+                f"{exc.evalue} (partly executed copy: {project_relative(output)})"
+            ) from None
         except CellTimeoutError:
-            raise NotebookFailed(f"notebook {notebook.name}: a cell ran longer than the per-cell limit of "
-                                 f"{limit:g} s (RPEVIT_CELL_TIMEOUT; partly executed copy: "
-                                 f"{project_relative(output)}){kernel_log()}") from None
+            raise NotebookFailed(
+                f"notebook {notebook.name}: a cell ran longer than the per-cell limit of "
+                f"{limit:g} s (RPEVIT_CELL_TIMEOUT; partly executed copy: "
+                f"{project_relative(output)}){kernel_log()}"
+            ) from None
         except RuntimeError as exc:  # the kernel died or could not start
             raise NotebookFailed(f"notebook {notebook.name}: {exc}{kernel_log()}") from None
     finalise_executed(output, notebook)
     return time.perf_counter() - started
 
 
-def execute_notebooks(preset: str, only: list[str] | None = None, kernel: str = "python3",
-                      reports_root=None, cell_timeout: float | None = None, notebooks_dir=None) -> list[Path]:
+def execute_notebooks(
+    preset: str,
+    only: list[str] | None = None,
+    kernel: str = "python3",
+    reports_root=None,
+    cell_timeout: float | None = None,
+    notebooks_dir=None,
+) -> list[Path]:
     """Run the notebooks (all, or those whose names start with an entry of `only`) for a preset
     into reports/<preset>/, then write its README.md. Returns the executed copies."""
     params = load_params(preset)
@@ -172,8 +193,9 @@ def execute_notebooks(preset: str, only: list[str] | None = None, kernel: str = 
         print(f"[{index}/{len(chosen)}] {notebook.stem} → {project_relative(output)} …", end="", flush=True)
         begin_notebook(out_dir, notebook.stem)
         try:
-            seconds = execute_notebook(notebook, output, notebook_parameters(preset, notebook, out_dir), kernel,
-                                       cell_timeout)
+            seconds = execute_notebook(
+                notebook, output, notebook_parameters(preset, notebook, out_dir), kernel, cell_timeout
+            )
         except BaseException:
             print(" failed", flush=True)
             raise

@@ -6,6 +6,7 @@ and a run's key hashes only the options of its own backend and methods, minus th
 `neutral` (settings that do not change what a run learns, e.g. which exact computation path).
 An Options class may define `check(where)` to reject values its type alone allows.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -24,8 +25,7 @@ def neutral(default):
 
 def result_fields(options) -> dict:
     """The options' fields that change a run's result, as plain data."""
-    return {f.name: getattr(options, f.name) for f in dataclasses.fields(options)
-            if not f.metadata.get("neutral")}
+    return {f.name: getattr(options, f.name) for f in dataclasses.fields(options) if not f.metadata.get("neutral")}
 
 
 def check(options, where: str) -> None:

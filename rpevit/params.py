@@ -4,6 +4,7 @@ A preset names a grid (datasets × variants × seeds) and the model, data and tr
 shared by every run in it. Every mistake is reported as one UserError naming the key, the bad
 value and what is allowed.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -18,6 +19,7 @@ import yaml
 
 from .errors import UserError
 from .options import neutral
+
 
 def _project_root() -> Path:
     """The repository root when rpevit runs from its checkout (editable install), else the cwd."""
@@ -70,11 +72,16 @@ def options_class(name: str) -> type:
 
 # flat model keys of rpevit ≤ 0.1 → (component, option): named in errors and used to recognise old records
 LEGACY_MODEL_KEYS = {
-    "favor_features": ("favor", "num_features"), "favor_redraw_steps": ("favor", "redraw_steps"),
-    "relu_features": ("relu", "feature_map"), "relu_num_features": ("relu", "num_features"),
-    "rope_theta": ("rope_axial", "theta"), "rope_mixed_theta": ("rope_mixed", "theta"),
-    "bias_path": ("favor|relu", "bias_path"), "krpe_extrapolation": ("krpe", "extrapolation"),
-    "irpe_method": ("irpe", "buckets"), "gate_string_rank": ("gate_string", "rank"),
+    "favor_features": ("favor", "num_features"),
+    "favor_redraw_steps": ("favor", "redraw_steps"),
+    "relu_features": ("relu", "feature_map"),
+    "relu_num_features": ("relu", "num_features"),
+    "rope_theta": ("rope_axial", "theta"),
+    "rope_mixed_theta": ("rope_mixed", "theta"),
+    "bias_path": ("favor|relu", "bias_path"),
+    "krpe_extrapolation": ("krpe", "extrapolation"),
+    "irpe_method": ("irpe", "buckets"),
+    "gate_string_rank": ("gate_string", "rank"),
     "rotation_site": ("favor|relu", "rotation_site"),
 }
 
@@ -115,6 +122,7 @@ class TrainConfig:
 
     def check(self, where: str = "train") -> None:
         """Reject values that would crash or silently train garbage (before any training starts)."""
+
         def bad(key, value, allowed):
             return UserError(f"{where}.{key}: {value!r} is not valid; it must be {allowed}.")
 
@@ -172,8 +180,9 @@ def _type_name(tp) -> str:
         return " or ".join(_type_name(a) for a in typing.get_args(tp))
     if origin is tuple:
         return f"a list of {_type_name(typing.get_args(tp)[0])}"
-    return {int: "an integer", float: "a number", bool: "true/false", str: "a string",
-            type(None): "null"}.get(tp, getattr(tp, "__name__", str(tp)))
+    return {int: "an integer", float: "a number", bool: "true/false", str: "a string", type(None): "null"}.get(
+        tp, getattr(tp, "__name__", str(tp))
+    )
 
 
 def _coerce(value, tp, key: str):
@@ -239,9 +248,11 @@ def build_dataclass(cls, values, where: str = ""):
     try:
         return cls(**kwargs)
     except TypeError as exc:  # a required key is missing
-        missing = [f.name for f in dataclasses.fields(cls)
-                   if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-                   and f.name not in kwargs]
+        missing = [
+            f.name
+            for f in dataclasses.fields(cls)
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING and f.name not in kwargs
+        ]
         raise UserError(f"{where or 'preset'}: missing required key(s) {', '.join(missing)}.") from exc
 
 
@@ -258,22 +269,27 @@ def _build_model_config(values: dict, where: str) -> ModelConfig:
             continue
         if key in LEGACY_MODEL_KEYS:
             component, option = LEGACY_MODEL_KEYS[key]
-            raise UserError(f"{where}.{key} is now an option of its method: write {where}: "
-                            f"{{{component.split('|')[0]}: {{{option}: ...}}}}"
-                            + (" (or under relu)" if "|" in component else "") + ".")
+            raise UserError(
+                f"{where}.{key} is now an option of its method: write {where}: "
+                f"{{{component.split('|')[0]}: {{{option}: ...}}}}"
+                + (" (or under relu)" if "|" in component else "")
+                + "."
+            )
         if key not in known:
-            raise UserError(f"unknown key {where}.{key}; allowed keys: {', '.join(core)}, or the options of a "
-                            f"backend or positional method under its name: {', '.join(known)}.")
-        opts = value if dataclasses.is_dataclass(value) else build_dataclass(known[key].Options, value,
-                                                                             f"{where}.{key}")
+            raise UserError(
+                f"unknown key {where}.{key}; allowed keys: {', '.join(core)}, or the options of a "
+                f"backend or positional method under its name: {', '.join(known)}."
+            )
+        opts = (
+            value if dataclasses.is_dataclass(value) else build_dataclass(known[key].Options, value, f"{where}.{key}")
+        )
         check(opts, f"{where}.{key}")
         options[key] = opts
     nested = values.get("options") or {}
     for key, opts in nested.items():  # already-built options (dataclasses.replace / asdict round trips)
         if key not in known:
             raise UserError(f"unknown component {key!r} in {where}.options; choose from {', '.join(known)}.")
-        opts = opts if dataclasses.is_dataclass(opts) else build_dataclass(known[key].Options, opts,
-                                                                           f"{where}.{key}")
+        opts = opts if dataclasses.is_dataclass(opts) else build_dataclass(known[key].Options, opts, f"{where}.{key}")
         check(opts, f"{where}.{key}")
         options.setdefault(key, opts)
     hints = typing.get_type_hints(ModelConfig)
@@ -314,21 +330,29 @@ def _validate(params: Params) -> None:
     validate_model(params.model)
     params.train.check()
     if params.data.train_size is not None and params.data.train_size < 1:
-        raise UserError(f"data.train_size: {params.data.train_size} is not valid; it must be a positive integer "
-                        "or null for the whole training split.")
+        raise UserError(
+            f"data.train_size: {params.data.train_size} is not valid; it must be a positive integer "
+            "or null for the whole training split."
+        )
     if params.data.val_size is not None and params.data.val_size < 1:
-        raise UserError(f"data.val_size: {params.data.val_size} is not valid; it must be a positive integer "
-                        "or null for the default.")
+        raise UserError(
+            f"data.val_size: {params.data.val_size} is not valid; it must be a positive integer "
+            "or null for the default."
+        )
     patch = params.model.patch_size
     for name in params.datasets:
         size = DATASETS[name].image_size
         if size % patch:
-            raise UserError(f"model.patch_size: {patch} does not divide the {size}×{size} images of {name}; "
-                            "choose a patch size that divides the image size.")
+            raise UserError(
+                f"model.patch_size: {patch} does not divide the {size}×{size} images of {name}; "
+                "choose a patch size that divides the image size."
+            )
     bad = [r for r in params.evaluate.resolutions if r < patch or r % patch]
     if bad:
-        raise UserError(f"evaluate.resolutions: {bad} are not positive multiples of model.patch_size = {patch}; "
-                        "list image sizes divisible by the patch size.")
+        raise UserError(
+            f"evaluate.resolutions: {bad} are not positive multiples of model.patch_size = {patch}; "
+            "list image sizes divisible by the patch size."
+        )
 
 
 def preset_path(name_or_path: str | Path) -> Path:
@@ -338,8 +362,10 @@ def preset_path(name_or_path: str | Path) -> Path:
     for candidate in candidates:
         if candidate.is_file():
             return candidate
-    raise UserError(f"no preset file {name_or_path!r}; available presets: {', '.join(list_presets())} "
-                    f"(in {PRESETS_DIR}), or pass a path to a YAML file.")
+    raise UserError(
+        f"no preset file {name_or_path!r}; available presets: {', '.join(list_presets())} "
+        f"(in {PRESETS_DIR}), or pass a path to a YAML file."
+    )
 
 
 def list_presets() -> list[str]:

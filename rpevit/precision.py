@@ -1,6 +1,7 @@
 """Precision policy shared by positional maps, feature maps and kernel sums: they run in at least
 float32 with autocast disabled (fp16/bf16 overflow and rounding in exp, Σφ(k) and rotation angles
 is the classic NaN / drift source); float64 inputs stay float64 so tests can check to 1e-10."""
+
 from __future__ import annotations
 
 import torch

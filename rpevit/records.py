@@ -8,6 +8,7 @@ moved aside (kept, renamed `<name>.damaged-<time>`) and named in a message; resu
 other settings are moved to `superseded/` rather than overwritten. A lock file marks a run that a
 live process is training.
 """
+
 from __future__ import annotations
 
 import csv
@@ -32,8 +33,9 @@ PREVIOUS_CHECKPOINT, LOCK, SUPERSEDED = "checkpoint.prev.pt", ".lock", "supersed
 recovered: list[str] = []
 
 
-def run_dir(preset: str, dataset: str, variant: str, seed: int, root: Path | None = None,
-            epochs: int | None = None) -> Path:
+def run_dir(
+    preset: str, dataset: str, variant: str, seed: int, root: Path | None = None, epochs: int | None = None
+) -> Path:
     """Directory of one run; a run with an `epochs` override (train --epochs) gets its own."""
     name = f"seed{seed}" if epochs is None else f"seed{seed}-e{epochs}"
     return Path(root or RUNS_ROOT) / preset / dataset / variant / name
@@ -227,8 +229,10 @@ class RunLock:
                 except (OSError, ValueError):
                     pid, host = "0", socket.gethostname()  # unreadable: its writer died mid-write
                 if host != socket.gethostname() or (int(pid) != os.getpid() and _alive(int(pid))):
-                    raise RunBusy(f"{self.path.parent} is being trained by process {pid} on {host}; "
-                                  "skipping it (delete the .lock file if that process is gone)") from None
+                    raise RunBusy(
+                        f"{self.path.parent} is being trained by process {pid} on {host}; "
+                        "skipping it (delete the .lock file if that process is gone)"
+                    ) from None
                 self.path.unlink(missing_ok=True)  # stale: its process is gone
                 continue
             with os.fdopen(fd, "w") as handle:

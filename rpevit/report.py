@@ -9,11 +9,11 @@ produced. Interactive runs (JupyterLab, an ad-hoc `papermill nb.ipynb out.ipynb`
 `report_dir = None`: the same calls only show. Nothing here types a number by hand: every table
 and figure passed in is computed at execution time.
 """
+
 from __future__ import annotations
 
 import io
 import json
-import math
 import os
 import statistics
 import time
@@ -43,6 +43,7 @@ def report_dir(preset: str, root=None) -> Path:
 
 
 # --------------------------------------------------------------------------- manifest
+
 
 def read_manifest(directory: Path) -> dict:
     """{"notebooks": {notebook: {"executed": time, "outputs": [output, …]}}}; an output is
@@ -93,8 +94,11 @@ def begin_notebook(directory: Path, notebook: str) -> list[str]:
     manifest = read_manifest(directory)
     others = tracked_files({"notebooks": {k: v for k, v in manifest["notebooks"].items() if k != notebook}})
     prefix = notebook.split("_", 1)[0] + "_"
-    leftovers = {p.name for p in directory.iterdir() if p.is_file() and p.name.startswith(prefix)
-                 and p.suffix in (".png", ".html", ".csv", ".md")} - others
+    leftovers = {
+        p.name
+        for p in directory.iterdir()
+        if p.is_file() and p.name.startswith(prefix) and p.suffix in (".png", ".html", ".csv", ".md")
+    } - others
     removed = _remove(directory, (tracked_files(manifest, notebook) | leftovers) - others)
     manifest["notebooks"][notebook] = {"executed": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "outputs": []}
     write_manifest(directory, manifest)
@@ -122,6 +126,7 @@ def _register(directory: Path, notebook: str, output: dict) -> None:
 
 # --------------------------------------------------------------------------- figures and tables
 
+
 def figure_png(fig, dpi: int = 110) -> bytes:
     """A matplotlib figure as PNG bytes (tight bounding box: no clipped labels)."""
     buffer = io.BytesIO()
@@ -135,17 +140,19 @@ def _offline_html(fig) -> str:
     div = f"plotly-{uuid.uuid4().hex[:12]}"
     spec = fig.to_json().replace("</", "<\\/")  # no '</script>' inside the script
     height = fig.layout.height or 450
-    return (f'<div id="{div}" style="width:100%;height:{height}px"></div>\n<script>\n(function () {{\n'
-            f'  var spec = {spec};\n'
-            f'  function draw() {{ window.Plotly.newPlot("{div}", spec.data, spec.layout, {{responsive: true}}); }}\n'
-            f'  if (window.Plotly) {{ draw(); return; }}\n'
-            f'  var amd = window.define; window.define = undefined;\n'
-            f'  var script = document.createElement("script");\n'
-            f'  script.src = "{PLOTLY_JS}";\n'
-            f'  script.onload = function () {{ window.define = amd; draw(); }};\n'
-            f'  script.onerror = function () {{ window.define = amd; document.getElementById("{div}").textContent = '
-            f'"{PLOTLY_JS} is not beside this page: open the copy in the report folder."; }};\n'
-            f'  document.head.appendChild(script);\n}})();\n</script>')
+    return (
+        f'<div id="{div}" style="width:100%;height:{height}px"></div>\n<script>\n(function () {{\n'
+        f"  var spec = {spec};\n"
+        f'  function draw() {{ window.Plotly.newPlot("{div}", spec.data, spec.layout, {{responsive: true}}); }}\n'
+        f"  if (window.Plotly) {{ draw(); return; }}\n"
+        f"  var amd = window.define; window.define = undefined;\n"
+        f'  var script = document.createElement("script");\n'
+        f'  script.src = "{PLOTLY_JS}";\n'
+        f"  script.onload = function () {{ window.define = amd; draw(); }};\n"
+        f'  script.onerror = function () {{ window.define = amd; document.getElementById("{div}").textContent = '
+        f'"{PLOTLY_JS} is not beside this page: open the copy in the report folder."; }};\n'
+        f"  document.head.appendChild(script);\n}})();\n</script>"
+    )
 
 
 def plotly_bundle(fig) -> dict:
@@ -244,11 +251,15 @@ class Report:
         if self.writes:
             if path.suffix == ".html":
                 ensure_plotly_js(self.directory)
-            _register(self.directory, self.notebook, {"name": name, "kind": "figure", "caption": caption,
-                                                      "files": [path.name]})
+            _register(
+                self.directory,
+                self.notebook,
+                {"name": name, "kind": "figure", "caption": caption, "files": [path.name]},
+            )
 
-    def table(self, rows: list[dict], name: str, caption: str, digits: int = 2, empty: str = NO_ROWS,
-              display: bool = True) -> None:
+    def table(
+        self, rows: list[dict], name: str, caption: str, digits: int = 2, empty: str = NO_ROWS, display: bool = True
+    ) -> None:
         """Show rows as Markdown and write <name>.csv (full precision) + <name>.md (rounded) when the
         report has a folder. No rows: nothing is written; the caption with the note `(empty)` is shown."""
         markdown = markdown_table(rows, digits, empty)
@@ -256,13 +267,17 @@ class Report:
             columns = columns_of(rows)
             records.write_csv(self.directory / f"{name}.csv", [{c: row.get(c) for c in columns} for row in rows])
             records.write_text(self.directory / f"{name}.md", f"{caption}\n\n{markdown}")
-            _register(self.directory, self.notebook, {"name": name, "kind": "table", "caption": caption,
-                                                      "files": [f"{name}.md", f"{name}.csv"]})
+            _register(
+                self.directory,
+                self.notebook,
+                {"name": name, "kind": "table", "caption": caption, "files": [f"{name}.md", f"{name}.csv"]},
+            )
         if display:
             show(markdown if rows else f"*{caption}* — ({empty})")
 
 
 # --------------------------------------------------------------------------- index
+
 
 def headline(found: list[dict], preset: str = "<preset>") -> list[str]:
     """Markdown lines: per dataset, the best variant of each backend (mean test top-1 over seeds),
@@ -272,8 +287,10 @@ def headline(found: list[dict], preset: str = "<preset>") -> list[str]:
 
     done = [r for r in found if r.get("status") == "finished"]
     if not done:
-        return [f"No finished runs yet: run `make study PRESET={preset}` (`python -m rpevit study {preset}`, then "
-                f"`python -m rpevit notebooks {preset}`)."]
+        return [
+            f"No finished runs yet: run `make study PRESET={preset}` (`python -m rpevit study {preset}`, then "
+            f"`python -m rpevit notebooks {preset}`)."
+        ]
     lines = []
     for dataset in dict.fromkeys(r["dataset"] for r in done):
         by_variant: dict[str, dict[int, float]] = {}
@@ -286,8 +303,10 @@ def headline(found: list[dict], preset: str = "<preset>") -> list[str]:
             accuracy = statistics.fmean(seeds.values())
             if backend not in best or accuracy > best[backend][1]:
                 best[backend] = (variant, accuracy, len(seeds))
-        parts = [f"{backend}: `{v}` {a:.1f}%" + (f" (mean of {n} seeds)" if n > 1 else "")
-                 for backend, (v, a, n) in best.items()]
+        parts = [
+            f"{backend}: `{v}` {a:.1f}%" + (f" (mean of {n} seeds)" if n > 1 else "")
+            for backend, (v, a, n) in best.items()
+        ]
         lines.append(f"- **{dataset}** — best test top-1 per backend: " + "; ".join(parts) + ".")
         performers = {b: v for b, v in best.items() if b != "softmax"}
         if "softmax" in best and performers:
@@ -296,12 +315,17 @@ def headline(found: list[dict], preset: str = "<preset>") -> list[str]:
             shared = sorted(set(by_variant[softmax]) & set(by_variant[performer]))
             gaps = [by_variant[softmax][s] - by_variant[performer][s] for s in shared]
             gap = statistics.fmean(by_variant[softmax].values()) - statistics.fmean(by_variant[performer].values())
-            lines.append(f"  Performer–softmax gap, best softmax `{softmax}` − best Performer `{performer}`: "
-                         f"{gap:+.1f} points (positive: the Performer is behind)" + _interval(gaps) + ".")
+            lines.append(
+                f"  Performer–softmax gap, best softmax `{softmax}` − best Performer `{performer}`: "
+                f"{gap:+.1f} points (positive: the Performer is behind)" + _interval(gaps) + "."
+            )
     finished_at = sorted(r.get("finished_at", "")[:10] for r in done if r.get("finished_at"))
     devices = sorted({r.get("device_name") or r.get("device", "?") for r in done})
-    when = (finished_at[0] if finished_at[0] == finished_at[-1] else f"{finished_at[0]} … {finished_at[-1]}") \
-        if finished_at else "date not recorded"
+    when = (
+        (finished_at[0] if finished_at[0] == finished_at[-1] else f"{finished_at[0]} … {finished_at[-1]}")
+        if finished_at
+        else "date not recorded"
+    )
     lines.append(f"- {len(done)} finished runs, trained {when} on {', '.join(devices)}.")
     return lines
 
@@ -334,17 +358,28 @@ def write_index(preset: str, notebooks: list[str], root=None, found: list[dict] 
     manifest = read_manifest(directory)
     names = [Path(n).stem for n in notebooks]
     executed = [n for n in names if (directory / f"{n}.ipynb").is_file()]
-    lines = [f"# Report: {preset}", "", "## Headline", ""] + headline(found or [], preset) + [
-        "", "## Guide", "",
-        f"Regenerated by `make study PRESET={preset}` (the notebooks alone: `python -m rpevit notebooks {preset}`). "
-        "Every figure and table is computed from the run records in `runs/` or by rpevit calls when the "
-        "notebooks execute; nothing is typed by hand. Each section below is one executed notebook (open it "
-        "for the narrative and the code), followed by what it produced: figures as PNG, interactive figures "
-        f"as HTML pages (offline: they load `{PLOTLY_JS}` from this folder), tables as Markdown with the "
-        "full-precision CSV beside them."]
+    lines = (
+        [f"# Report: {preset}", "", "## Headline", ""]
+        + headline(found or [], preset)
+        + [
+            "",
+            "## Guide",
+            "",
+            f"Regenerated by `make study PRESET={preset}` "
+            f"(the notebooks alone: `python -m rpevit notebooks {preset}`). "
+            "Every figure and table is computed from the run records in `runs/` or by rpevit calls when the "
+            "notebooks execute; nothing is typed by hand. Each section below is one executed notebook (open it "
+            "for the narrative and the code), followed by what it produced: figures as PNG, interactive figures "
+            f"as HTML pages (offline: they load `{PLOTLY_JS}` from this folder), tables as Markdown with the "
+            "full-precision CSV beside them.",
+        ]
+    )
     if (directory / "summary.md").is_file():
-        lines += ["", "- [summary.md](summary.md) · [summary.csv](summary.csv) — one row per run, every metric "
-                  "(written by the study runner)."]
+        lines += [
+            "",
+            "- [summary.md](summary.md) · [summary.csv](summary.csv) — one row per run, every metric "
+            "(written by the study runner).",
+        ]
     for notebook in executed:
         entry = manifest["notebooks"].get(notebook, {"outputs": []})
         lines += ["", f"## [{_title(directory, notebook)}]({notebook}.ipynb)", ""]
@@ -363,8 +398,16 @@ def write_index(preset: str, notebooks: list[str], root=None, found: list[dict] 
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 LINESTYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1)), (0, (1, 3)))
-PLOTLY_SYMBOLS = {"o": "circle", "s": "square", "^": "triangle-up", "D": "diamond", "v": "triangle-down",
-                  "P": "cross", "X": "x", "*": "star"}
+PLOTLY_SYMBOLS = {
+    "o": "circle",
+    "s": "square",
+    "^": "triangle-up",
+    "D": "diamond",
+    "v": "triangle-down",
+    "P": "cross",
+    "X": "x",
+    "*": "star",
+}
 PLOTLY_DASHES = {"-": "solid", "--": "dash", ":": "dot", "-.": "dashdot"}
 
 
@@ -408,8 +451,11 @@ def variant_styles(variants) -> dict[str, dict]:
     styles = {}
     for variant in names:
         index = backends.index(parse_variant(variant).backend)
-        styles[variant] = {"color": colours[positions_key(variant)], "marker": MARKERS[index % len(MARKERS)],
-                           "linestyle": LINESTYLES[index % len(LINESTYLES)]}
+        styles[variant] = {
+            "color": colours[positions_key(variant)],
+            "marker": MARKERS[index % len(MARKERS)],
+            "linestyle": LINESTYLES[index % len(LINESTYLES)],
+        }
     return styles
 
 
@@ -422,8 +468,12 @@ def variant_style(variant: str, variants=None) -> dict:
 
     name = parse_variant(variant).name
     if variants is None:
-        variants = [f"{b}+{p}" for b in BACKENDS for p in ["none", *POSITIONS]
-                    if p == "none" or POSITIONS[p].mechanism in BACKENDS[b].mechanisms]
+        variants = [
+            f"{b}+{p}"
+            for b in BACKENDS
+            for p in ["none", *POSITIONS]
+            if p == "none" or POSITIONS[p].mechanism in BACKENDS[b].mechanisms
+        ]
     return variant_styles([*variants, name])[name]
 
 
@@ -433,8 +483,10 @@ def plotly_style(style: dict) -> dict:
 
     colour = to_hex(style["color"])
     dash = PLOTLY_DASHES.get(style["linestyle"], "longdashdot") if isinstance(style["linestyle"], str) else "dot"
-    return {"marker": {"color": colour, "symbol": PLOTLY_SYMBOLS.get(style["marker"], "circle")},
-            "line": {"color": colour, "dash": dash}}
+    return {
+        "marker": {"color": colour, "symbol": PLOTLY_SYMBOLS.get(style["marker"], "circle")},
+        "line": {"color": colour, "dash": dash},
+    }
 
 
 def encoding_legend(target, variants, lines: bool = True, extra=(), **kwargs):
@@ -455,8 +507,9 @@ def encoding_legend(target, variants, lines: bool = True, extra=(), **kwargs):
         labels.append(key)
     for backend in [b for b in BACKENDS if any(parse_variant(v).backend == b for v in styles)]:
         style = next(s for v, s in styles.items() if parse_variant(v).backend == backend)
-        handles.append(Line2D([], [], color="black", marker=style["marker"],
-                              linestyle=style["linestyle"] if lines else "none"))
+        handles.append(
+            Line2D([], [], color="black", marker=style["marker"], linestyle=style["linestyle"] if lines else "none")
+        )
         labels.append(backend)
     for handle, label in extra:
         handles.append(handle)

@@ -14,6 +14,7 @@ frequency f_c = (f_x, f_y) (radians per patch) per rotated channel pair. Here:
 - `learned_layers`: per layer of a trained model, its frequencies and parameter change vs the
   same layer at init.
 """
+
 from __future__ import annotations
 
 import copy
@@ -146,7 +147,7 @@ class Reconstruction:
         diagonal = (xs + ys) / math.sqrt(2)
         self.targets = {
             "diagonal stripes": torch.cos(2 * math.pi * diagonal / stripe_period),
-            "radial bump": torch.exp(-(xs ** 2 + ys ** 2) / (2 * bump_width ** 2)),
+            "radial bump": torch.exp(-(xs**2 + ys**2) / (2 * bump_width**2)),
             "axial stripes": torch.cos(2 * math.pi * xs / stripe_period),
         }
         self._matrix = torch.stack([t.reshape(-1) for t in self.targets.values()])  # (T, P)
@@ -182,9 +183,15 @@ class Reconstruction:
         rows = []
         for method, freq_sets in frequencies.items():
             for name, (per_head, _) in self.residuals(freq_sets).items():
-                rows.append({"method": method, "target": name, "features per head": 1 + 2 * freq_sets.shape[1],
-                             "mean residual over heads": float(np.mean(per_head)),
-                             "best head residual": float(np.min(per_head))})
+                rows.append(
+                    {
+                        "method": method,
+                        "target": name,
+                        "features per head": 1 + 2 * freq_sets.shape[1],
+                        "mean residual over heads": float(np.mean(per_head)),
+                        "best head residual": float(np.min(per_head)),
+                    }
+                )
         return rows
 
 
@@ -201,9 +208,15 @@ def learned_layers(model, initial) -> list[dict]:
         if not now:
             break
         now, then = torch.cat(now), torch.cat([p.detach().flatten() for p in rotary0.parameters()])
-        layers.append({"layer": index, "site": block.attn.rotation_site, "trained": effective_frequencies(rotary),
-                       "init": effective_frequencies(rotary0),
-                       "change": ((now - then).norm() / then.norm().clamp_min(1e-12)).item()})
+        layers.append(
+            {
+                "layer": index,
+                "site": block.attn.rotation_site,
+                "trained": effective_frequencies(rotary),
+                "init": effective_frequencies(rotary0),
+                "change": ((now - then).norm() / then.norm().clamp_min(1e-12)).item(),
+            }
+        )
     return layers
 
 
@@ -212,8 +225,14 @@ def learned_rows(record: dict, layers: list[dict], reconstruction: Reconstructio
     init → trained."""
     rows = []
     for layer in layers:
-        row = {"variant": record["variant"], "dataset": record["dataset"], "seed": record["seed"],
-               "layer": layer["layer"], "site": layer["site"], "parameter change": f"{layer['change']:.2%}"}
+        row = {
+            "variant": record["variant"],
+            "dataset": record["dataset"],
+            "seed": record["seed"],
+            "layer": layer["layer"],
+            "site": layer["site"],
+            "parameter change": f"{layer['change']:.2%}",
+        }
         before, after = reconstruction.residuals(layer["init"]), reconstruction.residuals(layer["trained"])
         for name in reconstruction.targets:
             row[f"{name}: init → trained"] = f"{np.mean(before[name][0]):.3f} → {np.mean(after[name][0]):.3f}"

@@ -6,6 +6,7 @@ a run's identity: its key hashes exactly the settings that change its result —
 the core architecture and the options of the variant's own backend and methods, nothing else —
 so adding an option to one method never invalidates the runs of the others.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -31,17 +32,23 @@ def dataset_for(params: Params, name: str | None = None, device=None) -> Dataset
     name = name or params.datasets[0]
     if name not in DATASETS:
         raise UserError(f"unknown dataset {name!r}; choose from {', '.join(DATASETS)}.")
-    return load_dataset(name, root=params.data.root, download=params.data.download,
-                        device=device or resolve_device(params.train.device),
-                        split_seed=params.data.split_seed, val_size=params.data.val_size,
-                        train_size=params.data.train_size)
+    return load_dataset(
+        name,
+        root=params.data.root,
+        download=params.data.download,
+        device=device or resolve_device(params.train.device),
+        split_seed=params.data.split_seed,
+        val_size=params.data.val_size,
+        train_size=params.data.train_size,
+    )
 
 
 def model_config_for(params: Params, dataset: str) -> ModelConfig:
     """The preset's model settings sized for a dataset (image size, channels, classes)."""
     info = DATASETS[dataset]
-    return dataclasses.replace(params.model, image_size=info.image_size, channels=info.channels,
-                               num_classes=info.num_classes)
+    return dataclasses.replace(
+        params.model, image_size=info.image_size, channels=info.channels, num_classes=info.num_classes
+    )
 
 
 def train_config_for(params: Params, epochs: int | None = None) -> TrainConfig:
@@ -59,8 +66,11 @@ def run_config(params: Params, dataset: str, variant: str, epochs: int | None = 
     model = model_config_for(params, dataset)
     core = {k: v for k, v in dataclasses.asdict(model).items() if k != "options"}
     options = {name: dataclasses.asdict(model.options_for(name)) for name in (parsed.backend, *parsed.positions)}
-    return {"data": dataclasses.asdict(params.data), "model": {**core, "options": options},
-            "train": dataclasses.asdict(train_config_for(params, epochs))}
+    return {
+        "data": dataclasses.asdict(params.data),
+        "model": {**core, "options": options},
+        "train": dataclasses.asdict(train_config_for(params, epochs)),
+    }
 
 
 def run_key(params: Params, dataset: str, variant: str, seed: int, epochs: int | None = None) -> str:
@@ -74,13 +84,25 @@ def run_key(params: Params, dataset: str, variant: str, seed: int, epochs: int |
     model = model_config_for(params, dataset)
     core = {k: v for k, v in dataclasses.asdict(model).items() if k != "options"}
     options = {name: result_fields(model.options_for(name)) for name in (parsed.backend, *parsed.positions)}
-    settings = {"data": result_fields(params.data), "train": result_fields(train_config_for(params, epochs)),
-                "model": {**core, "options": options}}
+    settings = {
+        "data": result_fields(params.data),
+        "train": result_fields(train_config_for(params, epochs)),
+        "model": {**core, "options": options},
+    }
     return f"{parsed.name}|{dataset}|{seed}|v2-{_hash(settings)}"
 
 
-LEGACY_TRAIN_FIELDS = ("epochs", "batch_size", "lr", "min_lr", "weight_decay", "warmup_epochs", "label_smoothing",
-                       "grad_clip", "amp")
+LEGACY_TRAIN_FIELDS = (
+    "epochs",
+    "batch_size",
+    "lr",
+    "min_lr",
+    "weight_decay",
+    "warmup_epochs",
+    "label_smoothing",
+    "grad_clip",
+    "amp",
+)
 
 
 def legacy_run_key(params: Params, dataset: str, variant: str, seed: int, epochs: int | None = None):
@@ -97,11 +119,18 @@ def legacy_run_key(params: Params, dataset: str, variant: str, seed: int, epochs
     if favor.bias_path != relu.bias_path or params.data.train_size is not None:
         return None  # settings rpevit 0.1 did not have
     flat = {k: v for k, v in dataclasses.asdict(model).items() if k != "options"}
-    flat.update(rotation_site=site, favor_features=favor.num_features, favor_redraw_steps=favor.redraw_steps,
-                relu_features=relu.feature_map, relu_num_features=relu.num_features,
-                rope_theta=model.options_for("rope_axial").theta,
-                rope_mixed_theta=model.options_for("rope_mixed").theta, bias_path=favor.bias_path,
-                irpe_method=model.options_for("irpe").buckets, gate_string_rank=model.options_for("gate_string").rank)
+    flat.update(
+        rotation_site=site,
+        favor_features=favor.num_features,
+        favor_redraw_steps=favor.redraw_steps,
+        relu_features=relu.feature_map,
+        relu_num_features=relu.num_features,
+        rope_theta=model.options_for("rope_axial").theta,
+        rope_mixed_theta=model.options_for("rope_mixed").theta,
+        bias_path=favor.bias_path,
+        irpe_method=model.options_for("irpe").buckets,
+        gate_string_rank=model.options_for("gate_string").rank,
+    )
     if model.options_for("string_cayley").theta != flat["rope_mixed_theta"]:
         return None
     train_cfg = train_config_for(params, epochs)
@@ -114,8 +143,10 @@ def legacy_run_key(params: Params, dataset: str, variant: str, seed: int, epochs
 
 def matches(stored_key, params: Params, dataset: str, variant: str, seed: int, epochs: int | None = None) -> bool:
     """True if a stored key (record or checkpoint) is this run's, under the current or the old scheme."""
-    return stored_key is not None and stored_key in (run_key(params, dataset, variant, seed, epochs),
-                                                     legacy_run_key(params, dataset, variant, seed, epochs))
+    return stored_key is not None and stored_key in (
+        run_key(params, dataset, variant, seed, epochs),
+        legacy_run_key(params, dataset, variant, seed, epochs),
+    )
 
 
 def check_runs_root(root) -> Path:
@@ -126,8 +157,10 @@ def check_runs_root(root) -> Path:
         with tempfile.NamedTemporaryFile(dir=root, prefix=".write-test-"):
             pass
     except OSError as exc:
-        raise UserError(f"runs directory {root} cannot be written ({exc.strerror or exc}); set $RPEVIT_RUNS "
-                        "to a writable directory (on a cluster: one every worker can reach).") from None
+        raise UserError(
+            f"runs directory {root} cannot be written ({exc.strerror or exc}); set $RPEVIT_RUNS "
+            "to a writable directory (on a cluster: one every worker can reach)."
+        ) from None
     return root
 
 
@@ -157,16 +190,22 @@ def trained_model(params: Params, dataset: str, variant: str, seed: int, runs_ro
     out_dir = records.run_dir(params.name, dataset, variant, seed, runs_root)
     record = records.read_record(out_dir)
     if record is None or record.get("status") != "finished":
-        raise UserError(f"no finished run of {variant} on {dataset} (seed {seed}) in {out_dir}; "
-                        f"train it first (python -m rpevit train --params {params.name} --variant {variant}).")
+        raise UserError(
+            f"no finished run of {variant} on {dataset} (seed {seed}) in {out_dir}; "
+            f"train it first (python -m rpevit train --params {params.name} --variant {variant})."
+        )
     if not matches(record.get("key"), params, dataset, variant, seed, record["epochs"]):
-        raise UserError(f"the run in {out_dir} was trained with other settings than preset {params.name} has now; "
-                        f"retrain it (python -m rpevit study {params.name}) before evaluating.")
+        raise UserError(
+            f"the run in {out_dir} was trained with other settings than preset {params.name} has now; "
+            f"retrain it (python -m rpevit study {params.name}) before evaluating."
+        )
     checkpoint = tested_weights(out_dir, record)
     if checkpoint is None:
-        raise UserError(f"the run of {variant} on {dataset} (seed {seed}) lost the weights it was tested with, so "
-                        f"it is unfinished again; run `python -m rpevit study {params.name}` to finish it from its "
-                        "last good checkpoint.")
+        raise UserError(
+            f"the run of {variant} on {dataset} (seed {seed}) lost the weights it was tested with, so "
+            f"it is unfinished again; run `python -m rpevit study {params.name}` to finish it from its "
+            "last good checkpoint."
+        )
     model = build_model(variant, model_config_for(params, dataset))
     model.load_state_dict(checkpoint["best"]["state"])
     return model.to(device or resolve_device(params.train.device)).eval(), record
@@ -179,8 +218,9 @@ def tested_weights(out_dir: Path, record: dict) -> dict | None:
     checkpoint = records.load_checkpoint(Path(out_dir) / records.CHECKPOINT)
     if checkpoint is not None and checkpoint["best"]["epoch"] == record.get("best_epoch"):
         return checkpoint
-    records.move_aside(Path(out_dir) / records.RECORD, "the checkpoint with its tested weights is damaged or "
-                       "missing", tag="unverified")
+    records.move_aside(
+        Path(out_dir) / records.RECORD, "the checkpoint with its tested weights is damaged or missing", tag="unverified"
+    )
     return None
 
 

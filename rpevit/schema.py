@@ -5,14 +5,14 @@ Each field's metadata: `label` (column name in analysis tables), `scale` (factor
 for accuracies in %), `summary` (a column of reports/<preset>/summary.*), `metric` (a number
 averaged over seeds per variant in analysis tables).
 """
+
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
 
 
-def _f(label: str | None = None, scale: float = 1, summary: bool = True, metric: bool = False, default=None,
-       **kwargs):
+def _f(label: str | None = None, scale: float = 1, summary: bool = True, metric: bool = False, default=None, **kwargs):
     metadata = {"label": label, "scale": scale, "summary": summary, "metric": metric}
     if "default_factory" in kwargs:
         return field(default_factory=kwargs["default_factory"], metadata=metadata)

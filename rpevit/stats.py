@@ -20,6 +20,7 @@ Design, in short:
 
 Arrays go in (numpy or anything `np.asarray` accepts); plain floats, bools and dicts come out.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -42,6 +43,7 @@ _BOOTSTRAP_BATCH_ELEMENTS = 4_000_000
 
 
 # --------------------------------------------------------------------------- validation helpers
+
 
 def _check_confidence(confidence: float) -> None:
     if not 0.0 < confidence < 1.0:
@@ -81,13 +83,12 @@ def _paired_correctness(correct_a: ArrayLike, correct_b: ArrayLike) -> tuple[np.
             f"the same test images in the same order; got {a.shape} and {b.shape}"
         )
     if a.ndim not in (1, 2):
-        raise ValueError(
-            f"correctness arrays must be 1-D (images) or 2-D (seeds, images), got shape {a.shape}"
-        )
+        raise ValueError(f"correctness arrays must be 1-D (images) or 2-D (seeds, images), got shape {a.shape}")
     return np.atleast_2d(a), np.atleast_2d(b)
 
 
 # --------------------------------------------------------------------------- single variants
+
 
 def t_interval(values: ArrayLike, confidence: float = 0.95) -> dict[str, float]:
     """Mean over seeds with its Student-t confidence interval.
@@ -110,8 +111,9 @@ def t_interval(values: ArrayLike, confidence: float = 0.95) -> dict[str, float]:
     return {"mean": mean, "low": float(mean - half_width), "high": float(mean + half_width), "n": n}
 
 
-def mean_ci_table(values_by_group: Mapping[str, Sequence[float]],
-                  confidence: float = 0.95) -> list[dict[str, float | str]]:
+def mean_ci_table(
+    values_by_group: Mapping[str, Sequence[float]], confidence: float = 0.95
+) -> list[dict[str, float | str]]:
     """One row per group: dict(group, mean, low, high, n, std), the interval from `t_interval`.
 
     std is the sample standard deviation (ddof=1); nan, like the interval, for a single value.
@@ -125,8 +127,9 @@ def mean_ci_table(values_by_group: Mapping[str, Sequence[float]],
     return rows
 
 
-def bootstrap_accuracy(correct: ArrayLike, confidence: float = 0.95, n_resamples: int = 2000,
-                       seed: int = 0) -> dict[str, float]:
+def bootstrap_accuracy(
+    correct: ArrayLike, confidence: float = 0.95, n_resamples: int = 2000, seed: int = 0
+) -> dict[str, float]:
     """Test-set bootstrap interval of one run's accuracy (Efron & Tibshirani percentile bootstrap).
 
     `correct` is a 1-D bool/0-1 vector of per-image correctness; estimate/low/high are fractions
@@ -142,8 +145,14 @@ def bootstrap_accuracy(correct: ArrayLike, confidence: float = 0.95, n_resamples
     if x.ndim != 1:
         raise ValueError(f"correct must be 1-D (one entry per test image), got shape {x.shape}")
     result = stats.bootstrap(
-        (x,), np.mean, n_resamples=n_resamples, batch=max(1, _BOOTSTRAP_BATCH_ELEMENTS // x.size),
-        vectorized=True, axis=-1, confidence_level=confidence, method="percentile",
+        (x,),
+        np.mean,
+        n_resamples=n_resamples,
+        batch=max(1, _BOOTSTRAP_BATCH_ELEMENTS // x.size),
+        vectorized=True,
+        axis=-1,
+        confidence_level=confidence,
+        method="percentile",
         **{_BOOTSTRAP_RNG_ARG: np.random.default_rng(seed)},
     )
     interval = result.confidence_interval
@@ -151,6 +160,7 @@ def bootstrap_accuracy(correct: ArrayLike, confidence: float = 0.95, n_resamples
 
 
 # --------------------------------------------------------------------------- paired comparisons
+
 
 def mcnemar_exact(correct_a: ArrayLike, correct_b: ArrayLike) -> dict[str, float | int]:
     """Exact McNemar test (McNemar 1947) via the binomial distribution, two-sided.
@@ -191,8 +201,8 @@ def _paired_bootstrap_effects(difference: np.ndarray, n_resamples: int, seed: in
         size = min(batch, n_resamples - start)
         seed_weights = _bootstrap_resample_counts(rng, size, n_seeds)
         image_counts = _bootstrap_resample_counts(rng, size, n_images)
-        per_seed = image_counts @ difference.T                     # (size, seeds)
-        effects[start:start + size] = (per_seed * seed_weights).sum(axis=1)
+        per_seed = image_counts @ difference.T  # (size, seeds)
+        effects[start : start + size] = (per_seed * seed_weights).sum(axis=1)
     return 100.0 * effects / (n_seeds * n_images)
 
 
@@ -212,8 +222,9 @@ def _bootstrap_p_value(effects: np.ndarray) -> float:
     return float(min(1.0, max(2 * min(fraction_low, fraction_high), 1 / (effects.size + 1))))
 
 
-def paired_difference(correct_a: ArrayLike, correct_b: ArrayLike, confidence: float = 0.95,
-                      n_resamples: int = 2000, seed: int = 0) -> dict[str, float | int | str]:
+def paired_difference(
+    correct_a: ArrayLike, correct_b: ArrayLike, confidence: float = 0.95, n_resamples: int = 2000, seed: int = 0
+) -> dict[str, float | int | str]:
     """Paired comparison of two variants on the same seeds and the same test images.
 
     correct_a, correct_b: bool/0-1 arrays of shape (seeds, images), row s of both trained with
@@ -246,8 +257,13 @@ def paired_difference(correct_a: ArrayLike, correct_b: ArrayLike, confidence: fl
     else:
         p_value, test = _bootstrap_p_value(effects), "bootstrap"
     return {
-        "effect": float(100.0 * difference.mean()), "low": low, "high": high,
-        "p_value": p_value, "test": test, "n_seeds": n_seeds, "n_images": n_images,
+        "effect": float(100.0 * difference.mean()),
+        "low": low,
+        "high": high,
+        "p_value": p_value,
+        "test": test,
+        "n_seeds": n_seeds,
+        "n_images": n_images,
     }
 
 
@@ -262,8 +278,14 @@ def equivalence(low: float, high: float, margin: float) -> bool:
     return bool(-margin < low <= high < margin)
 
 
-def paired_equivalence(correct_a: ArrayLike, correct_b: ArrayLike, margin: float, alpha: float = 0.05,
-                       n_resamples: int = 2000, seed: int = 0) -> dict[str, float | bool]:
+def paired_equivalence(
+    correct_a: ArrayLike,
+    correct_b: ArrayLike,
+    margin: float,
+    alpha: float = 0.05,
+    n_resamples: int = 2000,
+    seed: int = 0,
+) -> dict[str, float | bool]:
     """Equivalence of two variants within +-margin points (TOST, Schuirmann 1987).
 
     Uses the (1 - 2 alpha) interval of `paired_difference` (same bootstrap, same arguments);
@@ -273,15 +295,18 @@ def paired_equivalence(correct_a: ArrayLike, correct_b: ArrayLike, margin: float
     margin = _check_margin(margin)
     if not 0.0 < alpha < 0.5:
         raise ValueError(f"alpha must lie strictly between 0 and 0.5, got {alpha}")
-    result = paired_difference(correct_a, correct_b, confidence=1 - 2 * alpha,
-                               n_resamples=n_resamples, seed=seed)
+    result = paired_difference(correct_a, correct_b, confidence=1 - 2 * alpha, n_resamples=n_resamples, seed=seed)
     return {
-        "effect": result["effect"], "low": result["low"], "high": result["high"], "margin": margin,
+        "effect": result["effect"],
+        "low": result["low"],
+        "high": result["high"],
+        "margin": margin,
         "equivalent": equivalence(result["low"], result["high"], margin),
     }
 
 
 # --------------------------------------------------------------------------- families and verdicts
+
 
 def holm(p_values: Sequence[float] | ArrayLike) -> list[float]:
     """Holm-Bonferroni step-down adjusted p-values (Holm 1979), in the input's order.
@@ -304,9 +329,16 @@ def holm(p_values: Sequence[float] | ArrayLike) -> list[float]:
     return [float(value) for value in adjusted]
 
 
-def verdict(kind: str, effect: float, low: float, high: float, p_adjusted: float,
-            alpha: float = 0.05, margin: float | None = None) -> str:
-    """"supported", "contradicted" or "inconclusive" for a claim about a versus b.
+def verdict(
+    kind: str,
+    effect: float,
+    low: float,
+    high: float,
+    p_adjusted: float,
+    alpha: float = 0.05,
+    margin: float | None = None,
+) -> str:
+    """ "supported", "contradicted" or "inconclusive" for a claim about a versus b.
 
     effect/low/high are in points (a - b, as from `paired_difference`); p_adjusted is the
     Holm-adjusted two-sided p-value of 'no difference'; "significant" means p_adjusted < alpha.

@@ -7,6 +7,7 @@ continues where it stopped and nothing finished is recomputed. A run another liv
 training is skipped with a message; a diverged run is recorded as such, not retried; damaged
 files are moved aside and the summary says what was recovered.
 """
+
 from __future__ import annotations
 
 import math
@@ -25,6 +26,7 @@ from .variants import parse_variant
 
 REPORTS_ROOT = Path(os.environ.get("RPEVIT_REPORTS", PROJECT_ROOT / "reports"))
 
+
 def grid(params: Params) -> list[tuple[str, str, int]]:
     """The (dataset, canonical variant, seed) triples of a preset."""
     return [(d, parse_variant(v).name, s) for d in params.datasets for v in params.variants for s in params.seeds]
@@ -35,12 +37,15 @@ def kept_dir(params: Params, dataset: str, variant: str, seed: int, reports_root
     return Path(reports_root or REPORTS_ROOT) / params.name / "records" / dataset / variant / f"seed{seed}"
 
 
-def current_record(params: Params, dataset: str, variant: str, seed: int, runs_root=None,
-                   reports_root=None) -> dict | None:
+def current_record(
+    params: Params, dataset: str, variant: str, seed: int, runs_root=None, reports_root=None
+) -> dict | None:
     """The run's record (from runs/, else the copy kept in reports/) if it was made with the preset's
     current settings, else None."""
-    for directory in (records.run_dir(params.name, dataset, variant, seed, runs_root),
-                      kept_dir(params, dataset, variant, seed, reports_root) if params.keep_records else None):
+    for directory in (
+        records.run_dir(params.name, dataset, variant, seed, runs_root),
+        kept_dir(params, dataset, variant, seed, reports_root) if params.keep_records else None,
+    ):
         record = None if directory is None else records.read_record(directory)
         if record is not None and runs.matches(record.get("key"), params, dataset, variant, seed):
             return record
@@ -49,8 +54,10 @@ def current_record(params: Params, dataset: str, variant: str, seed: int, runs_r
 
 def _keep(params: Params, dataset: str, variant: str, seed: int, runs_root, reports_root) -> None:
     if params.keep_records:
-        records.keep(records.run_dir(params.name, dataset, variant, seed, runs_root),
-                     kept_dir(params, dataset, variant, seed, reports_root))
+        records.keep(
+            records.run_dir(params.name, dataset, variant, seed, runs_root),
+            kept_dir(params, dataset, variant, seed, reports_root),
+        )
 
 
 def is_finished(params: Params, dataset: str, variant: str, seed: int, runs_root=None, reports_root=None) -> bool:
@@ -66,10 +73,15 @@ class Progress:
 
     def start(self, dataset: str, variant: str, seed: int) -> None:
         elapsed = time.perf_counter() - self.started
-        eta = "" if not self.done else \
-            f", ETA {_minutes(elapsed / self.done * (self.todo - self.done))} for the remaining runs"
-        print(f"run {self.total - self.todo + self.done + 1} of {self.total}: {variant} on {dataset}, seed {seed}"
-              f"{eta}", flush=True)
+        eta = (
+            ""
+            if not self.done
+            else f", ETA {_minutes(elapsed / self.done * (self.todo - self.done))} for the remaining runs"
+        )
+        print(
+            f"run {self.total - self.todo + self.done + 1} of {self.total}: {variant} on {dataset}, seed {seed}{eta}",
+            flush=True,
+        )
 
     def finish(self) -> None:
         self.done += 1
@@ -83,17 +95,22 @@ def run_study(params: Params, *, runs_root=None, reports_root=None, progress: bo
     """Run every missing run of the preset's grid, then write the summary; returns the records."""
     runs.preflight(params, runs_root=runs_root)
     records.recovered.clear()
-    todo = [run for run in grid(params) if not is_finished(params, *run, runs_root=runs_root,
-                                                          reports_root=reports_root)]
+    todo = [
+        run for run in grid(params) if not is_finished(params, *run, runs_root=runs_root, reports_root=reports_root)
+    ]
     total = len(grid(params))
-    print(f"study {params.name}: {total} runs, {total - len(todo)} already finished, {len(todo)} to run",
-          flush=True)
+    print(f"study {params.name}: {total} runs, {total - len(todo)} already finished, {len(todo)} to run", flush=True)
     meter = Progress(total, len(todo))
     skipped = []
     for dataset_name in params.datasets:
         pending = [(v, s) for d, v, s in todo if d == dataset_name]
-        unevaluated = [(v, s) for d, v, s in grid(params) if d == dataset_name and (v, s) not in pending
-                       and needs_resolution_eval(params, d, v, s, runs_root, reports_root)]
+        unevaluated = [
+            (v, s)
+            for d, v, s in grid(params)
+            if d == dataset_name
+            and (v, s) not in pending
+            and needs_resolution_eval(params, d, v, s, runs_root, reports_root)
+        ]
         if not pending and not unevaluated:
             continue
         dataset = runs.dataset_for(params, dataset_name)
@@ -109,15 +126,24 @@ def run_study(params: Params, *, runs_root=None, reports_root=None, progress: bo
             _keep(params, dataset_name, variant, seed, runs_root, reports_root)
             meter.finish()
         for variant, seed in pending + unevaluated:
-            if (dataset_name, variant, seed) in skipped or \
-                    not needs_resolution_eval(params, dataset_name, variant, seed, runs_root, reports_root):
+            if (dataset_name, variant, seed) in skipped or not needs_resolution_eval(
+                params, dataset_name, variant, seed, runs_root, reports_root
+            ):
                 continue
-            if not (records.run_dir(params.name, dataset_name, variant, seed, runs_root) / records.CHECKPOINT).is_file():
-                print(f"[{variant} | {dataset_name} | seed {seed}] multi-resolution evaluation skipped: its "
-                      "checkpoint is not on this machine (only its kept record is)", flush=True)
+            if not (
+                records.run_dir(params.name, dataset_name, variant, seed, runs_root) / records.CHECKPOINT
+            ).is_file():
+                print(
+                    f"[{variant} | {dataset_name} | seed {seed}] multi-resolution evaluation skipped: its "
+                    "checkpoint is not on this machine (only its kept record is)",
+                    flush=True,
+                )
                 continue
-            print(f"[{variant} | {dataset_name} | seed {seed}] multi-resolution evaluation at "
-                  f"{', '.join(map(str, params.evaluate.resolutions))} px", flush=True)
+            print(
+                f"[{variant} | {dataset_name} | seed {seed}] multi-resolution evaluation at "
+                f"{', '.join(map(str, params.evaluate.resolutions))} px",
+                flush=True,
+            )
             try:
                 evaluate_resolutions(params, dataset, variant, seed, params.evaluate.resolutions, runs_root)
             except UserError as exc:  # its tested weights are lost: the run is unfinished again
@@ -128,8 +154,9 @@ def run_study(params: Params, *, runs_root=None, reports_root=None, progress: bo
     return results
 
 
-def needs_resolution_eval(params: Params, dataset: str, variant: str, seed: int, runs_root=None,
-                          reports_root=None) -> bool:
+def needs_resolution_eval(
+    params: Params, dataset: str, variant: str, seed: int, runs_root=None, reports_root=None
+) -> bool:
     """True if a finished run lacks the preset's multi-resolution evaluation."""
     if not params.evaluate.resolutions:
         return False
@@ -163,15 +190,21 @@ def _cell(column: str, value) -> str:
 def write_summary(preset: str, results: list[dict], reports_root=None, notes=()) -> Path:
     """reports/<preset>/summary.csv (raw numbers) and summary.md (rounded; accuracies in %)."""
     out = Path(reports_root or REPORTS_ROOT) / preset
-    rows = [{c: (("+".join(r[c]) or "none") if c == "positions" and c in r else r.get(c)) for c in SUMMARY_COLUMNS}
-            for r in results]
+    rows = [
+        {c: (("+".join(r[c]) or "none") if c == "positions" and c in r else r.get(c)) for c in SUMMARY_COLUMNS}
+        for r in results
+    ]
     records.write_csv(out / "summary.csv", rows, columns=SUMMARY_COLUMNS)
     shown = [{c: _cell(c, r.get(c)) for c in SUMMARY_COLUMNS} for r in results]
-    lines = [f"# {preset}: summary of {len(results)} runs", "",
-             "Accuracies, precision, recall and F1 (macro) in %; log-likelihood on the test set; "
-             "FLOPs are forward matmul FLOPs per image; timing on the device named, with the machine's "
-             "1-minute load average and torch threads at the time.", "",
-             markdown_table(shown, SUMMARY_COLUMNS) if shown else "No finished runs yet."]
+    lines = [
+        f"# {preset}: summary of {len(results)} runs",
+        "",
+        "Accuracies, precision, recall and F1 (macro) in %; log-likelihood on the test set; "
+        "FLOPs are forward matmul FLOPs per image; timing on the device named, with the machine's "
+        "1-minute load average and torch threads at the time.",
+        "",
+        markdown_table(shown, SUMMARY_COLUMNS) if shown else "No finished runs yet.",
+    ]
     if notes:
         lines += ["", "## Notes from the last study run", ""] + [f"- {note}" for note in notes]
     records.write_text(out / "summary.md", "\n".join(lines) + "\n")

@@ -1,4 +1,5 @@
 """Markdown tables: the one formatter every report, benchmark and command uses."""
+
 from __future__ import annotations
 
 import math

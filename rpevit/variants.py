@@ -4,6 +4,7 @@ A variant is one attention backend plus at most one positional method per mechan
 (DESIGN.md). `<backend>+none` (or the bare backend) has no positional information at all.
 Positions are written in the canonical mechanism order rotary, bias, gate, absolute.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -41,18 +42,22 @@ def parse_variant(name: str) -> Variant:
     parts = [p.strip() for p in str(name).split("+")]
     backend, positions = parts[0], [p for p in parts[1:] if p != "none"]
     if backend not in BACKENDS:
-        raise UserError(f"unknown attention backend {backend!r} in variant {name!r}; "
-                        f"choose from {', '.join(BACKENDS)}.")
+        raise UserError(
+            f"unknown attention backend {backend!r} in variant {name!r}; choose from {', '.join(BACKENDS)}."
+        )
     for position in positions:
         if position not in POSITIONS:
-            raise UserError(f"unknown positional method {position!r} in variant {name!r}; "
-                            f"choose from none, {', '.join(POSITIONS)}.")
+            raise UserError(
+                f"unknown positional method {position!r} in variant {name!r}; choose from none, {', '.join(POSITIONS)}."
+            )
     by_mechanism: dict[str, str] = {}
     for position in positions:
         mechanism = POSITIONS[position].mechanism
         if mechanism in by_mechanism:
-            raise UserError(f"variant {name!r} combines {by_mechanism[mechanism]} and {position}, both "
-                            f"{mechanism} methods; use at most one method per mechanism.")
+            raise UserError(
+                f"variant {name!r} combines {by_mechanism[mechanism]} and {position}, both "
+                f"{mechanism} methods; use at most one method per mechanism."
+            )
         if mechanism not in BACKENDS[backend].mechanisms:
             raise UserError(f"variant {name!r}: backend {backend} cannot consume {mechanism} methods.")
         by_mechanism[mechanism] = position
@@ -62,8 +67,7 @@ def parse_variant(name: str) -> Variant:
 
 def list_variants() -> list[str]:
     """Every valid variant name: each backend × at most one method per mechanism."""
-    choices = [[None] + [p for p, m in POSITIONS.items() if m.mechanism == mechanism]
-               for mechanism in MECHANISMS]
+    choices = [[None] + [p for p, m in POSITIONS.items() if m.mechanism == mechanism] for mechanism in MECHANISMS]
     names = []
     for backend in BACKENDS:
         for combo in itertools.product(*choices):

@@ -6,6 +6,7 @@ and check the final record and history equal an uninterrupted run's.
 Exit status 0 if identical (prints "identical"), 1 if not. Every process uses one CPU thread:
 bit-exact resume holds for the same thread count (it is recorded in each run record).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,8 +34,18 @@ FIELDS = ("status", "top1", "top5", "log_likelihood", "best_epoch", "best_val_ac
 
 def train(runs: Path, preset: Path) -> subprocess.Popen:
     env = {**os.environ, "RPEVIT_RUNS": str(runs), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    command = [sys.executable, "-m", "rpevit", "train", "--params", str(preset), "--variant", "favor+rope_mixed",
-               "--resume", "--no-progress"]
+    command = [
+        sys.executable,
+        "-m",
+        "rpevit",
+        "train",
+        "--params",
+        str(preset),
+        "--variant",
+        "favor+rope_mixed",
+        "--resume",
+        "--no-progress",
+    ]
     return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
@@ -42,8 +53,9 @@ def outcome(runs: Path) -> tuple[dict, list]:
     directory = runs / "killtest" / "mnist5k" / "favor+rope_mixed" / "seed0"
     record = json.loads((directory / "record.json").read_text())
     history = (directory / "history.csv").read_text().splitlines()
-    rows = [",".join(cell for i, cell in enumerate(line.split(",")) if i != len(line.split(",")) - 1)
-            for line in history]  # drop the last column (seconds)
+    rows = [
+        ",".join(cell for i, cell in enumerate(line.split(",")) if i != len(line.split(",")) - 1) for line in history
+    ]  # drop the last column (seconds)
     return {k: record[k] for k in FIELDS}, rows
 
 
@@ -76,8 +88,10 @@ def main() -> int:
         print(final.stderr.read())
         return 1
     same = outcome(work / "reference") == outcome(work / "killed")
-    print(f"kills that landed: {landed} of {args.kills} (uninterrupted run {duration:.1f} s incl. start-up); "
-          + ("final record and history identical" if same else "DIFFERENT from the uninterrupted run"))
+    print(
+        f"kills that landed: {landed} of {args.kills} (uninterrupted run {duration:.1f} s incl. start-up); "
+        + ("final record and history identical" if same else "DIFFERENT from the uninterrupted run")
+    )
     return 0 if same else 1
 
 

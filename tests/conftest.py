@@ -1,4 +1,5 @@
 """Shared fixtures: a tiny real-data dataset (a slice of the embedded MNIST images) and presets."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -28,7 +29,10 @@ def tiny_params():
     """The smoke preset shrunk to a 2-layer, 32-dim model and 2 epochs of batch 32."""
     params = load_params("smoke")
     return dataclasses.replace(
-        params, name="tiny",
+        params,
+        name="tiny",
         model=dataclasses.replace(params.model, dim=32, depth=2, heads=2, mlp_dim=64),
-        train=dataclasses.replace(params.train, epochs=2, batch_size=32, lr=3e-3, warmup_epochs=0.5,
-                                  eval_batch_size=50, timing_images=8))
+        train=dataclasses.replace(
+            params.train, epochs=2, batch_size=32, lr=3e-3, warmup_epochs=0.5, eval_batch_size=50, timing_images=8
+        ),
+    )

@@ -1,5 +1,6 @@
 """Helpers shared by the test modules (imported as `from helpers import ...`: pytest puts tests/ on
 sys.path because tests/ has no __init__.py)."""
+
 from __future__ import annotations
 
 import torch

@@ -1,24 +1,24 @@
 """Tests for rpevit.position.absolute: the fixed 2D sin-cos APE (formula, consistency across
 grids, CLS, no parameters, errors, cache) and the learned APE (exact on the trained grid,
 bicubic-resized on others)."""
+
 import math
 
 import pytest
 import torch
-
-from rpevit.position import build_position
 import torch.nn.functional as F
 
-from rpevit.errors import UserError
 from rpevit import grid as grid_module
+from rpevit.errors import UserError
 from rpevit.grid import Grid
 from rpevit.params import model_config
-from rpevit.position.absolute import LearnedAbsolute, SinCosAbsolute
+from rpevit.position import build_position
 
 F64 = torch.float64
 
 
 # ape_sincos ---------------------------------------------------------------------------------------
+
 
 def test_sincos_matches_formula_by_hand():
     module = build_position("ape_sincos", model_config(), 8, 2)  # D = 8: ω = (1, 10000^(−1/2) = 0.01)
@@ -26,8 +26,9 @@ def test_sincos_matches_formula_by_hand():
     emb = module.embedding(grid, dtype=F64)[0]  # (35, 8)
     s, c = math.sin, math.cos
     for row, col in [(0, 0), (2, 3), (4, 6)]:
-        expected = torch.tensor([s(col), s(0.01 * col), c(col), c(0.01 * col),
-                                 s(row), s(0.01 * row), c(row), c(0.01 * row)], dtype=F64)
+        expected = torch.tensor(
+            [s(col), s(0.01 * col), c(col), c(0.01 * col), s(row), s(0.01 * row), c(row), c(0.01 * row)], dtype=F64
+        )
         torch.testing.assert_close(emb[row * 7 + col], expected, rtol=0, atol=1e-15)
 
 
@@ -101,6 +102,7 @@ def test_sincos_has_no_parameters_and_requires_dim_divisible_by_4():
 
 # ape (learned) --------------------------------------------------------------------------------------
 
+
 def test_learned_ape_exact_on_trained_grid_and_bicubic_on_new_grids():
     torch.manual_seed(0)
     config = model_config(dim=16, heads=2, image_size=28, patch_size=4)  # trained grid 7×7
@@ -119,8 +121,9 @@ def test_learned_ape_exact_on_trained_grid_and_bicubic_on_new_grids():
     torch.testing.assert_close(out[:, 0], tokens[:, 0] + module.cls[:, 0])
     table = module.patches.detach().reshape(1, 7, 7, 16).permute(0, 3, 1, 2)
     bicubic = F.interpolate(table, size=(5, 9), mode="bicubic", align_corners=False)
-    torch.testing.assert_close(out[:, 1:] - tokens[:, 1:], bicubic.permute(0, 2, 3, 1).reshape(1, 45, 16).expand(2, -1, -1),
-                               rtol=0, atol=1e-12)
+    torch.testing.assert_close(
+        out[:, 1:] - tokens[:, 1:], bicubic.permute(0, 2, 3, 1).reshape(1, 45, 16).expand(2, -1, -1), rtol=0, atol=1e-12
+    )
     bilinear = F.interpolate(table, size=(5, 9), mode="bilinear", align_corners=False)
     assert ((out[:, 1:] - tokens[:, 1:]) - bilinear.permute(0, 2, 3, 1).reshape(1, 45, 16)).abs().max() > 1e-3
     # bicubic weights sum to one: a constant table stays constant on any grid

@@ -1,4 +1,5 @@
 """Result tables computed from run records, and the published numbers checked against the seeds."""
+
 from __future__ import annotations
 
 import math
@@ -20,9 +21,15 @@ def record(variant, top1, seed=0, dataset="mnist5k"):
     return make_record(dataset=dataset, variant=variant, seed=seed, status="finished", **metrics)
 
 
-RECORDS = [record("softmax+ape", 0.90), record("softmax+ape", 0.80, seed=1), record("softmax+rope_mixed", 0.95),
-           record("favor+ape", 0.70), record("favor+rope_mixed", 0.80), record("relu+string_circulant", 0.60),
-           {"dataset": "mnist5k", "variant": "relu+ape", "seed": 0, "status": "diverged"}]
+RECORDS = [
+    record("softmax+ape", 0.90),
+    record("softmax+ape", 0.80, seed=1),
+    record("softmax+rope_mixed", 0.95),
+    record("favor+ape", 0.70),
+    record("favor+rope_mixed", 0.80),
+    record("relu+string_circulant", 0.60),
+    {"dataset": "mnist5k", "variant": "relu+ape", "seed": 0, "status": "diverged"},
+]
 
 
 def test_results_table_means_over_seeds():
@@ -59,7 +66,9 @@ def test_published_numbers_appear_in_their_seed_reports():
 
 
 def test_results_table_flags_timings_taken_on_a_busy_machine():
-    loaded = [dict(r, load_average=5.0, cpu_count=2) if r["seed"] == 1 else dict(r, load_average=0.2, cpu_count=2)
-              for r in RECORDS]
+    loaded = [
+        dict(r, load_average=5.0, cpu_count=2) if r["seed"] == 1 else dict(r, load_average=0.2, cpu_count=2)
+        for r in RECORDS
+    ]
     rows = {row["variant"]: row for row in results_table(loaded)}
     assert rows["softmax+ape"]["busy timings"] == "1/2" and rows["favor+ape"]["busy timings"] == "0/1"

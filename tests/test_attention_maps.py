@@ -1,6 +1,7 @@
 """Attention inspection (rpevit.attention_maps): maps and distances of models, single-layer
 matrices for the relative-property check, offset maps, FAVOR+ estimator error, the dense
 reference of the FFT path, runs to inspect and the explorer's figure."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -63,9 +64,13 @@ def test_rotation_sites_and_config(tiny_params):
 def test_layer_attention_relative_property(tiny_params):
     config = runs.model_config_for(tiny_params, "mnist5k")
     grid = Grid(3, 5, cls=True)
-    for backend, method, site, relative in (("softmax", "rope_mixed", "pre", True), ("softmax", "krpe", "pre", True),
-                                            ("relu", "rope_axial", "post", True), ("softmax", "ape", "pre", False),
-                                            ("favor", None, "auto", True)):
+    for backend, method, site, relative in (
+        ("softmax", "rope_mixed", "pre", True),
+        ("softmax", "krpe", "pre", True),
+        ("relu", "rope_axial", "post", True),
+        ("softmax", "ape", "pre", False),
+        ("favor", None, "auto", True),
+    ):
         weights = am.layer_attention(config, grid, backend, method, site)
         assert weights.shape == (config.heads, grid.num_tokens, grid.num_tokens) and weights.dtype == torch.float64
         violation = relative_violation(weights, grid)
@@ -126,8 +131,7 @@ def test_inspection_targets_untrained_then_finished(tiny_params):
     untrained = am.inspection_targets(tiny_params, [], seed=2)
     assert [t["variant"] for t in untrained] == [v for v in tiny_params.variants]
     assert all(t["record"] is None and t["seed"] == 2 and "untrained" in t["label"] for t in untrained)
-    record = {"variant": "favor+krpe", "dataset": "mnist5k", "seed": 0, "status": "finished", "top1": 0.5,
-              "epochs": 3}
+    record = {"variant": "favor+krpe", "dataset": "mnist5k", "seed": 0, "status": "finished", "top1": 0.5, "epochs": 3}
     (target,) = am.inspection_targets(tiny_params, [record, {**record, "status": "diverged"}])
     assert target["record"] is record and "test top-1 50.0%, 3 ep" in target["label"]
 
@@ -160,4 +164,8 @@ def test_show_map_colour_bar_on_signed_maps():
     am.show_map(b, np.array([[-0.1, 0.2], [0.3, 0.4]]), image=np.zeros((8, 8)))
     assert len(fig.axes) == 3  # one colour bar, for the signed map
     plt.close(fig)
-    assert am.as_picture(torch.zeros(1, 4, 5)).shape == (4, 5) and am.as_picture(torch.zeros(3, 4, 5)).shape == (4, 5, 3)
+    assert am.as_picture(torch.zeros(1, 4, 5)).shape == (4, 5) and am.as_picture(torch.zeros(3, 4, 5)).shape == (
+        4,
+        5,
+        3,
+    )

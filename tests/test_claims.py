@@ -1,4 +1,5 @@
 """The claims table: comparisons built from records, verdicts that follow the planted truth."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -11,9 +12,18 @@ from rpevit.schema import make_record
 def record(variant, accuracy, seed, rng, n=2000, ms=1.0, load=0.1, resolution_eval=()):
     correct = rng.random(n) < accuracy
     text = "".join("1" if c else "0" for c in correct)
-    return make_record(dataset="toy", variant=variant, seed=seed, status="finished", top1=correct.mean(),
-                       test_correct=text, ms_per_image_batched=ms, load_average=load, cpu_count=2,
-                       resolution_eval=list(resolution_eval))
+    return make_record(
+        dataset="toy",
+        variant=variant,
+        seed=seed,
+        status="finished",
+        top1=correct.mean(),
+        test_correct=text,
+        ms_per_image_batched=ms,
+        load_average=load,
+        cpu_count=2,
+        resolution_eval=list(resolution_eval),
+    )
 
 
 def test_verdicts_follow_planted_differences():
@@ -24,18 +34,42 @@ def test_verdicts_follow_planted_differences():
         same = "".join("1" if c else "0" for c in base[seed])
         worse = base[seed].copy()
         worse[np.flatnonzero(worse)[:100]] = False  # 5 points worse on the same images
-        records += [make_record(dataset="toy", variant="softmax+ape", seed=seed, test_correct=same,
-                                ms_per_image_batched=1.0 + 0.01 * seed, load_average=0.1, cpu_count=2),
-                    make_record(dataset="toy", variant="relu+ape", seed=seed, test_correct=same,
-                                ms_per_image_batched=1.0 + 0.01 * seed, load_average=0.1, cpu_count=2),
-                    make_record(dataset="toy", variant="favor+ape", seed=seed,
-                                test_correct="".join("1" if c else "0" for c in worse),
-                                ms_per_image_batched=2.0, load_average=5.0, cpu_count=2)]
-    table = [Claim("t", "favor below softmax", "less", "favor+ape", "softmax+ape"),
-             Claim("t", "favor above softmax", "greater", "favor+ape", "softmax+ape"),
-             Claim("t", "relu matches softmax", "equal", "relu+ape", "softmax+ape"),
-             Claim("t", "favor as fast", "equal", "favor+ape", "softmax+ape", measure="ms_per_image_batched"),
-             Claim("t", "never run", "greater", "softmax+krpe", "softmax+ape")]
+        records += [
+            make_record(
+                dataset="toy",
+                variant="softmax+ape",
+                seed=seed,
+                test_correct=same,
+                ms_per_image_batched=1.0 + 0.01 * seed,
+                load_average=0.1,
+                cpu_count=2,
+            ),
+            make_record(
+                dataset="toy",
+                variant="relu+ape",
+                seed=seed,
+                test_correct=same,
+                ms_per_image_batched=1.0 + 0.01 * seed,
+                load_average=0.1,
+                cpu_count=2,
+            ),
+            make_record(
+                dataset="toy",
+                variant="favor+ape",
+                seed=seed,
+                test_correct="".join("1" if c else "0" for c in worse),
+                ms_per_image_batched=2.0,
+                load_average=5.0,
+                cpu_count=2,
+            ),
+        ]
+    table = [
+        Claim("t", "favor below softmax", "less", "favor+ape", "softmax+ape"),
+        Claim("t", "favor above softmax", "greater", "favor+ape", "softmax+ape"),
+        Claim("t", "relu matches softmax", "equal", "relu+ape", "softmax+ape"),
+        Claim("t", "favor as fast", "equal", "favor+ape", "softmax+ape", measure="ms_per_image_batched"),
+        Claim("t", "never run", "greater", "softmax+krpe", "softmax+ape"),
+    ]
     rows = {row["claim"]: row for row in evaluate_claims(records, table)}
     assert rows["favor below softmax"]["verdict"] == "supported"
     assert abs(rows["favor below softmax"]["effect"] + 5.0) < 1e-9
@@ -68,6 +102,7 @@ def test_every_published_claim_names_variants_of_the_claims_preset():
 
 # --------------------------------------------------------------------------- the claims notebook's helpers
 
+
 def _runs(rng, plan, seeds=(0, 1), n=1000, load=0.1):
     """Records of dataset 'toy' with planted accuracies {variant: accuracy}."""
     out = []
@@ -80,10 +115,14 @@ def _runs(rng, plan, seeds=(0, 1), n=1000, load=0.1):
 
 
 def _gap_table():
-    return [Claim(claims.S002, f"{m} closes the {b}–softmax gap", "equal", f"{b}+{m}", f"softmax+{m}")
-            for m in ("krpe", "rope_mixed") for b in ("favor", "relu")] + \
-        [Claim(claims.S001, "plain FAVOR+ is below softmax", "less", "favor+ape", "softmax+ape"),
-         Claim(claims.S001, "about as fast", "equal", "favor+ape", "softmax+ape", measure="ms_per_image_batched")]
+    return [
+        Claim(claims.S002, f"{m} closes the {b}–softmax gap", "equal", f"{b}+{m}", f"softmax+{m}")
+        for m in ("krpe", "rope_mixed")
+        for b in ("favor", "relu")
+    ] + [
+        Claim(claims.S001, "plain FAVOR+ is below softmax", "less", "favor+ape", "softmax+ape"),
+        Claim(claims.S001, "about as fast", "equal", "favor+ape", "softmax+ape", measure="ms_per_image_batched"),
+    ]
 
 
 def test_seed_and_run_tables_give_means_and_intervals():
@@ -116,8 +155,10 @@ def test_protocol_reads_the_preset_and_the_records():
 def test_claims_table_counts_missing_runs_and_unplanned_variants():
     rng = np.random.default_rng(4)
     found = _runs(rng, {"softmax+ape": 0.9, "favor+ape": 0.8, "softmax+krpe": 0.9, "favor+krpe": 0.89})
-    rows = claims.mark_unplanned(evaluate_claims(found, _gap_table(), n_resamples=300),
-                                 ["softmax+ape", "favor+ape", "softmax+krpe", "favor+krpe", "relu+krpe"])
+    rows = claims.mark_unplanned(
+        evaluate_claims(found, _gap_table(), n_resamples=300),
+        ["softmax+ape", "favor+ape", "softmax+krpe", "favor+krpe", "relu+krpe"],
+    )
     by = {row["comparison"]: row for row in rows}
     assert by["relu+krpe vs softmax+krpe"]["note"] == "not run yet"
     assert by["relu+rope_mixed vs softmax+rope_mixed"]["note"] == claims.NOT_PLANNED
@@ -130,7 +171,8 @@ def test_claims_table_counts_missing_runs_and_unplanned_variants():
     expected = [("toy", v, s) for v in ("softmax+ape", "relu+krpe") for s in (0, 1, 2)]
     assert claims.missing_runs(found, expected) == [
         {"dataset": "toy", "variant": "softmax+ape", "missing seeds": "2"},
-        {"dataset": "toy", "variant": "relu+krpe", "missing seeds": "0, 1, 2"}]
+        {"dataset": "toy", "variant": "relu+krpe", "missing seeds": "0, 1, 2"},
+    ]
 
 
 def test_answer_says_not_answered_without_data_and_names_the_findings():

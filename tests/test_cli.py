@@ -1,4 +1,5 @@
 """The command line: user mistakes give one clear `error:` line, exit status 2, no traceback."""
+
 from __future__ import annotations
 
 import gzip
@@ -44,8 +45,9 @@ def test_missing_dataset_lists_paths_and_hint(capsys, tmp_path, monkeypatch):
     monkeypatch.setattr(data_lib.files, "SYSTEM_ROOT", tmp_path / "system")
     monkeypatch.setenv("RPEVIT_DATA", str(tmp_path / "env"))
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    code, _, err = run_main(capsys, "train", "--params", "fashion_mnist", "--variant", "softmax+ape",
-                            "--data-root", str(tmp_path))
+    code, _, err = run_main(
+        capsys, "train", "--params", "fashion_mnist", "--variant", "softmax+ape", "--data-root", str(tmp_path)
+    )
     assert code == 2
     assert "fashion_mnist" in err and "apt-get install dataset-fashion-mnist" in err
     assert str(tmp_path / "env") in err and str(tmp_path / "system") in err
@@ -59,22 +61,30 @@ def test_truncated_dataset_file(capsys, tmp_path):
     with gzip.open(folder / "train-images-idx3-ubyte.gz", "wb") as handle:
         handle.write(header + bytes(1000))  # far fewer pixels than the header promises
     labels = (2049).to_bytes(4, "big") + (60000).to_bytes(4, "big") + bytes(60000)
-    for name, payload in [("train-labels-idx1-ubyte.gz", labels),
-                          ("t10k-images-idx3-ubyte.gz", header[:4] + (10000).to_bytes(4, "big") + header[8:]
-                           + bytes(10000 * 784)),
-                          ("t10k-labels-idx1-ubyte.gz", labels[:4] + (10000).to_bytes(4, "big") + bytes(10000))]:
+    for name, payload in [
+        ("train-labels-idx1-ubyte.gz", labels),
+        ("t10k-images-idx3-ubyte.gz", header[:4] + (10000).to_bytes(4, "big") + header[8:] + bytes(10000 * 784)),
+        ("t10k-labels-idx1-ubyte.gz", labels[:4] + (10000).to_bytes(4, "big") + bytes(10000)),
+    ]:
         with gzip.open(folder / name, "wb") as handle:
             handle.write(payload)
-    code, _, err = run_main(capsys, "train", "--params", "fashion_mnist", "--variant", "softmax+ape",
-                            "--data-root", str(tmp_path))
+    code, _, err = run_main(
+        capsys, "train", "--params", "fashion_mnist", "--variant", "softmax+ape", "--data-root", str(tmp_path)
+    )
     assert code == 2 and "train-images-idx3-ubyte.gz" in err
     assert "truncated" in err or "corrupt" in err
 
 
 def test_module_entry_point_exit_code():
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    result = subprocess.run([sys.executable, "-m", "rpevit", "study", "no_such_preset"], cwd=ROOT, env=env,
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "rpevit", "study", "no_such_preset"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 2
     assert result.stderr.startswith("error: no preset file 'no_such_preset'")
     assert "Traceback" not in result.stderr

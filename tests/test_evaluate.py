@@ -1,4 +1,5 @@
 """Multi-resolution evaluation of finished runs (and its place in the study runner)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -28,9 +29,12 @@ def test_modes_only_where_they_differ():
 
 def test_study_evaluates_resolutions_into_the_record(tiny_params, tiny_dataset, monkeypatch, tmp_path):
     monkeypatch.setattr(runs, "dataset_for", lambda *a, **k: tiny_dataset)
-    params = dataclasses.replace(tiny_params, variants=("softmax+ape",),
-                                 train=dataclasses.replace(tiny_params.train, epochs=1),
-                                 evaluate=EvaluateConfig(resolutions=(20, 28, 36)))
+    params = dataclasses.replace(
+        tiny_params,
+        variants=("softmax+ape",),
+        train=dataclasses.replace(tiny_params.train, epochs=1),
+        evaluate=EvaluateConfig(resolutions=(20, 28, 36)),
+    )
     study.run_study(params, runs_root=tmp_path, reports_root=tmp_path)
     record = records.load_records("tiny", tmp_path)[0]
     rows = {(r["resolution"], r["mode"]): r["top1"] for r in record["resolution_eval"]}

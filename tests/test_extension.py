@@ -1,6 +1,7 @@
 """The extension contract: a new backend and a new positional method, registered in a test and in
 no other file, appear in `list`, build into models, pass the dense-reference and relative-property
 checks, get run keys and a plot style."""
+
 from __future__ import annotations
 
 import math
@@ -88,7 +89,9 @@ def test_toy_backend_and_method_join_every_registry_derived_place(registered, ca
     style = report.variant_styles(["softmax+ape", "cosine+row_decay", "favor+row_decay"])
     assert style["cosine+row_decay"] != style["favor+row_decay"] != style["softmax+ape"]
     params = load_params("smoke")
-    assert runs.run_key(params, "mnist5k", "cosine+row_decay", 0) != runs.run_key(params, "mnist5k", "softmax+row_decay", 0)
+    assert runs.run_key(params, "mnist5k", "cosine+row_decay", 0) != runs.run_key(
+        params, "mnist5k", "softmax+row_decay", 0
+    )
 
 
 @pytest.mark.parametrize("backend", ["cosine", "softmax", "favor", "relu"])
@@ -101,5 +104,8 @@ def test_toy_components_pass_the_dense_reference_and_relative_property_checks(re
     same = torch.randn(1, 1, 32, dtype=torch.float64).expand(1, grid.num_tokens, 32)
     with torch.no_grad():
         assert relative_violation(layer.attention_matrix(same, grid)[0], grid) < 1e-9
-    assert math.isfinite(dense_reference_error(MultiHeadAttention(config, "cosine").double(),
-                                               same.clone(), grid)) if backend == "cosine" else True
+    assert (
+        math.isfinite(dense_reference_error(MultiHeadAttention(config, "cosine").double(), same.clone(), grid))
+        if backend == "cosine"
+        else True
+    )

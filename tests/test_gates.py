@@ -2,22 +2,22 @@
 scale patch q/k by positive position-dependent per-channel factors, FAIL the relative-property
 test of REFERENCE.md §5 (with a control that passes), and behave as documented inside linear
 attention; other grids, autocast, gradients, weight-decay tags."""
+
 import math
 
 import pytest
 import torch
-
-from rpevit.position import build_position
 import torch.nn.functional as F
-from helpers import log_ratio_spread, trained_like
 
-from rpevit.attention import build_backend, BACKENDS
+from rpevit.attention import build_backend
 from rpevit.attention.layer import MultiHeadAttention
 from rpevit.checks import relative_violation
 from rpevit.errors import UserError
 from rpevit.grid import Grid
 from rpevit.params import model_config
 from rpevit.position.gates import IRPEGate, StringGate2D
+
+from helpers import log_ratio_spread, trained_like
 
 GATES = [IRPEGate, StringGate2D]
 NAMES = {IRPEGate: "gate_irpe", StringGate2D: "gate_string"}
@@ -40,6 +40,7 @@ def qk(grid, batch=2, seed=0, dtype=F64):
 
 
 # 1. identity at init; positive per-channel, position-dependent scaling after training ----------
+
 
 @pytest.mark.parametrize("cls", GATES)
 def test_identity_at_init(cls):
@@ -87,6 +88,7 @@ def test_irpe_gate_tables_are_resized_linearly_on_new_grids():
     grid = Grid(14, 4)
     scale_q, _ = gate.scales(grid, dtype=F64)
     log_q = scale_q.log().reshape(HEADS, 14, 4, HEAD_DIM)
+
     # by hand: align_corners=False samples the 7-entry table at x = (i + ½)·7/n − ½, clamped to [0, 6]
     def linear(table, n):
         out = []
@@ -96,6 +98,7 @@ def test_irpe_gate_tables_are_resized_linearly_on_new_grids():
             w = x - lo
             out.append((1 - w) * table[:, lo] + w * table[:, lo + 1])
         return torch.stack(out, dim=1).detach()  # (h, n, d)
+
     rows, cols = linear(gate.row_q, 14), linear(gate.col_q, 4)
     torch.testing.assert_close(log_q, rows[:, :, None] + cols[:, None], rtol=0, atol=1e-12)
 
@@ -137,6 +140,7 @@ def test_wrong_shape_is_rejected():
 # rpevit.checks.relative_violation: ~1e-15 here when the property holds, ~1 for the trained gates.
 # log_ratio_spread (helpers.py) keeps the log-form bounds these tests had before: the shared check
 # normalises by the largest ratio, and the affine control's ratios span ~1e6.
+
 
 def softmax_layer(cls, seed=0):
     torch.manual_seed(seed)
@@ -187,6 +191,7 @@ def test_irpe_gate_passes_only_in_its_affine_corner():
 
 # 3. what the gates do inside linear attention (the statement in the module docstring) -----------
 
+
 def relu_backend(eps=0.0):
     backend = build_backend("relu", model_config(dim=32, heads=4, relu={"feature_map": "identity"}), HEAD_DIM, HEADS)
     backend.feature_eps = eps
@@ -200,10 +205,11 @@ def test_linear_relu_per_channel_gate_kernel_and_scalar_cancellation():
     q, k = qk(grid)
     a, b = gate.scales(grid, dtype=F64)  # (h, N, d)
     # identity ReLU features (ε = 0): φ(a ⊙ q)ᵀφ(b ⊙ k) = Σ_c a_c(r_i) b_c(r_j) φ_c(q_i) φ_c(k_j)
-    phi_q, phi_k = F.relu(q * HEAD_DIM ** -0.25), F.relu(k * HEAD_DIM ** -0.25)
+    phi_q, phi_k = F.relu(q * HEAD_DIM**-0.25), F.relu(k * HEAD_DIM**-0.25)
     kernel = torch.einsum("hic,hjc,bhic,bhjc->bhij", a, b, phi_q, phi_k)
-    torch.testing.assert_close(backend.weights(*gate(q, k, grid), grid), kernel / kernel.sum(-1, keepdim=True),
-                               rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(
+        backend.weights(*gate(q, k, grid), grid), kernel / kernel.sum(-1, keepdim=True), rtol=1e-12, atol=1e-14
+    )
     keys_only = backend.weights(q, gate(q, k, grid)[1], grid)
     # per channel, the query gate does NOT cancel
     assert (backend.weights(*gate(q, k, grid), grid) - keys_only).abs().max() > 1e-3
@@ -232,6 +238,7 @@ def test_linear_favor_scalar_query_gate_does_not_cancel():
 
 
 # 4. other grids, backends, autocast, gradients, weight decay ------------------------------------
+
 
 @pytest.mark.parametrize("cls", GATES)
 @pytest.mark.parametrize("backend", ["softmax", "favor", "relu"])
@@ -284,8 +291,9 @@ def test_gradients_reach_gate_parameters(cls):
     trained_like(layer.gate, seed=1, scale=NOISE)
     (layer(x, grid) * weight).sum().backward()
     params = list(layer.gate.parameters())
-    assert params and all(p.grad is not None and torch.isfinite(p.grad).all() and p.grad.abs().max() > 0
-                          for p in params)
+    assert params and all(
+        p.grad is not None and torch.isfinite(p.grad).all() and p.grad.abs().max() > 0 for p in params
+    )
 
 
 def test_weight_decay_tags():

@@ -3,6 +3,7 @@
 The post-map rotation is played by `StandInRope`, an exactly relative 2D RoPE with random
 frequencies that (like the real rotary modules) leaves the CLS prefix alone.
 """
+
 import math
 
 import pytest
@@ -60,7 +61,7 @@ class StandInRope(nn.Module):
     def forward(self, x, grid):
         angles = grid.coords(dtype=torch.float64) @ self.freqs.T  # (N, pairs)
         cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
-        prefix, patches = x[..., :grid.prefix, :], x[..., grid.prefix:, :]
+        prefix, patches = x[..., : grid.prefix, :], x[..., grid.prefix :, :]
         even, odd = patches[..., 0::2], patches[..., 1::2]
         rotated = torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1).flatten(-2)
         return torch.cat([prefix, rotated], dim=-2)
@@ -72,7 +73,7 @@ class StandInRope(nn.Module):
 def rotation_matrices(rope, grid, dim):
     """The (N, dim, dim) matrices R_t that `rope` applies to the patch tokens."""
     basis = torch.eye(dim, dtype=torch.float64)[:, None, :].expand(dim, grid.num_tokens, dim)
-    columns = rope(basis, grid)[:, grid.prefix:, :]  # (dim, N, dim): [a, t] = R_t e_a
+    columns = rope(basis, grid)[:, grid.prefix :, :]  # (dim, N, dim): [a, t] = R_t e_a
     return columns.permute(1, 2, 0)
 
 
@@ -110,8 +111,7 @@ def test_default_feature_counts():
 @pytest.mark.parametrize("case", list(BACKEND_CASES))
 @pytest.mark.parametrize("grid", [GRID, GRID_NO_CLS], ids=["cls", "no-cls"])
 @pytest.mark.parametrize("rotate", [False, True], ids=["plain", "post-rotation"])
-@pytest.mark.parametrize("dtype, tol", [(torch.float32, 1e-5), (torch.float64, 1e-10)],
-                         ids=["fp32", "fp64"])
+@pytest.mark.parametrize("dtype, tol", [(torch.float32, 1e-5), (torch.float64, 1e-10)], ids=["fp32", "fp64"])
 def test_forward_matches_dense_weights(case, grid, rotate, dtype, tol):
     backend = make_backend(case)
     rotation = StandInRope(backend.feature_dim(), seed=1) if rotate else None
@@ -142,27 +142,23 @@ def test_post_map_rotates_numerator_only(case):
     phi_q, phi_k = backend.features(q, k)  # (B, h, T, m)
     numerator = rope(phi_q, GRID) @ rope(phi_k, GRID).transpose(-2, -1)
     expected = numerator / (phi_q @ phi_k.sum(dim=-2).unsqueeze(-1))
-    torch.testing.assert_close(backend.weights(q, k, GRID, feature_rotation=rope), expected,
-                               rtol=1e-12, atol=1e-12)
-    torch.testing.assert_close(backend(q, k, v, GRID, feature_rotation=rope), expected @ v,
-                               rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(backend.weights(q, k, GRID, feature_rotation=rope), expected, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(backend(q, k, v, GRID, feature_rotation=rope), expected @ v, rtol=1e-10, atol=1e-10)
 
 
 def test_relu_feature_formulas():
     q, k, _ = random_qkv(GRID, torch.float64)
-    scaled = q * HEAD_DIM ** -0.25
+    scaled = q * HEAD_DIM**-0.25
     identity = make_backend("relu-identity")
     torch.testing.assert_close(identity.features(q, k)[0], scaled.clamp_min(0) + 1e-3)
     random = make_backend("relu-random")
     assert "projection" in random.state_dict() and random.projection.shape == (12, HEAD_DIM)
     assert not any(p is random.projection for p in random.parameters())
-    torch.testing.assert_close(random.features(q, k)[0],
-                               (scaled @ random.projection.double().T).clamp_min(0) + 1e-3)
+    torch.testing.assert_close(random.features(q, k)[0], (scaled @ random.projection.double().T).clamp_min(0) + 1e-3)
     learned = make_backend("relu-learned")
     weight = learned.projection.weight
     assert weight.requires_grad and weight.shape == (10, HEAD_DIM) and learned.projection.bias is None
-    torch.testing.assert_close(learned.features(q, k)[1],
-                               (k * HEAD_DIM ** -0.25 @ weight.double().T).clamp_min(0) + 1e-3)
+    torch.testing.assert_close(learned.features(q, k)[1], (k * HEAD_DIM**-0.25 @ weight.double().T).clamp_min(0) + 1e-3)
 
 
 @pytest.mark.parametrize("case", list(BACKEND_CASES))
@@ -182,8 +178,7 @@ def test_gradients_flow(case):
 def _favor_pairs(d=HEAD_DIM, pairs=6, seed=0, scale=0.4):
     """q, k pairs (P, d) with aligned, anti-aligned and unrelated directions."""
     generator = torch.Generator().manual_seed(seed)
-    q, noise, other = (scale * torch.randn(pairs, d, generator=generator, dtype=torch.float64)
-                       for _ in range(3))
+    q, noise, other = (scale * torch.randn(pairs, d, generator=generator, dtype=torch.float64) for _ in range(3))
     mix = torch.tensor([1.0, 1.0, -1.0, -1.0, 0.0, 0.0], dtype=torch.float64)[:pairs, None]
     return q, mix * q + 0.6 * noise + (mix == 0) * other
 
@@ -244,25 +239,24 @@ def test_orthogonal_blocks_and_chi_norms():
     omega = orthogonal_gaussian_matrix(3 * d - 3, d, generator, torch.float64)  # blocks of 8, 8, 5 rows
     assert omega.shape == (3 * d - 3, d)
     for start in range(0, omega.shape[0], d):
-        block = omega[start:start + d]
+        block = omega[start : start + d]
         gram = block @ block.T
         off_diagonal = gram - torch.diag_embed(torch.diagonal(gram))
         assert off_diagonal.abs().max() < 1e-10 * gram.diagonal().max()
     # across blocks rows are independent, not orthogonal
-    assert (omega[:d] @ omega[d:2 * d].T).abs().max() > 0.1
+    assert (omega[:d] @ omega[d : 2 * d].T).abs().max() > 0.1
 
     rows = orthogonal_gaussian_matrix(40000, d, generator, torch.float64)
     norms = rows.norm(dim=-1)
     chi_mean = math.sqrt(2) * math.exp(math.lgamma((d + 1) / 2) - math.lgamma(d / 2))
     assert abs(norms.mean().item() - chi_mean) < 0.02
     assert abs(norms.mean().item() - math.sqrt(d)) < 0.2  # E χ(8) ≈ 2.74 vs √8 ≈ 2.83
-    assert abs((norms ** 2).mean().item() - d) < 0.1  # E χ² = d
-    assert abs((norms ** 2).var().item() - 2 * d) < 0.6  # Var χ² = 2d
+    assert abs((norms**2).mean().item() - d) < 0.1  # E χ² = d
+    assert abs((norms**2).var().item() - 2 * d) < 0.6  # Var χ² = 2d
     # directions are uniform (Haar): mean 0, second moment I/d
     unit = rows / norms[:, None]
     assert unit.mean(dim=0).abs().max() < 0.02
-    torch.testing.assert_close(unit.T @ unit / len(unit), torch.eye(d, dtype=torch.float64) / d,
-                               rtol=0, atol=0.01)
+    torch.testing.assert_close(unit.T @ unit / len(unit), torch.eye(d, dtype=torch.float64) / d, rtol=0, atol=0.01)
 
 
 # ---------------------------------------------------------------- 4. key stabilizer
@@ -300,7 +294,7 @@ def test_key_stabilizer_is_one_max_per_batch_and_head():
     omega = orthogonal_gaussian_matrix(20, HEAD_DIM, generator, torch.float64)
     keys = favor_features(x, omega, "key", eps=0.0)  # (B, h, T, m)
     queries = favor_features(x, omega, "query", eps=0.0)
-    top = 20 ** -0.5
+    top = 20**-0.5
     torch.testing.assert_close(keys.amax(dim=(-2, -1)), torch.full((2, 3), top, dtype=torch.float64))
     torch.testing.assert_close(queries.amax(dim=-1), torch.full((2, 3, 10), top, dtype=torch.float64))
     assert keys.amax(dim=-1).min() < 0.99 * top  # keys are not normalised row by row
@@ -411,7 +405,7 @@ def test_post_map_rotation_is_exactly_relative(case, grid):
     rope = StandInRope(backend.feature_dim(), seed=5)
     q, k = _identical_tokens(grid, HEAD_DIM)
     weights = backend.weights(q, k, grid, feature_rotation=rope)[0, 0]
-    patches = weights[grid.prefix:, grid.prefix:]
+    patches = weights[grid.prefix :, grid.prefix :]
     assert patches.min() < 0 < patches.max()  # post-map weights can be negative
     assert relative_violation(weights, grid) < 1e-12
     # numerator depends on Δ only; the (unrotated) denominator is the same for every row here
@@ -433,22 +427,28 @@ def test_pre_map_relu_is_not_relative():
 # ---------------------------------------------------------------- 8. configuration errors
 
 
-@pytest.mark.parametrize("overrides, message", [
-    ({"num_features": 7}, "positive even integer"),
-    ({"num_features": 0}, "positive even integer"),
-    ({"num_features": -4}, "positive even integer"),
-    ({"redraw_steps": -1}, "redraw_steps"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"num_features": 7}, "positive even integer"),
+        ({"num_features": 0}, "positive even integer"),
+        ({"num_features": -4}, "positive even integer"),
+        ({"redraw_steps": -1}, "redraw_steps"),
+    ],
+)
 def test_favor_config_errors(overrides, message):
     with pytest.raises(UserError, match=message):
         make(FavorAttention, **overrides)
 
 
-@pytest.mark.parametrize("overrides, message", [
-    ({"feature_map": "random", "num_features": 0}, "positive integer"),
-    ({"feature_map": "learned", "num_features": -2}, "positive integer"),
-    ({"feature_map": "identity", "num_features": 12}, "'random' or 'learned'"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"feature_map": "random", "num_features": 0}, "positive integer"),
+        ({"feature_map": "learned", "num_features": -2}, "positive integer"),
+        ({"feature_map": "identity", "num_features": 12}, "'random' or 'learned'"),
+    ],
+)
 def test_relu_config_errors(overrides, message):
     with pytest.raises(UserError, match=message):
         make(ReluAttention, **overrides)
@@ -468,11 +468,14 @@ def test_odd_feature_count_with_post_rotation(kind):
 # ---------------------------------------------------------------- end to end
 
 
-@pytest.mark.parametrize("variant, overrides", [
-    ("favor+ape", {}),
-    ("relu+ape", {}),
-    ("relu+none", {"relu": {"feature_map": "learned", "num_features": 12}, "pool": "mean"}),
-])
+@pytest.mark.parametrize(
+    "variant, overrides",
+    [
+        ("favor+ape", {}),
+        ("relu+ape", {}),
+        ("relu+none", {"relu": {"feature_map": "learned", "num_features": 12}, "pool": "mean"}),
+    ],
+)
 def test_model_end_to_end(variant, overrides):
     from rpevit.model import build_model
 

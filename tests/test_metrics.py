@@ -1,4 +1,5 @@
 """Tests for rpevit.metrics: scores against scikit-learn, FLOP counts against hand formulas."""
+
 import json
 import math
 import time
@@ -36,9 +37,7 @@ def _sklearn_scores(logits, labels, num_classes):
     precision, recall, f1, _ = precision_recall_fscore_support(
         labels.numpy(), predictions, average="macro", zero_division=0
     )
-    top5 = top_k_accuracy_score(
-        labels.numpy(), logits.numpy(), k=min(5, num_classes), labels=np.arange(num_classes)
-    )
+    top5 = top_k_accuracy_score(labels.numpy(), logits.numpy(), k=min(5, num_classes), labels=np.arange(num_classes))
     return {
         "top1": accuracy_score(labels.numpy(), predictions),
         "top5": top5,

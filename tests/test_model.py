@@ -1,10 +1,10 @@
 """ViT assembly, variant names, grids and the softmax backend against its dense matrix."""
+
 from __future__ import annotations
 
 import pytest
 import torch
 
-from rpevit.attention import BACKENDS
 from rpevit.attention.layer import MultiHeadAttention
 from rpevit.errors import UserError
 from rpevit.grid import Grid

@@ -6,6 +6,7 @@ notebooks: only declared parameters are passed, one line per notebook, outputs t
 notebook, stale outputs removed, paths relative to the project, a per-cell time limit — and an
 ad-hoc papermill run of a real notebook that must write nothing.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,8 +21,14 @@ import nbformat
 import pytest
 
 from rpevit import notebooks
-from rpevit.notebooks import (KERNEL_NAME, NotebookFailed, execute_notebooks, list_notebooks, notebook_parameters,
-                              project_relative)
+from rpevit.notebooks import (
+    KERNEL_NAME,
+    NotebookFailed,
+    execute_notebooks,
+    list_notebooks,
+    notebook_parameters,
+    project_relative,
+)
 from rpevit.params import PROJECT_ROOT
 from rpevit.report import read_manifest
 
@@ -48,8 +55,16 @@ def test_notebook_is_stored_clean_and_declares_the_rpevit_kernel(path, caplog):
     assert re.search(r"^report_dir = None\b", parameters[0].source, re.MULTILINE)
     text = "\n".join(c.source for c in code)
     assert not CDN.search(text)
-    for leftover in ("except Exception", "getattr(report", "run_settings", "rpevit.evaluate import trained_model",
-                     "load_dataset", "warnings.filterwarnings", "save_figure(", "save_table("):
+    for leftover in (
+        "except Exception",
+        "getattr(report",
+        "run_settings",
+        "rpevit.evaluate import trained_model",
+        "load_dataset",
+        "warnings.filterwarnings",
+        "save_figure(",
+        "save_table(",
+    ):
         assert leftover not in text, leftover
     assert f'"{path.stem}")' in text, "the notebook names itself in its Report"
 
@@ -77,8 +92,9 @@ def test_project_relative():
 
 
 def _notebook(path: Path, cells: list[tuple[str, str, list[str]]]) -> None:
-    nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": KERNEL_NAME, "display_name": "Python (rpevit)",
-                                                           "language": "python"}})
+    nb = nbformat.v4.new_notebook(
+        metadata={"kernelspec": {"name": KERNEL_NAME, "display_name": "Python (rpevit)", "language": "python"}}
+    )
     for kind, source, tags in cells:
         cell = nbformat.v4.new_markdown_cell(source) if kind == "md" else nbformat.v4.new_code_cell(source)
         if tags:
@@ -111,10 +127,14 @@ def synthetic(tmp_path):
     folder.mkdir()
     for stem, title in (("00_alpha", "00 · Alpha"), ("10_beta", "10 · Beta")):
         prefix = stem[:2]
-        _notebook(folder / f"{stem}.ipynb", [
-            ("md", f"# {title}\n\nWhat it shows.", []),
-            ("code", 'name = "smoke"\nreport_dir = None\nunused = 1', ["parameters"]),
-            ("code", WRITER.format(stem=stem, prefix=prefix), [])])
+        _notebook(
+            folder / f"{stem}.ipynb",
+            [
+                ("md", f"# {title}\n\nWhat it shows.", []),
+                ("code", 'name = "smoke"\nreport_dir = None\nunused = 1', ["parameters"]),
+                ("code", WRITER.format(stem=stem, prefix=prefix), []),
+            ],
+        )
     return folder
 
 
@@ -124,8 +144,18 @@ def test_execute_notebooks_tracks_replaces_and_indexes_outputs(synthetic, tmp_pa
     folder.mkdir(parents=True)
     for name in ("summary.csv", "summary.md", "10_leftover.csv", "55_unrelated.png"):
         (folder / name).write_text("x")
-    (folder / "manifest.json").write_text(json.dumps({"notebooks": {"00_alpha": {"executed": None, "outputs": [
-        {"name": "00_old", "kind": "figure", "caption": "stale", "files": ["00_old.png"]}]}}}))
+    (folder / "manifest.json").write_text(
+        json.dumps(
+            {
+                "notebooks": {
+                    "00_alpha": {
+                        "executed": None,
+                        "outputs": [{"name": "00_old", "kind": "figure", "caption": "stale", "files": ["00_old.png"]}],
+                    }
+                }
+            }
+        )
+    )
     (folder / "00_old.png").write_text("x")
     with caplog.at_level(logging.INFO):
         done = execute_notebooks("smoke", reports_root=reports, notebooks_dir=synthetic)
@@ -136,8 +166,17 @@ def test_execute_notebooks_tracks_replaces_and_indexes_outputs(synthetic, tmp_pa
     assert "Passed unknown parameter" not in caplog.text and "Unable to parse" not in caplog.text
     files = {p.name for p in folder.iterdir()}
     assert {"00_old.png", "10_leftover.csv", "55_unrelated.png", "00_empty.csv", "00_empty.md"}.isdisjoint(files)
-    assert {"summary.csv", "summary.md", "README.md", "manifest.json", "plotly.min.js", "00_table.csv",
-            "00_figure.png", "00_page.html", "10_table.md"} <= files
+    assert {
+        "summary.csv",
+        "summary.md",
+        "README.md",
+        "manifest.json",
+        "plotly.min.js",
+        "00_table.csv",
+        "00_figure.png",
+        "00_page.html",
+        "10_table.md",
+    } <= files
     manifest = read_manifest(folder)["notebooks"]
     assert sorted(manifest) == ["00_alpha", "10_beta"]
     assert [o["name"] for o in manifest["10_beta"]["outputs"]] == ["10_table", "10_figure", "10_page"]
@@ -163,8 +202,10 @@ def test_execute_notebooks_tracks_replaces_and_indexes_outputs(synthetic, tmp_pa
 def test_a_cell_past_the_time_limit_is_a_clear_error(tmp_path):
     folder = tmp_path / "notebooks"
     folder.mkdir()
-    _notebook(folder / "00_hang.ipynb", [("code", 'name = "smoke"\nreport_dir = None', ["parameters"]),
-                                         ("code", "import time\ntime.sleep(60)", [])])
+    _notebook(
+        folder / "00_hang.ipynb",
+        [("code", 'name = "smoke"\nreport_dir = None', ["parameters"]), ("code", "import time\ntime.sleep(60)", [])],
+    )
     with pytest.raises(NotebookFailed, match=r"00_hang.ipynb: a cell ran longer than the per-cell limit of 2 s"):
         execute_notebooks("smoke", reports_root=tmp_path / "reports", notebooks_dir=folder, cell_timeout=2)
 
@@ -176,9 +217,26 @@ def test_an_ad_hoc_papermill_run_writes_no_report(tmp_path):
     notebook = next(p for p in NOTEBOOKS if p.stem.startswith("40"))
     output = tmp_path / "out.ipynb"
     env = {**os.environ, "RPEVIT_REPORTS": str(tmp_path / "reports"), "OMP_NUM_THREADS": "1"}
-    result = subprocess.run([sys.executable, "-m", "papermill", "-k", "python3", "--no-progress-bar", str(notebook),
-                             str(output), "-p", "name", "smoke"], cwd=tmp_path, env=env, capture_output=True,
-                            text=True, timeout=300)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "papermill",
+            "-k",
+            "python3",
+            "--no-progress-bar",
+            str(notebook),
+            str(output),
+            "-p",
+            "name",
+            "smoke",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert not (tmp_path / "reports").exists()
     after = {p: p.stat().st_mtime_ns for p in reports.rglob("*")} if reports.is_dir() else {}

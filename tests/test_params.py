@@ -1,12 +1,13 @@
 """Presets load, validate and fail with one clear message."""
+
 from __future__ import annotations
 
 import dataclasses
 
 import pytest
 
-from rpevit.errors import UserError
 from rpevit import runs
+from rpevit.errors import UserError
 from rpevit.params import list_presets, load_params
 
 
@@ -90,23 +91,34 @@ def test_run_key_tracks_results_not_paths():
 
 
 def test_nested_options_in_presets(tmp_path):
-    params = load_params(write(tmp_path, "datasets: [mnist5k]\nvariants: [favor+rope_axial]\n"
-                                         "model: {favor: {num_features: 32, redraw_steps: 5}, rope_axial: {theta: 50}}\n"))
+    params = load_params(
+        write(
+            tmp_path,
+            "datasets: [mnist5k]\nvariants: [favor+rope_axial]\n"
+            "model: {favor: {num_features: 32, redraw_steps: 5}, rope_axial: {theta: 50}}\n",
+        )
+    )
     assert params.model.options_for("favor").num_features == 32
     assert params.model.options_for("favor").redraw_steps == 5
     assert params.model.options_for("rope_axial").theta == 50.0
     assert params.model.options_for("relu").feature_map == "identity"  # not set: defaults
 
 
-@pytest.mark.parametrize("model, message", [
-    ("{favor: {num_feature: 3}}", r"unknown key model\.favor\.num_feature; allowed keys: num_features, redraw_steps"),
-    ("{favor: {num_features: 7}}", r"model\.favor\.num_features must be a positive even integer"),
-    ("{rope_axial: {theta: 0.5}}", r"model\.rope_axial\.theta must be a number > 1"),
-    ("{ape: {size: 3}}", r"model\.ape has no options"),
-    ("{favr: {}}", r"unknown key model\.favr; allowed keys: patch_size.*favor, relu"),
-    ("{favor_features: 32}", r"model\.favor_features is now an option of its method: .*favor: \{num_features"),
-    ("{relu: {feature_map: random, num_features: 0}}", r"model\.relu\.num_features must be a positive integer"),
-])
+@pytest.mark.parametrize(
+    "model, message",
+    [
+        (
+            "{favor: {num_feature: 3}}",
+            r"unknown key model\.favor\.num_feature; allowed keys: num_features, redraw_steps",
+        ),
+        ("{favor: {num_features: 7}}", r"model\.favor\.num_features must be a positive even integer"),
+        ("{rope_axial: {theta: 0.5}}", r"model\.rope_axial\.theta must be a number > 1"),
+        ("{ape: {size: 3}}", r"model\.ape has no options"),
+        ("{favr: {}}", r"unknown key model\.favr; allowed keys: patch_size.*favor, relu"),
+        ("{favor_features: 32}", r"model\.favor_features is now an option of its method: .*favor: \{num_features"),
+        ("{relu: {feature_map: random, num_features: 0}}", r"model\.relu\.num_features must be a positive integer"),
+    ],
+)
 def test_bad_nested_options_name_method_and_allowed_keys(tmp_path, model, message):
     with pytest.raises(UserError, match=message):
         load_params(write(tmp_path, f"datasets: [mnist5k]\nvariants: [softmax+ape]\nmodel: {model}\n"))
@@ -126,18 +138,24 @@ def test_option_added_to_one_method_leaves_other_variants_keys_unchanged(monkeyp
 
     monkeypatch.setattr(POSITIONS["rope_axial"].build, "Options", ExtendedOptions)
     after = {v: runs.run_key(params, "mnist5k", v, 0) for v in variants}
-    assert {v: after[v] for v in variants if "rope_axial" not in v} == \
-        {v: before[v] for v in variants if "rope_axial" not in v}
+    assert {v: after[v] for v in variants if "rope_axial" not in v} == {
+        v: before[v] for v in variants if "rope_axial" not in v
+    }
     assert after["favor+rope_axial"] != before["favor+rope_axial"]
 
 
 def test_options_of_other_methods_do_not_enter_a_key(tmp_path):
     base = load_params("smoke")
-    tuned = load_params(write(tmp_path, "datasets: [mnist5k]\nvariants: [softmax+ape]\nname: smoke\n"
-                                        "model: {dim: 64, depth: 4, heads: 4, mlp_dim: 128, rope_axial: {theta: 50},"
-                                        " favor: {num_features: 16}}\n"
-                                        "train: {epochs: 8, batch_size: 64, lr: 0.001, warmup_epochs: 1,"
-                                        " weight_decay: 0.05, device: cpu}\n"))
+    tuned = load_params(
+        write(
+            tmp_path,
+            "datasets: [mnist5k]\nvariants: [softmax+ape]\nname: smoke\n"
+            "model: {dim: 64, depth: 4, heads: 4, mlp_dim: 128, rope_axial: {theta: 50},"
+            " favor: {num_features: 16}}\n"
+            "train: {epochs: 8, batch_size: 64, lr: 0.001, warmup_epochs: 1,"
+            " weight_decay: 0.05, device: cpu}\n",
+        )
+    )
     assert runs.run_key(tuned, "mnist5k", "softmax+ape", 0) == runs.run_key(base, "mnist5k", "softmax+ape", 0)
     assert runs.run_key(tuned, "mnist5k", "favor+ape", 0) != runs.run_key(base, "mnist5k", "favor+ape", 0)
     assert runs.run_key(tuned, "mnist5k", "relu+ape", 0) == runs.run_key(base, "mnist5k", "relu+ape", 0)

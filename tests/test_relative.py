@@ -3,21 +3,21 @@
 Table/dense consistency, ALiBi slopes, iRPE buckets, krpe extrapolation policies, position
 interpolation, and the relative-property test of REFERENCE.md §5 in softmax attention.
 """
+
 import math
 
 import pytest
 import torch
 
-from rpevit.position import build_position
-from helpers import log_ratio_spread, trained_like
-
-from rpevit.attention import BACKENDS
 from rpevit.attention.layer import MultiHeadAttention
 from rpevit.checks import relative_violation
 from rpevit.errors import UserError
 from rpevit.grid import Grid
 from rpevit.params import model_config
+from rpevit.position import build_position
 from rpevit.position.relative import IRPE, Alibi2D, KernelizedRPE, alibi_slopes, piecewise_index
+
+from helpers import log_ratio_spread, trained_like
 
 F64 = torch.float64
 HEADS = 4
@@ -31,10 +31,13 @@ def config(**overrides):
 
 def make(name, seed=0, **overrides):
     """Random, asymmetric values in every parameter (so nothing is accidentally symmetric or zero)."""
-    return trained_like(build_position(name, config(**overrides), 8, HEADS).double(), seed=seed, scale=1.0, mode="replace")
+    return trained_like(
+        build_position(name, config(**overrides), 8, HEADS).double(), seed=seed, scale=1.0, mode="replace"
+    )
 
 
 # 5. table / dense consistency -------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("name", ["krpe", "alibi2d", "irpe"])
 @pytest.mark.parametrize("cls", [True, False])
@@ -71,13 +74,14 @@ def test_parameters_and_weight_decay_tags():
 
 # 6. alibi2d --------------------------------------------------------------------------------------
 
+
 def test_alibi_slopes():
-    assert alibi_slopes(8) == [2.0 ** -k for k in range(1, 9)]
-    assert alibi_slopes(4) == [2.0 ** -2, 2.0 ** -4, 2.0 ** -6, 2.0 ** -8]
+    assert alibi_slopes(8) == [2.0**-k for k in range(1, 9)]
+    assert alibi_slopes(4) == [2.0**-2, 2.0**-4, 2.0**-6, 2.0**-8]
     # 6 heads: the 4-head slopes, then every other 8-head slope (2^-1, 2^-3)
-    assert alibi_slopes(6) == [2.0 ** -2, 2.0 ** -4, 2.0 ** -6, 2.0 ** -8, 2.0 ** -1, 2.0 ** -3]
-    assert alibi_slopes(12) == [2.0 ** -k for k in range(1, 9)] + [2.0 ** -(k / 2) for k in (1, 3, 5, 7)]
-    assert alibi_slopes(1) == [2.0 ** -8]
+    assert alibi_slopes(6) == [2.0**-2, 2.0**-4, 2.0**-6, 2.0**-8, 2.0**-1, 2.0**-3]
+    assert alibi_slopes(12) == [2.0**-k for k in range(1, 9)] + [2.0 ** -(k / 2) for k in (1, 3, 5, 7)]
+    assert alibi_slopes(1) == [2.0**-8]
 
 
 def test_alibi_table_is_minus_slope_times_distance_and_symmetric():
@@ -95,11 +99,13 @@ def test_alibi_table_is_minus_slope_times_distance_and_symmetric():
 
 # 7. irpe buckets ----------------------------------------------------------------------------------
 
+
 def g_by_hand(x, alpha=1.9, beta=3.8, gamma=15.2):
     if abs(x) <= alpha:
         return round(x)
-    return int(math.copysign(min(beta, round(alpha + math.log(abs(x) / alpha) / math.log(gamma / alpha)
-                                             * (beta - alpha))), x))
+    return int(
+        math.copysign(min(beta, round(alpha + math.log(abs(x) / alpha) / math.log(gamma / alpha) * (beta - alpha))), x)
+    )
 
 
 def test_piecewise_index_at_hand_checked_points():
@@ -114,7 +120,10 @@ def test_piecewise_index_at_hand_checked_points():
 
 
 def test_irpe_bucket_counts():
-    product, euclidean = build_position("irpe", config(), 8, HEADS), build_position("irpe", config(irpe={"buckets": "euclidean"}), 8, HEADS)
+    product, euclidean = (
+        build_position("irpe", config(), 8, HEADS),
+        build_position("irpe", config(irpe={"buckets": "euclidean"}), 8, HEADS),
+    )
     assert product.num_buckets == 49 and product.bucket_table.shape[1] == 50  # + the CLS skip bucket
     assert euclidean.num_buckets == 4 and euclidean.bucket_table.shape[1] == 5
     big = Grid(30, 30)  # offsets up to ±29 reach every bucket
@@ -142,6 +151,7 @@ def test_irpe_cls_terms_are_the_skip_bucket():
 
 # 8. krpe extrapolation -------------------------------------------------------------------------
 
+
 def test_krpe_clamp_policy():
     module = make("krpe", seed=5)
     trained = module.bias_table  # (h, 13, 13) for the 7×7 trained grid
@@ -160,6 +170,7 @@ def test_krpe_clamp_policy():
 
 def test_krpe_interpolate_policy():
     module = make("krpe", seed=6, krpe={"extrapolation": "interpolate"})
+
     def smooth(r, c):
         return 0.3 * r[:, None] - 0.2 * c[None, :] + 0.5 * torch.sin(0.2 * r[:, None] + 0.1 * c[None, :])
 
@@ -184,6 +195,7 @@ def test_krpe_interpolate_policy():
 
 # position interpolation --------------------------------------------------------------------------
 
+
 def test_position_interpolation_scales_offsets_for_alibi_and_irpe_and_resizes_krpe():
     grid = Grid(14, 14, trained=(7, 7), interpolate=True)
     plain = Grid(14, 14, trained=(7, 7))
@@ -204,18 +216,20 @@ def test_position_interpolation_scales_offsets_for_alibi_and_irpe_and_resizes_kr
 
 # 9. the relative-property test (REFERENCE.md §5) in softmax attention -----------------------------
 
+
 def softmax_layer(name, **overrides):
     torch.manual_seed(0)
-    layer = MultiHeadAttention(config(**overrides) if overrides else config(), "softmax",
-                               bias=name).double()
+    layer = MultiHeadAttention(config(**overrides) if overrides else config(), "softmax", bias=name).double()
     if layer.bias is not None:
         trained_like(layer.bias, seed=1, scale=1.0, mode="replace")  # random, asymmetric table / buckets / CLS terms
     return layer
 
 
-@pytest.mark.parametrize("name,overrides", [("krpe", {}), ("alibi2d", {}), ("irpe", {}),
-                                            ("irpe", {"irpe": {"buckets": "euclidean"}})],
-                         ids=["krpe", "alibi2d", "irpe-product", "irpe-euclidean"])
+@pytest.mark.parametrize(
+    "name,overrides",
+    [("krpe", {}), ("alibi2d", {}), ("irpe", {}), ("irpe", {"irpe": {"buckets": "euclidean"}})],
+    ids=["krpe", "alibi2d", "irpe-product", "irpe-euclidean"],
+)
 @torch.no_grad()
 def test_relative_property_in_softmax_attention(name, overrides):
     grid = Grid(5, 7, cls=True)
@@ -242,7 +256,9 @@ def test_layer_forward_and_gradients_reach_the_bias():
         layer = softmax_layer(name)
         x = torch.randn(2, grid.num_tokens, 32, dtype=F64, generator=torch.Generator().manual_seed(4))
         out = layer(x, grid)
-        torch.testing.assert_close(out, layer.proj((layer.attention_matrix(x, grid) @ layer._heads(x, grid)[2])
-                                                   .transpose(1, 2).reshape(x.shape)))
+        torch.testing.assert_close(
+            out,
+            layer.proj((layer.attention_matrix(x, grid) @ layer._heads(x, grid)[2]).transpose(1, 2).reshape(x.shape)),
+        )
         out.square().sum().backward()
         assert all(p.grad is not None and p.grad.abs().max() > 0 for p in layer.bias.parameters())

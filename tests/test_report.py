@@ -1,5 +1,6 @@
 """Report outputs: where figures and tables go (and when they do not), the per-notebook manifest,
 stale-output removal, the index with its headline, offline plotly, and styles per variant."""
+
 from __future__ import annotations
 
 import json
@@ -14,8 +15,18 @@ import pytest  # noqa: E402
 
 from rpevit import report  # noqa: E402
 from rpevit.attention import BACKENDS, SoftmaxAttention  # noqa: E402
-from rpevit.report import (Report, begin_notebook, headline, markdown_table, plotly_bundle, prune,  # noqa: E402
-                           read_manifest, variant_style, variant_styles, write_index)
+from rpevit.report import (  # noqa: E402
+    Report,
+    begin_notebook,
+    headline,
+    markdown_table,
+    plotly_bundle,
+    prune,
+    read_manifest,
+    variant_style,
+    variant_styles,
+    write_index,
+)
 from rpevit.variants import list_variants  # noqa: E402
 
 SMOKE = [f"{b}+{p}" for b in ("softmax", "favor", "relu") for p in ("ape", "rope_mixed", "string_circulant", "krpe")]
@@ -45,8 +56,11 @@ def test_report_writes_figures_tables_and_manifest(tmp_path):
     assert (folder / "plotly.min.js").stat().st_size > 100_000
     outputs = read_manifest(folder)["notebooks"]["40_results"]["outputs"]
     assert [(o["name"], o["kind"], o["files"]) for o in outputs] == [
-        ("40_curves", "figure", ["40_curves.png"]), ("40_live", "figure", ["40_live.html"]),
-        ("40_results", "figure", ["40_results.png"]), ("40_results", "table", ["40_results.md", "40_results.csv"])]
+        ("40_curves", "figure", ["40_curves.png"]),
+        ("40_live", "figure", ["40_live.html"]),
+        ("40_results", "figure", ["40_results.png"]),
+        ("40_results", "table", ["40_results.md", "40_results.csv"]),
+    ]
 
 
 def test_without_a_folder_nothing_is_written(tmp_path, monkeypatch):
@@ -82,31 +96,58 @@ def test_a_new_execution_replaces_the_notebooks_previous_outputs_only(tmp_path):
     (tmp_path / "30_maps.ipynb").write_text("{}")
     (tmp_path / "99_gone.ipynb").write_text("{}")
     assert sorted(prune(tmp_path, ["30_maps", "40_results"])) == ["40_untracked.md", "99_gone.ipynb"]
-    assert {p.name for p in tmp_path.iterdir()} == {"30_maps.ipynb", "40_results.csv", "40_results.md",
-                                                   "manifest.json", "summary.csv", "summary.md"}
+    assert {p.name for p in tmp_path.iterdir()} == {
+        "30_maps.ipynb",
+        "40_results.csv",
+        "40_results.md",
+        "manifest.json",
+        "summary.csv",
+        "summary.md",
+    }
 
 
 def test_legacy_flat_manifest_is_read_per_notebook(tmp_path):
-    (tmp_path / "manifest.json").write_text(json.dumps({
-        "40_results.csv": {"caption": "c", "notebook": "40_results", "kind": "table"},
-        "40_results.md": {"caption": "c", "notebook": "40_results", "kind": "table"},
-        "10_curves.png": {"caption": "f", "notebook": "10_train", "kind": "figure"}}))
+    (tmp_path / "manifest.json").write_text(
+        json.dumps(
+            {
+                "40_results.csv": {"caption": "c", "notebook": "40_results", "kind": "table"},
+                "40_results.md": {"caption": "c", "notebook": "40_results", "kind": "table"},
+                "10_curves.png": {"caption": "f", "notebook": "10_train", "kind": "figure"},
+            }
+        )
+    )
     notebooks = read_manifest(tmp_path)["notebooks"]
-    assert notebooks["40_results"]["outputs"] == [{"name": "40_results", "kind": "table", "caption": "c",
-                                                   "files": ["40_results.csv", "40_results.md"]}]
+    assert notebooks["40_results"]["outputs"] == [
+        {"name": "40_results", "kind": "table", "caption": "c", "files": ["40_results.csv", "40_results.md"]}
+    ]
     assert notebooks["10_train"]["outputs"][0]["files"] == ["10_curves.png"]
 
 
 def _record(variant, seed, top1, dataset="mnist5k"):
-    return {"dataset": dataset, "variant": variant, "seed": seed, "status": "finished", "top1": top1,
-            "device": "cpu", "device_name": "x86_64", "finished_at": f"2025-01-0{seed + 1}T10:00:00+0000"}
+    return {
+        "dataset": dataset,
+        "variant": variant,
+        "seed": seed,
+        "status": "finished",
+        "top1": top1,
+        "device": "cpu",
+        "device_name": "x86_64",
+        "finished_at": f"2025-01-0{seed + 1}T10:00:00+0000",
+    }
 
 
 def test_headline_best_per_backend_gap_interval_date_and_device():
-    found = [_record("softmax+ape", 0, 0.90), _record("softmax+ape", 1, 0.92), _record("softmax+krpe", 0, 0.80),
-             _record("softmax+krpe", 1, 0.82), _record("favor+krpe", 0, 0.85), _record("favor+krpe", 1, 0.86),
-             _record("relu+ape", 0, 0.70), _record("relu+ape", 1, 0.75),
-             {"dataset": "mnist5k", "variant": "relu+krpe", "seed": 0, "status": "diverged"}]
+    found = [
+        _record("softmax+ape", 0, 0.90),
+        _record("softmax+ape", 1, 0.92),
+        _record("softmax+krpe", 0, 0.80),
+        _record("softmax+krpe", 1, 0.82),
+        _record("favor+krpe", 0, 0.85),
+        _record("favor+krpe", 1, 0.86),
+        _record("relu+ape", 0, 0.70),
+        _record("relu+ape", 1, 0.75),
+        {"dataset": "mnist5k", "variant": "relu+krpe", "seed": 0, "status": "diverged"},
+    ]
     text = "\n".join(headline(found))
     assert "softmax: `softmax+ape` 91.0% (mean of 2 seeds)" in text
     assert "favor: `favor+krpe` 85.5%" in text and "relu: `relu+ape` 72.5%" in text
@@ -125,11 +166,16 @@ def test_index_opens_with_headline_and_lists_each_output_once_by_notebook(tmp_pa
     rep.figure(_line_figure(), "40_curves", "Accuracy vs cost")
     Report(folder, "00_checks").table([{"b": 2}], "00_summary", "Every check")
     for notebook, title in (("00_checks", "00 · Checks"), ("40_results", "40 · Results")):
-        (folder / f"{notebook}.ipynb").write_text(json.dumps(
-            {"cells": [{"cell_type": "markdown", "source": [f"# {title}\n", "text"]}]}))
+        (folder / f"{notebook}.ipynb").write_text(
+            json.dumps({"cells": [{"cell_type": "markdown", "source": [f"# {title}\n", "text"]}]})
+        )
     (folder / "summary.md").write_text("x")
-    index = write_index("p", ["00_checks.ipynb", "40_results.ipynb", "99_missing.ipynb"], root=tmp_path,
-                        found=[_record("softmax+ape", 0, 0.9), _record("favor+ape", 0, 0.8)]).read_text()
+    index = write_index(
+        "p",
+        ["00_checks.ipynb", "40_results.ipynb", "99_missing.ipynb"],
+        root=tmp_path,
+        found=[_record("softmax+ape", 0, 0.9), _record("favor+ape", 0, 0.8)],
+    ).read_text()
     headline_at, guide_at = index.index("## Headline"), index.index("## Guide")
     checks_at, results_at = index.index("## [00 · Checks](00_checks.ipynb)"), index.index("## [40 · Results]")
     assert headline_at < guide_at < checks_at < results_at and "99_missing" not in index

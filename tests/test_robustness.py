@@ -1,5 +1,6 @@
 """Nothing lost, nothing wasted: damaged files are recovered, every setting is checked before any
 training, finished results are never silently overwritten, and one run is trained by one process."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -75,6 +76,7 @@ def reference(tmp_path_factory):
 
 # ------------------------------------------------------------------ damaged files
 
+
 @pytest.mark.parametrize("damage", ["empty", "truncated"])
 def test_damaged_checkpoint_of_interrupted_run_resumes_from_the_previous_one(preset, roots, reference, damage):
     params = load_params(preset)
@@ -97,11 +99,15 @@ def _stop_at(epoch):
     def stop(row):
         if row["epoch"] == epoch:
             raise KeyboardInterrupt
+
     return stop
 
 
-@pytest.mark.parametrize("content", [b'{"variant": "softmax+ape", "sta', b"[1, 2]", b"\xff\xfe\x00garbage", b""],
-                         ids=["truncated", "not-an-object", "not-utf8", "empty"])
+@pytest.mark.parametrize(
+    "content",
+    [b'{"variant": "softmax+ape", "sta', b"[1, 2]", b"\xff\xfe\x00garbage", b""],
+    ids=["truncated", "not-an-object", "not-utf8", "empty"],
+)
 def test_damaged_record_is_moved_aside_and_the_run_finished_again(preset, roots, reference, content):
     params = load_params(preset)
     study.run_study(params, runs_root=roots[0], reports_root=roots[1])
@@ -113,8 +119,7 @@ def test_damaged_record_is_moved_aside_and_the_run_finished_again(preset, roots,
     assert list(directory.glob("record.json.damaged-*"))
 
 
-def test_damaged_checkpoint_of_finished_run_makes_evaluate_explain_and_study_repair(preset, roots, reference,
-                                                                                    capsys):
+def test_damaged_checkpoint_of_finished_run_makes_evaluate_explain_and_study_repair(preset, roots, reference, capsys):
     params = load_params(preset)
     study.run_study(params, runs_root=roots[0], reports_root=roots[1])
     directory = run_dir(roots)
@@ -145,21 +150,33 @@ def test_history_is_completed_from_the_checkpoint(preset, roots, reference):
 
 # ------------------------------------------------------------------ checked before training
 
-@pytest.mark.parametrize("section, values, message", [
-    ("train", {"lr": 0}, r"train\.lr: 0\.0 is not valid; it must be a finite number > 0"),
-    ("train", {"lr": float("nan")}, r"train\.lr: nan is not valid"),
-    ("train", {"min_lr": -0.001}, r"train\.min_lr: -0\.001 is not valid; it must be a number in \[0"),
-    ("train", {"grad_clip": -1}, r"train\.grad_clip: -1\.0 is not valid; it must be a finite number > 0, or null"),
-    ("train", {"warmup_epochs": -1}, r"train\.warmup_epochs: -1\.0 is not valid"),
-    ("train", {"label_smoothing": 1.0}, r"train\.label_smoothing: 1\.0 is not valid; it must be a number in \[0, 1\)"),
-    ("train", {"timing_images": 0}, r"train\.timing_images: 0 is not valid; it must be a positive integer"),
-    ("train", {"eval_batch_size": 0}, r"train\.eval_batch_size: 0 is not valid"),
-    ("evaluate", {"resolutions": [20, 30]}, r"evaluate\.resolutions: \[30\] are not positive multiples of "
-                                            r"model\.patch_size = 4"),
-    ("model", {"favor": {"num_features": 0}}, r"model\.favor\.num_features must be a positive even integer"),
-    ("model", {"patch_size": 5}, r"model\.patch_size: 5 does not divide the 28×28 images of mnist5k"),
-    ("data", {"val_size": 0}, r"data\.val_size: 0 is not valid"),
-])
+
+@pytest.mark.parametrize(
+    "section, values, message",
+    [
+        ("train", {"lr": 0}, r"train\.lr: 0\.0 is not valid; it must be a finite number > 0"),
+        ("train", {"lr": float("nan")}, r"train\.lr: nan is not valid"),
+        ("train", {"min_lr": -0.001}, r"train\.min_lr: -0\.001 is not valid; it must be a number in \[0"),
+        ("train", {"grad_clip": -1}, r"train\.grad_clip: -1\.0 is not valid; it must be a finite number > 0, or null"),
+        ("train", {"warmup_epochs": -1}, r"train\.warmup_epochs: -1\.0 is not valid"),
+        (
+            "train",
+            {"label_smoothing": 1.0},
+            r"train\.label_smoothing: 1\.0 is not valid; it must be a number in \[0, 1\)",
+        ),
+        ("train", {"timing_images": 0}, r"train\.timing_images: 0 is not valid; it must be a positive integer"),
+        ("train", {"eval_batch_size": 0}, r"train\.eval_batch_size: 0 is not valid"),
+        (
+            "evaluate",
+            {"resolutions": [20, 30]},
+            r"evaluate\.resolutions: \[30\] are not positive multiples of "
+            r"model\.patch_size = 4",
+        ),
+        ("model", {"favor": {"num_features": 0}}, r"model\.favor\.num_features must be a positive even integer"),
+        ("model", {"patch_size": 5}, r"model\.patch_size: 5 does not divide the 28×28 images of mnist5k"),
+        ("data", {"val_size": 0}, r"data\.val_size: 0 is not valid"),
+    ],
+)
 def test_bad_settings_stop_before_any_training(tmp_path, roots, capsys, section, values, message):
     preset = yaml.safe_load(TINY_PRESET)
     preset.setdefault(section, {}).update(values)
@@ -180,6 +197,7 @@ def test_unwritable_runs_directory_stops_before_training(preset, tmp_path, monke
 
 
 # ------------------------------------------------------------------ never silently overwritten
+
 
 def test_results_of_other_settings_are_kept(preset, roots, capsys):
     params = load_params(preset)
@@ -219,20 +237,30 @@ def test_a_run_held_by_a_live_process_is_skipped_and_a_stale_lock_taken_over(pre
 
 def test_lock_is_exclusive_within_a_process_pair(tmp_path):
     with records.RunLock(tmp_path):
-        child = subprocess.run([sys.executable, "-c", (
-            "import sys; from rpevit import records\n"
-            "try:\n    records.RunLock(sys.argv[1]).__enter__()\nexcept records.RunBusy as e:\n"
-            "    print('busy', e); sys.exit(3)\n"), str(tmp_path)], capture_output=True, text=True)
+        child = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                (
+                    "import sys; from rpevit import records\n"
+                    "try:\n    records.RunLock(sys.argv[1]).__enter__()\nexcept records.RunBusy as e:\n"
+                    "    print('busy', e); sys.exit(3)\n"
+                ),
+                str(tmp_path),
+            ],
+            capture_output=True,
+            text=True,
+        )
         assert child.returncode == 3 and "busy" in child.stdout
     assert not (tmp_path / records.LOCK).exists()
 
 
 # ------------------------------------------------------------------ smaller
 
+
 def test_broken_pipe_is_quiet():
     shell = f"{sys.executable} -m rpevit list | head -1"
-    result = subprocess.run(["bash", "-c", f"set -o pipefail; {shell}"], capture_output=True, text=True,
-                            cwd=ROOT)
+    result = subprocess.run(["bash", "-c", f"set -o pipefail; {shell}"], capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 0, result.stderr
     assert "error" not in result.stderr.lower() and result.stdout.strip() == "backends:"
 
@@ -247,16 +275,22 @@ def test_argparse_mistakes_are_one_line(capsys):
 def test_kill_and_resume_harness(tmp_path):
     """SIGKILL at random points of a tiny run, again and again: the final record and history equal an
     uninterrupted run's (scripts/kill_resume.py, also runnable by hand with more kills)."""
-    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "kill_resume.py"), "--kills", "3",
-                             "--workdir", str(tmp_path)], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "kill_resume.py"), "--kills", "3", "--workdir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "identical" in result.stdout and "kills that landed: 0" not in result.stdout
 
 
 def test_preflight_catches_model_errors_without_touching_the_rng():
     params = load_params("smoke")
-    bad = dataclasses.replace(params, variants=("favor+rope_axial",),
-                              model=dataclasses.replace(params.model, dim=36, heads=4))  # head dim 9: odd
+    bad = dataclasses.replace(
+        params, variants=("favor+rope_axial",), model=dataclasses.replace(params.model, dim=36, heads=4)
+    )  # head dim 9: odd
     state = torch.get_rng_state()
     with pytest.raises(UserError, match="rope_axial needs a rotated dimension divisible by 4"):
         runs.preflight(bad)

@@ -1,23 +1,24 @@
 """Tests for rpevit.position.rotary: orthogonality, the relative (group) property, the FFT path of
 Circulant-STRING against a dense matrix exponential, the relative-property test of REFERENCE.md §5
 in softmax attention (and that it fails with absolute embeddings), grids, gradients, autocast."""
+
 import math
 
 import pytest
 import scipy.linalg
 import torch
-from helpers import log_ratio_spread, trained_like
 
-from rpevit.attention import BACKENDS
+from rpevit import grid as grid_module
 from rpevit.attention.layer import MultiHeadAttention
 from rpevit.checks import relative_violation
 from rpevit.errors import UserError
-from rpevit import grid as grid_module
 from rpevit.grid import Grid
 from rpevit.model import build_model
 from rpevit.params import model_config
-from rpevit.position import build_position, POSITIONS
-from rpevit.position.rotary import CIRCULANT_STEP_STD, RoPEAxial
+from rpevit.position import POSITIONS, build_position
+from rpevit.position.rotary import CIRCULANT_STEP_STD
+
+from helpers import log_ratio_spread, trained_like
 
 METHODS = ["rope_axial", "rope_mixed", "string_circulant", "string_cayley"]
 LEARNABLE = ["rope_mixed", "string_circulant", "string_cayley"]
@@ -34,16 +35,16 @@ def make(name, dim=DIM, heads=HEADS, seed=0, dtype=F64):
 
 
 def tokens(grid, dim=DIM, heads=HEADS, batch=3, seed=0, dtype=F64):
-    return torch.randn(batch, heads, grid.num_tokens, dim, dtype=dtype,
-                       generator=torch.Generator().manual_seed(seed))
+    return torch.randn(batch, heads, grid.num_tokens, dim, dtype=dtype, generator=torch.Generator().manual_seed(seed))
 
 
 def apply_dense(rotations, x, grid):
     """Patches of x rotated by dense matrices rotations (h or 1, N, d, d): (B, h, N, d)."""
-    return torch.einsum("hnij,bhnj->bhni", rotations, x[:, :, grid.prefix:])
+    return torch.einsum("hnij,bhnj->bhni", rotations, x[:, :, grid.prefix :])
 
 
 # 1. shape, norms, prefix ------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("name", METHODS)
 @pytest.mark.parametrize("cls", [True, False])
@@ -55,10 +56,11 @@ def test_norms_preserved_and_prefix_untouched(name, cls):
     torch.testing.assert_close(out.norm(dim=-1), x.norm(dim=-1), rtol=1e-12, atol=1e-12)
     if cls:
         assert torch.equal(out[:, :, 0], x[:, :, 0])
-    assert (out[:, :, grid.prefix:] - x[:, :, grid.prefix:]).abs().max() > 1e-2  # it does rotate
+    assert (out[:, :, grid.prefix :] - x[:, :, grid.prefix :]).abs().max() > 1e-2  # it does rotate
 
 
 # 2. dense rotations: orthogonal, relative, equal to the fast path -------------------------------
+
 
 @pytest.mark.parametrize("name", METHODS)
 def test_rotation_matrices_orthogonal_relative_and_match_forward(name):
@@ -69,8 +71,7 @@ def test_rotation_matrices_orthogonal_relative_and_match_forward(name):
     n = grid.num_patches
     assert rotations.shape[1:] == (n, DIM, DIM) and rotations.dtype == F64
     eye = torch.eye(DIM, dtype=F64)
-    torch.testing.assert_close(rotations.transpose(-2, -1) @ rotations, eye.expand_as(rotations),
-                               rtol=0, atol=1e-10)
+    torch.testing.assert_close(rotations.transpose(-2, -1) @ rotations, eye.expand_as(rotations), rtol=0, atol=1e-10)
     # R(r)ᵀR(r′) = R(0)ᵀR(r′ − r) for every pair; R(0) = I except for Cayley-STRING, where R(0) = P
     origin = module.rotation_matrices(torch.zeros(1, 2, dtype=F64))  # (h, 1, d, d)
     if name != "string_cayley":
@@ -84,8 +85,7 @@ def test_rotation_matrices_orthogonal_relative_and_match_forward(name):
     torch.testing.assert_close(pairwise, expected, rtol=0, atol=1e-10)
     # the fast path equals the dense matrices
     x = tokens(grid)
-    torch.testing.assert_close(module(x, grid)[:, :, 1:], apply_dense(rotations, x, grid),
-                               rtol=0, atol=1e-12)
+    torch.testing.assert_close(module(x, grid)[:, :, 1:], apply_dense(rotations, x, grid), rtol=0, atol=1e-12)
 
 
 def test_rope_axial_layout():
@@ -93,10 +93,10 @@ def test_rope_axial_layout():
     module = build_position("rope_axial", model_config(), 8, 1).double()
     r = module.rotation_matrices(torch.tensor([[2.0, 3.0]], dtype=F64))[0, 0]  # row 2, col 3
     theta = model_config().options_for("rope_axial").theta
-    angles = [3.0, 3.0 * theta ** -0.5, 2.0, 2.0 * theta ** -0.5]
+    angles = [3.0, 3.0 * theta**-0.5, 2.0, 2.0 * theta**-0.5]
     for c, a in enumerate(angles):
         block = torch.tensor([[math.cos(a), -math.sin(a)], [math.sin(a), math.cos(a)]], dtype=F64)
-        torch.testing.assert_close(r[2 * c:2 * c + 2, 2 * c:2 * c + 2], block, rtol=0, atol=1e-14)
+        torch.testing.assert_close(r[2 * c : 2 * c + 2, 2 * c : 2 * c + 2], block, rtol=0, atol=1e-14)
     assert (r.abs() > 1e-12).sum() == 16  # block-diagonal
 
 
@@ -118,6 +118,7 @@ def test_rope_mixed_init_matches_rope_vit_layout():
 
 # 3. Circulant-STRING against the dense matrix exponential ---------------------------------------
 
+
 def test_circulant_fft_path_equals_matrix_exponential():
     grid = Grid(5, 7)
     module, x = make("string_circulant"), tokens(grid)
@@ -134,8 +135,7 @@ def test_circulant_fft_path_equals_matrix_exponential():
             generator = row * generators[0] + col * generators[1]
             rotation = torch.from_numpy(scipy.linalg.expm(generator.numpy()))
             torch.testing.assert_close(out[:, h, 1 + n], x[:, h, 1 + n] @ rotation.T, rtol=0, atol=1e-10)
-            torch.testing.assert_close(torch.linalg.matrix_exp(generator),
-                                       rotation, rtol=0, atol=1e-10)
+            torch.testing.assert_close(torch.linalg.matrix_exp(generator), rotation, rtol=0, atol=1e-10)
 
 
 def test_circulant_full_complex_fft_is_real_and_only_antisymmetric_part_matters():
@@ -174,6 +174,7 @@ def test_circulant_init_scale_rotates_without_aliasing():
 
 # 4. the relative-property test of REFERENCE.md §5 in softmax attention --------------------------
 
+
 def softmax_layer(name, seed=0):
     """A float64 softmax attention layer with the rotary method, trained-looking parameters."""
     torch.manual_seed(seed)
@@ -204,6 +205,7 @@ def test_relative_property_in_softmax_attention(name):
 
 # 5. other grids, extrapolation and position interpolation ---------------------------------------
 
+
 @pytest.mark.parametrize("name", METHODS)
 def test_non_square_larger_grid_and_position_interpolation(name):
     module = make(name)
@@ -233,14 +235,21 @@ def test_non_square_larger_grid_and_position_interpolation(name):
 
 def test_rope_axial_cache_follows_grid_device_dtype_and_inference_mode():
     module = make("rope_axial")
-    grids = [Grid(5, 7), Grid(7, 5), Grid(14, 14, trained=(7, 7), interpolate=True), Grid(14, 14),
-             Grid(5, 7, cls=False), Grid(5, 7)]
+    grids = [
+        Grid(5, 7),
+        Grid(7, 5),
+        Grid(14, 14, trained=(7, 7), interpolate=True),
+        Grid(14, 14),
+        Grid(5, 7, cls=False),
+        Grid(5, 7),
+    ]
     for grid in grids:
         for dtype in (F64, torch.float32):
             x = tokens(grid, dtype=dtype)
             expected = apply_dense(module.rotation_matrices(grid.coords(dtype=F64)), x.double(), grid)
-            torch.testing.assert_close(module(x, grid)[:, :, grid.prefix:].double(), expected,
-                                       rtol=0, atol=1e-12 if dtype == F64 else 1e-5)
+            torch.testing.assert_close(
+                module(x, grid)[:, :, grid.prefix :].double(), expected, rtol=0, atol=1e-12 if dtype == F64 else 1e-5
+            )
     assert len(grid_module._CACHE) <= grid_module.CACHE_SIZE  # the one bounded grid cache
     # a grid first seen under inference_mode must still work in a later training forward
     grid = Grid(3, 4)
@@ -252,6 +261,7 @@ def test_rope_axial_cache_follows_grid_device_dtype_and_inference_mode():
 
 
 # 6. gradients and autocast ----------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("name", LEARNABLE)
 def test_gradients_reach_learnable_frequencies(name):
@@ -292,6 +302,7 @@ def test_autocast_bf16_keeps_dtype_and_is_finite(name):
 
 
 # 7. errors, registry and the assembled model ----------------------------------------------------
+
 
 def test_dimension_errors_are_user_errors():
     with pytest.raises(UserError, match="divisible by 4"):

@@ -1,5 +1,6 @@
 """Rotary frequency analysis (rpevit.rotary_analysis): eigen-frequencies from rotation matrices,
 the rotation identities, least-squares reconstructions and learned-frequency summaries."""
+
 from __future__ import annotations
 
 import math
@@ -23,14 +24,15 @@ def test_wrap_and_set_distance():
     a = torch.tensor([[0.0, 0.0], [1.0, 0.0]])
     assert ra.set_distance(a, a) == 0.0
     assert ra.set_distance(a, torch.tensor([[0.0, 0.0]])) == pytest.approx(1.0)
-    assert ra.set_distance(torch.tensor([[math.pi - 0.1, 0.0]]), torch.tensor([[-math.pi + 0.1, 0.0]])) == \
-        pytest.approx(0.2, abs=1e-6)  # the same frequency, mod 2π
+    assert ra.set_distance(
+        torch.tensor([[math.pi - 0.1, 0.0]]), torch.tensor([[-math.pi + 0.1, 0.0]])
+    ) == pytest.approx(0.2, abs=1e-6)  # the same frequency, mod 2π
 
 
 def test_effective_frequencies_match_the_parameters_of_every_rotary_method(config):
     modules = ra.build_rotary(ra.rotary_methods(), config, 8, 2, seed=0)
     frequencies = {m: ra.effective_frequencies(module) for m, module in modules.items()}
-    for method, f in frequencies.items():
+    for f in frequencies.values():
         assert f.shape[-1] == 2 and f.shape[1] == 8 and f.dtype == torch.float64
     for row in ra.frequency_crosscheck(modules, frequencies):
         assert float(row["max distance to parameter frequencies"]) < 1e-6, row
@@ -51,8 +53,11 @@ def test_rotation_identities_hold_for_every_rotary_method(config):
 
 def test_reconstruction_is_exact_for_a_matching_frequency():
     problem = ra.Reconstruction(7, "offsets", stripe_period=8.0, bump_width=1.5)
-    assert problem.points.shape == (13 * 13, 2) and set(problem.targets) == {"diagonal stripes", "radial bump",
-                                                                              "axial stripes"}
+    assert problem.points.shape == (13 * 13, 2) and set(problem.targets) == {
+        "diagonal stripes",
+        "radial bump",
+        "axial stripes",
+    }
     step = 2 * math.pi / 8
     fits, residual = problem.fit(torch.tensor([[step, 0.0]], dtype=torch.float64))
     assert residual[2] < 1e-10 and residual[0] > 0.5  # axial stripes exact, diagonal ones not

@@ -4,6 +4,7 @@ and rpevit.position.separable (manhattan, axial_rpe).
 The reference is the dense masked computation in float64: B gathered from the table r ⊕ c by
 relative.dense_bias, then (ψQψKᵀ ∘ exp(B)) V / rowsum(φQφKᵀ ∘ exp(B)), with no shift and no clamp.
 """
+
 import math
 from types import SimpleNamespace
 
@@ -72,6 +73,7 @@ def reference(q_num, k_num, q_den, k_den, v, grid, row, col, cls):
 
 # 1. every path == the dense reference (float64, non-square grid, with/without CLS, asymmetric) -----
 
+
 @pytest.mark.parametrize("grid", GRIDS, ids=["cls", "no_cls"])
 @pytest.mark.parametrize("post", [False, True], ids=["num=den", "post_map"])
 @pytest.mark.parametrize("path", ["axis", "fft", "dense", "auto"])
@@ -86,8 +88,9 @@ def test_separable_paths_equal_dense_reference(grid, post, path):
     f32 = [t.float() for t in (q_num, k_num, q_den, k_den, v)]
     if not post:
         f32[2], f32[3] = f32[0], f32[1]
-    out32 = separable_linear_attention(*f32, grid, row.float(), col.float(), None if cls is None else cls.float(),
-                                       path=path)
+    out32 = separable_linear_attention(
+        *f32, grid, row.float(), col.float(), None if cls is None else cls.float(), path=path
+    )
     assert out32.dtype == torch.float32 and (out32.double() - expected).abs().max() <= 1e-5
 
 
@@ -103,8 +106,9 @@ def test_decay_paths_equal_dense_reference(grid, post, path):
     expected = reference(q_num, k_num, q_den, k_den, v, grid, row, col, cls)
     out = separable_linear_attention(q_num, k_num, q_den, k_den, v, grid, None, None, cls, decay=rates, path=path)
     assert (out - expected).abs().max() <= 1e-10
-    same = separable_linear_attention(q_num, k_num, q_den, k_den, v, grid, None, None, cls,
-                                      decay=rates[:, 0], path=path)  # (h,): one rate for both axes
+    same = separable_linear_attention(
+        q_num, k_num, q_den, k_den, v, grid, None, None, cls, decay=rates[:, 0], path=path
+    )  # (h,): one rate for both axes
     row, col = decay_logits(rates[:, :1].expand(-1, 2), grid)
     assert (same - reference(q_num, k_num, q_den, k_den, v, grid, row, col, cls)).abs().max() <= 1e-10
 
@@ -121,8 +125,9 @@ def test_weights_is_the_dense_matrix_of_the_fast_paths():
     assert (matrix - reference_matrix).abs().max() <= 1e-12
     # with the identity as values, a fast path returns its own attention matrix
     eye = torch.eye(grid.num_tokens, dtype=F64).expand(BATCH, HEADS, -1, -1)
-    assert (separable_linear_attention(q_num, k_num, q_den, k_den, eye, grid, row, col, cls, path="axis")
-            - matrix).abs().max() <= 1e-12
+    assert (
+        separable_linear_attention(q_num, k_num, q_den, k_den, eye, grid, row, col, cls, path="axis") - matrix
+    ).abs().max() <= 1e-12
 
 
 @pytest.mark.parametrize("height,width", [(1, 6), (6, 1), (2, 9), (7, 3)])
@@ -173,6 +178,7 @@ def test_geometric_recurrence_matches_matrix():
 
 
 # 2. gradients ------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("post", [False, True], ids=["num=den", "post_map"])
 @pytest.mark.parametrize("path", ["axis", "scan", "fft"])
@@ -226,6 +232,7 @@ def test_gradcheck_of_the_chunked_function(op_name, post):
 
 # 3. the modules ------------------------------------------------------------------------------------
 
+
 def manhattan(learnable=False, pool="cls", seed=None):
     module = ManhattanDecay(ManhattanOptions(learnable=learnable), config(pool), 8, HEADS).double()
     if seed is not None:
@@ -264,10 +271,14 @@ def test_module_options_parameters_and_defaults():
         AxialRPE(AxialRPEOptions(extrapolation="wrap"), config(), 8, HEADS)
 
 
-@pytest.mark.parametrize("make", [manhattan, lambda **k: manhattan(learnable=True, **k), axial],
-                         ids=["manhattan", "manhattan_learnable", "axial_rpe"])
-@pytest.mark.parametrize("grid", [Grid(5, 7, cls=True), Grid(7, 7, cls=False), Grid(9, 4, cls=True)],
-                         ids=["5x7", "trained", "9x4"])
+@pytest.mark.parametrize(
+    "make",
+    [manhattan, lambda **k: manhattan(learnable=True, **k), axial],
+    ids=["manhattan", "manhattan_learnable", "axial_rpe"],
+)
+@pytest.mark.parametrize(
+    "grid", [Grid(5, 7, cls=True), Grid(7, 7, cls=False), Grid(9, 4, cls=True)], ids=["5x7", "trained", "9x4"]
+)
 def test_factors_sum_to_the_table_and_dense_gathers_it(make, grid):
     module = make(seed=3)
     row, col = module.factors(grid)
@@ -304,8 +315,9 @@ def test_axial_rpe_extrapolation_policies():
     big = Grid(12, 9)
     row, col = interp.factors(big)
     trained_table = interp.table(Grid(7, 7))
-    resized = torch.nn.functional.interpolate(trained_table[None], size=(23, 17), mode="bicubic",
-                                              align_corners=False)[0]
+    resized = torch.nn.functional.interpolate(trained_table[None], size=(23, 17), mode="bicubic", align_corners=False)[
+        0
+    ]
     torch.testing.assert_close(row[:, :, None] + col[:, None, :], resized, rtol=0, atol=1e-12)
     torch.testing.assert_close(row[:, 11], interp.row_table[:, 6], rtol=0, atol=1e-12)  # the centre is kept
     # position-interpolation mode resizes a larger grid whatever the policy
@@ -315,8 +327,12 @@ def test_axial_rpe_extrapolation_policies():
 
 # 4. relative property (REFERENCE.md §5) in every backend form --------------------------------------
 
-@pytest.mark.parametrize("make", [lambda: manhattan(), lambda: manhattan(True, seed=7), lambda: axial(seed=7)],
-                         ids=["manhattan", "manhattan_learnable", "axial_rpe"])
+
+@pytest.mark.parametrize(
+    "make",
+    [lambda: manhattan(), lambda: manhattan(True, seed=7), lambda: axial(seed=7)],
+    ids=["manhattan", "manhattan_learnable", "axial_rpe"],
+)
 def test_relative_property_softmax_and_linear(make):
     module = make()
     grid = Grid(5, 7, cls=True)
@@ -330,8 +346,10 @@ def test_relative_property_softmax_and_linear(make):
     eye = torch.eye(grid.num_tokens, dtype=F64).expand(1, HEADS, -1, -1)
     row, col = module.factors(grid)
     cls = module.cls_terms()
-    for kind, feature in (("favor", torch.rand(1, 1, 1, M, generator=gen(8), dtype=F64).exp()),
-                          ("relu", torch.relu(torch.randn(1, 1, 1, M, generator=gen(9), dtype=F64)) + 1e-3)):
+    for kind, feature in (
+        ("favor", torch.rand(1, 1, 1, M, generator=gen(8), dtype=F64).exp()),
+        ("relu", torch.relu(torch.randn(1, 1, 1, M, generator=gen(9), dtype=F64)) + 1e-3),
+    ):
         phi = feature.expand(1, HEADS, grid.num_tokens, M)
         paths = ["axis", "fft"] + (["scan"] if isinstance(module, ManhattanDecay) else [])
         for path in paths:
@@ -345,11 +363,17 @@ def test_relative_property_softmax_and_linear(make):
 
 # 5. multi-resolution -------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("make", [manhattan, axial, lambda **k: axial("interpolate", **k)],
-                         ids=["manhattan", "axial_clamp", "axial_interpolate"])
-@pytest.mark.parametrize("grid", [Grid(10, 12, cls=True), Grid(4, 4, cls=True),
-                                  Grid(14, 14, cls=True, trained=(7, 7), interpolate=True)],
-                         ids=["larger", "smaller", "interpolation_mode"])
+
+@pytest.mark.parametrize(
+    "make",
+    [manhattan, axial, lambda **k: axial("interpolate", **k)],
+    ids=["manhattan", "axial_clamp", "axial_interpolate"],
+)
+@pytest.mark.parametrize(
+    "grid",
+    [Grid(10, 12, cls=True), Grid(4, 4, cls=True), Grid(14, 14, cls=True, trained=(7, 7), interpolate=True)],
+    ids=["larger", "smaller", "interpolation_mode"],
+)
 def test_multi_resolution_forward(make, grid):
     module = make(seed=11)
     q_num, k_num, q_den, k_den, v = make_inputs(grid, post=False, seed=12, heads=HEADS)
@@ -360,12 +384,14 @@ def test_multi_resolution_forward(make, grid):
         out = separable_linear_attention(q_num, k_num, q_den, k_den, v, grid, row, col, cls, path=path)
         assert (out - expected).abs().max() <= 1e-10
     if isinstance(module, ManhattanDecay):
-        out = separable_linear_attention(q_num, k_num, q_den, k_den, v, grid, None, None, cls,
-                                         decay=module.axis_rates(grid), path="scan")
+        out = separable_linear_attention(
+            q_num, k_num, q_den, k_den, v, grid, None, None, cls, decay=module.axis_rates(grid), path="scan"
+        )
         assert (out - expected).abs().max() <= 1e-10
 
 
 # 6. stability and training ---------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("dtype", [torch.float32, F64])
 def test_large_logits_stay_finite(dtype):
@@ -406,8 +432,9 @@ def test_few_training_steps_keep_gradients_finite():
         for module, path in ((modules[0], "scan"), (modules[0], "axis"), (modules[1], "axis")):
             phi_q, phi_k = torch.relu(q) + 1e-3, torch.relu(k) + 1e-3
             decay = module.axis_rates(grid) if path == "scan" else None
-            out = separable_linear_attention(phi_q, phi_k, phi_q, phi_k, v, grid, *module.factors(grid),
-                                             module.cls_terms(), decay=decay, path=path)
+            out = separable_linear_attention(
+                phi_q, phi_k, phi_q, phi_k, v, grid, *module.factors(grid), module.cls_terms(), decay=decay, path=path
+            )
             loss = loss + (out - target).square().mean()
         optimizer.zero_grad()
         loss.backward()
@@ -429,6 +456,7 @@ def test_autocast_runs_in_float32():
 
 
 # 7. memory, dispatch, errors -------------------------------------------------------------------------
+
 
 class LargestTensor(TorchDispatchMode):
     """Records the largest number of elements of any tensor an op produces."""
@@ -461,10 +489,13 @@ def test_no_per_query_sums_for_all_tokens(path, monkeypatch):
     rates = torch.tensor([0.3], requires_grad=True)
     row, col = (t.detach().requires_grad_() for t in decay_logits(rates.detach(), grid))
     saved = []
-    with LargestTensor() as probe, torch.autograd.graph.saved_tensors_hooks(
-            lambda t: saved.append(t.numel()) or t, lambda t: t):
-        out = separable_linear_attention(q, k, q, k, v, grid, row, col, None, decay=rates if path == "scan" else None,
-                                         path=path)
+    with (
+        LargestTensor() as probe,
+        torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.numel()) or t, lambda t: t),
+    ):
+        out = separable_linear_attention(
+            q, k, q, k, v, grid, row, col, None, decay=rates if path == "scan" else None, path=path
+        )
         out.square().sum().backward()
     n = grid.num_patches
     assert probe.largest * 4 <= budget and probe.largest <= n * m * d / 8  # float32 chunks
@@ -491,7 +522,18 @@ def test_errors():
     with pytest.raises(ValueError, match="scan"):
         separable_linear_attention(q_num, k_num, q_den, k_den, v, grid, row, col, cls, path="scan")
     with pytest.raises(ValueError, match="scan"):
-        separable_linear_attention(q_num, k_num, q_den, k_den, v, grid, None, None, cls,
-                                   decay=torch.tensor([0.1, -0.1, 0.2], dtype=F64), path="scan")
+        separable_linear_attention(
+            q_num,
+            k_num,
+            q_den,
+            k_den,
+            v,
+            grid,
+            None,
+            None,
+            cls,
+            decay=torch.tensor([0.1, -0.1, 0.2], dtype=F64),
+            path="scan",
+        )
     with pytest.raises(ValueError, match="tokens"):
         separable_linear_attention(q_num, k_num, q_den, k_den, v, Grid(3, 5, cls=False), row, col, None)

@@ -1,4 +1,5 @@
 """Study runner: grid expansion, skip-finished, resume after a crash mid-grid, summary tables."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -12,8 +13,12 @@ from rpevit.train import Diverged, train_run
 
 @pytest.fixture
 def grid_params(tiny_params):
-    return dataclasses.replace(tiny_params, variants=("softmax+none", "softmax+ape"), seeds=(0, 1),
-                               train=dataclasses.replace(tiny_params.train, epochs=1))
+    return dataclasses.replace(
+        tiny_params,
+        variants=("softmax+none", "softmax+ape"),
+        seeds=(0, 1),
+        train=dataclasses.replace(tiny_params.train, epochs=1),
+    )
 
 
 @pytest.fixture

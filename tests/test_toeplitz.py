@@ -3,6 +3,7 @@
 The reference is built independently here: the full (T, T) bias gathered by explicit loops over
 token pairs, then (ψQψKᵀ ∘ exp(B)) V / row sums of (φQφKᵀ ∘ exp(B)), in float64.
 """
+
 import math
 
 import pytest
@@ -78,6 +79,7 @@ GRIDS = [Grid(5, 7, cls=True), Grid(5, 7, cls=False)]
 
 # 1. FFT path == the dense masked computation ---------------------------------------------------
 
+
 @pytest.mark.parametrize("grid", GRIDS, ids=["cls", "no_cls"])
 @pytest.mark.parametrize("kind", ["exp", "relu"])
 @pytest.mark.parametrize("post", [False, True], ids=["num=den", "post_map"])
@@ -137,6 +139,7 @@ def test_fft_size_is_smallest_5_smooth():
 
 # 2. dense weights: A v == the FFT path, rows sum to one ----------------------------------------
 
+
 @pytest.mark.parametrize("grid", GRIDS, ids=["cls", "no_cls"])
 @pytest.mark.parametrize("post", [False, True], ids=["num=den", "post_map"])
 def test_weights_times_v_equals_fft_path(grid, post):
@@ -169,6 +172,7 @@ def test_gradients_match_dense_path():
 
 
 # 3. memory / complexity: large grids without any N×N tensor --------------------------------------
+
 
 class LargestTensor(TorchDispatchMode):
     """Records the largest number of elements of any tensor an op produces."""
@@ -259,11 +263,12 @@ def test_saved_memory_is_linear_in_features_plus_values():
 
 # 4. large-magnitude tables stay finite (the shared max shift) ----------------------------------
 
+
 @pytest.mark.parametrize("dtype", [torch.float32, F64])
 def test_large_magnitude_tables_stay_finite(dtype):
     grid = Grid(5, 7, cls=True)
     q_num, k_num, q_den, k_den, v, table, cls_terms = make_inputs(grid, "exp", post=False, seed=31)
-    table = (torch.rand(table.shape, generator=gen(32), dtype=F64) * 100 - 50)  # b ∈ [−50, 50]
+    table = torch.rand(table.shape, generator=gen(32), dtype=F64) * 100 - 50  # b ∈ [−50, 50]
     table[:, 0, 0], table[:, -1, -1] = 50.0, -50.0
     cls_terms = torch.tensor([[50.0, -50.0, 50.0]] * HEADS, dtype=F64)
     args = [t.to(dtype) for t in (q_num, k_num, q_den, k_den, v)]
@@ -282,8 +287,9 @@ def test_large_magnitude_tables_stay_finite(dtype):
     else:
         gap = torch.maximum(table.flatten(1).amax(1), cls_terms.amax(1))[:, None] - bias.amax(-1)  # (h, T)
         assert (gap <= 5).sum() > 20 and error[gap <= 5].max() <= 1e-3
-    torch.testing.assert_close(weights.sum(-1).double(), torch.ones(BATCH, HEADS, grid.num_tokens, dtype=F64),
-                               rtol=0, atol=1e-5)
+    torch.testing.assert_close(
+        weights.sum(-1).double(), torch.ones(BATCH, HEADS, grid.num_tokens, dtype=F64), rtol=0, atol=1e-5
+    )
 
 
 def test_autocast_runs_in_float32():
@@ -306,6 +312,7 @@ def test_shape_errors():
 
 
 # 5. FAVOR+ with a relative bias approaches softmax(s + B) as m grows ---------------------------
+
 
 def test_favor_with_bias_approaches_softmax_with_bias():
     grid = Grid(3, 4, cls=True)

@@ -1,4 +1,5 @@
 """Training loop: learning on real data, exact resume, NaN guard, record contents."""
+
 from __future__ import annotations
 
 import json
@@ -10,9 +11,24 @@ from rpevit import records
 from rpevit.model import build_model
 from rpevit.train import Diverged, param_groups, train_run, warmup_cosine
 
-RECORD_KEYS = {"top1", "top5", "precision", "recall", "f1", "log_likelihood", "aic", "bic", "num_params",
-               "flops_per_image", "train_seconds_per_epoch", "ms_per_image_batched", "ms_single_image",
-               "peak_memory_mb", "best_epoch", "best_val_acc"}
+RECORD_KEYS = {
+    "top1",
+    "top5",
+    "precision",
+    "recall",
+    "f1",
+    "log_likelihood",
+    "aic",
+    "bic",
+    "num_params",
+    "flops_per_image",
+    "train_seconds_per_epoch",
+    "ms_per_image_batched",
+    "ms_single_image",
+    "peak_memory_mb",
+    "best_epoch",
+    "best_val_acc",
+}
 
 
 def test_tiny_run_learns_and_writes_record(tiny_params, tiny_dataset, tmp_path):
@@ -35,8 +51,7 @@ def test_resume_gives_identical_results(tiny_params, tiny_dataset, tmp_path):
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        train_run(tiny_params, tiny_dataset, "softmax+ape", 0, tmp_path / "b", epochs=3,
-                  on_epoch_end=stop_after_first)
+        train_run(tiny_params, tiny_dataset, "softmax+ape", 0, tmp_path / "b", epochs=3, on_epoch_end=stop_after_first)
     assert not (tmp_path / "b" / "record.json").exists()
     assert records.load_checkpoint(tmp_path / "b" / "checkpoint.pt")["epoch"] == 1
     resumed = train_run(tiny_params, tiny_dataset, "softmax+ape", 0, tmp_path / "b", epochs=3, resume=True)
@@ -47,8 +62,7 @@ def test_resume_gives_identical_results(tiny_params, tiny_dataset, tmp_path):
     assert strip == again
 
 
-def test_non_finite_loss_stops_with_message_and_keeps_checkpoint(tiny_params, tiny_dataset, tmp_path,
-                                                                  monkeypatch):
+def test_non_finite_loss_stops_with_message_and_keeps_checkpoint(tiny_params, tiny_dataset, tmp_path, monkeypatch):
     import rpevit.train as train_module
 
     live = {}
@@ -63,8 +77,11 @@ def test_non_finite_loss_stops_with_message_and_keeps_checkpoint(tiny_params, ti
                 tensor.fill_(float("nan"))
 
     monkeypatch.setattr(train_module, "build_model", capture)
-    with pytest.raises(Diverged, match=r"softmax\+ape on mnist5k \(seed 0\): non-finite loss at epoch 2, "
-                                       r"step 1; the last good checkpoint \(epoch 1\) is kept"):
+    with pytest.raises(
+        Diverged,
+        match=r"softmax\+ape on mnist5k \(seed 0\): non-finite loss at epoch 2, "
+        r"step 1; the last good checkpoint \(epoch 1\) is kept",
+    ):
         train_run(tiny_params, tiny_dataset, "softmax+ape", 0, tmp_path, epochs=3, on_epoch_end=corrupt)
     kept = records.load_checkpoint(tmp_path / "checkpoint.pt")
     assert kept["epoch"] == 1

@@ -1,10 +1,10 @@
 """Every backend × positional method: fast path == dense matrix, the relative property, training."""
+
 from __future__ import annotations
 
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import trained_like
 
 from rpevit.attention import BACKENDS
 from rpevit.attention.layer import MultiHeadAttention
@@ -15,6 +15,8 @@ from rpevit.params import model_config
 from rpevit.position import POSITIONS
 from rpevit.variants import list_variants, parse_variant
 
+from helpers import trained_like
+
 ROTARY = [name for name, method in POSITIONS.items() if method.mechanism == "rotary"]
 BIAS = [name for name, method in POSITIONS.items() if method.mechanism == "bias"]
 GATES = [name for name, method in POSITIONS.items() if method.mechanism == "gate"]
@@ -23,21 +25,30 @@ GRID = Grid(5, 7, cls=True)
 TINY = dict(dim=32, depth=1, heads=4, mlp_dim=32, image_size=28, patch_size=4)
 
 
-def make_layer(backend: str, site: str = "auto", *methods: str | None, dtype=torch.float64, seed=0,
-               favor=None, relu=None):
+def make_layer(
+    backend: str, site: str = "auto", *methods: str | None, dtype=torch.float64, seed=0, favor=None, relu=None
+):
     """An attention layer with the given positional methods and random, non-default parameters;
     `favor` / `relu` override those backends' options."""
     torch.manual_seed(seed)
     sites = {} if site == "auto" else {"rotation_site": site}
-    config = model_config(dim=32, heads=4, image_size=28, patch_size=4,
-                          favor={**sites, "bias_path": "fft", **(favor or {})},
-                          relu={**sites, "feature_map": "learned", "bias_path": "fft", **(relu or {})})
+    config = model_config(
+        dim=32,
+        heads=4,
+        image_size=28,
+        patch_size=4,
+        favor={**sites, "bias_path": "fft", **(favor or {})},
+        relu={**sites, "feature_map": "learned", "bias_path": "fft", **(relu or {})},
+    )
     layer = MultiHeadAttention(config, backend, **{POSITIONS[m].mechanism: m for m in methods if m})
     return trained_like(layer, seed=None, scale=0.3).to(dtype)  # noise from the global RNG seeded above
 
 
-COMBOS = [(None,)] + [(m,) for m in ROTARY + BIAS + GATES] + [("rope_axial", "krpe"), ("string_circulant", "alibi2d"),
-                                                             ("rope_mixed", "irpe", "gate_irpe")]
+COMBOS = (
+    [(None,)]
+    + [(m,) for m in ROTARY + BIAS + GATES]
+    + [("rope_axial", "krpe"), ("string_circulant", "alibi2d"), ("rope_mixed", "irpe", "gate_irpe")]
+)
 
 
 @pytest.mark.parametrize("methods", COMBOS, ids=lambda m: "+".join(x or "none" for x in m))

@@ -1,6 +1,7 @@
 """Attention backends: each computes attention over (B, heads, T, d) q, k, v and exposes the
 dense matrix it implies (`weights`). Adding a backend = one class satisfying `Backend` and one
 entry in BACKENDS; `list`, the variant grid, the tests, benchmarks and plot styles follow."""
+
 from __future__ import annotations
 
 from typing import ClassVar, Protocol, runtime_checkable
@@ -13,11 +14,11 @@ from .softmax import SoftmaxAttention
 class Backend(Protocol):
     """The contract of an attention backend (an nn.Module built as cls(options, config, head_dim, heads))."""
 
-    Options: ClassVar[type]          # frozen dataclass of its options (rpevit.options)
-    exact: ClassVar[bool]            # True: exact softmax attention; False: a linear-time approximation
+    Options: ClassVar[type]  # frozen dataclass of its options (rpevit.options)
+    exact: ClassVar[bool]  # True: exact softmax attention; False: a linear-time approximation
     mechanisms: ClassVar[tuple[str, ...]]  # the positional mechanisms it consumes
-    summary: ClassVar[str]           # one line for `list` and the README
-    rotation_site: str               # "pre": rotary methods rotate q, k; "post": the feature maps
+    summary: ClassVar[str]  # one line for `list` and the README
+    rotation_site: str  # "pre": rotary methods rotate q, k; "post": the feature maps
 
     def feature_dim(self) -> int:
         """The dimension a "post" rotation acts on."""

@@ -28,6 +28,7 @@ with W = I ("identity": no projection, m = d), a fixed random orthogonal-block m
 like qᵀk/√d, and ε = 1e-3 matches lucidrains/performer-pytorch (kernel_epsilon); it keeps
 features positive when every ReLU input is negative.
 """
+
 from __future__ import annotations
 
 import math
@@ -44,8 +45,9 @@ def default_favor_features(head_dim: int) -> int:
     return max(4, 4 * math.ceil(head_dim * math.log(head_dim) / 4))
 
 
-def orthogonal_gaussian_matrix(num_rows: int, dim: int, generator: torch.Generator | None = None,
-                               dtype: torch.dtype = torch.float32) -> torch.Tensor:
+def orthogonal_gaussian_matrix(
+    num_rows: int, dim: int, generator: torch.Generator | None = None, dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
     """(num_rows, dim) block-orthogonal Gaussian rows with χ(dim) norms, drawn on the CPU."""
     num_blocks = math.ceil(num_rows / dim)
     gaussian = torch.randn(num_blocks, dim, dim, generator=generator, dtype=torch.float64)
@@ -66,8 +68,9 @@ def favor_log_features(x: torch.Tensor, omega: torch.Tensor) -> torch.Tensor:
     return projection - 0.5 * (x * x).sum(dim=-1, keepdim=True)
 
 
-def favor_features(x: torch.Tensor, omega: torch.Tensor, stabilizer: str | None,
-                   eps: float = FAVOR_EPS) -> torch.Tensor:
+def favor_features(
+    x: torch.Tensor, omega: torch.Tensor, stabilizer: str | None, eps: float = FAVOR_EPS
+) -> torch.Tensor:
     """FAVOR+ positive features m^(−1/2)(exp(log-features − M) + ε) of x (..., T, d): (..., T, m).
 
     stabilizer: "query" — M = max over features per token (cancels with the row normalizer);
@@ -84,8 +87,7 @@ def favor_features(x: torch.Tensor, omega: torch.Tensor, stabilizer: str | None,
     return (torch.exp(logits) + eps) * omega.shape[-2] ** -0.5
 
 
-def relu_features(x: torch.Tensor, weight: torch.Tensor | None = None,
-                  eps: float = RELU_EPS) -> torch.Tensor:
+def relu_features(x: torch.Tensor, weight: torch.Tensor | None = None, eps: float = RELU_EPS) -> torch.Tensor:
     """Performer-ReLU features ReLU(d^(−1/4)·W x) + ε of x (..., T, d): (..., T, m); W=None is I."""
     x = x * x.shape[-1] ** -0.25
     if weight is not None:

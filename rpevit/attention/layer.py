@@ -4,6 +4,7 @@ The order is fixed for every backend: gate(q, k) → rotate(q, k) ("pre" site) �
 "post" rotation is handed to the backend, which applies it to the feature maps φ(q), φ(k)
 (RoFormer's linear-attention form). A relative bias is handed to the backend too.
 """
+
 from __future__ import annotations
 
 from torch import nn
@@ -16,8 +17,9 @@ from . import build_backend
 class MultiHeadAttention(nn.Module):
     """Self-attention over (batch, tokens, dim) with pluggable backend and positions (given by name)."""
 
-    def __init__(self, config, backend: str, rotary: str | None = None, bias: str | None = None,
-                 gate: str | None = None):
+    def __init__(
+        self, config, backend: str, rotary: str | None = None, bias: str | None = None, gate: str | None = None
+    ):
         super().__init__()
         self.heads = config.heads
         self.head_dim = config.dim // config.heads
@@ -29,16 +31,16 @@ class MultiHeadAttention(nn.Module):
         if rotary is not None:
             rotary_dim = self.head_dim if self.rotation_site == "pre" else self.backend.feature_dim()
             if self.rotation_site == "post" and rotary_dim % 2:
-                raise UserError(f"a 'post' rotation rotates pairs of features, but backend {backend} has an "
-                                f"odd number of features m={rotary_dim}; choose an even m or "
-                                f"model.{backend}.rotation_site: pre.")
+                raise UserError(
+                    f"a 'post' rotation rotates pairs of features, but backend {backend} has an "
+                    f"odd number of features m={rotary_dim}; choose an even m or "
+                    f"model.{backend}.rotation_site: pre."
+                )
             self.rotary = build_position(rotary, config, rotary_dim, self.heads)
-        self.bias = None if bias is None else \
-            build_position(bias, config, self.head_dim, self.heads)
+        self.bias = None if bias is None else build_position(bias, config, self.head_dim, self.heads)
         if self.bias is not None and hasattr(self.backend, "check_bias"):
             self.backend.check_bias(self.bias)
-        self.gate = None if gate is None else \
-            build_position(gate, config, self.head_dim, self.heads)
+        self.gate = None if gate is None else build_position(gate, config, self.head_dim, self.heads)
 
     def _heads(self, x, grid):
         """Project and position q, k, v: each (B, h, T, d)."""

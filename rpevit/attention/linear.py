@@ -21,20 +21,27 @@ arithmetic, so the clamp never biases a well-formed attention row.
 `weights()` returns the dense matrix A with out = A v built from the very same features, for
 inspection and as the test reference.
 """
+
 from __future__ import annotations
 
-import torch
 from dataclasses import dataclass
 from typing import Literal
 
+import torch
 from torch import nn
 
 from .. import distributed
 from ..errors import UserError
 from ..options import neutral
 from ..precision import autocast_off, compute_dtype
-from .features import (FAVOR_EPS, RELU_EPS, default_favor_features, favor_features,
-                       orthogonal_gaussian_matrix, relu_features)
+from .features import (
+    FAVOR_EPS,
+    RELU_EPS,
+    default_favor_features,
+    favor_features,
+    orthogonal_gaussian_matrix,
+    relu_features,
+)
 from .separable import separable_linear_attention
 from .separable import weights as separable_weights
 from .toeplitz import biased_linear_attention, biased_linear_weights, fft_is_cheaper
@@ -106,10 +113,12 @@ class LinearAttention(nn.Module):
         if feature_rotation is None:
             return phi_q, phi_k, phi_q, phi_k
         if self.num_features % 2:
-            raise UserError(f"a post-map rotation ('post' rotation_site) rotates pairs of features, so "
-                            f"it needs an even number of features m; this {type(self).__name__} has "
-                            f"m={self.num_features}. Choose an even m (model.favor.num_features / "
-                            "model.relu.num_features) or set rotation_site: pre.")
+            raise UserError(
+                f"a post-map rotation ('post' rotation_site) rotates pairs of features, so "
+                f"it needs an even number of features m; this {type(self).__name__} has "
+                f"m={self.num_features}. Choose an even m (model.favor.num_features / "
+                "model.relu.num_features) or set rotation_site: pre."
+            )
         return (*feature_rotation.rotate_pair(phi_q, phi_k, grid), phi_q, phi_k)
 
     def forward(self, q, k, v, grid, bias=None, feature_rotation=None):
@@ -121,8 +130,9 @@ class LinearAttention(nn.Module):
                 out = linear_attention(*pairs, v.to(dtype))  # (B, h, T, d)
             elif separable(bias):  # additive over axes: applied one axis at a time (separable.py)
                 row, col, cls_terms, decay = _separable_terms(bias, grid)
-                out = separable_linear_attention(*pairs, v.to(dtype), grid, row, col, cls_terms, decay=decay,
-                                                 path=self.bias_path)
+                out = separable_linear_attention(
+                    *pairs, v.to(dtype), grid, row, col, cls_terms, decay=decay, path=self.bias_path
+                )
             elif self._use_fft(grid, v.shape[-1]):
                 out = biased_linear_attention(*pairs, v.to(dtype), grid, *_bias_terms(bias, grid))
             else:  # small grids: the same attention through its N×N matrix is cheaper
@@ -145,8 +155,10 @@ class LinearAttention(nn.Module):
     def check_bias(self, bias) -> None:
         """`bias_path` axis / scan exist only for separable biases (rpevit.attention.separable)."""
         if self.bias_path in ("axis", "scan") and not separable(bias):
-            raise UserError(f"bias_path: {self.bias_path!r} applies a separable bias (manhattan, axial_rpe) axis by "
-                            f"axis; {type(bias).__name__} is not separable — use auto, fft or dense.")
+            raise UserError(
+                f"bias_path: {self.bias_path!r} applies a separable bias (manhattan, axial_rpe) axis by "
+                f"axis; {type(bias).__name__} is not separable — use auto, fft or dense."
+            )
 
     def _use_fft(self, grid, head_dim: int) -> bool:
         """Relative bias: the O(N log N) FFT path, or the dense N×N path where that is cheaper."""
@@ -171,9 +183,11 @@ class FavorOptions:
 
     def check(self, where: str) -> None:
         if self.num_features is not None and (self.num_features < 1 or self.num_features % 2):
-            raise UserError(f"{where}.num_features must be a positive even integer (pairs of features are "
-                            f"rotated by post-map rotary methods), got {self.num_features}; or leave it "
-                            "null for the default 4·⌈d·ln d/4⌉.")
+            raise UserError(
+                f"{where}.num_features must be a positive even integer (pairs of features are "
+                f"rotated by post-map rotary methods), got {self.num_features}; or leave it "
+                "null for the default 4·⌈d·ln d/4⌉."
+            )
         if self.redraw_steps < 0:
             raise UserError(f"{where}.redraw_steps must be ≥ 0 (0 = never redraw), got {self.redraw_steps}.")
 
@@ -193,8 +207,7 @@ class FavorAttention(LinearAttention):
     """
 
     Options = FavorOptions
-    summary = ("FAVOR+ (Choromanski et al. 2021): positive orthogonal random features, one ω per layer, "
-               "O(N·m·d)")
+    summary = "FAVOR+ (Choromanski et al. 2021): positive orthogonal random features, one ω per layer, O(N·m·d)"
 
     def __init__(self, options: FavorOptions, config, head_dim: int, heads: int):
         super().__init__()
@@ -210,8 +223,10 @@ class FavorAttention(LinearAttention):
 
     def features(self, q, k):
         """Stabilized FAVOR+ features φ(q) (per-token max), φ(k) (one max per batch, head)."""
-        return (favor_features(q, self.omega, "query", self.feature_eps),
-                favor_features(k, self.omega, "key", self.feature_eps))
+        return (
+            favor_features(q, self.omega, "query", self.feature_eps),
+            favor_features(k, self.omega, "key", self.feature_eps),
+        )
 
     def redraw(self) -> None:
         """Replace ω by a fresh draw from the global torch RNG (same device and dtype); in a
@@ -247,8 +262,10 @@ class ReluOptions:
         if self.num_features is not None and self.num_features < 1:
             raise UserError(f"{where}.num_features must be a positive integer, got {self.num_features}.")
         if self.feature_map == "identity" and self.num_features is not None:
-            raise UserError(f"{where}.num_features={self.num_features} needs {where}.feature_map 'random' or "
-                            "'learned'; 'identity' features have m = head dim (leave num_features null).")
+            raise UserError(
+                f"{where}.num_features={self.num_features} needs {where}.feature_map 'random' or "
+                "'learned'; 'identity' features have m = head dim (leave num_features null)."
+            )
 
 
 class ReluAttention(LinearAttention):

@@ -63,6 +63,7 @@ largest weight is 1, and no row underflows however far its logits sit below the 
 GEMM and scan paths add non-negative weights times the channel values, so their round-off is
 relative to each row's own sums.
 """
+
 from __future__ import annotations
 
 import math
@@ -115,9 +116,11 @@ the crossover this implies is near side 600."""
 def _check_factors(row_logits, col_logits, grid, heads):
     rows, cols = 2 * grid.height - 1, 2 * grid.width - 1
     if row_logits.shape != (heads, rows) or col_logits.shape != (heads, cols):
-        raise ValueError(f"a {grid.height}×{grid.width} grid needs row logits (heads={heads}, {rows}) and "
-                         f"column logits ({heads}, {cols}), got {tuple(row_logits.shape)} and "
-                         f"{tuple(col_logits.shape)}")
+        raise ValueError(
+            f"a {grid.height}×{grid.width} grid needs row logits (heads={heads}, {rows}) and "
+            f"column logits ({heads}, {cols}), got {tuple(row_logits.shape)} and "
+            f"{tuple(col_logits.shape)}"
+        )
 
 
 def axis_rates(decay: torch.Tensor, heads: int) -> torch.Tensor:
@@ -143,8 +146,9 @@ def toeplitz_matrix(logits: torch.Tensor, size: int) -> torch.Tensor:
     return logits[:, index[None, :] - index[:, None] + size - 1]
 
 
-def weights(q_num, k_num, q_den, k_den, grid, row_logits, col_logits, cls_terms=None,
-            eps: float = DENOMINATOR_EPS) -> torch.Tensor:
+def weights(
+    q_num, k_num, q_den, k_den, grid, row_logits, col_logits, cls_terms=None, eps: float = DENOMINATOR_EPS
+) -> torch.Tensor:
     """The dense attention matrix A (B, h, T, T), out = A v, of the table r ⊕ c (the test reference).
 
     A_ij = c_ij ψ(q_i)ᵀψ(k_j) / max(Σ_l c_il φ(q_i)ᵀφ(k_l), ε), c_ij = exp(b_ij − M_i) with B from
@@ -168,6 +172,7 @@ def weights(q_num, k_num, q_den, k_den, grid, row_logits, col_logits, cls_terms=
 
 
 # --- operators --------------------------------------------------------------------------------------
+
 
 class AxisOperator(KernelOperator):
     """K = R ⊗ C by two dense products per chunk: u = x·Cᵀ along each grid row, y = R·u along each
@@ -286,6 +291,7 @@ class DecayOperator(KernelOperator):
 
 # --- the attention ----------------------------------------------------------------------------------
 
+
 def choose_path(grid, m: int, d: int, device: torch.device, decay: bool) -> str:
     """The "auto" rule (measured on the 2-core CPU; the same rule elsewhere, not measured there):
 
@@ -304,9 +310,21 @@ def choose_path(grid, m: int, d: int, device: torch.device, decay: bool) -> str:
     return "fft" if FFT_PER_AXIS * fft < axis else "axis"
 
 
-def separable_linear_attention(q_num, k_num, q_den, k_den, v, grid, row_logits=None, col_logits=None,
-                               cls_terms=None, *, decay=None, path: str = "auto",
-                               eps: float = DENOMINATOR_EPS) -> torch.Tensor:
+def separable_linear_attention(
+    q_num,
+    k_num,
+    q_den,
+    k_den,
+    v,
+    grid,
+    row_logits=None,
+    col_logits=None,
+    cls_terms=None,
+    *,
+    decay=None,
+    path: str = "auto",
+    eps: float = DENOMINATOR_EPS,
+) -> torch.Tensor:
     """Linear attention with the separable relative bias b_h(Δ) = r_h[Δrow] + c_h[Δcol]: (B, h, T, d).
 
     q_num, k_num (ψ) and q_den, k_den (φ): (B, h, T, m); v (B, h, T, d); row_logits (h, 2H−1) with
@@ -319,8 +337,9 @@ def separable_linear_attention(q_num, k_num, q_den, k_den, v, grid, row_logits=N
     """
     heads, tokens, m = q_num.shape[1:]
     if tokens != grid.num_tokens:
-        raise ValueError(f"a {grid.height}×{grid.width} grid (cls={grid.cls}) has {grid.num_tokens} tokens, "
-                         f"got {tokens}")
+        raise ValueError(
+            f"a {grid.height}×{grid.width} grid (cls={grid.cls}) has {grid.num_tokens} tokens, got {tokens}"
+        )
     if path not in PATHS:
         raise ValueError(f"path must be one of {', '.join(PATHS)}, got {path!r}")
     if decay is not None:
@@ -365,9 +384,11 @@ def separable_linear_attention(q_num, k_num, q_den, k_den, v, grid, row_logits=N
             shift = torch.maximum(patch_max, cls[:, 1:2].detach())  # patch queries: patches and the CLS key
             cls_shift = torch.maximum(cls[:, 0], cls[:, 2]).detach()  # the CLS query
             scale = torch.exp(patch_max - shift)[None, :, :, None]  # (1, h, N, 1), ≤ 1
-            cls_weights = (torch.exp(cls[:, 0] - cls_shift)[None, :, None, None],
-                           torch.exp(cls[:, 1:2] - shift)[None, :, :, None],
-                           torch.exp(cls[:, 2] - cls_shift)[None, :, None, None])
+            cls_weights = (
+                torch.exp(cls[:, 0] - cls_shift)[None, :, None, None],
+                torch.exp(cls[:, 1:2] - shift)[None, :, :, None],
+                torch.exp(cls[:, 2] - cls_shift)[None, :, None, None],
+            )
         patch = [t[:, :, p:] for t in (q_num, k_num, q_den, k_den, v)]
         if q_num is q_den and k_num is k_den:
             patch[2], patch[3] = patch[0], patch[1]

@@ -3,6 +3,7 @@
 Runs through torch's scaled_dot_product_attention (flash / memory-efficient kernels on CUDA);
 a relative bias B (heads, T, T) enters as a float attn_mask.
 """
+
 from __future__ import annotations
 
 import math

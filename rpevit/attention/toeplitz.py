@@ -41,6 +41,7 @@ weight), so a query row whose largest bias lies `gap` below the head's max M get
 finite for any table. ALiBi never has a gap (b(0) = 0 is the max and every row sees Δ = 0); a
 learned table only does if some row's best offset is far below the head's best.
 """
+
 from __future__ import annotations
 
 import math
@@ -84,7 +85,7 @@ def fft_is_cheaper(grid, m: int, d: int) -> bool:
     """
     rows, cols = fft_size(2 * grid.height - 1), fft_size(2 * grid.width - 1)
     fft = FFT_OVERHEAD * 3 * (m * d + m) * rows * cols * math.log2(rows * cols)
-    dense = grid.num_tokens ** 2 * (2 * m + d)
+    dense = grid.num_tokens**2 * (2 * m + d)
     return fft < dense
 
 
@@ -95,8 +96,10 @@ def _compute_dtype(*tensors) -> torch.dtype:
 
 def _check(table, cls_terms, grid, heads):
     if table.dim() != 3 or tuple(table.shape[1:]) != table_shape(grid) or table.shape[0] != heads:
-        raise ValueError(f"table must be (heads={heads}, {table_shape(grid)[0]}, {table_shape(grid)[1]}) for "
-                         f"a {grid.height}×{grid.width} grid, got {tuple(table.shape)}")
+        raise ValueError(
+            f"table must be (heads={heads}, {table_shape(grid)[0]}, {table_shape(grid)[1]}) for "
+            f"a {grid.height}×{grid.width} grid, got {tuple(table.shape)}"
+        )
     if cls_terms is not None and tuple(cls_terms.shape) != (heads, 3):
         raise ValueError(f"cls_terms must be (heads={heads}, 3), got {tuple(cls_terms.shape)}")
 
@@ -221,7 +224,7 @@ class FFTOperator(KernelOperator):
     def forward(self, x, heads, state, keep):
         x_f = torch.fft.rfft2(x, s=self.size)  # (gc, C, P, Q/2+1)
         product = x_f * state[heads][:, None] if keep else x_f.mul_(state[heads][:, None])
-        y = torch.fft.irfft2(product, s=self.size)[..., :self.height, :self.width]
+        y = torch.fft.irfft2(product, s=self.size)[..., : self.height, : self.width]
         return y, (x_f if keep else None)
 
     def backward(self, p, x, heads, state, cache, grads):
@@ -229,7 +232,7 @@ class FFTOperator(KernelOperator):
         if grads is not None:  # ⟨p, t ⊛ x⟩ = Σ_s t[s]·(p ⋆ x)[s]; DFT(p ⋆ x) = P·conj(X)
             grads[0].index_add_(0, heads, (p_f * cache.conj()).sum(1))
         dx = torch.fft.irfft2(p_f.mul_(state[heads][:, None].conj()), s=self.size)
-        return dx[..., :self.height, :self.width]
+        return dx[..., : self.height, : self.width]
 
     def new_grads(self, state, params):
         return [torch.zeros_like(state)]
@@ -351,13 +354,22 @@ class _KernelSums(torch.autograd.Function):
             return None if t is None else t.flatten(-2).transpose(-2, -1).reshape(like.shape)
 
         dv = dv[:, :d]
-        return (None, None, None, back(dq, q_num), back(dk, k_num),
-                None if shared else back(dqd, q_den), None if shared else back(dkd, k_den),
-                back(dv, v), *param_grads)
+        return (
+            None,
+            None,
+            None,
+            back(dq, q_num),
+            back(dk, k_num),
+            None if shared else back(dqd, q_den),
+            None if shared else back(dkd, k_den),
+            back(dv, v),
+            *param_grads,
+        )
 
 
 def _slabs(q_num, k_num, q_den, k_den, v, height, width, layout):
     """Copies (B·h, C, H, W) of ψ(q), ψ(k), φ(q), φ(k) (None if shared) and [v, 1] in `layout`."""
+
     def grid_form(t):
         if t is None:
             return None
@@ -367,8 +379,13 @@ def _slabs(q_num, k_num, q_den, k_den, v, height, width, layout):
         return t.permute(0, 3, 1, 2).contiguous()  # memory (G, C, H, W)
 
     ones = v.new_ones(v.shape[:-1] + (1,))
-    return (grid_form(q_num), grid_form(k_num), grid_form(q_den), grid_form(k_den),
-            grid_form(torch.cat((v, ones), dim=-1)))
+    return (
+        grid_form(q_num),
+        grid_form(k_num),
+        grid_form(q_den),
+        grid_form(k_den),
+        grid_form(torch.cat((v, ones), dim=-1)),
+    )
 
 
 def kernel_sums(op: KernelOperator, params, q_num, k_num, q_den, k_den, v, budget: int):
@@ -380,13 +397,15 @@ def kernel_sums(op: KernelOperator, params, q_num, k_num, q_den, k_den, v, budge
     sum with value 1, one extra channel per feature. Gradients by the chunks' own backward.
     """
     shared = q_num is q_den and k_num is k_den
-    num, den = _KernelSums.apply(op, budget, q_num.shape[1], q_num, k_num, None if shared else q_den,
-                                 None if shared else k_den, v, *params)
+    num, den = _KernelSums.apply(
+        op, budget, q_num.shape[1], q_num, k_num, None if shared else q_den, None if shared else k_den, v, *params
+    )
     return num, den.unsqueeze(-1)
 
 
-def normalize_with_cls(numerator, denominator, q_num, k_num, q_den, k_den, v, cls_weights, grid,
-                       eps: float = DENOMINATOR_EPS) -> torch.Tensor:
+def normalize_with_cls(
+    numerator, denominator, q_num, k_num, q_den, k_den, v, cls_weights, grid, eps: float = DENOMINATOR_EPS
+) -> torch.Tensor:
     """out = numerator / max(denominator, eps) after adding the CLS rank-one border: (B, h, T, d).
 
     numerator (B, h, N, d) and denominator (B, h, N, 1): the patch queries' sums over the patch keys;
@@ -407,10 +426,13 @@ def normalize_with_cls(numerator, denominator, q_num, k_num, q_den, k_den, v, cl
         numerator = numerator + patch_to_c * (q_patch @ k_cls.transpose(-2, -1)) * v_cls
         denominator = denominator + patch_to_c * (qd_patch @ kd_cls.transpose(-2, -1))
         q_cls, qd_cls = q_num[:, :, :1], q_den[:, :, :1]  # (B, h, 1, m)
-        cls_num = (c_to_patch * (q_cls @ k_patch.transpose(-2, -1)) @ v_patch
-                   + c_to_c * (q_cls @ k_cls.transpose(-2, -1)) * v_cls)  # (B, h, 1, d)
-        cls_den = (c_to_patch * (qd_cls @ kd_patch.transpose(-2, -1)).sum(-1, keepdim=True)
-                   + c_to_c * (qd_cls @ kd_cls.transpose(-2, -1)))  # (B, h, 1, 1)
+        cls_num = (
+            c_to_patch * (q_cls @ k_patch.transpose(-2, -1)) @ v_patch
+            + c_to_c * (q_cls @ k_cls.transpose(-2, -1)) * v_cls
+        )  # (B, h, 1, d)
+        cls_den = c_to_patch * (qd_cls @ kd_patch.transpose(-2, -1)).sum(-1, keepdim=True) + c_to_c * (
+            qd_cls @ kd_cls.transpose(-2, -1)
+        )  # (B, h, 1, 1)
         numerator = torch.cat((cls_num, numerator), dim=2)
         denominator = torch.cat((cls_den, denominator), dim=2)
     return numerator / denominator.clamp_min(eps)
@@ -425,8 +447,9 @@ def convert(q_num, k_num, q_den, k_den, v, dtype):
     return q_num, k_num, q_den.to(dtype), k_den.to(dtype), v
 
 
-def biased_linear_attention(q_num, k_num, q_den, k_den, v, grid, table, cls_terms,
-                            eps: float = DENOMINATOR_EPS) -> torch.Tensor:
+def biased_linear_attention(
+    q_num, k_num, q_den, k_den, v, grid, table, cls_terms, eps: float = DENOMINATOR_EPS
+) -> torch.Tensor:
     """Linear attention with relative weights exp(b(Δ)) in O(N log N·m·d): (B, h, T, d).
 
     q_num, k_num (ψ) and q_den, k_den (φ): (B, h, T, m); v: (B, h, T, d); table (h, 2H−1, 2W−1);
@@ -436,8 +459,9 @@ def biased_linear_attention(q_num, k_num, q_den, k_den, v, grid, table, cls_term
     """
     heads, tokens, m = q_num.shape[1:]
     if tokens != grid.num_tokens:
-        raise ValueError(f"a {grid.height}×{grid.width} grid (cls={grid.cls}) has {grid.num_tokens} tokens, "
-                         f"got {tokens}")
+        raise ValueError(
+            f"a {grid.height}×{grid.width} grid (cls={grid.cls}) has {grid.num_tokens} tokens, got {tokens}"
+        )
     _check(table, cls_terms, grid, heads)
     dtype = _compute_dtype(q_num, k_num, q_den, k_den, v, table, cls_terms)
     p, height, width = grid.prefix, grid.height, grid.width
@@ -447,13 +471,18 @@ def biased_linear_attention(q_num, k_num, q_den, k_den, v, grid, table, cls_term
         patch = [t[:, :, p:] for t in (q_num, k_num, q_den, k_den, v)]
         if q_num is q_den and k_num is k_den:
             patch[2], patch[3] = patch[0], patch[1]
-        numerator, denominator = kernel_sums(FFTOperator(height, width), [circulant_torus(kernel, height, width)],
-                                             *patch, budget=chunk_budget(q_num.device, FFT_CHUNK_BYTES))
+        numerator, denominator = kernel_sums(
+            FFTOperator(height, width),
+            [circulant_torus(kernel, height, width)],
+            *patch,
+            budget=chunk_budget(q_num.device, FFT_CHUNK_BYTES),
+        )
         return normalize_with_cls(numerator, denominator, q_num, k_num, q_den, k_den, v, cls, grid, eps)
 
 
-def biased_linear_weights(q_num, k_num, q_den, k_den, grid, table, cls_terms,
-                          eps: float = DENOMINATOR_EPS) -> torch.Tensor:
+def biased_linear_weights(
+    q_num, k_num, q_den, k_den, grid, table, cls_terms, eps: float = DENOMINATOR_EPS
+) -> torch.Tensor:
     """The dense A (B, h, T, T) with biased_linear_attention(..., v, ...) = A v, built as N×N.
 
     A_ij = c_ij ψ(q_i)ᵀψ(k_j) / max(Σ_l c_il φ(q_i)ᵀφ(k_l), ε), c = exp(B − M) with the same

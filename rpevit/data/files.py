@@ -1,5 +1,6 @@
 """Where dataset files live: search roots, the standard file layouts, the one "not found" message,
 and downloads through torchvision (lazy import; the only place rpevit touches torchvision)."""
+
 from __future__ import annotations
 
 import os
@@ -9,7 +10,6 @@ from pathlib import Path
 import torch
 
 from ..errors import UserError
-
 
 SYSTEM_ROOT = Path("/usr/share/datasets")
 
@@ -44,9 +44,7 @@ _CIFAR_LAYOUTS = {
         ("test_batch",),
         b"labels",
     ),
-    "cifar100": CifarLayout(
-        "cifar-100-python", "cifar-100-python.tar.gz", ("train",), ("test",), b"fine_labels"
-    ),
+    "cifar100": CifarLayout("cifar-100-python", "cifar-100-python.tar.gz", ("train",), ("test",), b"fine_labels"),
 }
 _TORCHVISION_CLASSES = {
     "mnist": "MNIST",
@@ -168,5 +166,3 @@ def _download(name: str) -> None:
             f"Downloading '{name}' into {target} failed: {exc}. Check the internet connection, "
             "or put the files under $RPEVIT_DATA or --data-root yourself."
         ) from exc
-
-

@@ -1,9 +1,11 @@
 """Static facts about each dataset and the in-memory form of a loaded one."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import torch
+
 
 @dataclass(frozen=True)
 class DatasetInfo:
@@ -24,12 +26,8 @@ DATASETS: dict[str, DatasetInfo] = {
     "mnist5k": DatasetInfo("mnist5k", 1, 28, 10, _MNIST_MEAN, _MNIST_STD, "mnist"),
     "mnist": DatasetInfo("mnist", 1, 28, 10, _MNIST_MEAN, _MNIST_STD, "mnist"),
     "fashion_mnist": DatasetInfo("fashion_mnist", 1, 28, 10, (0.2860,), (0.3530,), "mnist"),
-    "cifar10": DatasetInfo(
-        "cifar10", 3, 32, 10, (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616), "cifar"
-    ),
-    "cifar100": DatasetInfo(
-        "cifar100", 3, 32, 100, (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762), "cifar"
-    ),
+    "cifar10": DatasetInfo("cifar10", 3, 32, 10, (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616), "cifar"),
+    "cifar100": DatasetInfo("cifar100", 3, 32, 100, (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762), "cifar"),
 }
 
 
@@ -54,5 +52,3 @@ class Dataset:
     val: Split
     test: Split
     source: str
-
-

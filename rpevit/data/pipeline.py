@@ -2,6 +2,7 @@
 the batch with batched tensor ops (per-image random parameters drawn from one generator on the
 split's device) and normalizes it, so an epoch is reproducible from the generator's state alone
 and no DataLoader, PIL, per-image Python loop or per-batch host→device copy is involved."""
+
 from __future__ import annotations
 
 import functools
@@ -12,7 +13,6 @@ import torch.nn.functional as F
 
 from ..errors import UserError
 from .info import DatasetInfo, Split
-
 
 MAX_ROTATION_DEGREES = 10.0
 CROP_PADDING = 4
@@ -75,8 +75,10 @@ def augment(images_uint8: torch.Tensor, recipe: str, generator: torch.Generator)
 def _constants(mean: tuple, std: tuple, device: torch.device, dtype: torch.dtype):
     """Per-channel mean and std as (1, C, 1, 1) tensors on `device`, built once per device and dtype."""
     shape = (1, len(mean), 1, 1)
-    return (torch.tensor(mean, dtype=dtype, device=device).reshape(shape),
-            torch.tensor(std, dtype=dtype, device=device).reshape(shape))
+    return (
+        torch.tensor(mean, dtype=dtype, device=device).reshape(shape),
+        torch.tensor(std, dtype=dtype, device=device).reshape(shape),
+    )
 
 
 def normalize(images01: torch.Tensor, info: DatasetInfo) -> torch.Tensor:

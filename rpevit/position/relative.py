@@ -26,15 +26,15 @@ irpe evaluate their closed forms at scaled offsets (Δrow·s_row, Δcol·s_col) 
 the table keeps its integer-offset layout, so both backends consume it unchanged. krpe ignores
 the flag and follows its own extrapolation policy (options.extrapolation).
 """
+
 from __future__ import annotations
 
 import math
-
-import torch
-import torch.nn.functional as F
 from dataclasses import dataclass
 from typing import Literal
 
+import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ..grid import grid_cached
@@ -65,8 +65,10 @@ def dense_bias(table: torch.Tensor, cls_terms: torch.Tensor | None, grid) -> tor
     """
     heads = table.shape[0]
     if tuple(table.shape[1:]) != table_shape(grid):
-        raise ValueError(f"a {grid.height}×{grid.width} grid needs a table (heads, {table_shape(grid)[0]}, "
-                         f"{table_shape(grid)[1]}), got {tuple(table.shape)}")
+        raise ValueError(
+            f"a {grid.height}×{grid.width} grid needs a table (heads, {table_shape(grid)[0]}, "
+            f"{table_shape(grid)[1]}), got {tuple(table.shape)}"
+        )
     offsets = grid.offsets(device=table.device)  # (N, N, 2)
     index = (offsets[..., 0] + grid.height - 1) * (2 * grid.width - 1) + offsets[..., 1] + grid.width - 1
     patches = table.flatten(1)[:, index]  # (h, N, N)
@@ -171,8 +173,7 @@ class KernelizedRPE(RelativeBias):
         if (grid.height, grid.width) == self.trained:
             return self.bias_table
         if self.policy == "interpolate" or grid.scale() != (1.0, 1.0):
-            resized = F.interpolate(self.bias_table[None], size=table_shape(grid), mode="bicubic",
-                                    align_corners=False)
+            resized = F.interpolate(self.bias_table[None], size=table_shape(grid), mode="bicubic", align_corners=False)
             return resized[0]
         device = self.bias_table.device
         rows = torch.arange(-(grid.height - 1), grid.height, device=device).clamp(-(trained_h - 1), trained_h - 1)
@@ -199,7 +200,7 @@ def alibi_slopes(heads: int) -> list[float]:
     slopes = [2.0 ** (-8.0 * h / closest) for h in range(1, closest + 1)]
     if closest == heads:
         return slopes
-    return slopes + alibi_slopes(2 * closest)[0::2][:heads - closest]
+    return slopes + alibi_slopes(2 * closest)[0::2][: heads - closest]
 
 
 class Alibi2D(RelativeBias):
@@ -216,18 +217,27 @@ class Alibi2D(RelativeBias):
 
     def __init__(self, options: NoOptions, config, dim: int, heads: int):
         super().__init__(heads)
-        self.register_buffer("slopes", torch.tensor(alibi_slopes(heads), dtype=torch.float32),
-                             persistent=False)  # (heads,)
+        self.register_buffer(
+            "slopes", torch.tensor(alibi_slopes(heads), dtype=torch.float32), persistent=False
+        )  # (heads,)
 
     def table(self, grid):
         """−m_h·‖Δ‖₂ over the grid's (possibly scaled) offsets: (heads, 2H−1, 2W−1)."""
+
         def build():
             rows, cols = offset_axes(grid, device=self.slopes.device, dtype=torch.float64, scaled=grid.interpolate)
             distance = torch.sqrt(rows[:, None] ** 2 + cols[None, :] ** 2)  # (2H−1, 2W−1)
             return -self.slopes[:, None, None] * distance.to(self.slopes.dtype)
 
-        key = ("alibi2d", self.heads, grid.height, grid.width, grid.interpolate and grid.scale(),
-               self.slopes.device, self.slopes.dtype)
+        key = (
+            "alibi2d",
+            self.heads,
+            grid.height,
+            grid.width,
+            grid.interpolate and grid.scale(),
+            self.slopes.device,
+            self.slopes.dtype,
+        )
         return grid_cached(key, build)
 
 
@@ -282,16 +292,24 @@ class IRPE(RelativeBias):
 
     def buckets(self, grid) -> torch.Tensor:
         """Bucket id of every offset of `grid`: (2H−1, 2W−1) long in [0, num_buckets)."""
+
         def build():
-            rows, cols = offset_axes(grid, device=self.bucket_table.device, dtype=torch.float64,
-                                     scaled=grid.interpolate)
+            rows, cols = offset_axes(
+                grid, device=self.bucket_table.device, dtype=torch.float64, scaled=grid.interpolate
+            )
             if self.method == "euclidean":
                 return self.index(torch.sqrt(rows[:, None] ** 2 + cols[None, :] ** 2))
             side = math.floor(self.BETA)
             return (self.index(rows)[:, None] + side) * (2 * side + 1) + self.index(cols)[None, :] + side
 
-        key = ("irpe", self.method, grid.height, grid.width, grid.interpolate and grid.scale(),
-               self.bucket_table.device)
+        key = (
+            "irpe",
+            self.method,
+            grid.height,
+            grid.width,
+            grid.interpolate and grid.scale(),
+            self.bucket_table.device,
+        )
         return grid_cached(key, build)
 
     def table(self, grid):

@@ -22,18 +22,18 @@ Angles and rotations are computed in fp32 with autocast disabled (float64 when t
 float64) and cast back to the input dtype. Patches are re-joined to the prefix with torch.cat,
 never by in-place slice assignment (the autograd bug of rope-vit issue 14).
 """
+
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-from dataclasses import dataclass
-
 from ..errors import UserError
-from ..options import NoOptions
 from ..grid import grid_cached
+from ..options import NoOptions
 from ..precision import autocast_off, compute_dtype
 
 # Circulant-STRING init: c_k ~ N(0, σ²) with σ = CIRCULANT_STEP_STD / √(2·dim), so that each
@@ -92,8 +92,10 @@ class RotaryPosition(nn.Module):
     def forward(self, x: torch.Tensor, grid) -> torch.Tensor:
         """x (B, heads, T, dim) with patch tokens rotated by R(r_i); same shape and dtype."""
         if x.shape[-2] != grid.num_tokens or x.shape[-1] != self.dim:
-            raise ValueError(f"{type(self).__name__} expects (B, heads, {grid.num_tokens}, {self.dim}) "
-                             f"for a {grid.height}×{grid.width} grid, got {tuple(x.shape)}")
+            raise ValueError(
+                f"{type(self).__name__} expects (B, heads, {grid.num_tokens}, {self.dim}) "
+                f"for a {grid.height}×{grid.width} grid, got {tuple(x.shape)}"
+            )
         prefix = grid.prefix
         with autocast_off(x.device):
             patches = x[:, :, prefix:].to(compute_dtype(x.dtype))  # (B, h, N, dim)
@@ -132,10 +134,12 @@ class PairRotary(RotaryPosition):
 def _require_divisible(name: str, dim: int, by: int, why: str) -> None:
     """Raise a UserError naming the method unless dim % by == 0."""
     if dim % by:
-        raise UserError(f"{name} needs a rotated dimension divisible by {by} ({why}), got {dim}. "
-                        "The rotated dimension is the head dimension model.dim / model.heads "
-                        "(or the feature count m at rotation_site 'post'); choose model.dim, "
-                        "model.heads (or the feature count) so that it is.")
+        raise UserError(
+            f"{name} needs a rotated dimension divisible by {by} ({why}), got {dim}. "
+            "The rotated dimension is the head dimension model.dim / model.heads "
+            "(or the feature count m at rotation_site 'post'); choose model.dim, "
+            "model.heads (or the feature count) so that it is."
+        )
 
 
 @dataclass(frozen=True)
@@ -146,8 +150,9 @@ class ThetaOptions:
 
     def check(self, where: str) -> None:
         if not self.theta > 1:
-            raise UserError(f"{where}.theta must be a number > 1 (frequencies θ^(−4c/dim) must decay), "
-                            f"got {self.theta}.")
+            raise UserError(
+                f"{where}.theta must be a number > 1 (frequencies θ^(−4c/dim) must decay), got {self.theta}."
+            )
 
 
 @dataclass(frozen=True)
@@ -178,6 +183,7 @@ class RoPEAxial(PairRotary):
 
     def rotate_grid(self, z, grid):
         """Rotate with cos/sin of the fixed angles, built once per grid (shared by every layer)."""
+
         def build():
             angles = self.angles(grid.coords(device=z.device, dtype=z.dtype))  # (1, N, d/2)
             return angles.cos(), angles.sin()

@@ -24,6 +24,7 @@ has none (cls_terms() is None: CLS attends and is attended to without bias, as a
 learnable members carry a zero-initialised `cls_bias` (heads, 3) when config.pool == "cls", as krpe.
 Learnable tensors are tagged no_weight_decay.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -145,8 +146,10 @@ class AxialRPE(RelativeBias):
     def __init__(self, options: AxialRPEOptions, config, dim: int, heads: int):
         super().__init__(heads)
         if options.extrapolation not in self.POLICIES:
-            raise UserError(f"axial_rpe.extrapolation: {options.extrapolation!r} is not valid; expected one of "
-                            f"{', '.join(repr(p) for p in self.POLICIES)}.")
+            raise UserError(
+                f"axial_rpe.extrapolation: {options.extrapolation!r} is not valid; expected one of "
+                f"{', '.join(repr(p) for p in self.POLICIES)}."
+            )
         side = config.image_size // config.patch_size
         self.trained = (side, side)
         self.policy = options.extrapolation
