@@ -37,29 +37,10 @@ from pathlib import Path
 from . import records, runs, study
 from .errors import UserError
 from .params import Params
+from .schema import result_view
 
 INSTALL_HINT = "--engine ray needs Ray: pip install -e '.[cluster]' (or pip install 'ray>=2.9')"
 SHARED_CHECK_PREFIX = ".rpevit-shared-check-"
-# what `compare_engines` and the tests compare: everything a run's result is, no timings
-RESULT_FIELDS = (
-    "status",
-    "epochs",
-    "best_epoch",
-    "best_val_acc",
-    "top1",
-    "top5",
-    "precision",
-    "recall",
-    "f1",
-    "log_likelihood",
-    "aic",
-    "bic",
-    "num_params",
-    "flops_per_image",
-    "test_predictions",
-    "resolution_eval",
-    "key",
-)
 
 
 def import_ray():
@@ -73,7 +54,7 @@ def import_ray():
 
 def result_fields(record: dict) -> dict:
     """The fields of a record that make up its result (no timings, hosts or dates)."""
-    return {field: record.get(field) for field in RESULT_FIELDS}
+    return result_view(record)
 
 
 def _label(dataset: str, variant: str, seed: int) -> str:

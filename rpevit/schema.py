@@ -3,7 +3,8 @@ analysis tables' metric columns all derive, so the field list exists once.
 
 Each field's metadata: `label` (column name in analysis tables), `scale` (factor shown, e.g. 100
 for accuracies in %), `summary` (a column of reports/<preset>/summary.*), `metric` (a number
-averaged over seeds per variant in analysis tables).
+averaged over seeds per variant in analysis tables), `result` (part of what a run computed, compared
+when two runs must agree: resume, engines, data-parallel).
 """
 
 from __future__ import annotations
@@ -12,8 +13,16 @@ import dataclasses
 from dataclasses import dataclass, field
 
 
-def _f(label: str | None = None, scale: float = 1, summary: bool = True, metric: bool = False, default=None, **kwargs):
-    metadata = {"label": label, "scale": scale, "summary": summary, "metric": metric}
+def _f(
+    label: str | None = None,
+    scale: float = 1,
+    summary: bool = True,
+    metric: bool = False,
+    default=None,
+    result: bool = False,
+    **kwargs,
+):
+    metadata = {"label": label, "scale": scale, "summary": summary, "metric": metric, "result": result}
     if "default_factory" in kwargs:
         return field(default_factory=kwargs["default_factory"], metadata=metadata)
     return field(default=default, metadata=metadata)
@@ -29,22 +38,22 @@ class RunRecord:
     backend: str = _f()
     positions: list = _f(default_factory=list)
     seed: int = _f(default=0)
-    status: str = _f(default="finished")  # finished | diverged
-    key: str = _f(summary=False)  # rpevit.runs.run_key
-    epochs: int = _f()
-    best_epoch: int = _f()
-    best_val_acc: float = _f("val top-1 %", 100)
-    top1: float = _f("top-1 %", 100, metric=True)
-    top5: float = _f("top-5 %", 100, metric=True)
-    precision: float = _f("precision %", 100, metric=True)  # macro
-    recall: float = _f("recall %", 100, metric=True)  # macro
-    f1: float = _f("F1 %", 100, metric=True)  # macro
-    log_likelihood: float = _f("log-lik", metric=True)  # Σ log p(y|x) over the test set
-    aic: float = _f("AIC", metric=True)
-    bic: float = _f("BIC", metric=True)
+    status: str = _f(default="finished", result=True)  # finished | diverged
+    key: str = _f(summary=False, result=True)  # rpevit.runs.run_key
+    epochs: int = _f(result=True)
+    best_epoch: int = _f(result=True)
+    best_val_acc: float = _f("val top-1 %", 100, result=True)
+    top1: float = _f("top-1 %", 100, metric=True, result=True)
+    top5: float = _f("top-5 %", 100, metric=True, result=True)
+    precision: float = _f("precision %", 100, metric=True, result=True)  # macro
+    recall: float = _f("recall %", 100, metric=True, result=True)  # macro
+    f1: float = _f("F1 %", 100, metric=True, result=True)  # macro
+    log_likelihood: float = _f("log-lik", metric=True)  # Σ log p(y|x, result=True) over the test set
+    aic: float = _f("AIC", metric=True, result=True)
+    bic: float = _f("BIC", metric=True, result=True)
     n_test: int = _f(summary=False)
-    num_params: int = _f("params", metric=True)
-    flops_per_image: int = _f("MFLOPs/img", 1e-6, metric=True)  # forward matmul FLOPs
+    num_params: int = _f("params", metric=True, result=True)
+    flops_per_image: int = _f("MFLOPs/img", 1e-6, metric=True, result=True)  # forward matmul FLOPs
     train_seconds_per_epoch: float = _f("s/epoch", metric=True)
     train_images_per_second: float = _f("train img/s", metric=True)
     ms_per_image_batched: float = _f("ms/img (batch)", metric=True)
@@ -61,17 +70,25 @@ class RunRecord:
     torch: str = _f(summary=False)
     data_source: str = _f(summary=False)
     augment: str = _f(summary=False)
-    test_predictions: str = _f(summary=False)  # space-separated predicted classes, test-split order
-    test_correct: str = _f(summary=False)  # per test image "1" (right) or "0", test-split order: paired tests
+    test_predictions: str = _f(summary=False, result=True)  # space-separated predicted classes, test-split order
+    test_correct: str = _f(
+        summary=False
+    )  # per test image "1" (right, result=True) or "0", test-split order: paired tests
     config: dict = _f(summary=False, default_factory=dict)  # rpevit.runs.run_config
     finished_at: str = _f(summary=False)
     message: str = _f(summary=False)  # why a run diverged
-    resolution_eval: list = _f(summary=False, default_factory=list)  # rpevit.evaluate
+    resolution_eval: list = _f(summary=False, default_factory=list, result=True)  # rpevit.evaluate
 
 
 FIELDS = dataclasses.fields(RunRecord)
 SUMMARY_COLUMNS = [f.name for f in FIELDS if f.metadata["summary"]]
 METRIC_COLUMNS = [(f.name, f.metadata["label"], f.metadata["scale"]) for f in FIELDS if f.metadata["metric"]]
+RESULT_FIELDS = [f.name for f in FIELDS if f.metadata["result"]]
+
+
+def result_view(record: dict) -> dict:
+    """What a run's result is — no timings, hosts or dates: equal for runs that computed the same."""
+    return {name: record.get(name) for name in RESULT_FIELDS}
 
 
 def make_record(**values) -> dict:

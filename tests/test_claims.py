@@ -34,35 +34,23 @@ def test_verdicts_follow_planted_differences():
         same = "".join("1" if c else "0" for c in base[seed])
         worse = base[seed].copy()
         worse[np.flatnonzero(worse)[:100]] = False  # 5 points worse on the same images
-        records += [
-            make_record(
-                dataset="toy",
-                variant="softmax+ape",
-                seed=seed,
-                test_correct=same,
-                ms_per_image_batched=1.0 + 0.01 * seed,
-                load_average=0.1,
-                cpu_count=2,
-            ),
-            make_record(
-                dataset="toy",
-                variant="relu+ape",
-                seed=seed,
-                test_correct=same,
-                ms_per_image_batched=1.0 + 0.01 * seed,
-                load_average=0.1,
-                cpu_count=2,
-            ),
-            make_record(
-                dataset="toy",
-                variant="favor+ape",
-                seed=seed,
-                test_correct="".join("1" if c else "0" for c in worse),
-                ms_per_image_batched=2.0,
-                load_average=5.0,
-                cpu_count=2,
-            ),
-        ]
+        bits = "".join("1" if c else "0" for c in worse)
+        for variant, correct, ms, load in [
+            ("softmax+ape", same, 1.0 + 0.01 * seed, 0.1),
+            ("relu+ape", same, 1.0 + 0.01 * seed, 0.1),
+            ("favor+ape", bits, 2.0, 5.0),
+        ]:
+            records.append(
+                make_record(
+                    dataset="toy",
+                    variant=variant,
+                    seed=seed,
+                    test_correct=correct,
+                    ms_per_image_batched=ms,
+                    load_average=load,
+                    cpu_count=2,
+                )
+            )
     table = [
         Claim("t", "favor below softmax", "less", "favor+ape", "softmax+ape"),
         Claim("t", "favor above softmax", "greater", "favor+ape", "softmax+ape"),

@@ -174,11 +174,8 @@ def weights(
 # --- operators --------------------------------------------------------------------------------------
 
 
-class AxisOperator(KernelOperator):
-    """K = R ⊗ C by two dense products per chunk: u = x·Cᵀ along each grid row, y = R·u along each
-    column. Parameters R (h, H, H), C (h, W, W). In the "rows_first" layout (memory (gc, H, C, W))
-    each product is one batched GEMM without copies: (H·C, W)·Cᵀ and R·(H, C·W); the parameter
-    gradients too: ∂R = p·uᵀ over (H, C·W), ∂C = (Rᵀp)ᵀ·x over (H·C, W)."""
+class _GridOperator(KernelOperator):
+    """A kernel applied to an H×W grid of channels in place ("rows_first" layout)."""
 
     layout = "rows_first"
 
@@ -187,6 +184,13 @@ class AxisOperator(KernelOperator):
 
     def bytes_per_channel(self, height, width, dtype):
         return height * width * torch.finfo(dtype).bits // 8
+
+
+class AxisOperator(_GridOperator):
+    """K = R ⊗ C by two dense products per chunk: u = x·Cᵀ along each grid row, y = R·u along each
+    column. Parameters R (h, H, H), C (h, W, W). In the "rows_first" layout (memory (gc, H, C, W))
+    each product is one batched GEMM without copies: (H·C, W)·Cᵀ and R·(H, C·W); the parameter
+    gradients too: ∂R = p·uᵀ over (H, C·W), ∂C = (Rᵀp)ᵀ·x over (H·C, W)."""
 
     def forward(self, x, heads, state, keep):
         rows, cols = state[0][heads], state[1][heads]  # (gc, H, H), (gc, W, W)
@@ -262,18 +266,10 @@ def geometric_grad(p: torch.Tensor, x: torch.Tensor, gamma: torch.Tensor, dim: i
     return (p.movedim(dim, 0) * slope).transpose(0, 1).flatten(1).sum(1)
 
 
-class DecayOperator(KernelOperator):
+class DecayOperator(_GridOperator):
     """K = γ_row^|Δrow| ⊗ γ_col^|Δcol| by recurrences (`geometric`) along each axis; parameters
     γ_row, γ_col (h,). K is symmetric, so Kᵀ runs the same recurrences on the gradient. Layout
     "rows_first": the steps along the columns read contiguous (C, W) slices."""
-
-    layout = "rows_first"
-
-    def __init__(self, height: int, width: int):
-        self.height, self.width = height, width
-
-    def bytes_per_channel(self, height, width, dtype):
-        return height * width * torch.finfo(dtype).bits // 8
 
     def forward(self, x, heads, state, keep):
         g_row, g_col = state[0][heads], state[1][heads]
