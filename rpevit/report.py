@@ -412,15 +412,18 @@ PLOTLY_DASHES = {"-": "solid", "--": "dash", ":": "dot", "-.": "dashdot"}
 
 
 def _palette(count: int) -> list:
-    """`count` distinct colours: tab10, then tab20 (dark shades first), then evenly spaced hues."""
+    """`count` distinct colours: tab10, then tab20 (dark shades first), then evenly spaced hues
+    (computed, not read from a 256-entry colormap, so any count stays distinct), alternating two
+    brightness levels so neighbours differ."""
     from matplotlib import colormaps
+    from matplotlib.colors import hsv_to_rgb
 
     if count <= 10:
         return [colormaps["tab10"](i) for i in range(count)]
     if count <= 20:
         order = list(range(0, 20, 2)) + list(range(1, 20, 2))
         return [colormaps["tab20"](i) for i in order[:count]]
-    return [colormaps["hsv"](i / count) for i in range(count)]
+    return [(*hsv_to_rgb((i / count, 0.85, 0.95 if i % 2 else 0.7)), 1.0) for i in range(count)]
 
 
 def positions_key(variant: str) -> str:
