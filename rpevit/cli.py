@@ -129,6 +129,7 @@ def cmd_train(args) -> int:
         try:
             distributed.check_shared_runs_root(records.RUNS_ROOT)
             out_dir, record = train()
+            distributed.barrier()  # leave together: no rank tears the group down while rank 0 still tests
         except distributed.PeerFailed as exc:  # rank 0 prints the error, once
             return exc.code
         finally:
