@@ -162,3 +162,19 @@ def test_every_listed_variant_builds_and_runs_at_half_native_and_double_resoluti
             for size in sizes:
                 logits = model(F.interpolate(images, size=(size, size)), interpolate=size > 28)
                 assert logits.shape == (1, 10) and torch.isfinite(logits).all(), (variant, size)
+
+
+@pytest.mark.parametrize(
+    "method,path,allowed",
+    [("krpe", "axis", False), ("axial_rpe", "scan", False), ("manhattan", "scan", True), ("axial_rpe", "axis", True)],
+)
+def test_bias_path_must_fit_the_bias(method, path, allowed):
+    """axis needs a separable bias and scan a geometric decay: a mismatch is one clear error at build time."""
+    from rpevit.attention.linear import bias_paths
+    from rpevit.errors import UserError
+
+    if allowed:
+        assert path in bias_paths(make_layer("favor", "auto", method, favor={"bias_path": path}).bias)
+    else:
+        with pytest.raises(UserError, match="bias_path"):
+            make_layer("favor", "auto", method, favor={"bias_path": path})

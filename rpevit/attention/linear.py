@@ -59,10 +59,20 @@ def separable(bias) -> bool:
     return hasattr(bias, "factors")
 
 
+def decaying(bias) -> bool:
+    """True for a separable geometric decay, b(Δ) = −λ_row·|Δrow| − λ_col·|Δcol| (it has `axis_rates`)."""
+    return separable(bias) and hasattr(bias, "axis_rates")
+
+
+def bias_paths(bias) -> tuple[str, ...]:
+    """The exact paths (besides auto) that can apply this relative bias inside linear attention."""
+    return ("axis",) * separable(bias) + ("scan",) * decaying(bias) + ("fft", "dense")
+
+
 def _separable_terms(bias, grid):
     """(row logits, col logits, CLS terms or None, decay rates or None) of a separable bias."""
     row, col = bias.factors(grid)
-    decay = bias.axis_rates(grid) if hasattr(bias, "axis_rates") else None
+    decay = bias.axis_rates(grid) if decaying(bias) else None
     return row, col, (bias.cls_terms() if grid.cls else None), decay
 
 
@@ -158,6 +168,11 @@ class LinearAttention(nn.Module):
             raise UserError(
                 f"bias_path: {self.bias_path!r} applies a separable bias (manhattan, axial_rpe) axis by "
                 f"axis; {type(bias).__name__} is not separable — use auto, fft or dense."
+            )
+        if self.bias_path == "scan" and not decaying(bias):
+            raise UserError(
+                f"bias_path: 'scan' runs recurrences of a geometric decay (manhattan); {type(bias).__name__} "
+                "has no decay rates — use auto, axis, fft or dense."
             )
 
     def _use_fft(self, grid, head_dim: int) -> bool:

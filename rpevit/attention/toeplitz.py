@@ -69,7 +69,7 @@ def fft_size(n: int) -> int:
         size += 1
 
 
-FFT_OVERHEAD = 4.0
+FFT_OVERHEAD = 1.2
 
 
 def fft_is_cheaper(grid, m: int, d: int) -> bool:
@@ -77,11 +77,11 @@ def fft_is_cheaper(grid, m: int, d: int) -> bool:
 
     FFT: forward and inverse real FFTs of C = m·d + m channels on the P×Q torus, ≈ 3·C·PQ·log2(PQ)
     multiply-adds, times FFT_OVERHEAD; dense: the T×T kernel matrices, ≈ T²·(2m + d). Both give
-    the same attention exactly. FFT_OVERHEAD = 4 is measured, not derived: on a 2-core CPU
-    (`rpevit bench attention`, torch 2.13) the FFT path's complex element-wise work on padded
-    m·d-channel tensors ran 1.7× (relu, m = 32) to 8× (favor, m = 112) slower per counted
-    multiply-add than the dense path's matrix products, so the FFT path is chosen only on large
-    grids (N in the thousands).
+    the same attention exactly. FFT_OVERHEAD is measured, not derived: with the chunked FFT path
+    (reports/bench/cpu_bias.md: `rpevit bench bias --sides 32,64`, 2-core CPU, torch 2.13) its time
+    per counted multiply-add was 0.4× (relu, N = 4,096) to 1.8× (favor, N = 1,024) the dense path's;
+    1.2 picks the measured faster path in every krpe cell there (dense at N = 1,024, FFT at 4,096,
+    where it is also 18–60× smaller). The unchunked FFT path of rpevit 0.1 needed 4.
     """
     rows, cols = fft_size(2 * grid.height - 1), fft_size(2 * grid.width - 1)
     fft = FFT_OVERHEAD * 3 * (m * d + m) * rows * cols * math.log2(rows * cols)
