@@ -237,7 +237,7 @@ def run_bias_bench(args) -> None:
     """Relative bias inside linear attention (issue 13): time and memory of every bias method × exact
     path per linear backend and N, as ratios to plain linear attention of the same backend, in one run."""
     from .attention import linear_backends
-    from .attention.linear import separable
+    from .attention.linear import bias_paths
     from .position import POSITIONS, build_position
 
     device = resolve_device(args.device)
@@ -271,7 +271,7 @@ def run_bias_bench(args) -> None:
             print(markdown_table(rows[-1:], list(rows[-1])), end="", flush=True)
             for method in biases:
                 probe = build_position(method, _bench_config(side), 32, 8)
-                for path in ("axis", "scan", "fft", "dense") if separable(probe) else ("fft", "dense"):
+                for path in bias_paths(probe):
                     if path == "dense" and device.type == "cpu" and n > args.softmax_cpu_max:
                         continue
                     cost = attention_cost(backend, method, side, device, dtype, args.steps, bias_path=path)
@@ -309,11 +309,14 @@ def patch_sweep(
     steps: int = 3,
     epoch_images: int = 50_000,
     device="cpu",
+    train: bool = True,
 ) -> list[dict]:
     """Seconds per epoch of training and inference for each patch size and backend (seed 000 §5.3.3).
 
     Each cell is measured over `steps` timed batches of random 32×32×3 images after one warm-up
-    batch, and scaled to an epoch of `epoch_images` images (CIFAR-100's 50,000 by default).
+    batch, and scaled to an epoch of `epoch_images` images (CIFAR-100's 50,000 by default);
+    `inference_batch_seconds` keeps every timed inference batch (for intervals, rpevit.claims).
+    `train=False` times inference only.
     """
     from .attention import BACKENDS
 
@@ -348,16 +351,20 @@ def patch_sweep(
                     model(x)
 
             timings = {}
-            for label, step in (("train", train_step), ("inference", infer_step)):
+            for label, step in (("train", train_step), ("inference", infer_step))[0 if train else 1 :]:
                 model.train(label == "train")
-                timings[label] = sum(timed(step, device, steps, warmup=1)) / (steps * batch) * epoch_images
+                timings[label] = timed(step, device, steps, warmup=1)
+            per_epoch = {
+                f"{label}_seconds_per_epoch": sum(times) / (steps * batch) * epoch_images
+                for label, times in timings.items()
+            }
             rows.append(
                 {
                     "patch_size": patch,
                     "tokens": (32 // patch) ** 2,
                     "backend": backend,
-                    "train_seconds_per_epoch": timings["train"],
-                    "inference_seconds_per_epoch": timings["inference"],
+                    **per_epoch,
+                    "inference_batch_seconds": timings["inference"],
                 }
             )
     return rows

@@ -226,6 +226,140 @@ def evaluate_claims(records: list[dict], claims=CLAIMS, datasets=None, n_resampl
     return rows
 
 
+# --------------------------------------------------------------------------- seed 000's speed crossover
+# "Performers are faster than softmax only from ~256 tokens" (seed 000 §5.3.3, patch sweep on 32×32
+# images) is a claim about a timing sweep, not about trained runs: it is tested on inference timings
+# measured when the notebook executes (rpevit.bench.patch_sweep, its `inference_batch_seconds`).
+
+CROSSOVER_TOKENS = 256
+S000_SPEED = "seed 000, §5.3.3"
+
+
+def speedups(sweep: list[dict], baseline: str = "softmax", confidence: float = 1 - ALPHA) -> list[dict]:
+    """Per Performer backend and token count: how many times faster than `baseline` its inference is
+    (time ratio baseline / Performer, stats.time_ratio on the timed batches), with the interval, the
+    Holm-adjusted p over the sweep and the reading: faster, slower or undecided."""
+    times = {(r["backend"], r["tokens"]): r["inference_batch_seconds"] for r in sweep}
+    rows = []
+    for (backend, tokens), performer in times.items():
+        if backend == baseline or (baseline, tokens) not in times:
+            continue
+        ratio = stats.time_ratio(times[(baseline, tokens)], performer, confidence)
+        rows.append(
+            {
+                "backend": backend,
+                "tokens": tokens,
+                "speedup ×": ratio["ratio"],
+                "low": ratio["low"],
+                "high": ratio["high"],
+                "p": ratio["p"],
+                "timed batches": min(ratio["n_a"], ratio["n_b"]),
+            }
+        )
+    for row, adjusted in zip(rows, stats.holm([r["p"] for r in rows])):
+        significant = adjusted < ALPHA
+        row["p (Holm)"] = adjusted
+        row["reading"] = "faster" if significant and row["speedup ×"] > 1 else "slower" if significant else "undecided"
+    return rows
+
+
+def crossover_rows(speedup_rows: list[dict], tokens: int = CROSSOVER_TOKENS) -> list[dict]:
+    """Seed 000's claim per Performer backend: supported when the Performer is faster at every measured
+    size ≥ `tokens` and at none below; contradicted when it is already faster below `tokens` or still
+    slower at or above it; inconclusive otherwise. `measured from` is the smallest size from which it is
+    faster at every larger size."""
+    rows = []
+    for backend in dict.fromkeys(r["backend"] for r in speedup_rows):
+        mine = sorted((r for r in speedup_rows if r["backend"] == backend), key=lambda r: r["tokens"])
+        below = [r for r in mine if r["tokens"] < tokens]
+        above = [r for r in mine if r["tokens"] >= tokens]
+        early = [r["tokens"] for r in below if r["reading"] == "faster"]
+        late = [r["tokens"] for r in above if r["reading"] == "slower"]
+        if not below or not above:
+            verdict = stats.INCONCLUSIVE + f" (no measured size {'below' if not below else 'from'} {tokens})"
+        elif early:
+            verdict = stats.CONTRADICTED + f" (faster already at {', '.join(map(str, early))} tokens)"
+        elif late:
+            verdict = stats.CONTRADICTED + f" (still slower at {', '.join(map(str, late))} tokens)"
+        elif all(r["reading"] == "faster" for r in above):
+            verdict = stats.SUPPORTED
+        else:
+            verdict = stats.INCONCLUSIVE
+        measured = None
+        for r in reversed(mine):
+            if r["reading"] != "faster":
+                break
+            measured = r["tokens"]
+        at = [r for r in mine if r["tokens"] == tokens]
+        rows.append(
+            {
+                "source": S000_SPEED,
+                "claim": f"Performers are faster than softmax only from ~{tokens} tokens ({backend})",
+                "dataset": "timing sweep",
+                "comparison": f"softmax+ape / {backend}+ape inference, {mine[0]['tokens']}…{mine[-1]['tokens']} tokens",
+                "measured from (tokens)": measured if measured is not None else "never in the sweep",
+                "effect": at[0]["speedup ×"] if at else math.nan,
+                "unit": f"speedup × at {tokens} tokens",
+                "verdict": verdict,
+            }
+        )
+    return rows
+
+
+def speed_text(crossover: list[dict], where: str) -> str:
+    """Markdown: seed 000's speed claim per Performer backend, from `crossover_rows`, measured on `where`."""
+    lines = [
+        f"Seed 000's speed claim (Performers faster than softmax only from ~{CROSSOVER_TOKENS} tokens), "
+        f"timed on {where}:"
+    ]
+    for row in crossover:
+        backend = row["claim"].rsplit("(", 1)[-1].rstrip(")")
+        start = row["measured from (tokens)"]
+        since = f"faster from {start} tokens on" if isinstance(start, int) else "never significantly faster"
+        lines.append(
+            f"- `{backend}`: {since}; {row['effect']:.2f}× softmax's speed at {CROSSOVER_TOKENS} tokens — "
+            f"**{row['verdict']}**."
+        )
+    return "\n".join(lines)
+
+
+def speedup_figure(speedup_rows: list[dict], tokens: int = CROSSOVER_TOKENS, title: str = ""):
+    """Speedup of each Performer over softmax vs tokens (log-log) with its interval, 1× and the claimed
+    crossover marked. Returns the matplotlib figure."""
+    import matplotlib.pyplot as plt
+
+    from .report import plain_log_ticks, variant_style
+
+    fig, axis = plt.subplots(figsize=(7.5, 4.5), layout="constrained")
+    for index, backend in enumerate(dict.fromkeys(r["backend"] for r in speedup_rows)):
+        mine = sorted((r for r in speedup_rows if r["backend"] == backend), key=lambda r: r["tokens"])
+        y = np.array([r["speedup ×"] for r in mine])
+        errors = [y - [r["low"] for r in mine], [r["high"] for r in mine] - y]
+        axis.errorbar(
+            [r["tokens"] for r in mine],
+            y,
+            yerr=errors,
+            capsize=3,
+            label=backend,
+            color=f"C{index}",  # the colour of notebook 60's patch sweep
+            marker=variant_style(f"{backend}+ape")["marker"],
+        )
+    axis.axhline(1.0, color="black", lw=0.8)
+    axis.axvline(tokens, color="grey", lw=0.8, ls="--", label=f"claimed crossover ({tokens} tokens)")
+    axis.set_xscale("log")
+    axis.set_yscale("log")
+    ticks = sorted({r["tokens"] for r in speedup_rows})
+    axis.set_xticks(ticks, [str(t) for t in ticks], minor=False)
+    axis.set_xticks([], minor=True)
+    plain_log_ticks(axis)
+    axis.set_xlabel("tokens (patch 8 → 1 on 32×32 images)")
+    axis.set_ylabel("softmax time / Performer time (>1: Performer faster)")
+    axis.set_title(title or f"Inference speedup over softmax, {100 * (1 - ALPHA):.0f}% intervals")
+    axis.grid(alpha=0.3, which="both")
+    axis.legend(fontsize=8)
+    return fig
+
+
 # --------------------------------------------------------------------------- the claims notebook (45_claims)
 # Tables, the forest plot and the generated text of notebooks/45_claims.ipynb, all from run records.
 

@@ -216,6 +216,16 @@ def cmd_notebooks(args) -> int:
     return 0
 
 
+def cmd_findings(args) -> int:
+    """Copy a report's generated answer into the README's Findings block."""
+    from .params import PROJECT_ROOT
+    from .report import sync_findings
+
+    changed = sync_findings(PROJECT_ROOT / "README.md", args.params)
+    print(f"README.md Findings {'updated from' if changed else 'already match'} reports/{args.params}/")
+    return 0
+
+
 def cmd_bench(args) -> int:
     """Benchmarks: throughput of training and of the data pipeline (ratios in one run)."""
     from .bench import run_bench
@@ -310,6 +320,9 @@ def build_parser() -> argparse.ArgumentParser:
         "are exempt)",
     )
 
+    findings = sub.add_parser("findings", help="copy a report's generated answer into the README's Findings")
+    findings.add_argument("params", nargs="?", default="cpu_claims", help="preset whose report to copy (cpu_claims)")
+
     bench = sub.add_parser("bench", help="throughput benchmarks")
     bench.add_argument("what", choices=["train", "data", "attention", "bias", "patches"], help="what to measure")
     bench.add_argument(
@@ -337,6 +350,7 @@ EXAMPLES = """examples:
   python -m rpevit train --params smoke --variant favor+rope_mixed --epochs 1
   python -m rpevit evaluate --params smoke --variant softmax+ape --resolutions 20,28,36
   python -m rpevit notebooks smoke                   regenerate reports/smoke/ from the run records
+  python -m rpevit findings cpu_claims               copy reports/cpu_claims/'s answer into README.md
   python -m rpevit bench attention                   time and memory of one layer vs tokens
 """
 
@@ -346,6 +360,7 @@ COMMANDS = {
     "study": cmd_study,
     "evaluate": cmd_evaluate,
     "notebooks": cmd_notebooks,
+    "findings": cmd_findings,
     "bench": cmd_bench,
 }
 

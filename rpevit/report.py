@@ -21,6 +21,7 @@ import uuid
 from pathlib import Path
 
 from . import records, tables
+from .errors import UserError
 from .params import PROJECT_ROOT
 
 MANIFEST = "manifest.json"
@@ -276,6 +277,20 @@ class Report:
             show(markdown if rows else f"*{caption}* — ({empty})")
 
 
+    def text(self, markdown: str, name: str, caption: str, display: bool = True) -> None:
+        """Show generated Markdown prose and write <name>.md when the report has a folder; the index
+        (write_index) quotes it under its headline — the report's answer in sentences drawn from tables."""
+        if self.writes:
+            records.write_text(self.directory / f"{name}.md", markdown.rstrip() + "\n")
+            _register(
+                self.directory,
+                self.notebook,
+                {"name": name, "kind": "text", "caption": caption, "files": [f"{name}.md"]},
+            )
+        if display:
+            show(markdown)
+
+
 # --------------------------------------------------------------------------- index
 
 
@@ -351,6 +366,61 @@ def _title(directory: Path, notebook: str) -> str:
         return notebook
 
 
+def report_texts(directory: Path, notebooks: list[str] | None = None) -> list[tuple[dict, str]]:
+    """(manifest entry, Markdown) of every text a report's notebooks wrote (Report.text), in order."""
+    entries = read_manifest(directory)["notebooks"]
+    return [
+        (output, (directory / output["files"][0]).read_text().rstrip())
+        for notebook in (entries if notebooks is None else notebooks)
+        for output in entries.get(notebook, {"outputs": []})["outputs"]
+        if output["kind"] == "text" and (directory / output["files"][0]).is_file()
+    ]
+
+
+FINDINGS_PRESET = "cpu_claims"
+FINDINGS_END = "<!-- /findings -->"
+
+
+def findings_begin(preset: str) -> str:
+    return (
+        f"<!-- findings: copied from reports/{preset}/ by `python -m rpevit findings {preset}`; "
+        "do not edit by hand -->"
+    )
+
+
+def findings_markdown(preset: str = FINDINGS_PRESET, root=None) -> str:
+    """The README's Findings block: the texts a preset's report generated from its tables (notebook 45's
+    answer and speed claim), each with a link to its report and the claims table."""
+    directory = report_dir(preset, root)
+    texts = report_texts(directory)
+    if not texts:
+        raise UserError(
+            f"reports/{preset}/ has no generated texts yet; run `make study PRESET={preset}` "
+            f"(or `python -m rpevit notebooks {preset}`) first."
+        )
+    link = f"reports/{preset}"
+    lines = [
+        findings_begin(preset),
+        f"From [{link}/]({link}/README.md) — the [claims table]({link}/45_claims.md) (effects, intervals, "
+        f"Holm-adjusted p, verdicts) and its [forest plot]({link}/45_forest.png).",
+    ]
+    for output, body in texts:
+        lines += ["", f"**{output['caption']}** ([{output['files'][0]}]({link}/{output['files'][0]})):", "", body]
+    return "\n".join([*lines, FINDINGS_END])
+
+
+def sync_findings(readme: Path, preset: str = FINDINGS_PRESET, root=None) -> bool:
+    """Replace the Findings block of `readme` by findings_markdown(preset); True if it changed."""
+    text = readme.read_text()
+    start, end = text.find("<!-- findings:"), text.find(FINDINGS_END)
+    if start < 0 or end < start:
+        raise UserError(f"{readme} has no Findings block (<!-- findings: … --> … {FINDINGS_END}) to fill.")
+    new = text[:start] + findings_markdown(preset, root) + text[end + len(FINDINGS_END) :]
+    if new != text:
+        records.write_text(readme, new)
+    return new != text
+
+
 def write_index(preset: str, notebooks: list[str], root=None, found: list[dict] | None = None) -> Path:
     """reports/<preset>/README.md: the headline result, a short guide, then every executed
     notebook with its figures and tables (each table once: its Markdown and CSV on one line)."""
@@ -358,9 +428,11 @@ def write_index(preset: str, notebooks: list[str], root=None, found: list[dict] 
     manifest = read_manifest(directory)
     names = [Path(n).stem for n in notebooks]
     executed = [n for n in names if (directory / f"{n}.ipynb").is_file()]
+    texts = report_texts(directory, executed)
     lines = (
         [f"# Report: {preset}", "", "## Headline", ""]
         + headline(found or [], preset)
+        + [line for output, body in texts for line in ("", f"### {output['caption']}", "", body)]
         + [
             "",
             "## Guide",

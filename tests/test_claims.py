@@ -217,3 +217,43 @@ def test_forest_figure_has_a_row_per_claim_and_dataset_and_a_panel_per_unit():
     empty = claims.forest_figure([], "nothing")
     assert len(empty.axes) == 1
     plt.close(empty)
+
+
+def _sweep(speed: dict[int, float], noise: float = 0.03, batches: int = 6) -> list[dict]:
+    """A timing sweep where softmax takes 1 s per batch and favor `1 / speed[tokens]` s (log-normal noise)."""
+    rng = np.random.default_rng(0)
+    rows = []
+    for tokens, factor in speed.items():
+        for backend, mean in (("softmax", 1.0), ("favor", 1.0 / factor)):
+            times = mean * np.exp(rng.normal(0, noise, batches))
+            rows.append({"backend": backend, "tokens": tokens, "inference_batch_seconds": times.tolist()})
+    return rows
+
+
+def test_speed_crossover_verdicts_follow_the_planted_crossover():
+    def verdict(speed):
+        rows = claims.crossover_rows(claims.speedups(_sweep(speed)))
+        assert len(rows) == 1 and rows[0]["source"] == claims.S000_SPEED
+        return rows[0]
+
+    at_256 = verdict({16: 0.5, 64: 0.8, 256: 1.6, 1024: 4.0})
+    assert at_256["verdict"] == "supported" and at_256["measured from (tokens)"] == 256
+    assert abs(at_256["effect"] - 1.6) < 0.1
+    early = verdict({16: 0.5, 64: 1.5, 256: 2.0, 1024: 4.0})
+    assert early["verdict"].startswith("contradicted (faster already at 64")
+    late = verdict({16: 0.3, 64: 0.5, 256: 0.7, 1024: 2.0})
+    assert late["verdict"].startswith("contradicted (still slower at 256") and late["measured from (tokens)"] == 1024
+    never = verdict({16: 0.3, 64: 0.5, 256: 0.5, 1024: 0.6})
+    assert never["measured from (tokens)"] == "never in the sweep"
+    tie = verdict({16: 0.5, 64: 0.8, 256: 1.0, 1024: 3.0})
+    assert tie["verdict"] == "inconclusive"
+
+
+def test_speedups_give_intervals_around_the_planted_ratio():
+    rows = claims.speedups(_sweep({64: 0.5, 1024: 3.0}))
+    assert [r["reading"] for r in rows] == ["slower", "faster"]
+    for row, planted in zip(rows, (0.5, 3.0)):
+        assert row["low"] < row["speedup ×"] < row["high"]
+        assert row["low"] < planted * 1.05 and planted * 0.95 < row["high"]
+    figure = claims.speedup_figure(rows)
+    assert len(figure.axes[0].lines) >= 3  # the series, 1× and the claimed crossover

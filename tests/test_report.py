@@ -248,3 +248,32 @@ def test_plain_log_ticks():
     labels = {t.get_text() for t in axis.get_yticklabels(minor=False) + axis.get_yticklabels(minor=True)}
     assert {"10", "100", "20", "50"} <= labels and not any("times" in label or "^" in label for label in labels)
     plt.close(fig)
+
+
+def test_generated_texts_head_the_index_and_fill_the_readme_findings(tmp_path):
+    folder = tmp_path / "p"
+    Report(folder, "45_claims").text("- **seed 001**: 1 supported.", "45_answer", "The answer")
+    (folder / "45_claims.ipynb").write_text(json.dumps({"cells": []}))
+    index = write_index("p", ["45_claims.ipynb"], root=tmp_path).read_text()
+    assert index.index("### The answer") < index.index("## Guide") and "- **seed 001**: 1 supported." in index
+    assert "- text **45_answer** ([md](45_answer.md))" in index
+
+    readme = tmp_path / "README.md"
+    readme.write_text("# x\n\n## Findings\n\n<!-- findings: old -->\nstale\n<!-- /findings -->\n\n## Next\n")
+    assert report.sync_findings(readme, "p", root=tmp_path)
+    text = readme.read_text()
+    assert "stale" not in text and "- **seed 001**: 1 supported." in text and text.endswith("## Next\n")
+    assert "[45_answer.md](reports/p/45_answer.md)" in text
+    assert not report.sync_findings(readme, "p", root=tmp_path)  # idempotent
+    readme.write_text("# no block\n")
+    with pytest.raises(report.UserError, match="no Findings block"):
+        report.sync_findings(readme, "p", root=tmp_path)
+    with pytest.raises(report.UserError, match="no generated texts"):
+        report.findings_markdown("empty", root=tmp_path)
+
+
+def test_readme_findings_are_the_committed_claims_report():
+    """The README's Findings say what reports/cpu_claims/ computed, word for word (refresh with
+    `python -m rpevit findings cpu_claims` after regenerating the report)."""
+    readme = (report.PROJECT_ROOT / "README.md").read_text()
+    assert report.findings_markdown() in readme

@@ -285,3 +285,26 @@ def test_mismatched_shapes_are_rejected_with_a_clear_message():
 def test_invalid_inputs_are_rejected(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+def test_time_ratio_finds_a_planted_slowdown_and_covers_it():
+    """Log-normal timings, a 1.5× slower: the interval covers 1.5 about 95% of the time and excludes 1."""
+    rng = np.random.default_rng(3)
+    covered = 0
+    for _ in range(400):
+        b = np.exp(rng.normal(0.0, 0.1, 6))
+        a = 1.5 * np.exp(rng.normal(0.0, 0.1, 6))
+        result = stats.time_ratio(a, b)
+        covered += result["low"] <= 1.5 <= result["high"]
+    assert 0.92 <= covered / 400 <= 0.98
+    assert result["low"] > 1 and result["p"] < 1e-4 and math.isclose(result["ratio"], 1.5, rel_tol=0.15)
+
+
+def test_time_ratio_of_equal_timings_is_undecided_and_needs_two_timings():
+    rng = np.random.default_rng(4)
+    same = stats.time_ratio(np.exp(rng.normal(0, 0.1, 8)), np.exp(rng.normal(0, 0.1, 8)))
+    assert same["low"] < 1 < same["high"]
+    with pytest.raises(ValueError, match="two or more"):
+        stats.time_ratio([1.0], [1.0, 1.1])
+    with pytest.raises(ValueError, match="positive"):
+        stats.time_ratio([1.0, 0.0], [1.0, 1.1])
