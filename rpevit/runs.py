@@ -60,17 +60,23 @@ def _hash(settings) -> str:
     return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
-def run_config(params: Params, dataset: str, variant: str, epochs: int | None = None) -> dict:
-    """The full settings of one run as plain data (what its record stores under `config`)."""
+def _settings(params: Params, dataset: str, variant: str, epochs: int | None, fields) -> dict:
+    """A run's data, training and model settings, each settings object turned into a dict by
+    `fields`; the model as its core architecture plus the options of the variant's own components."""
     parsed = parse_variant(variant)
     model = model_config_for(params, dataset)
     core = {k: v for k, v in dataclasses.asdict(model).items() if k != "options"}
-    options = {name: dataclasses.asdict(model.options_for(name)) for name in (parsed.backend, *parsed.positions)}
+    options = {name: fields(model.options_for(name)) for name in (parsed.backend, *parsed.positions)}
     return {
-        "data": dataclasses.asdict(params.data),
+        "data": fields(params.data),
         "model": {**core, "options": options},
-        "train": dataclasses.asdict(train_config_for(params, epochs)),
+        "train": fields(train_config_for(params, epochs)),
     }
+
+
+def run_config(params: Params, dataset: str, variant: str, epochs: int | None = None) -> dict:
+    """The full settings of one run as plain data (what its record stores under `config`)."""
+    return _settings(params, dataset, variant, epochs, dataclasses.asdict)
 
 
 def run_key(params: Params, dataset: str, variant: str, seed: int, epochs: int | None = None) -> str:
@@ -80,16 +86,8 @@ def run_key(params: Params, dataset: str, variant: str, seed: int, epochs: int |
     fields (paths, device, measurement sizes), plus the result fields of the options of the
     variant's own backend and positional methods.
     """
-    parsed = parse_variant(variant)
-    model = model_config_for(params, dataset)
-    core = {k: v for k, v in dataclasses.asdict(model).items() if k != "options"}
-    options = {name: result_fields(model.options_for(name)) for name in (parsed.backend, *parsed.positions)}
-    settings = {
-        "data": result_fields(params.data),
-        "train": result_fields(train_config_for(params, epochs)),
-        "model": {**core, "options": options},
-    }
-    return f"{parsed.name}|{dataset}|{seed}|v2-{_hash(settings)}"
+    settings = _settings(params, dataset, variant, epochs, result_fields)
+    return f"{parse_variant(variant).name}|{dataset}|{seed}|v2-{_hash(settings)}"
 
 
 LEGACY_TRAIN_FIELDS = (

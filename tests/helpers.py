@@ -4,6 +4,7 @@ sys.path because tests/ has no __init__.py)."""
 from __future__ import annotations
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from rpevit.checks import offset_ratios
 from rpevit.grid import Grid
@@ -49,3 +50,18 @@ def log_ratio_spread(weights: torch.Tensor, grid: Grid) -> float:
             logs = ratios.log()
             worst = max(worst, float(logs.max() - logs.min()))
     return worst
+
+
+class LargestTensor(TorchDispatchMode):
+    """Records the largest number of elements of any tensor an op produces (memory-bound tests)."""
+
+    def __init__(self):
+        super().__init__()
+        self.largest = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in torch.utils._pytree.tree_leaves(out):
+            if isinstance(t, torch.Tensor):
+                self.largest = max(self.largest, t.numel())
+        return out

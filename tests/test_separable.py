@@ -10,7 +10,6 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from rpevit.attention import separable as sep
 from rpevit.attention.separable import (
@@ -27,6 +26,8 @@ from rpevit.checks import relative_violation
 from rpevit.grid import Grid
 from rpevit.position.relative import alibi_slopes, dense_bias
 from rpevit.position.separable import AxialRPE, AxialRPEOptions, ManhattanDecay, ManhattanOptions
+
+from helpers import LargestTensor
 
 F64 = torch.float64
 BATCH, HEADS, M, D = 2, 3, 4, 5
@@ -456,21 +457,6 @@ def test_autocast_runs_in_float32():
 
 
 # 7. memory, dispatch, errors -------------------------------------------------------------------------
-
-
-class LargestTensor(TorchDispatchMode):
-    """Records the largest number of elements of any tensor an op produces."""
-
-    def __init__(self):
-        super().__init__()
-        self.largest = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        for t in torch.utils._pytree.tree_leaves(out):
-            if isinstance(t, torch.Tensor):
-                self.largest = max(self.largest, t.numel())
-        return out
 
 
 @pytest.mark.parametrize("path", ["axis", "scan"])

@@ -8,12 +8,13 @@ import math
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from rpevit.attention import toeplitz
 from rpevit.attention.features import favor_features, orthogonal_gaussian_matrix
 from rpevit.attention.toeplitz import biased_linear_attention, biased_linear_weights, fft_size, toeplitz_correlate
 from rpevit.grid import Grid
+
+from helpers import LargestTensor
 
 F64 = torch.float64
 BATCH, HEADS, M, D = 2, 3, 6, 5
@@ -172,21 +173,6 @@ def test_gradients_match_dense_path():
 
 
 # 3. memory / complexity: large grids without any N×N tensor --------------------------------------
-
-
-class LargestTensor(TorchDispatchMode):
-    """Records the largest number of elements of any tensor an op produces."""
-
-    def __init__(self):
-        super().__init__()
-        self.largest = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        for t in torch.utils._pytree.tree_leaves(out):
-            if isinstance(t, torch.Tensor):
-                self.largest = max(self.largest, t.numel())
-        return out
 
 
 @pytest.mark.parametrize("side", [64, 128])
