@@ -1,8 +1,9 @@
 """Attention inspection: the dense attention matrices of trained (or untrained) models and of
 single layers, and what the notebooks compute from them.
 
-- Runs to inspect (`inspection_targets`, `MapSource`): a preset's finished runs, or — before any
-  has finished — its variants at their untrained init; their datasets, models and per-image maps.
+- Runs to inspect (`inspection_targets`, `MapSource`): a preset's finished runs whose weights are
+  on this machine (one per variant and dataset), or — before any — its variants at their untrained
+  init; their datasets, models and per-image maps.
 - Maps of a model (`query_maps`, `mean_attention_distance`, `attention_distance`): the CLS row
   (or the mean attention each patch receives) on the patch grid, and Dosovitskiy et al.'s mean
   attention distance. Performer backends never form the N×N matrix when they run; these are the
@@ -65,12 +66,19 @@ def with_rotation_site(config, backend: str, site: str = "auto"):
 # --------------------------------------------------------------------------- runs to inspect
 
 
-def inspection_targets(params, found: list[dict], seed: int = 0) -> list[dict]:
-    """What to inspect: the finished runs among `found` (records), or — when none has finished —
-    every variant × dataset of the preset at init (seed `seed`). Each target: variant, dataset,
-    seed, record (None: untrained) and a label naming it."""
-    finished = [r for r in found if r.get("status") == "finished"]
-    if finished:
+def inspection_targets(params, found: list[dict], seed: int = 0, has_weights=None) -> list[dict]:
+    """What to inspect: one finished run per variant and dataset (its lowest seed) among `found`
+    whose weights are on this machine (`has_weights(record)`, default runs.weights_here), or — when
+    there is none — every variant × dataset of the preset at init (seed `seed`). Each target:
+    variant, dataset, seed, record (None: untrained) and a label naming it."""
+    from .runs import weights_here
+
+    has_weights = has_weights or (lambda record: weights_here(params, record))
+    first: dict[tuple[str, str], dict] = {}
+    for r in sorted((r for r in found if r.get("status") == "finished"), key=lambda r: r["seed"]):
+        if has_weights(r):
+            first.setdefault((r["dataset"], r["variant"]), r)
+    if first:
         return [
             {
                 "variant": r["variant"],
@@ -80,7 +88,7 @@ def inspection_targets(params, found: list[dict], seed: int = 0) -> list[dict]:
                 "label": f"{r['variant']} · {r['dataset']} · seed {r['seed']} "
                 f"(test top-1 {100 * r['top1']:.1f}%, {r['epochs']} ep)",
             }
-            for r in finished
+            for r in first.values()
         ]
     return [
         {
@@ -121,6 +129,7 @@ class MapSource:
             except UserError as exc:
                 print(f"Dataset {name} is not available here, so its runs are left out.\n{exc}")
         self.targets = {t["label"]: t for t in inspection_targets(params, found, seed) if t["dataset"] in self.datasets}
+        self.note = runs.weightless_note(params, found)
         self.trained = any(t["record"] is not None for t in self.targets.values())
         self.model = functools.lru_cache(maxsize=max_models)(self._model)
         self.image_maps = functools.lru_cache(maxsize=64)(self._image_maps)

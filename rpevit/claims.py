@@ -396,7 +396,8 @@ def train_images(record: dict) -> int:
 
 def protocol_rows(params, records: list[dict]) -> list[dict]:
     """Per dataset of a preset: training and test images (from the finished runs' records), epochs,
-    seeds, variants and how many of the planned runs have finished."""
+    seeds, variants, how many of the planned runs have finished and their summed training time (wall
+    seconds per epoch × epochs, on the devices that trained them)."""
     planned = len(params.variants) * len(params.seeds)
     rows = []
     for dataset in params.datasets:
@@ -414,6 +415,10 @@ def protocol_rows(params, records: list[dict]) -> list[dict]:
                 "seeds": ", ".join(map(str, params.seeds)),
                 "variants": len(params.variants),
                 "runs finished": f"{len(done)} of {planned}",
+                "training hours (sum over runs)": sum(
+                    r["train_seconds_per_epoch"] * r["epochs"] for r in done if r.get("train_seconds_per_epoch")
+                )
+                / 3600,
             }
         )
     return rows
@@ -436,7 +441,7 @@ def protocol_text(params, claims=CLAIMS) -> str:
             f"{len(params.variants)} variants.",
             f"- Budget: {params.train.epochs} epochs of batch {params.train.batch_size}, training images "
             f"{'all' if params.data.train_size is None else f'capped at {params.data.train_size}'} "
-            f"(the table below gives the count each run used); device `{params.train.device}`.",
+            f"(table 45_protocol gives the count each run used); device `{params.train.device}`.",
             f"- Model: patch {model.patch_size}, dim {model.dim}, depth {model.depth}, heads {model.heads}, "
             f"MLP {model.mlp_dim}, pool `{model.pool}`.",
             f"- {len(claims)} claims ({', '.join(f'{sum(c.kind == k for c in claims)} {k}' for k in kinds)}), each "

@@ -276,7 +276,6 @@ class Report:
         if display:
             show(markdown if rows else f"*{caption}* — ({empty})")
 
-
     def text(self, markdown: str, name: str, caption: str, display: bool = True) -> None:
         """Show generated Markdown prose and write <name>.md when the report has a folder; the index
         (write_index) quotes it under its headline — the report's answer in sentences drawn from tables."""
@@ -383,8 +382,7 @@ FINDINGS_END = "<!-- /findings -->"
 
 def findings_begin(preset: str) -> str:
     return (
-        f"<!-- findings: copied from reports/{preset}/ by `python -m rpevit findings {preset}`; "
-        "do not edit by hand -->"
+        f"<!-- findings: copied from reports/{preset}/ by `python -m rpevit findings {preset}`; do not edit by hand -->"
     )
 
 

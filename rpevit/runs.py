@@ -209,6 +209,28 @@ def trained_model(params: Params, dataset: str, variant: str, seed: int, runs_ro
     return model.to(device or resolve_device(params.train.device)).eval(), record
 
 
+def weights_here(params: Params, record: dict, runs_root=None) -> bool:
+    """True if a finished run's record and checkpoint are on this machine. A study's kept records
+    (keep_records) travel with the repository; checkpoints stay where the run was trained."""
+    out_dir = records.run_dir(params.name, record["dataset"], record["variant"], record["seed"], runs_root)
+    return (out_dir / records.RECORD).is_file() and (out_dir / records.CHECKPOINT).is_file()
+
+
+def weightless_note(params, found: list[dict], has_weights=None) -> str:
+    """A line on the finished runs whose weights are not on this machine (only their kept record is),
+    or '' when there are none."""
+    has_weights = has_weights or (lambda record: weights_here(params, record))
+    missing = [r for r in found if r.get("status") == "finished" and not has_weights(r)]
+    if not missing:
+        return ""
+    return (
+        f"{len(missing)} finished run(s) of preset '{params.name}' have only their kept record on this machine "
+        "(checkpoints stay where a run was trained), so their models cannot be inspected here; train one "
+        f"again to inspect it: `python -m rpevit train --params {params.name} --variant "
+        f"{missing[0]['variant']} --dataset {missing[0]['dataset']} --seed {missing[0]['seed']}`."
+    )
+
+
 def tested_weights(out_dir: Path, record: dict) -> dict | None:
     """The checkpoint holding the weights a finished record was tested with, or None — then the
     record is moved aside (kept), so the run counts as unfinished and resumes from its last good

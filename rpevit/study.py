@@ -37,19 +37,32 @@ def kept_dir(params: Params, dataset: str, variant: str, seed: int, reports_root
     return Path(reports_root or REPORTS_ROOT) / params.name / "records" / dataset / variant / f"seed{seed}"
 
 
-def current_record(
-    params: Params, dataset: str, variant: str, seed: int, runs_root=None, reports_root=None
-) -> dict | None:
-    """The run's record (from runs/, else the copy kept in reports/) if it was made with the preset's
-    current settings, else None."""
+def _current(params: Params, dataset: str, variant: str, seed: int, runs_root=None, reports_root=None):
+    """(record, its directory) of the run's current record — from runs/, else the copy kept in
+    reports/ — if it was made with the preset's current settings, else None."""
     for directory in (
         records.run_dir(params.name, dataset, variant, seed, runs_root),
         kept_dir(params, dataset, variant, seed, reports_root) if params.keep_records else None,
     ):
         record = None if directory is None else records.read_record(directory)
         if record is not None and runs.matches(record.get("key"), params, dataset, variant, seed):
-            return record
+            return record, directory
     return None
+
+
+def current_record(
+    params: Params, dataset: str, variant: str, seed: int, runs_root=None, reports_root=None
+) -> dict | None:
+    """The run's record (from runs/, else the copy kept in reports/) if it was made with the preset's
+    current settings, else None."""
+    found = _current(params, dataset, variant, seed, runs_root, reports_root)
+    return None if found is None else found[0]
+
+
+def run_history(params: Params, dataset: str, variant: str, seed: int, runs_root=None, reports_root=None):
+    """Per-epoch history rows of the run whose record is current (beside that record), [] if none."""
+    found = _current(params, dataset, variant, seed, runs_root, reports_root)
+    return [] if found is None else records.read_history(found[1])
 
 
 def _keep(params: Params, dataset: str, variant: str, seed: int, runs_root, reports_root) -> None:

@@ -97,7 +97,7 @@ def _runs(rng, plan, seeds=(0, 1), n=1000, load=0.1):
     for variant, accuracy in plan.items():
         for seed in seeds:
             rec = record(variant, accuracy, seed, rng, n=n, load=load)
-            rec.update(n_test=n, train_images_per_second=250.0, train_seconds_per_epoch=16.0)
+            rec.update(n_test=n, train_images_per_second=250.0, train_seconds_per_epoch=16.0, epochs=5)
             out.append(rec)
     return out
 
@@ -134,6 +134,7 @@ def test_protocol_reads_the_preset_and_the_records():
     (row,) = claims.protocol_rows(params, found)
     assert row["training images"] == "4000" and row["test images"] == "1000"
     assert row["epochs"] == params.train.epochs and row["runs finished"] == f"1 of {len(params.variants)}"
+    assert abs(row["training hours (sum over runs)"] - 16.0 * 5 / 3600) < 1e-12
     assert "no finished run" in claims.protocol_rows(params, [])[0]["training images"]
     text = claims.protocol_text(params)
     assert f"±{claims.MARGIN_POINTS:g} point" in text and f"±{claims.MARGIN_TIME_PCT:g} %" in text

@@ -95,3 +95,9 @@ def test_kept_records_let_a_fresh_clone_skip_training(grid_params, counted, tmp_
     calls.clear()
     again = study.run_study(kept, runs_root=tmp_path / "elsewhere", reports_root=tmp_path / "reports")
     assert calls == [] and again == first
+    # the histories come from the kept copies too; the weights do not travel
+    variant = again[0]["variant"]
+    history = study.run_history(kept, "mnist5k", variant, 0, tmp_path / "elsewhere", tmp_path / "reports")
+    assert len(history) == kept.train.epochs and history[-1]["epoch"] == kept.train.epochs
+    assert not runs.weights_here(kept, again[0], tmp_path / "elsewhere")
+    assert runs.weights_here(kept, again[0], tmp_path / "runs")
