@@ -216,6 +216,15 @@ def cmd_notebooks(args) -> int:
     return 0
 
 
+def cmd_retime(args) -> int:
+    """Time finished runs' inference again on a quiet machine (runs first timed on a busy one)."""
+    from .study import retime_study
+
+    retimed = retime_study(_params(args), everything=args.all)
+    print(f"{len(retimed)} runs re-timed")
+    return 0
+
+
 def cmd_findings(args) -> int:
     """Copy a report's generated answer into the README's Findings block."""
     from .params import PROJECT_ROOT
@@ -320,6 +329,11 @@ def build_parser() -> argparse.ArgumentParser:
         "are exempt)",
     )
 
+    retime = sub.add_parser("retime", help="time finished runs' inference again (those timed on a busy machine)")
+    retime.add_argument("params", help="preset name or YAML path")
+    retime.add_argument("--all", action="store_true", help="every finished run, not only those timed when busy")
+    add_common(retime)
+
     findings = sub.add_parser("findings", help="copy a report's generated answer into the README's Findings")
     findings.add_argument("params", nargs="?", default="cpu_claims", help="preset whose report to copy (cpu_claims)")
 
@@ -360,6 +374,7 @@ COMMANDS = {
     "study": cmd_study,
     "evaluate": cmd_evaluate,
     "notebooks": cmd_notebooks,
+    "retime": cmd_retime,
     "findings": cmd_findings,
     "bench": cmd_bench,
 }

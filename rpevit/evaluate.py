@@ -1,5 +1,5 @@
-"""Multi-resolution evaluation (Heo et al. 2024, RoPE-ViT §4.1; seed 004): test a trained run at
-other input resolutions without fine-tuning.
+"""Evaluation of finished runs after training: multi-resolution tests (Heo et al. 2024, RoPE-ViT
+§4.1; seed 004) at other input resolutions without fine-tuning, and re-timing of inference (`retime`).
 
 Test images are resized with antialiasing. Two position modes, labelled in every result:
 - "extrapolate": positions are rebuilt from the new grid (rotary, ALiBi, iRPE, KRPE-clamp extend
@@ -85,3 +85,19 @@ def evaluate_resolutions(params, dataset, variant: str, seed: int, resolutions, 
         records.run_dir(params.name, dataset.info.name, record["variant"], seed, runs_root) / records.RECORD, record
     )
     return results
+
+
+def retime(params, dataset, variant: str, seed: int, runs_root=None) -> dict:
+    """Time a finished run's inference again (its tested weights, the same images and batch size as
+    training's timing) and store the new times with the machine's load in its record. For timings first
+    taken on a busy machine (metrics.busy): run it when the machine is quiet."""
+    model, record = runs.trained_model(params, dataset.info.name, variant, seed, runs_root)
+    train_cfg = runs.train_config_for(params, record["epochs"])
+    images = dataset.test.images[: train_cfg.timing_images]
+    images = data_lib.normalize(images.float() / 255, dataset.info).to(next(model.parameters()).device)
+    record.update(metrics.inference_timing(model, images, batch_size=train_cfg.eval_batch_size))
+    record.update(metrics.machine_load())
+    records.write_json(
+        records.run_dir(params.name, dataset.info.name, record["variant"], seed, runs_root) / records.RECORD, record
+    )
+    return record

@@ -186,6 +186,40 @@ def study_records(params: Params, runs_root=None, reports_root=None) -> list[dic
     return [record for record in found if record is not None]
 
 
+def retime_study(params: Params, everything: bool = False, runs_root=None, reports_root=None) -> list[dict]:
+    """Re-time the inference of the preset's finished runs whose timings were taken on a busy machine
+    (all finished runs with `everything`) and whose weights are on this machine (evaluate.retime); keep
+    the updated records and rewrite the summary. Returns the re-timed records."""
+    from .evaluate import retime
+    from .metrics import busy
+
+    done = [r for r in study_records(params, runs_root, reports_root) if r.get("status") == "finished"]
+    chosen = [r for r in done if everything or busy(r)]
+    here = [r for r in chosen if runs.weights_here(params, r, runs_root)]
+    without = len(chosen) - len(here)
+    print(
+        f"retime {params.name}: {len(chosen)} of {len(done)} finished runs to time again"
+        + ("" if everything else " (timed on a busy machine)")
+        + (f"; {without} of them have no weights here and keep their timings" if without else ""),
+        flush=True,
+    )
+    retimed, datasets = [], {}
+    for r in here:
+        if r["dataset"] not in datasets:
+            datasets[r["dataset"]] = runs.dataset_for(params, r["dataset"])
+        record = retime(params, datasets[r["dataset"]], r["variant"], r["seed"], runs_root)
+        _keep(params, r["dataset"], r["variant"], r["seed"], runs_root, reports_root)
+        print(
+            f"[{r['variant']} | {r['dataset']} | seed {r['seed']}] {r['ms_per_image_batched']:.4f} → "
+            f"{record['ms_per_image_batched']:.4f} ms/image at load {record['load_average']:.1f}"
+            + (" (busy again)" if busy(record) else ""),
+            flush=True,
+        )
+        retimed.append(record)
+    write_summary(params.name, study_records(params, runs_root, reports_root), reports_root)
+    return retimed
+
+
 def _cell(column: str, value) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "—"

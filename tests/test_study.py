@@ -101,3 +101,20 @@ def test_kept_records_let_a_fresh_clone_skip_training(grid_params, counted, tmp_
     assert len(history) == kept.train.epochs and history[-1]["epoch"] == kept.train.epochs
     assert not runs.weights_here(kept, again[0], tmp_path / "elsewhere")
     assert runs.weights_here(kept, again[0], tmp_path / "runs")
+
+
+def test_retime_times_only_busy_runs_again_and_keeps_them(grid_params, counted, tmp_path):
+    """A run timed on a busy machine is timed again (its weights, its images) and its kept copy updated;
+    runs timed when quiet, and runs without weights here, keep their timings."""
+    kept = dataclasses.replace(grid_params, keep_records=True, seeds=(0,))
+    roots = {"runs_root": tmp_path / "runs", "reports_root": tmp_path / "reports"}
+    quiet, loaded = study.run_study(kept, **roots)
+    for record in (quiet, loaded):  # what each was timed under, made explicit
+        load = 99.0 if record is loaded else 0.0
+        directory = records.run_dir(kept.name, "mnist5k", record["variant"], 0, roots["runs_root"])
+        records.write_json(directory / records.RECORD, {**record, "load_average": load, "ms_per_image_batched": 1e6})
+    (retimed,) = study.retime_study(kept, **roots)
+    assert retimed["variant"] == loaded["variant"] and 0 < retimed["ms_per_image_batched"] < 1e6
+    kept_copy = records.read_record(study.kept_dir(kept, "mnist5k", loaded["variant"], 0, roots["reports_root"]))
+    assert kept_copy["ms_per_image_batched"] == retimed["ms_per_image_batched"]
+    assert study.retime_study(kept, runs_root=tmp_path / "elsewhere", reports_root=roots["reports_root"]) == []
