@@ -731,7 +731,8 @@ def busy_text(records: list[dict], rows: list[dict]) -> str:
     if affected:
         text += (
             f"\n\n{len(affected)} of the {len(time_rows)} time-claim rows use such timings; their verdicts are "
-            "no evidence about speed until the runs are timed again on an idle machine (`python -m rpevit retime <preset>`):\n\n"
+            "no evidence about speed until the runs are timed again on an idle machine "
+            "(`python -m rpevit retime <preset>`):\n\n"
             + "\n".join(f"- {r['claim']} · {r['dataset']}: {r['note']}" for r in affected)
         )
     elif time_rows:
