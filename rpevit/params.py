@@ -145,9 +145,17 @@ class TrainConfig:
 
 @dataclass(frozen=True)
 class EvaluateConfig:
-    """Extra evaluations of finished runs: test accuracy at other input resolutions."""
+    """Extra evaluations of finished runs: test accuracy at other input resolutions, of every
+    variant of the grid or only of those listed in `variants`."""
 
     resolutions: tuple[int, ...] = ()
+    variants: tuple[str, ...] = ()
+
+    def covers(self, variant: str) -> bool:
+        """True if runs of this variant are evaluated at the resolutions."""
+        from .variants import parse_variant
+
+        return not self.variants or parse_variant(variant).name in {parse_variant(v).name for v in self.variants}
 
 
 @dataclass(frozen=True)
@@ -347,6 +355,13 @@ def _validate(params: Params) -> None:
                 f"model.patch_size: {patch} does not divide the {size}×{size} images of {name}; "
                 "choose a patch size that divides the image size."
             )
+    grid = {parse_variant(v).name for v in params.variants}
+    strays = [v for v in params.evaluate.variants if parse_variant(v).name not in grid]
+    if strays:
+        raise UserError(
+            f"evaluate.variants: {', '.join(strays)} not in this preset's variants; list variants of the grid "
+            "(or none, to evaluate all)."
+        )
     bad = [r for r in params.evaluate.resolutions if r < patch or r % patch]
     if bad:
         raise UserError(

@@ -171,7 +171,7 @@ def needs_resolution_eval(
     params: Params, dataset: str, variant: str, seed: int, runs_root=None, reports_root=None
 ) -> bool:
     """True if a finished run lacks the preset's multi-resolution evaluation."""
-    if not params.evaluate.resolutions:
+    if not params.evaluate.resolutions or not params.evaluate.covers(variant):
         return False
     record = current_record(params, dataset, variant, seed, runs_root, reports_root)
     if record is None or record.get("status") != "finished":

@@ -178,3 +178,12 @@ def test_records_of_the_old_key_scheme_are_recognised(case):
     assert runs.matches(LEGACY_KEYS[case], params, dataset, variant, seed, epochs)
     other = dataclasses.replace(params, train=dataclasses.replace(params.train, lr=params.train.lr / 2))
     assert not runs.matches(LEGACY_KEYS[case], other, dataset, variant, seed, epochs)
+
+
+def test_evaluate_variants_choose_which_runs_are_evaluated(tmp_path):
+    text = "datasets: [mnist5k]\nvariants: [softmax+ape, favor+ape]\nevaluate: {resolutions: [20, 36], variants: %s}\n"
+    params = load_params(write(tmp_path, text % "[ape+softmax]"))  # any spelling of a grid variant
+    assert params.evaluate.covers("softmax+ape") and not params.evaluate.covers("favor+ape")
+    assert load_params(write(tmp_path, text % "[]")).evaluate.covers("favor+ape")  # none listed: all
+    with pytest.raises(UserError, match=r"evaluate.variants: relu\+ape not in this preset's variants"):
+        load_params(write(tmp_path, text % "[relu+ape]"))
