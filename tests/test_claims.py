@@ -81,11 +81,13 @@ def test_every_published_claim_names_variants_of_the_claims_preset():
     from rpevit.params import load_params
     from rpevit.variants import parse_variant
 
-    variants = {parse_variant(v).name for v in load_params("cpu_claims").variants}
+    params = load_params("cpu_claims")
+    variants = {parse_variant(v).name for v in params.variants}
     for claim in claims.CLAIMS:
         assert claim.a in variants and claim.b in variants, claim
         if claim.resolution:
-            assert claim.resolution in load_params("cpu_claims").evaluate.resolutions
+            assert claim.resolution in params.evaluate.resolutions
+            assert params.evaluate.covers(claim.a) and params.evaluate.covers(claim.b), claim
 
 
 # --------------------------------------------------------------------------- the claims notebook's helpers
