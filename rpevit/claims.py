@@ -671,9 +671,8 @@ def answer_text(rows: list[dict], missing: list[dict], planned_runs: int) -> str
     if baseline:
         lines += [
             "",
-            f"For scale, the gap without relative encodings ({100 * (1 - ALPHA):.0f}% interval): "
-            + "; ".join(_finding(r) for r in baseline)
-            + ".",
+            f"For scale, the gap without relative encodings (a − b: positive means the Performer is ahead; "
+            f"{100 * (1 - ALPHA):.0f}% interval): " + "; ".join(_finding(r) for r in baseline) + ".",
         ]
     few = sorted({r["seeds"] for r in rows if verdict_key(r) != NO_DATA and r["seeds"] < 2})
     if few:
@@ -703,6 +702,21 @@ def answer_text(rows: list[dict], missing: list[dict], planned_runs: int) -> str
     else:
         lines += ["", f"All {planned_runs} planned runs have finished."]
     return "\n".join(lines)
+
+
+def baseline_text(seed_rows: list[dict], variant: str = "softmax+ape") -> str:
+    """Markdown: the softmax baseline's mean test top-1 per dataset with its interval (from seed_table), so
+    a reader sees the accuracy level every comparison sits at."""
+    rows = [r for r in seed_rows if r["variant"] == variant]
+    if not rows:
+        return f"No finished run of the baseline `{variant}` yet."
+    low, high = (next(k for k in rows[0] if k.endswith(f"t {side}")) for side in ("low", "high"))
+    return "\n".join(
+        f"The baseline `{variant}` reaches {r['top-1 %']:.2f} % test top-1 on {r['dataset']} (mean of {r['seeds']} "
+        + (f"seeds, 95% t-interval [{r[low]:.2f}, {r[high]:.2f}])" if r["seeds"] > 1 else "seed)")
+        + ": every effect above is a difference at this level of training, not at the seeds' own budgets."
+        for r in rows
+    )
 
 
 def busy_text(records: list[dict], rows: list[dict]) -> str:

@@ -260,3 +260,12 @@ def test_speedups_give_intervals_around_the_planted_ratio():
         assert row["low"] < planted * 1.05 and planted * 0.95 < row["high"]
     figure = claims.speedup_figure(rows)
     assert len(figure.axes[0].lines) >= 3  # the series, 1× and the claimed crossover
+
+
+def test_baseline_text_states_the_softmax_level_with_its_interval():
+    rng = np.random.default_rng(5)
+    found = _runs(rng, {"softmax+ape": 0.8, "favor+ape": 0.7}, seeds=(0, 1, 2))
+    text = claims.baseline_text(claims.seed_table(found))
+    mean = np.mean([100 * r["top1"] for r in found if r["variant"] == "softmax+ape"])
+    assert f"reaches {mean:.2f} % test top-1 on toy (mean of 3 seeds, 95% t-interval [" in text
+    assert claims.baseline_text([]) == "No finished run of the baseline `softmax+ape` yet."
