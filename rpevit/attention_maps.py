@@ -71,13 +71,9 @@ def inspection_targets(params, found: list[dict], seed: int = 0, has_weights=Non
     whose weights are on this machine (`has_weights(record)`, default runs.weights_here), or — when
     there is none — every variant × dataset of the preset at init (seed `seed`). Each target:
     variant, dataset, seed, record (None: untrained) and a label naming it."""
-    from .runs import weights_here
+    from .runs import inspectable
 
-    has_weights = has_weights or (lambda record: weights_here(params, record))
-    first: dict[tuple[str, str], dict] = {}
-    for r in sorted((r for r in found if r.get("status") == "finished"), key=lambda r: r["seed"]):
-        if has_weights(r):
-            first.setdefault((r["dataset"], r["variant"]), r)
+    first = inspectable(params, found, has_weights)
     if first:
         return [
             {
@@ -88,7 +84,7 @@ def inspection_targets(params, found: list[dict], seed: int = 0, has_weights=Non
                 "label": f"{r['variant']} · {r['dataset']} · seed {r['seed']} "
                 f"(test top-1 {100 * r['top1']:.1f}%, {r['epochs']} ep)",
             }
-            for r in first.values()
+            for r in first
         ]
     return [
         {

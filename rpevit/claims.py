@@ -294,6 +294,7 @@ def crossover_rows(speedup_rows: list[dict], tokens: int = CROSSOVER_TOKENS) -> 
         rows.append(
             {
                 "source": S000_SPEED,
+                "backend": backend,
                 "claim": f"Performers are faster than softmax only from ~{tokens} tokens ({backend})",
                 "dataset": "timing sweep",
                 "comparison": f"softmax+ape / {backend}+ape inference, {mine[0]['tokens']}…{mine[-1]['tokens']} tokens",
@@ -313,8 +314,7 @@ def speed_text(crossover: list[dict], where: str) -> str:
         f"timed on {where}:"
     ]
     for row in crossover:
-        backend = row["claim"].rsplit("(", 1)[-1].rstrip(")")
-        start = row["measured from (tokens)"]
+        backend, start = row["backend"], row["measured from (tokens)"]
         since = f"faster from {start} tokens on" if isinstance(start, int) else "never significantly faster"
         lines.append(
             f"- `{backend}`: {since}; {row['effect']:.2f}× softmax's speed at {CROSSOVER_TOKENS} tokens — "

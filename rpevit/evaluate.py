@@ -81,10 +81,14 @@ def evaluate_resolutions(params, dataset, variant: str, seed: int, resolutions, 
                 }
             )
     record["resolution_eval"] = results
-    records.write_json(
-        records.run_dir(params.name, dataset.info.name, record["variant"], seed, runs_root) / records.RECORD, record
-    )
+    _store(params, record, runs_root)
     return results
+
+
+def _store(params, record: dict, runs_root=None) -> None:
+    """Write an evaluated record back into its run directory."""
+    directory = records.run_dir(params.name, record["dataset"], record["variant"], record["seed"], runs_root)
+    records.write_json(directory / records.RECORD, record)
 
 
 def retime(params, dataset, variant: str, seed: int, runs_root=None) -> dict:
@@ -93,11 +97,8 @@ def retime(params, dataset, variant: str, seed: int, runs_root=None) -> dict:
     taken on a busy machine (metrics.busy): run it when the machine is quiet."""
     model, record = runs.trained_model(params, dataset.info.name, variant, seed, runs_root)
     train_cfg = runs.train_config_for(params, record["epochs"])
-    images = dataset.test.images[: train_cfg.timing_images]
-    images = data_lib.normalize(images.float() / 255, dataset.info).to(next(model.parameters()).device)
+    images = runs.timing_images(dataset, train_cfg, next(model.parameters()).device)
     record.update(metrics.inference_timing(model, images, batch_size=train_cfg.eval_batch_size))
     record.update(metrics.machine_load())
-    records.write_json(
-        records.run_dir(params.name, dataset.info.name, record["variant"], seed, runs_root) / records.RECORD, record
-    )
+    _store(params, record, runs_root)
     return record

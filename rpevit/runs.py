@@ -216,6 +216,17 @@ def weights_here(params: Params, record: dict, runs_root=None) -> bool:
     return (out_dir / records.RECORD).is_file() and (out_dir / records.CHECKPOINT).is_file()
 
 
+def inspectable(params: Params, found: list[dict], has_weights=None) -> list[dict]:
+    """One finished run per variant and dataset (its lowest seed) among `found` whose weights are on
+    this machine (`has_weights(record)`, default weights_here)."""
+    has_weights = has_weights or (lambda record: weights_here(params, record))
+    first: dict[tuple[str, str], dict] = {}
+    for r in sorted((r for r in found if r.get("status") == "finished"), key=lambda r: r["seed"]):
+        if has_weights(r):
+            first.setdefault((r["dataset"], r["variant"]), r)
+    return list(first.values())
+
+
 def weightless_note(params, found: list[dict], has_weights=None) -> str:
     """A line on the finished runs whose weights are not on this machine (only their kept record is),
     or '' when there are none."""
@@ -242,6 +253,14 @@ def tested_weights(out_dir: Path, record: dict) -> dict | None:
         Path(out_dir) / records.RECORD, "the checkpoint with its tested weights is damaged or missing", tag="unverified"
     )
     return None
+
+
+def timing_images(dataset: Dataset, train_cfg: TrainConfig, device) -> torch.Tensor:
+    """The normalised test images a run's inference is timed on (the first `train.timing_images`)."""
+    from .data import normalize
+
+    images = dataset.test.images[: train_cfg.timing_images]
+    return normalize(images.float() / 255, dataset.info).to(device)
 
 
 @torch.no_grad()

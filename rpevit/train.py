@@ -397,8 +397,7 @@ def _train(params, dataset, variant, seed, out_dir, epochs, resume, progress, on
     model.load_state_dict(best["state"])
     test_logits, test_labels = predict(model, dataset.test, info, train_cfg.eval_batch_size, device, train_cfg.amp)
     num_params = metrics.count_parameters(model)
-    timing_images = dataset.test.images[: train_cfg.timing_images]
-    timing_images = data_lib.normalize(timing_images.float() / 255, info).to(device)
+    timing_images = runs.timing_images(dataset, train_cfg, device)
     epoch_seconds = [row["seconds"] for row in history]
     record = make_record(
         **{

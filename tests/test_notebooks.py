@@ -20,7 +20,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from rpevit import notebooks
+from rpevit import notebooks, records
 from rpevit.notebooks import (
     KERNEL_NAME,
     NotebookFailed,
@@ -138,7 +138,8 @@ def synthetic(tmp_path):
     return folder
 
 
-def test_execute_notebooks_tracks_replaces_and_indexes_outputs(synthetic, tmp_path, capsys, caplog):
+def test_execute_notebooks_tracks_replaces_and_indexes_outputs(synthetic, tmp_path, capsys, caplog, monkeypatch):
+    monkeypatch.setattr(records, "RUNS_ROOT", tmp_path / "runs")  # no smoke runs, whatever this machine trained
     reports = tmp_path / "reports"
     folder = reports / "smoke"
     folder.mkdir(parents=True)
