@@ -4,12 +4,15 @@ bench train:     training images/s (forward + backward + AdamW step) of each pre
 bench data:      augmented, normalized images/s of the data pipeline, and its ratio to training.
 bench attention: forward+backward time and memory of one attention layer vs tokens N, for every
                  backend bare and with each rotary method; T(4N)/T(N) and rotary overhead.
+bench levers:    training-throughput levers of one preset's model side by side: batch size ×
+                 bf16 autocast × torch.compile, interleaved repeats, ratios to the fp32 eager baseline.
 bench patches:   seed 000's patch-size sweep: a whole ViT on 32×32 images with patch 8/4/2/1
                  (16…1024 tokens), training and inference seconds per epoch, softmax vs Performers.
 """
 
 from __future__ import annotations
 
+import statistics
 import time
 
 import torch
@@ -44,11 +47,70 @@ def train_throughput(params, variant: str, device, steps: int, compile_model: bo
     return steps * batch / sum(timed(step, device, steps, warmup=10 if compile_model else 3))
 
 
+def _train_step(model, forward, optimizer, x, y, amp: bool):
+    """One training step (forward, backward, AdamW) of `forward` (the model or its compiled form)."""
+
+    def step():
+        with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=amp):
+            loss = F.cross_entropy(forward(x).float(), y)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+    return step
+
+
+def training_levers(
+    params, variants, device, batches=(128, 256), repeats: int = 5, steps: int = 8, compile_model: bool = True
+) -> list[dict]:
+    """Training images/s of each variant at each (batch, amp, compile) setting, side by side.
+
+    Every setting gets its own model and optimizer, warmed up (compiled where asked) before any
+    timing; then `repeats` rounds time `steps` steps of every setting in turn, so drifts in machine
+    load touch all settings alike. Rows: median and min/max images/s over the rounds, and the ratio
+    of medians to the same variant's fp32 eager run at the preset's batch size.
+    """
+    info = data_lib.DATASETS[params.datasets[0]]
+    compiles = (False, True) if compile_model else (False,)
+    settings = [(b, amp, comp) for b in batches for amp in (False, True) for comp in compiles]
+    cells = {}
+    for variant in variants:
+        for batch, amp, comp in settings:
+            model = runs.untrained_model(params, info.name, variant, seed=0, device=device).train()
+            forward = torch.compile(model) if comp else model
+            optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+            x = torch.randn(batch, info.channels, info.image_size, info.image_size, device=device)
+            y = torch.randint(0, info.num_classes, (batch,), device=device)
+            step = _train_step(model, forward, optimizer, x, y, amp)
+            timed(step, device, 1, warmup=3)
+            cells[variant, batch, amp, comp] = (step, [])
+    for _ in range(repeats):
+        for (_, batch, _, _), (step, rates) in cells.items():
+            rates.append(steps * batch / sum(timed(step, device, steps)))
+    base_batch = params.train.batch_size if params.train.batch_size in batches else batches[0]
+    rows = []
+    for (variant, batch, amp, comp), (_, rates) in cells.items():
+        median = statistics.median(rates)
+        rows.append(
+            {
+                "variant": variant,
+                "batch": batch,
+                "amp": "bf16" if amp else "fp32",
+                "compiled": comp,
+                "images/s": median,
+                "min": min(rates),
+                "max": max(rates),
+                "ratio": median / statistics.median(cells[variant, base_batch, False, False][1]),
+            }
+        )
+    return rows
+
+
 def data_throughput(params, device, steps: int) -> float:
     """Augmented + normalized training images/s of a preset's first dataset."""
     dataset = runs.dataset_for(params, device=device)
     info = dataset.info
-    recipe = info.augment if params.data.augment == "auto" else params.data.augment
+    recipe = data_lib.recipe_for(info, params.data.augment)
     generator = torch.Generator().manual_seed(0)
     count, start = 0, None
     while count < steps * params.train.batch_size + params.train.batch_size:
@@ -378,6 +440,22 @@ def run_bench(what: str, args) -> None:
     if what == "bias":
         args.steps = args.steps or 3
         return run_bias_bench(args)
+    if what == "levers":
+        device = resolve_device(args.device)
+        params = load_params(args.params.split(",")[0])
+        variants = [v.strip() for v in (args.variant or "softmax+ape,favor+ape,relu+ape").split(",")]
+        batches = tuple(int(b) for b in args.batches.split(","))
+        base = params.train.batch_size if params.train.batch_size in batches else batches[0]
+        print(
+            f"device: {device}, {torch.get_num_threads()} threads, torch {torch.__version__}; preset {params.name}'s "
+            f"model; {args.steps or 8} steps × 5 interleaved rounds per cell; ratio = median images/s over the "
+            f"same variant's fp32 eager run at batch {base}"
+        )
+        rows = training_levers(
+            params, variants, device, batches, steps=args.steps or 8, compile_model=not args.no_compile
+        )
+        print(markdown_table(rows, list(rows[0]), digits=2))
+        return None
     if what == "patches":
         device = resolve_device(args.device)
         print(

@@ -338,7 +338,9 @@ def build_parser() -> argparse.ArgumentParser:
     findings.add_argument("params", nargs="?", default="cpu_claims", help="preset whose report to copy (cpu_claims)")
 
     bench = sub.add_parser("bench", help="throughput benchmarks")
-    bench.add_argument("what", choices=["train", "data", "attention", "bias", "patches"], help="what to measure")
+    bench.add_argument(
+        "what", choices=["train", "data", "levers", "attention", "bias", "patches"], help="what to measure"
+    )
     bench.add_argument(
         "--sides",
         default="8,16,32,64,128",
@@ -352,7 +354,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument("--params", default="smoke", help="comma-separated presets whose model/data to use")
     bench.add_argument("--compile", action="store_true", help="torch.compile the model (CUDA only)")
-    bench.add_argument("--variant", help="train/data: the variant to time (default: each preset's first)")
+    bench.add_argument(
+        "--variant", help="train/data: the variant to time (default: each preset's first); levers: comma-separated"
+    )
+    bench.add_argument("--batches", default="128,256", help="levers: comma-separated batch sizes")
+    bench.add_argument("--no-compile", action="store_true", help="levers: leave torch.compile out")
     bench.add_argument("--steps", type=int, help="timed steps per measurement (train/data 20, attention 5)")
     bench.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     return parser

@@ -29,20 +29,37 @@ class MLP(nn.Sequential):
         )
 
 
-class Block(nn.Module):
-    """Pre-norm transformer block: x + attn(norm(x)), then x + mlp(norm(x))."""
+class DropPath(nn.Module):
+    """Stochastic depth (Huang et al. 2016, §3): in training, each sample's residual branch is
+    dropped with probability `rate` and kept ones are scaled by 1/(1 − rate); identity in eval."""
 
-    def __init__(self, config: ModelConfig, attention: MultiHeadAttention):
+    def __init__(self, rate: float):
+        super().__init__()
+        self.rate = rate
+
+    def forward(self, branch):
+        if not self.training or self.rate == 0.0:
+            return branch
+        keep = torch.rand(branch.shape[0], *(1,) * (branch.ndim - 1), device=branch.device) >= self.rate
+        return branch * keep.to(branch.dtype) / (1.0 - self.rate)
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block: x + attn(norm(x)), then x + mlp(norm(x)), each branch under
+    stochastic depth at `drop_path`."""
+
+    def __init__(self, config: ModelConfig, attention: MultiHeadAttention, drop_path: float = 0.0):
         super().__init__()
         self.norm1 = nn.LayerNorm(config.dim)
         self.attn = attention
         self.drop = nn.Dropout(config.dropout)
         self.norm2 = nn.LayerNorm(config.dim)
         self.mlp = MLP(config.dim, config.mlp_dim, config.dropout)
+        self.drop_path = DropPath(drop_path)
 
     def forward(self, x, grid):
-        x = x + self.drop(self.attn(self.norm1(x), grid))
-        return x + self.mlp(self.norm2(x))
+        x = x + self.drop_path(self.drop(self.attn(self.norm1(x), grid)))
+        return x + self.drop_path(self.mlp(self.norm2(x)))
 
 
 class ViT(nn.Module):
@@ -62,8 +79,9 @@ class ViT(nn.Module):
         absolute = variant.method("absolute")
         self.absolute = None if absolute is None else build_position(absolute, config, config.dim, config.heads)
         methods = {m: variant.method(m) for m in ("rotary", "bias", "gate")}
+        rates = [config.drop_path * i / max(1, config.depth - 1) for i in range(config.depth)]
         self.blocks = nn.ModuleList(
-            Block(config, MultiHeadAttention(config, variant.backend, **methods)) for _ in range(config.depth)
+            Block(config, MultiHeadAttention(config, variant.backend, **methods), rate) for rate in rates
         )
         self.norm = nn.LayerNorm(config.dim)
         self.head = nn.Linear(config.dim, config.num_classes)

@@ -23,9 +23,20 @@ def neutral(default):
     return field(default=default, metadata={"neutral": True})
 
 
+def added(default):
+    """A field added after runs were recorded: it enters the run key only when set to another value
+    than `default` (its default reproduces what the older runs did, so their keys stay valid)."""
+    return field(default=default, metadata={"added": True})
+
+
 def result_fields(options) -> dict:
-    """The options' fields that change a run's result, as plain data."""
-    return {f.name: getattr(options, f.name) for f in dataclasses.fields(options) if not f.metadata.get("neutral")}
+    """The options' fields that change a run's result, as plain data (added fields at their
+    default left out)."""
+    return {
+        f.name: getattr(options, f.name)
+        for f in dataclasses.fields(options)
+        if not f.metadata.get("neutral") and not (f.metadata.get("added") and getattr(options, f.name) == f.default)
+    }
 
 
 def check(options, where: str) -> None:

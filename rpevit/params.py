@@ -18,7 +18,7 @@ from typing import Literal
 import yaml
 
 from .errors import UserError
-from .options import neutral
+from .options import added, neutral
 
 
 def _project_root() -> Path:
@@ -46,6 +46,9 @@ class ModelConfig:
     mlp_dim: int = 128
     pool: Literal["cls", "mean"] = "cls"
     dropout: float = 0.0
+    # stochastic depth (Huang et al. 2016): residual branches dropped per sample, rate rising
+    # linearly from 0 in the first block to this in the last
+    drop_path: float = added(0.0)
     options: dict = field(default_factory=dict)
     # set from the dataset by the run services, not in presets
     image_size: int = 28
@@ -95,7 +98,8 @@ class DataConfig:
 
     root: str | None = neutral(None)
     download: bool = neutral(False)
-    augment: Literal["auto", "none", "mnist", "cifar"] = "auto"
+    # "auto" (the dataset's default), "none", "mnist", "cifar", or steps joined by "+" (e.g. "flip+erase")
+    augment: str = "auto"
     split_seed: int = 42
     val_size: int | None = None
     # at most this many training images: a seeded, class-stratified subset (None: all), for CPU budgets
@@ -317,8 +321,9 @@ def validate_model(model: ModelConfig, where: str = "model") -> None:
     for key in ("patch_size", "dim", "depth", "heads", "mlp_dim"):
         if getattr(model, key) < 1:
             raise UserError(f"{where}.{key} must be a positive integer, got {getattr(model, key)}.")
-    if not 0.0 <= model.dropout < 1.0:
-        raise UserError(f"{where}.dropout must be in [0, 1), got {model.dropout}.")
+    for key in ("dropout", "drop_path"):
+        if not 0.0 <= getattr(model, key) < 1.0:
+            raise UserError(f"{where}.{key} must be in [0, 1), got {getattr(model, key)}.")
 
 
 def _validate(params: Params) -> None:
@@ -337,6 +342,13 @@ def _validate(params: Params) -> None:
         raise UserError("datasets, variants and seeds must each list at least one entry.")
     validate_model(params.model)
     params.train.check()
+    if params.data.augment != "auto":
+        from .data.pipeline import recipe_steps
+
+        try:
+            recipe_steps(params.data.augment)
+        except UserError as exc:
+            raise UserError(f"data.augment: {exc}") from None
     if params.data.train_size is not None and params.data.train_size < 1:
         raise UserError(
             f"data.train_size: {params.data.train_size} is not valid; it must be a positive integer "

@@ -65,7 +65,7 @@ def _settings(params: Params, dataset: str, variant: str, epochs: int | None, fi
     `fields`; the model as its core architecture plus the options of the variant's own components."""
     parsed = parse_variant(variant)
     model = model_config_for(params, dataset)
-    core = {k: v for k, v in dataclasses.asdict(model).items() if k != "options"}
+    core = {k: v for k, v in fields(dataclasses.replace(model, options={})).items() if k != "options"}
     options = {name: fields(model.options_for(name)) for name in (parsed.backend, *parsed.positions)}
     return {
         "data": fields(params.data),
@@ -116,7 +116,9 @@ def legacy_run_key(params: Params, dataset: str, variant: str, seed: int, epochs
         return None
     if favor.bias_path != relu.bias_path or params.data.train_size is not None:
         return None  # settings rpevit 0.1 did not have
-    flat = {k: v for k, v in dataclasses.asdict(model).items() if k != "options"}
+    if model.drop_path:
+        return None  # a setting rpevit 0.1 did not have
+    flat = {k: v for k, v in dataclasses.asdict(model).items() if k not in ("options", "drop_path")}
     flat.update(
         rotation_site=site,
         favor_features=favor.num_features,

@@ -223,7 +223,7 @@ def _train(params, dataset, variant, seed, out_dir, epochs, resume, progress, on
     model_cfg, train_cfg = runs.model_config_for(params, info.name), runs.train_config_for(params, epochs)
     key = runs.run_key(params, info.name, variant, seed, epochs)
     device = resolve_device(train_cfg.device)
-    recipe = info.augment if params.data.augment == "auto" else params.data.augment
+    recipe = data_lib.recipe_for(info, params.data.augment)
     ddp = distributed.active()  # torchrun: this rank trains on its shard of every global batch
     main = distributed.is_main()
     if ddp:

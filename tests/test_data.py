@@ -25,9 +25,11 @@ from rpevit.data import (
     load_dataset,
     normalize,
     num_batches,
+    pipeline,
     search_roots,
 )
 from rpevit.errors import UserError
+from rpevit.params import load_params
 
 IDX_STEMS = (
     "train-images-idx3-ubyte",
@@ -475,8 +477,79 @@ def test_none_recipe_is_identity_and_draws_nothing():
     assert torch.equal(augment(images, "none", generator), images.float() / 255)
     assert torch.equal(generator.get_state(), state)
     assert set(AUGMENTATIONS) == {"none", "mnist", "cifar"}
-    with pytest.raises(UserError, match="Allowed: none, mnist, cifar"):
+    with pytest.raises(UserError, match="Allowed: auto, none, mnist, cifar, or steps joined by"):
         augment(images, "autoaugment", generator)
+
+
+@pytest.mark.parametrize(
+    "recipe, message",
+    [
+        ("flip+shear", "'shear' in 'flip\\+shear'"),
+        ("flip+flip", "a step listed twice"),
+        ("crop9", "'crop9'"),
+        ("", "''"),
+    ],
+)
+def test_composed_recipes_name_the_bad_step(recipe, message):
+    with pytest.raises(UserError, match=message):
+        augment(random_images(), recipe, torch.Generator().manual_seed(0))
+
+
+def test_flip_step_flips_whole_images_about_half_the_time():
+    images = random_images(count=400)
+    output = augment(images, "flip", torch.Generator().manual_seed(1))
+    plain, flipped = images.float() / 255, (images.float() / 255).flip(-1)
+    same = (output == plain).flatten(1).all(1)
+    mirrored = (output == flipped).flatten(1).all(1)
+    assert bool((same ^ mirrored).all())  # each image is either kept or mirrored, never mixed
+    assert 160 < int(mirrored.sum()) < 240
+
+
+def test_cropN_is_a_window_of_the_N_pixel_padded_image():
+    image = (torch.arange(28 * 28) % 251 + 1).reshape(1, 1, 28, 28).to(torch.uint8)
+    output = augment(image.expand(200, -1, -1, -1), "crop2", torch.Generator().manual_seed(0))
+    padded = F.pad(image.float() / 255, (2, 2, 2, 2))[0]
+    seen = set()
+    for crop in output:
+        matches = [
+            (dy, dx) for dy in range(5) for dx in range(5) if torch.equal(crop, padded[:, dy : dy + 28, dx : dx + 28])
+        ]
+        assert len(matches) == 1
+        seen.add(matches[0])
+    assert len(seen) == 25  # every offset in ±2 px
+
+
+def test_erase_fills_one_rectangle_of_the_stated_size_in_a_quarter_of_images():
+    images = torch.zeros(2000, 1, 28, 28, dtype=torch.uint8)
+    output = augment(images, "erase", torch.Generator().manual_seed(0))
+    touched = output.flatten(1).gt(0).any(1)
+    assert 0.21 < touched.float().mean() < 0.29  # probability 0.25
+    for image in output[touched][:200, 0]:
+        rows, cols = image.gt(0).any(1).nonzero().flatten(), image.gt(0).any(0).nonzero().flatten()
+        height, width = int(rows.max() - rows.min() + 1), int(cols.max() - cols.min() + 1)
+        box = image[rows.min() : rows.max() + 1, cols.min() : cols.max() + 1]
+        assert box.gt(0).float().mean() > 0.99  # one filled rectangle (noise is > 0 almost surely)
+        assert 0.02 * 784 - 28 <= height * width <= 784 / 3 + 28  # 2–33 % of the image, up to rounding
+        assert int(image.gt(0).sum()) == int(box.gt(0).sum())
+
+
+def test_recipes_compose_left_to_right_and_replay_from_the_generator_state():
+    images = random_images(count=32)
+    generator = torch.Generator().manual_seed(7)
+    state = generator.get_state()
+    composed = augment(images, "crop2+flip+erase", generator)
+    generator.set_state(state)
+    stepwise = images.float() / 255
+    for step in ("crop2", "flip", "erase"):
+        stepwise = pipeline.AUGMENTATION_STEPS[step](stepwise, generator)
+    assert torch.equal(composed, stepwise)
+
+
+def test_bad_augment_in_a_preset_is_one_error(tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text("datasets: [mnist5k]\nvariants: [softmax+ape]\ndata: {augment: flip+blur}\n")
+    with pytest.raises(UserError, match=r"data\.augment: unknown augmentation 'blur'"):
+        load_params(path)
 
 
 def test_rotation_angles_are_per_image_and_within_ten_degrees():

@@ -108,3 +108,27 @@ def test_parameter_free_position_tensors_are_built_once_per_grid_not_per_layer(m
         assert len(builds) == 1, (variant, builds)
         model(x)
         assert len(builds) == 1, (variant, builds)
+
+
+def test_stochastic_depth_drops_whole_samples_keeps_the_mean_and_is_off_in_eval():
+    from rpevit.model import DropPath
+
+    layer = DropPath(0.25).train()
+    branch = torch.ones(20000, 3, 2)
+    out = layer(branch)
+    per_sample = out.flatten(1)
+    assert bool(((per_sample == 0).all(1) | (per_sample == 1 / 0.75).all(1)).all())  # whole samples
+    assert abs(float((per_sample[:, 0] == 0).float().mean()) - 0.25) < 0.02
+    assert abs(float(out.mean()) - 1.0) < 0.03  # unbiased: E[out] = branch
+    assert torch.equal(layer.eval()(branch), branch)
+
+
+def test_stochastic_depth_rate_rises_linearly_over_blocks_and_zero_changes_nothing():
+    model = build_model("softmax+ape", dim=32, depth=5, heads=2, mlp_dim=64, drop_path=0.2)
+    assert [block.drop_path.rate for block in model.blocks] == pytest.approx([0.0, 0.05, 0.1, 0.15, 0.2])
+    torch.manual_seed(0)
+    plain = build_model("softmax+ape", dim=32, depth=2, heads=2, mlp_dim=64).train()
+    torch.manual_seed(0)
+    zero = build_model("softmax+ape", dim=32, depth=2, heads=2, mlp_dim=64, drop_path=0.0).train()
+    images = torch.randn(4, 1, 28, 28)
+    assert torch.equal(plain(images), zero(images))

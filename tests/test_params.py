@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -88,6 +89,25 @@ def test_run_key_tracks_results_not_paths():
     assert runs.run_key(measured, "mnist5k", "softmax+ape", 0) == base
     assert runs.run_key(params, "mnist5k", "softmax+ape", 0, epochs=99) != base
     assert runs.run_key(params, "mnist5k", "softmax+ape", 1) != base
+    # a setting added later (stochastic depth) leaves the key alone at its default, changes it when set
+    unset = dataclasses.replace(params, model=dataclasses.replace(params.model, drop_path=0.0))
+    assert runs.run_key(unset, "mnist5k", "softmax+ape", 0) == base
+    dropping = dataclasses.replace(params, model=dataclasses.replace(params.model, drop_path=0.1))
+    assert runs.run_key(dropping, "mnist5k", "softmax+ape", 0) != base
+
+
+def test_every_kept_record_still_matches_its_preset():
+    """Kept records are what fresh clones build reports from: a settings change must not orphan them."""
+    import json
+
+    kept = sorted(Path(__file__).resolve().parent.parent.glob("reports/*/records/*/*/seed*/record.json"))
+    assert kept, "the repository keeps run records under reports/<preset>/records/"
+    for path in kept:
+        record = json.loads(path.read_text())
+        preset_file = next(Path(__file__).resolve().parent.parent.glob(f"params/**/{record['preset']}.yaml"))
+        params = load_params(preset_file)
+        epochs = record["epochs"] if record["epochs"] != params.train.epochs else None
+        assert runs.matches(record["key"], params, record["dataset"], record["variant"], record["seed"], epochs), path
 
 
 def test_nested_options_in_presets(tmp_path):

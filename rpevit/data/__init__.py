@@ -26,7 +26,7 @@ from .files import (
     search_roots,
 )
 from .info import DATASETS, Dataset, DatasetInfo, Split
-from .pipeline import AUGMENTATIONS, augment, batches, normalize, num_batches
+from .pipeline import AUGMENTATIONS, augment, batches, normalize, num_batches, recipe_for
 from .readers import _load_mnist5k, _read_cifar, _read_idx_pair
 
 __all__ = [
@@ -40,6 +40,7 @@ __all__ = [
     "load_dataset",
     "normalize",
     "num_batches",
+    "recipe_for",
     "search_roots",
 ]
 

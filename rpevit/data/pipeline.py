@@ -6,6 +6,7 @@ and no DataLoader, PIL, per-image Python loop or per-batch host→device copy is
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Iterator
 
 import torch
@@ -49,26 +50,104 @@ def _random_crop_flip(images: torch.Tensor, generator: torch.Generator) -> torch
     return padded[batch_index, channel_index, rows[:, None, :, None], columns[:, None, None, :]]
 
 
+def _random_flip(images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """Flip each image horizontally with probability 0.5."""
+    flips = torch.rand(images.shape[0], generator=generator, device=generator.device) < 0.5
+    return torch.where(flips.to(images.device)[:, None, None, None], images.flip(-1), images)
+
+
+def _random_crop(padding: int):
+    """Per image: an H×W crop of the image zero-padded by `padding` pixels on each side."""
+
+    def crop(images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        count, channels, height, width = images.shape
+        padded = F.pad(images, (padding,) * 4)
+        offsets = torch.randint(0, 2 * padding + 1, (count, 2), generator=generator, device=generator.device)
+        offsets = offsets.to(images.device)
+        rows = (offsets[:, 0:1] + torch.arange(height, device=images.device))[:, None, :, None]
+        columns = (offsets[:, 1:2] + torch.arange(width, device=images.device))[:, None, None, :]
+        batch_index = torch.arange(count, device=images.device)[:, None, None, None]
+        channel_index = torch.arange(channels, device=images.device)[None, :, None, None]
+        return padded[batch_index, channel_index, rows, columns]
+
+    return crop
+
+
+ERASE_PROBABILITY = 0.25
+ERASE_AREA = (0.02, 1 / 3)
+ERASE_ASPECT = (0.3, 1 / 0.3)
+
+
+def _random_erase(images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """Random erasing (Zhong et al. 2020, Alg. 1): with probability 0.25 per image, a rectangle of
+    2–33 % of the image, aspect ratio log-uniform in [0.3, 3.3], is filled with uniform noise."""
+    count, _, height, width = images.shape
+
+    def uniform(low, high):
+        return low + (high - low) * torch.rand(count, generator=generator, device=generator.device)
+
+    area = uniform(*ERASE_AREA) * height * width
+    aspect = uniform(math.log(ERASE_ASPECT[0]), math.log(ERASE_ASPECT[1])).exp()
+    box_h = (area * aspect).sqrt().round().clamp(1, height)
+    box_w = (area / aspect).sqrt().round().clamp(1, width)
+    top = (uniform(0, 1) * (height - box_h + 1)).floor()
+    left = (uniform(0, 1) * (width - box_w + 1)).floor()
+    active = uniform(0, 1) < ERASE_PROBABILITY
+    noise = torch.rand(images.shape, generator=generator, device=generator.device)
+    top, left, box_h, box_w, active = (t.to(images.device)[:, None, None] for t in (top, left, box_h, box_w, active))
+    rows = torch.arange(height, device=images.device)[None, :, None]
+    columns = torch.arange(width, device=images.device)[None, None, :]
+    inside = (rows >= top) & (rows < top + box_h) & (columns >= left) & (columns < left + box_w) & active
+    return torch.where(inside[:, None], noise.to(device=images.device, dtype=images.dtype), images)
+
+
+# whole recipes with their own names (the datasets' defaults; `cifar` keeps its original draw order)
 AUGMENTATIONS: dict[str, Callable[[torch.Tensor, torch.Generator], torch.Tensor]] = {
     "none": _identity,
     "mnist": _random_rotation,
     "cifar": _random_crop_flip,
 }
+# steps a recipe can be composed of, joined by '+' and applied left to right (e.g. "crop2+flip+erase")
+AUGMENTATION_STEPS: dict[str, Callable[[torch.Tensor, torch.Generator], torch.Tensor]] = {
+    "rotate": _random_rotation,
+    "flip": _random_flip,
+    "erase": _random_erase,
+    **{f"crop{padding}": _random_crop(padding) for padding in range(1, 9)},
+}
+
+
+def recipe_steps(recipe: str) -> list[Callable[[torch.Tensor, torch.Generator], torch.Tensor]]:
+    """The functions recipe `recipe` applies in order: a named recipe, or steps joined by '+'."""
+    if recipe in AUGMENTATIONS:
+        return [AUGMENTATIONS[recipe]]
+    parts = recipe.split("+") if isinstance(recipe, str) else [repr(recipe)]
+    unknown = [part for part in parts if part not in AUGMENTATION_STEPS]
+    if unknown or len(set(parts)) != len(parts):
+        what = f"'{unknown[0]}' in {recipe!r}" if unknown else f"{recipe!r} (a step listed twice)"
+        raise UserError(
+            f"unknown augmentation {what}. Allowed: auto, {', '.join(AUGMENTATIONS)}, or steps joined by '+', "
+            "each at most once, from rotate, flip, erase, crop1…crop8 (cropN: N-pixel padded crop), "
+            "e.g. flip+erase. Pick one of these for data.augment in the params file."
+        )
+    return [AUGMENTATION_STEPS[part] for part in parts]
+
+
+def recipe_for(info: DatasetInfo, augment: str) -> str:
+    """The recipe a run applies: the dataset's default for "auto", else `augment` itself."""
+    return info.augment if augment == "auto" else augment
 
 
 def _check_recipe(recipe: str) -> None:
     """Raise a UserError unless `recipe` names an augmentation."""
-    if recipe not in AUGMENTATIONS:
-        raise UserError(
-            f"Unknown augmentation '{recipe}'. Allowed: {', '.join(AUGMENTATIONS)}. "
-            "Pick one of these in the params file."
-        )
+    recipe_steps(recipe)
 
 
 def augment(images_uint8: torch.Tensor, recipe: str, generator: torch.Generator) -> torch.Tensor:
-    """Scale uint8 images to float32 [0,1] and apply augmentation `recipe` (CPU-drawn params)."""
-    _check_recipe(recipe)
-    return AUGMENTATIONS[recipe](images_uint8.float().div_(255.0), generator)
+    """Scale uint8 images to float32 [0,1] and apply augmentation `recipe` (params drawn from `generator`)."""
+    images = images_uint8.float().div_(255.0)
+    for step in recipe_steps(recipe):
+        images = step(images, generator)
+    return images
 
 
 @functools.lru_cache(maxsize=32)
