@@ -385,7 +385,11 @@ def _validate(params: Params) -> None:
 def preset_path(name_or_path: str | Path) -> Path:
     """Resolve a preset name (`smoke`) or a path (`params/smoke.yaml`) to an existing file."""
     path = Path(name_or_path)
-    candidates = [path] if path.suffix in (".yaml", ".yml") else [path, PRESETS_DIR / f"{path}.yaml"]
+    candidates = (
+        [path]
+        if path.suffix in (".yaml", ".yml")
+        else [path, PRESETS_DIR / f"{path}.yaml", *sorted(PRESETS_DIR.glob(f"*/{path}.yaml"))]
+    )
     for candidate in candidates:
         if candidate.is_file():
             return candidate
@@ -396,8 +400,8 @@ def preset_path(name_or_path: str | Path) -> Path:
 
 
 def list_presets() -> list[str]:
-    """Names of the presets shipped in params/."""
-    return sorted(p.stem for p in PRESETS_DIR.glob("*.yaml"))
+    """Names of the presets shipped in params/ (and its folders, e.g. params/pilot/)."""
+    return sorted(p.stem for p in [*PRESETS_DIR.glob("*.yaml"), *PRESETS_DIR.glob("*/*.yaml")])
 
 
 def load_params(name_or_path: str | Path) -> Params:
