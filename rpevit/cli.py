@@ -339,7 +339,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="throughput benchmarks")
     bench.add_argument(
-        "what", choices=["train", "data", "levers", "attention", "bias", "patches"], help="what to measure"
+        "what", choices=["train", "data", "levers", "speed", "attention", "bias", "patches"], help="what to measure"
     )
     bench.add_argument(
         "--sides",
@@ -358,6 +358,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--variant", help="train/data: the variant to time (default: each preset's first); levers: comma-separated"
     )
     bench.add_argument("--batches", default="128,256", help="levers: comma-separated batch sizes")
+    bench.add_argument("--rounds", type=int, default=5, help="speed: interleaved rounds per variant")
+    bench.add_argument("--csv", help="speed: write the per-round timings here (what the time claims read)")
     bench.add_argument("--no-compile", action="store_true", help="levers: leave torch.compile out")
     bench.add_argument("--steps", type=int, help="timed steps per measurement (train/data 20, attention 5)")
     bench.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")

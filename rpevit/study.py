@@ -15,7 +15,7 @@ import os
 import time
 from pathlib import Path
 
-from . import records, runs
+from . import design, records, runs
 from .errors import UserError
 from .evaluate import evaluate_resolutions
 from .params import PROJECT_ROOT, Params
@@ -28,7 +28,10 @@ REPORTS_ROOT = Path(os.environ.get("RPEVIT_REPORTS", PROJECT_ROOT / "reports"))
 
 
 def grid(params: Params) -> list[tuple[str, str, int]]:
-    """The (dataset, canonical variant, seed) triples of a preset."""
+    """The (dataset, canonical variant, seed) triples of a preset, in training order (a preset with
+    a design: every run it may train, primary seed-major first; rpevit.design)."""
+    if params.design.active:
+        return design.ordered_runs(params)
     return [(d, parse_variant(v).name, s) for d in params.datasets for v in params.variants for s in params.seeds]
 
 
@@ -128,6 +131,13 @@ def run_study(params: Params, *, runs_root=None, reports_root=None, progress: bo
             continue
         dataset = runs.dataset_for(params, dataset_name)
         for variant, seed in pending:
+            if params.design.active:  # the stopping rule and the budget decide as the runs finish
+                now, why = design.due(
+                    params, (dataset_name, variant, seed), study_records(params, runs_root, reports_root)
+                )
+                if not now:
+                    print(f"not started: {variant} on {dataset_name}, seed {seed} ({why})", flush=True)
+                    continue
             meter.start(dataset_name, variant, seed)
             try:
                 train_run(params, dataset, variant, seed, runs_root=runs_root, resume=True, progress=progress)
