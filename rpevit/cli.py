@@ -346,7 +346,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_common(retime)
 
     findings = sub.add_parser("findings", help="copy a report's generated answer into the README's Findings")
-    findings.add_argument("params", nargs="?", default="cpu_claims", help="preset whose report to copy (cpu_claims)")
+    findings.add_argument(
+        "params", nargs="?", default="fmnist_converged", help="preset whose report to copy (fmnist_converged)"
+    )
 
     pilot = sub.add_parser("pilot", help="a recipe pilot's report from its presets' run records")
     pilot.add_argument("presets", nargs="+", help="the pilot presets (e.g. fmnist_pilot_flip fmnist_pilot_flip_erase)")
@@ -387,7 +389,7 @@ EXAMPLES = """examples:
   python -m rpevit train --params smoke --variant favor+rope_mixed --epochs 1
   python -m rpevit evaluate --params smoke --variant softmax+ape --resolutions 20,28,36
   python -m rpevit notebooks smoke                   regenerate reports/smoke/ from the run records
-  python -m rpevit findings cpu_claims               copy reports/cpu_claims/'s answer into README.md
+  python -m rpevit findings                          copy the converged study's answer into README.md
   python -m rpevit bench attention                   time and memory of one layer vs tokens
 """
 

@@ -95,7 +95,7 @@ def decision_text(rows: list[dict], baseline: str = "softmax+ape") -> str:
             f"{best['test top-1 %']:.2f} %, {BAR - best['test top-1 %']:.2f} points below the bar.**"
         )
     else:
-        verdict = f"**No pilot recipe has converged at ≥ {FALLBACK_BAR:g} % yet.**"
+        verdict = f"**No pilot recipe has reached the plateau rule at ≥ {FALLBACK_BAR:g} % yet.**"
     return "\n".join([verdict, "", *lines])
 
 

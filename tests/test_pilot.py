@@ -45,5 +45,5 @@ def test_decision_falls_back_to_the_best_converged_recipe_and_states_the_distanc
     assert text.startswith(
         "**No pilot recipe reaches 90 % at a plateau; the best converged one is `a` at 89.40 %, 0.60"
     )
-    assert decision_text([_row("x", 85.0, 0.1)]).startswith("**No pilot recipe has converged at ≥ 89 % yet.**")
+    assert decision_text([_row("x", 85.0, 0.1)]).startswith("**No pilot recipe has reached the plateau rule at ≥ 89")
     assert decision_text([]) == "No finished `softmax+ape` pilot run yet."

@@ -273,7 +273,7 @@ def test_generated_texts_head_the_index_and_fill_the_readme_findings(tmp_path):
 
 
 def test_readme_findings_are_the_committed_claims_report():
-    """The README's Findings say what reports/cpu_claims/ computed, word for word (refresh with
-    `python -m rpevit findings cpu_claims` after regenerating the report)."""
+    """The README's Findings say what the converged study's report (or, while it trains, its kept
+    records) computed, word for word (refresh with `python -m rpevit findings`)."""
     readme = (report.PROJECT_ROOT / "README.md").read_text()
     assert report.findings_markdown() in readme
