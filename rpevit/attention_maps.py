@@ -10,7 +10,7 @@ single layers, and what the notebooks compute from them.
   matrices they imply (`ViT.attention_maps`), exactly what multiplies v.
 - Single layers (`layer_attention`, `relative_property_cases`, `offset_maps`): one attention layer
   with one positional method on identical tokens, the cases of the relative-property check and
-  the attention ratios by offset Δ (REFERENCE.md §5).
+  the attention ratios by offset Δ (docs/methods.md §5).
 - FAVOR+ as an estimator (`favor_estimator_error`) and an independent dense reference for the
   relative bias in linear attention (`dense_biased_linear_reference`).
 - Drawing (`show_map`, `as_picture`, `describe_query`, `query_figure`).

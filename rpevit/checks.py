@@ -1,4 +1,4 @@
-"""Numerical property checks shared by the tests and the derivation notebook (REFERENCE.md §5)."""
+"""Numerical property checks shared by the tests and the derivation notebook (docs/methods.md §5)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 Tokens are the H×W patches in row-major order (row = i div W, col = i mod W, the order in
 which the convolutional patch embedding flattens), optionally preceded by one CLS token.
-r_i = (row, col) and the offset Δ_ij = r_j − r_i (REFERENCE.md notation).
+r_i = (row, col) and the offset Δ_ij = r_j − r_i (docs/methods.md, Notation).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Variant names: `<backend>+<position>[+<position>…]`, e.g. `favor+rope_mixed+ape`.
 
 A variant is one attention backend plus at most one positional method per mechanism
-(DESIGN.md). `<backend>+none` (or the bare backend) has no positional information at all.
+(docs/architecture.md §2). `<backend>+none` (or the bare backend) has no positional information at all.
 Positions are written in the canonical mechanism order rotary, bias, gate, absolute.
 """
 

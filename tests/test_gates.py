@@ -1,6 +1,6 @@
 """Tests for rpevit.position.gates: seed 001's IRPE-Gate and STRINGGate2D are identity at init,
 scale patch q/k by positive position-dependent per-channel factors, FAIL the relative-property
-test of REFERENCE.md §5 (with a control that passes), and behave as documented inside linear
+test of docs/methods.md §5 (with a control that passes), and behave as documented inside linear
 attention; other grids, autocast, gradients, weight-decay tags."""
 
 import math
@@ -136,7 +136,7 @@ def test_wrong_shape_is_rejected():
         gate(q, k, Grid(5, 6))
 
 
-# 2. the relative-property test of REFERENCE.md §5 ------------------------------------------------
+# 2. the relative-property test of docs/methods.md §5 ---------------------------------------------
 # rpevit.checks.relative_violation: ~1e-15 here when the property holds, ~1 for the trained gates.
 # log_ratio_spread (helpers.py) keeps the log-form bounds these tests had before: the shared check
 # normalises by the largest ratio, and the affine control's ratios span ~1e6.

@@ -1,7 +1,7 @@
 """Tests for rpevit.position.relative: the relative-bias modules krpe, alibi2d and irpe.
 
 Table/dense consistency, ALiBi slopes, iRPE buckets, krpe extrapolation policies, position
-interpolation, and the relative-property test of REFERENCE.md §5 in softmax attention.
+interpolation, and the relative-property test of docs/methods.md §5 in softmax attention.
 """
 
 import math
@@ -214,7 +214,7 @@ def test_position_interpolation_scales_offsets_for_alibi_and_irpe_and_resizes_kr
     assert not torch.equal(krpe.table(grid), krpe.table(plain))
 
 
-# 9. the relative-property test (REFERENCE.md §5) in softmax attention -----------------------------
+# 9. the relative-property test (docs/methods.md §5) in softmax attention --------------------------
 
 
 def softmax_layer(name, **overrides):

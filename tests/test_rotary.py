@@ -1,5 +1,5 @@
 """Tests for rpevit.position.rotary: orthogonality, the relative (group) property, the FFT path of
-Circulant-STRING against a dense matrix exponential, the relative-property test of REFERENCE.md §5
+Circulant-STRING against a dense matrix exponential, the relative-property test of docs/methods.md §5
 in softmax attention (and that it fails with absolute embeddings), grids, gradients, autocast."""
 
 import math
@@ -172,7 +172,7 @@ def test_circulant_init_scale_rotates_without_aliasing():
     assert trace(corner).abs().mean() < 0.3
 
 
-# 4. the relative-property test of REFERENCE.md §5 in softmax attention --------------------------
+# 4. the relative-property test of docs/methods.md §5 in softmax attention -----------------------
 
 
 def softmax_layer(name, seed=0):

@@ -326,7 +326,7 @@ def test_axial_rpe_extrapolation_policies():
     torch.testing.assert_close(clamp.factors(scaled), interp.factors(big))
 
 
-# 4. relative property (REFERENCE.md §5) in every backend form --------------------------------------
+# 4. relative property (docs/methods.md §5) in every backend form -----------------------------------
 
 
 @pytest.mark.parametrize(

@@ -69,7 +69,7 @@ PROTOCOLS = {"absolute": AbsoluteMethod, "rotary": RotaryMethod, "bias": BiasMet
 @dataclass(frozen=True)
 class PositionMethod:
     """A positional method: its mechanism, its module class, a one-line description, whether it is
-    relative (passes REFERENCE.md §5) and whether it follows position interpolation."""
+    relative (passes docs/methods.md §5) and whether it follows position interpolation."""
 
     mechanism: str
     build: Callable

@@ -17,7 +17,7 @@ kernel feature map of linear attention (attention/layer.py). What attention then
   position with opposite slopes — then the factor is exp(λ_c·(r_j − r_i) + const), an exponential
   in the offset). That is a measure-zero corner of IRPEGate's tables and, apart from constant
   log-scales, not something StringGate2D's sin/cos features produce; for generic (trained) parameters
-  both gates fail the relative-property test of REFERENCE.md §5 (tests/test_gates.py shows both the
+  both gates fail the relative-property test of docs/methods.md §5 (tests/test_gates.py shows both the
   failure and the affine corner where it passes).
 - FAVOR+: φ is not homogeneous (φ(x̃) ∝ exp(ωᵀx̃ − ‖x̃‖²/2)), so nothing cancels, not even a scalar
   query gate: E[φ(q̃_i)ᵀφ(k̃_j)] = exp(q̃_iᵀk̃_j/√d) = exp(Σ_c a_c(r_i) b_c(r_j) q_ic k_jc/√d), the

@@ -6,7 +6,7 @@ Every member computes one table per head,
 
 stored as a tensor (heads, 2H−1, 2W−1) with b_h(Δ) at [Δrow + H−1, Δcol + W−1], plus three
 scalars per head for the CLS token, [CLS→patch, patch→CLS, CLS→CLS] (query→key). Backends
-consume it in one of two ways (REFERENCE.md §3):
+consume it in one of two ways (docs/methods.md §3):
 
 - softmax: logits s_ij + b_h(Δ_ij) — `dense(grid)` gathers the (heads, T, T) float attn_mask;
 - linear:  weights exp(b_h(Δ_ij)) multiply φ(q_i)ᵀφ(k_j) — rpevit.attention.toeplitz reads

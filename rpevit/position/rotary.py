@@ -2,7 +2,7 @@
 
 Each patch token z_i (a (dim,) slice of q or k of one head) is replaced by R(r_i) z_i, with r_i =
 (row, col) from `Grid.coords()`; prefix (CLS) tokens pass through unchanged. Every R here satisfies
-R(r)ᵀR(r′) = R(0)ᵀR(r′ − r), so q_iᵀk_j only sees the offset r_j − r_i (REFERENCE.md §2).
+R(r)ᵀR(r′) = R(0)ᵀR(r′ − r), so q_iᵀk_j only sees the offset r_j − r_i (docs/methods.md §2).
 
 - `RoPEAxial`  — RoPE-Axial (Heo et al. 2024, "Rotary Position Embedding for Vision Transformer",
   naver-ai/rope-vit): interleaved pairs (2c, 2c+1) rotated by angle a_c(r) = ω_c·x for the first

@@ -1,0 +1,91 @@
+"""The repository documents itself: no file points to documents outside it, every relative link of
+the README and docs/ resolves, and every "docs/<page>.md §N" citation names a section that exists."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+PAGES = ["methods.md", "architecture.md", "statistics.md"]
+# Built from parts so that this file does not contain what it looks for.
+OUTSIDE = [name.encode() for name in ("REFERENCE" + ".md", "DESIGN" + ".md", ".." + "/shared")]
+LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)|!\[[^\]]*\]\(([^)\s]+)\)")
+CITATION = re.compile(r"docs/(\w+)\.md §(\d+)")
+
+
+def tracked_files() -> list[Path]:
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout: the tracked files are unknown")
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    return [ROOT / name for name in listed.decode().split("\0") if name]
+
+
+def markdown_files() -> list[Path]:
+    return [ROOT / "README.md", *(DOCS / page for page in PAGES)]
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation dropped, spaces to hyphens."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def anchors(page: Path) -> set[str]:
+    text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+    return {slug(line.lstrip("#")) for line in text.splitlines() if re.match(r"#{1,6} ", line)}
+
+
+def sections(page: Path) -> set[str]:
+    """The numbers N of the headings '## N. …' of a page."""
+    return set(re.findall(r"^## (\d+)\. ", page.read_text(), flags=re.M))
+
+
+def test_the_documentation_pages_exist():
+    for page in PAGES:
+        assert (DOCS / page).is_file(), f"docs/{page} is missing"
+
+
+def test_no_tracked_file_points_outside_the_repository():
+    offenders = []
+    for path in tracked_files():
+        if not path.is_file():
+            continue
+        data = path.read_bytes()
+        offenders += [f"{path.relative_to(ROOT)}: {name.decode()}" for name in OUTSIDE if name in data]
+    assert not offenders, "files citing documents outside the repository:\n" + "\n".join(offenders)
+
+
+def test_relative_links_of_readme_and_docs_resolve():
+    broken = []
+    for page in markdown_files():
+        text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+        for match in LINK.finditer(text):
+            target = match.group(1) or match.group(2)
+            if re.match(r"[a-z][a-z0-9+.-]*:", target):  # http:, https:, mailto: …
+                continue
+            path, _, anchor = target.partition("#")
+            resolved = (page.parent / path).resolve() if path else page
+            where = f"{page.relative_to(ROOT)}: {target}"
+            if not resolved.exists():
+                broken.append(f"{where} (no such file)")
+            elif anchor and resolved.suffix == ".md" and anchor not in anchors(resolved):
+                broken.append(f"{where} (no such heading)")
+    assert not broken, "broken links:\n" + "\n".join(broken)
+
+
+def test_section_citations_name_existing_sections():
+    known = {page[:-3]: sections(DOCS / page) for page in PAGES}
+    wrong = []
+    for path in tracked_files():
+        if path.suffix not in (".py", ".md", ".ipynb", ".csv", ".json", ".yaml") or not path.is_file():
+            continue
+        for page, number in CITATION.findall(path.read_text(errors="replace")):
+            if number not in known.get(page, set()):
+                wrong.append(f"{path.relative_to(ROOT)}: docs/{page}.md §{number}")
+    assert not wrong, "citations of sections that do not exist:\n" + "\n".join(sorted(set(wrong)))
