@@ -297,6 +297,7 @@ def headline(found: list[dict], preset: str = "<preset>") -> list[str]:
     """Markdown lines: per dataset, the best variant of each backend (mean test top-1 over seeds),
     the gap of the best Performer to the best softmax variant (with a Student-t interval over the
     seeds both share, when rpevit.stats is available and there are ≥ 2), and the runs' dates and devices."""
+    from .attention import exact_backends
     from .variants import parse_variant
 
     done = [r for r in found if r.get("status") == "finished"]
@@ -322,16 +323,22 @@ def headline(found: list[dict], preset: str = "<preset>") -> list[str]:
             for backend, (v, a, n) in best.items()
         ]
         lines.append(f"- **{dataset}** — best test top-1 per backend: " + "; ".join(parts) + ".")
-        performers = {b: v for b, v in best.items() if b != "softmax"}
-        if "softmax" in best and performers:
-            softmax = best["softmax"][0]
+        exact = next((b for b in exact_backends() if b in best), None)
+        performers = {b: v for b, v in best.items() if b not in exact_backends()}
+        if exact and performers:
+            reference = best[exact][0]
             performer = max(performers.values(), key=lambda item: item[1])[0]
-            shared = sorted(set(by_variant[softmax]) & set(by_variant[performer]))
-            gaps = [by_variant[softmax][s] - by_variant[performer][s] for s in shared]
-            gap = statistics.fmean(by_variant[softmax].values()) - statistics.fmean(by_variant[performer].values())
+            shared = sorted(set(by_variant[reference]) & set(by_variant[performer]))
+            gaps = [by_variant[performer][s] - by_variant[reference][s] for s in shared]
+            gap = statistics.fmean(by_variant[performer].values()) - statistics.fmean(by_variant[reference].values())
+            direction = "the Performer ahead" if gap > 0 else "the Performer behind"
             lines.append(
-                f"  Performer–softmax gap, best softmax `{softmax}` − best Performer `{performer}`: "
-                f"{gap:+.1f} points (positive: the Performer is behind)" + _interval(gaps) + "."
+                f"  Performer − {exact}, best Performer `{performer}` − best {exact} `{reference}`: {gap:+.1f}".replace(
+                    "-", "−"
+                )
+                + f" points ({direction})"
+                + _interval(gaps)
+                + "."
             )
     finished_at = sorted(r.get("finished_at", "")[:10] for r in done if r.get("finished_at"))
     devices = sorted({r.get("device_name") or r.get("device", "?") for r in done})

@@ -43,9 +43,10 @@ def test_results_table_means_over_seeds():
 def test_gap_table_compares_same_positions_and_baseline():
     rows = {row["variant"]: row for row in gap_table(RECORDS)}
     assert set(rows) == {"favor+ape", "favor+rope_mixed", "relu+string_circulant"}
-    assert rows["favor+rope_mixed"]["gap to it (points)"] == pytest.approx(15.0)
-    assert rows["favor+rope_mixed"]["gap to softmax+ape (points)"] == pytest.approx(5.0)
-    assert math.isnan(rows["relu+string_circulant"]["gap to it (points)"])
+    # one sign everywhere: Performer − softmax, positive = the Performer ahead
+    assert rows["favor+rope_mixed"]["Performer − softmax, same positions (points)"] == pytest.approx(-15.0)
+    assert rows["favor+rope_mixed"]["Performer − softmax+ape (points)"] == pytest.approx(-5.0)
+    assert math.isnan(rows["relu+string_circulant"]["Performer − softmax, same positions (points)"])
 
 
 def test_published_side_by_side_matches_variant_names():

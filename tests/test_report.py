@@ -151,7 +151,7 @@ def test_headline_best_per_backend_gap_interval_date_and_device():
     text = "\n".join(headline(found))
     assert "softmax: `softmax+ape` 91.0% (mean of 2 seeds)" in text
     assert "favor: `favor+krpe` 85.5%" in text and "relu: `relu+ape` 72.5%" in text
-    assert "best softmax `softmax+ape` − best Performer `favor+krpe`: +5.5 points" in text
+    assert "best Performer `favor+krpe` − best softmax `softmax+ape`: −5.5 points (the Performer behind)" in text
     assert "95% t-interval over 2 paired seeds" in text or "2 paired seeds" in text
     assert "8 finished runs, trained 2025-01-01 … 2025-01-02 on x86_64" in text
     one_seed = "\n".join(headline([_record("softmax+ape", 0, 0.9), _record("favor+ape", 0, 0.8)]))
@@ -183,7 +183,7 @@ def test_index_opens_with_headline_and_lists_each_output_once_by_notebook(tmp_pa
     assert "- table **40_results** ([md](40_results.md) · [csv](40_results.csv)) — Per-variant results" in index
     assert "- figure **40_curves** ([png](40_curves.png)) — Accuracy vs cost" in index
     assert checks_at < index.index("00_summary") < results_at
-    assert "[summary.md](summary.md)" in index and "+10.0 points" in index
+    assert "[summary.md](summary.md)" in index and "−10.0 points (the Performer behind)" in index
 
 
 def test_plotly_bundle_is_offline():
