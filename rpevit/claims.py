@@ -367,11 +367,12 @@ def speedups(sweep: list[dict], baseline: str = "softmax", confidence: float = 1
     return rows
 
 
-def crossover_rows(speedup_rows: list[dict], tokens: int = CROSSOVER_TOKENS) -> list[dict]:
+def crossover_rows(speedup_rows: list[dict], tokens: int = CROSSOVER_TOKENS, busy_machine: bool = False) -> list[dict]:
     """Seed 000's claim per Performer backend: supported when the Performer is faster at every measured
     size ≥ `tokens` and at none below; contradicted when it is already faster below `tokens` or still
     slower at or above it; inconclusive otherwise. `measured from` is the smallest size from which it is
-    faster at every larger size."""
+    faster at every larger size. A sweep timed on a busy machine gives no verdict (its timings measure
+    the load as much as the backends)."""
     rows = []
     for backend in dict.fromkeys(r["backend"] for r in speedup_rows):
         mine = sorted((r for r in speedup_rows if r["backend"] == backend), key=lambda r: r["tokens"])
@@ -389,6 +390,8 @@ def crossover_rows(speedup_rows: list[dict], tokens: int = CROSSOVER_TOKENS) -> 
             verdict = stats.SUPPORTED
         else:
             verdict = stats.INCONCLUSIVE
+        if busy_machine:
+            verdict = stats.INCONCLUSIVE + " (busy machine)"
         measured = None
         for r in reversed(mine):
             if r["reading"] != "faster":

@@ -309,3 +309,14 @@ def test_time_claims_read_the_side_by_side_benchmark_when_it_is_there():
     loaded = [dict(r, load_average=4.0) for r in speed]
     rows = {row["claim"]: row for row in evaluate_claims([], table, datasets=["toy"], speed=loaded)}
     assert rows["favor as fast"]["verdict"] == "inconclusive (busy machine)"
+
+
+def test_a_speed_sweep_on_a_busy_machine_gives_no_verdict():
+    sweep = [
+        {"backend": b, "tokens": t, "inference_batch_seconds": [s * (1 + 0.01 * k) for k in range(4)]}
+        for t, speedup in {16: 0.5, 64: 0.8, 256: 1.6, 1024: 4.0}.items()
+        for b, s in (("softmax", 1.0), ("relu", 1.0 / speedup))
+    ]
+    quiet = claims.crossover_rows(claims.speedups(sweep))
+    loaded = claims.crossover_rows(claims.speedups(sweep), busy_machine=True)
+    assert quiet[0]["verdict"] == "supported" and loaded[0]["verdict"] == "inconclusive (busy machine)"
