@@ -48,7 +48,7 @@ class RunRecord:
     precision: float = _f("precision %", 100, metric=True, result=True)  # macro
     recall: float = _f("recall %", 100, metric=True, result=True)  # macro
     f1: float = _f("F1 %", 100, metric=True, result=True)  # macro
-    log_likelihood: float = _f("log-lik", metric=True)  # Σ log p(y|x, result=True) over the test set
+    log_likelihood: float = _f("log-lik", metric=True, result=True)  # Σ log p(y|x) over the test set
     aic: float = _f("AIC", metric=True, result=True)
     bic: float = _f("BIC", metric=True, result=True)
     n_test: int = _f(summary=False)
@@ -71,9 +71,8 @@ class RunRecord:
     data_source: str = _f(summary=False)
     augment: str = _f(summary=False)
     test_predictions: str = _f(summary=False, result=True)  # space-separated predicted classes, test-split order
-    test_correct: str = _f(
-        summary=False
-    )  # per test image "1" (right, result=True) or "0", test-split order: paired tests
+    # per test image "1" (right) or "0", in test-split order: the paired statistics read it
+    test_correct: str = _f(summary=False, result=True)
     config: dict = _f(summary=False, default_factory=dict)  # rpevit.runs.run_config
     finished_at: str = _f(summary=False)
     message: str = _f(summary=False)  # why a run diverged

@@ -220,3 +220,14 @@ def test_cpu_peak_memory_is_measured_per_run():
     assert peak_memory_mb("cpu") > before + 200  # a high-water mark: the freed block still counts
     reset_peak_memory("cpu")
     assert peak_memory_mb("cpu") < during - 200  # a new measurement starts from what is held now
+
+
+def test_result_fields_are_what_a_run_computed():
+    """The schema's one list of result fields (no timings, hosts or dates) — every test uses it."""
+    from rpevit.schema import RESULT_FIELDS, result_view
+
+    assert {"top1", "log_likelihood", "test_correct", "test_predictions", "best_epoch"} <= set(RESULT_FIELDS)
+    assert not {"ms_per_image_batched", "train_seconds_per_epoch", "finished_at", "device", "load_average"} & set(
+        RESULT_FIELDS
+    )
+    assert result_view({"top1": 0.9, "ms_per_image_batched": 3.0})["top1"] == 0.9

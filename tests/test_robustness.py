@@ -15,7 +15,7 @@ import pytest
 import torch
 import yaml
 
-from rpevit import records, runs, study
+from rpevit import records, runs, schema, study
 from rpevit.cli import main
 from rpevit.errors import UserError
 from rpevit.params import load_params
@@ -32,7 +32,6 @@ model: {dim: 16, depth: 1, heads: 2, mlp_dim: 32}
 train: {epochs: 2, batch_size: 100, lr: 0.003, warmup_epochs: 0.5, eval_batch_size: 250, timing_images: 4,
         device: cpu}
 """
-RESULT_FIELDS = ("top1", "top5", "log_likelihood", "best_epoch", "best_val_acc", "f1", "test_predictions")
 
 
 @pytest.fixture
@@ -62,7 +61,7 @@ def run_dir(roots, variant="softmax+ape", seed=0):
 
 
 def results(record):
-    return {k: record[k] for k in RESULT_FIELDS}
+    return schema.result_view(record)
 
 
 @pytest.fixture(scope="module")
