@@ -1,0 +1,75 @@
+"""CUDA readiness without a GPU (issue 19): the defects a GPU would show, caught on the CPU build.
+
+- The `meta` device stands in for an accelerator: it refuses to mix with CPU tensors as CUDA
+  does, and every host sync (`.item()`, `bool()`, `.cpu()`) raises. `HostToDevice` records each
+  tensor a forward creates from host data on a device (a blocking copy per call on CUDA).
+- Graph capture does not depend on the device: `torch._dynamo.explain` counts graph breaks and
+  a compiled model counts its frames on the CPU as it would on CUDA.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from rpevit.grid import Grid
+
+META = torch.device("meta")
+
+
+def _off_host(device) -> bool:
+    return device is not None and torch.device(device).type != "cpu"
+
+
+class HostToDevice(TorchFunctionMode):
+    """Records every tensor made on a device from host data, or copied there from a CPU tensor."""
+
+    _FACTORIES = (torch.tensor, torch.as_tensor, torch.asarray)
+
+    def __init__(self):
+        super().__init__()
+        self.copies: list[str] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in self._FACTORIES and _off_host(kwargs.get("device")):
+            if not (isinstance(args[0], torch.Tensor) and args[0].device.type != "cpu"):
+                self.copies.append(f"{func.__name__} on {kwargs['device']}")
+        elif func is torch.Tensor.to and isinstance(args[0], torch.Tensor) and args[0].device.type == "cpu":
+            device = torch._C._nn._parse_to(*args[1:], **kwargs)[0]
+            if _off_host(device):
+                self.copies.append(f"Tensor.to({device}) of a CPU tensor {tuple(args[0].shape)}")
+        elif func is torch.Tensor.copy_ and args[0].device.type != "cpu" and args[1].device.type == "cpu":
+            self.copies.append(f"copy_ of a CPU tensor {tuple(args[1].shape)} to {args[0].device}")
+        return func(*args, **kwargs)
+
+
+# ------------------------------------------------------------------ defects 2 and 3 of issue 19
+
+
+def test_grid_positions_and_decay_rates_are_made_on_the_device():
+    """Defect 2: scaled patch positions and per-axis decay rates were `torch.tensor([...], device)`."""
+    from rpevit.params import model_config
+    from rpevit.position import build_position
+
+    grid = Grid(5, 6, cls=True, trained=(3, 3), interpolate=True)
+    decay = build_position("manhattan", model_config(dim=16, heads=2), 8, 2).to(META)
+    with HostToDevice() as recorder:
+        coords = grid.coords(device=META)
+        rates = decay.axis_rates(grid)
+    assert recorder.copies == []
+    assert coords.device == META and coords.shape == (30, 2) and rates.shape == (2, 2)
+    expected = Grid(5, 6, trained=(3, 3), interpolate=True).coords() / torch.tensor([3 / 5, 3 / 6])
+    torch.testing.assert_close(expected, Grid(5, 6).coords())
+
+
+def test_separable_auto_path_reads_no_device_value():
+    """Defect 3: the auto path tested the decay rates' sign with `bool()` (a sync, a graph break)."""
+    from rpevit.attention.separable import separable_linear_attention
+
+    grid, heads, m, d = Grid(3, 4, cls=True), 2, 6, 4
+    q, k = (torch.empty(2, heads, grid.num_tokens, m, device=META) for _ in range(2))
+    v = torch.empty(2, heads, grid.num_tokens, d, device=META)
+    decay = torch.empty(heads, device=META)
+    out = separable_linear_attention(q, k, q, k, v, grid, decay=decay)
+    assert out.shape == (2, heads, grid.num_tokens, d) and out.device == META
