@@ -1,4 +1,5 @@
-"""Device choice and mixed precision: CUDA when asked for (or 'auto' finds one), bf16 autocast on CUDA."""
+"""Device choice and mixed precision: CUDA when asked for (or 'auto' finds one); bf16 autocast
+where the GPU supports it ('auto') or wherever it is asked for ('bf16')."""
 
 from __future__ import annotations
 
@@ -21,12 +22,16 @@ def resolve_device(name: str | torch.device) -> torch.device:
 
 
 def uses_bf16(device: torch.device, amp: str) -> bool:
-    """bf16 autocast runs on CUDA for amp 'auto' or 'bf16'; everything else is fp32."""
-    return device.type == "cuda" and amp in ("auto", "bf16")
+    """bf16 autocast or fp32: 'bf16' asks for it on any device (CPU included, for experiments);
+    'auto' takes it on CUDA only where the GPU computes in bf16 (Ampere and later; not V100, T4);
+    'off' never."""
+    if amp == "bf16":
+        return True
+    return amp == "auto" and device.type == "cuda" and torch.cuda.is_bf16_supported()
 
 
 def autocast(device: torch.device, amp: str):
-    """bf16 autocast on CUDA ('auto' or 'bf16'); fp32 elsewhere."""
+    """bf16 autocast where `uses_bf16` says so, else a disabled autocast (fp32)."""
     return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=uses_bf16(device, amp))
 
 

@@ -73,3 +73,30 @@ def test_separable_auto_path_reads_no_device_value():
     decay = torch.empty(heads, device=META)
     out = separable_linear_attention(q, k, q, k, v, grid, decay=decay)
     assert out.shape == (2, heads, grid.num_tokens, d) and out.device == META
+
+
+def test_amp_auto_needs_bf16_support_and_asked_bf16_runs_anywhere(monkeypatch):
+    """Defect 8: `amp: auto` picked bf16 on any GPU (V100 and T4 have none); `amp: bf16` was fp32 on CPU."""
+    from rpevit import device as device_lib
+
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: False)
+    assert not device_lib.uses_bf16(cuda, "auto") and device_lib.uses_bf16(cuda, "bf16")
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: True)
+    assert device_lib.uses_bf16(cuda, "auto") and not device_lib.uses_bf16(cuda, "off")
+    assert not device_lib.uses_bf16(cpu, "auto") and device_lib.uses_bf16(cpu, "bf16")
+    with device_lib.autocast(cpu, "bf16"):
+        assert torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
+        assert torch.nn.Linear(4, 4)(torch.randn(2, 4)).dtype == torch.bfloat16
+
+
+def test_kernel_sum_channels_trace_without_graph_breaks():
+    """Defect 9: `torch.mul(..., out=)` into a permuted view broke the graph on the axis bias path."""
+    from rpevit.attention.toeplitz import _outer
+
+    k_num, values, k_den = torch.randn(2, 3, 4, 5), torch.randn(2, 4, 4, 5), torch.randn(2, 3, 4, 5)
+    for layout in ("channels_first", "rows_first"):
+        torch._dynamo.reset()
+        explained = torch._dynamo.explain(_outer)(k_num, values, k_den, layout)
+        assert explained.graph_break_count == 0, (layout, explained.break_reasons)
+        assert torch.equal(_outer(k_num, values, k_den, layout), _outer(k_num, values, k_den, "channels_first"))
