@@ -1,5 +1,6 @@
 """Training loop (nanoGPT-style, one sitting): AdamW, linear warmup + cosine decay, label
-smoothing, gradient clipping; bf16 autocast and optional torch.compile on CUDA, fp32 on CPU.
+smoothing, gradient clipping; bf16 autocast where `train.amp` asks for it (rpevit.device) and
+optional torch.compile on CUDA.
 
 Protocol of seed 001: validate every epoch, test the best-validation weights. Each epoch ends
 with an atomic checkpoint holding everything needed for an exact resume (model, optimizer,
