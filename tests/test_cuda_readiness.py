@@ -100,3 +100,15 @@ def test_kernel_sum_channels_trace_without_graph_breaks():
         explained = torch._dynamo.explain(_outer)(k_num, values, k_den, layout)
         assert explained.graph_break_count == 0, (layout, explained.break_reasons)
         assert torch.equal(_outer(k_num, values, k_den, layout), _outer(k_num, values, k_den, "channels_first"))
+
+
+def test_ray_gpu_runs_get_a_fresh_worker_each():
+    """Defect 1: GPU runs reused Ray workers (CUDA context, allocator cache, dataset cache outlived a run)."""
+    import pytest
+
+    ray = pytest.importorskip("ray", reason="Ray is not installed (pip install -e '.[cluster]')")
+    from rpevit import cluster
+
+    assert cluster.remote_task(ray, 0.5)._default_options.get("max_calls") == 1
+    assert cluster.remote_task(ray, 1)._default_options.get("max_calls") == 1
+    assert cluster.remote_task(ray, 0)._default_options.get("max_calls") in (None, 0)  # CPU workers are reused
