@@ -112,3 +112,44 @@ def test_ray_gpu_runs_get_a_fresh_worker_each():
     assert cluster.remote_task(ray, 0.5)._default_options.get("max_calls") == 1
     assert cluster.remote_task(ray, 1)._default_options.get("max_calls") == 1
     assert cluster.remote_task(ray, 0)._default_options.get("max_calls") in (None, 0)  # CPU workers are reused
+
+
+def _install_script(tmp_path, installed: str | None, gpu: str | None, decide: bool):
+    """scripts/install_torch.sh with a fake python (torch `installed` or none; `pip` succeeds;
+    `torch.cuda.is_available()` is False) and a fake nvidia-smi (absent for gpu None; "ok" lists a
+    GPU, "broken" exits 9 as without a driver)."""
+    import subprocess
+    from pathlib import Path
+
+    bin_dir = tmp_path / f"bin-{installed}-{gpu}-{decide}"
+    bin_dir.mkdir()
+    python = bin_dir / "python"
+    version = f"echo {installed}" if installed else "exit 1"
+    python.write_text(f'#!/bin/sh\n[ "$1" = -m ] && exit 0\ncase "$2" in *is_available*) exit 1;; esac\n{version}\n')
+    if gpu is not None:
+        (bin_dir / "nvidia-smi").write_text(f"#!/bin/sh\n{'echo GPU 0: H100' if gpu == 'ok' else 'exit 9'}\n")
+    for tool in bin_dir.iterdir():
+        tool.chmod(0o755)
+    script = Path(__file__).resolve().parents[1] / "scripts" / "install_torch.sh"
+    command = ["bash", str(script), *["--decide"] * decide, str(python), "2.13.0", *["0.28.0"] * (not decide)]
+    return subprocess.run(command, capture_output=True, text=True, env={"PATH": f"{bin_dir}:/usr/bin:/bin"})
+
+
+def _decision(tmp_path, installed, gpu) -> str:
+    result = _install_script(tmp_path, installed, gpu, decide=True)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
+def test_install_script_replaces_a_cpu_build_on_a_gpu_machine_and_checks_cuda(tmp_path):
+    """Defect 5: a "+cpu" build counted as installed on a GPU machine, so `device: auto` trained on
+    the CPU; nothing checked that the CUDA build sees the GPU."""
+    assert _decision(tmp_path, "2.13.0+cpu", "ok") == "cuda"
+    assert _decision(tmp_path, "2.13.0", "ok") == "keep"
+    assert _decision(tmp_path, "2.12.0", "ok") == "cuda"
+    assert _decision(tmp_path, None, "ok") == "cuda"
+    assert _decision(tmp_path, None, None) == "cpu"
+    assert _decision(tmp_path, "2.13.0+cpu", None) == "keep"
+    assert _decision(tmp_path, "2.13.0+cpu", "broken") == "keep"  # nvidia-smi without a working driver
+    installed = _install_script(tmp_path, "2.13.0+cpu", "ok", decide=False)  # its torch sees no GPU
+    assert installed.returncode == 1 and "error: torch" in installed.stderr and "sees no CUDA GPU" in installed.stderr
