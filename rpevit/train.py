@@ -231,7 +231,7 @@ def _train(params, dataset, variant, seed, out_dir, epochs, resume, progress, on
         device = distributed.device_for(device)
 
     torch.manual_seed(seed)
-    model = build_model(variant, model_cfg).to(device)
+    model = build_model(variant, model_cfg, seed=seed).to(device)
     if ddp:
         distributed.seed_other_ranks(seed)
     optimizer = torch.optim.AdamW(param_groups(model, train_cfg.weight_decay), lr=train_cfg.lr)
@@ -322,6 +322,7 @@ def _train(params, dataset, variant, seed, out_dir, epochs, resume, progress, on
                     torch.nn.utils.clip_grad_norm_(model.parameters(), train_cfg.grad_clip)
                 optimizer.step()
                 scheduler.step()
+                model.count_training_step()  # outside the compiled forward: FAVOR+ redraws
                 if ddp and rows == 0:
                     continue  # a stand-in row (empty shard): no data of this rank in this step
                 loss_sum += loss.detach() * len(y)

@@ -153,3 +153,137 @@ def test_install_script_replaces_a_cpu_build_on_a_gpu_machine_and_checks_cuda(tm
     assert _decision(tmp_path, "2.13.0+cpu", "broken") == "keep"  # nvidia-smi without a working driver
     installed = _install_script(tmp_path, "2.13.0+cpu", "ok", decide=False)  # its torch sees no GPU
     assert installed.returncode == 1 and "error: torch" in installed.stderr and "sees no CUDA GPU" in installed.stderr
+
+
+# ------------------------------------------------------------------ defect 6 and issue 20 item 2
+
+
+def _tiny_model(variant: str, seed: int = 0, **overrides):
+    from rpevit.model import build_model
+
+    torch.manual_seed(seed)
+    options = {"dim": 16, "depth": 2, "heads": 2, "mlp_dim": 16, "image_size": 8, "patch_size": 4}
+    return build_model(variant, seed=seed, **{**options, "channels": 1, "num_classes": 3, **overrides})
+
+
+def _draw_omega(rank: int, store: str, out: str) -> None:
+    """One gloo rank: its own global RNG stream, then two FAVOR+ redraws; saves every layer's ω."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+    try:
+        model = _tiny_model("favor+ape", seed=5, favor={"redraw_steps": 1}).train()
+        torch.manual_seed(1000 + rank)  # a redraw must not depend on the process's global RNG
+        initial = [block.attn.backend.omega.clone() for block in model.blocks]
+        for _ in range(2):
+            model.count_training_step()
+        torch.save({"initial": initial, "drawn": [block.attn.backend.omega for block in model.blocks]}, f"{out}{rank}")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_data_parallel_ranks_draw_the_same_random_features(tmp_path):
+    """Issue 20 item 2: ω comes from a generator seeded by (run seed, layer, redraw count), so two
+    gloo ranks with different global RNG streams draw bitwise the same matrices, no broadcast."""
+    import torch.multiprocessing as mp
+
+    mp.spawn(_draw_omega, args=(str(tmp_path / "store"), str(tmp_path / "omega")), nprocs=2, join=True)
+    first, second = (torch.load(tmp_path / f"omega{rank}") for rank in (0, 1))
+    for layer in range(2):
+        assert torch.equal(first["initial"][layer], second["initial"][layer])
+        assert torch.equal(first["drawn"][layer], second["drawn"][layer])
+        assert not torch.equal(first["drawn"][layer], first["initial"][layer])
+    assert not torch.equal(first["drawn"][0], first["drawn"][1])  # each layer its own draw
+
+
+def test_compiled_favor_training_steps_do_not_recompile():
+    """Defect 6: the redraw counter was a Python int read inside forward: every step recompiled."""
+    from torch._dynamo.testing import CompileCounter
+
+    torch._dynamo.reset()
+    model = _tiny_model("favor+ape", favor={"redraw_steps": 2}).train()
+    counter = CompileCounter()
+    forward = torch.compile(model, backend=counter)
+    omegas = []
+    for _ in range(5):
+        forward(torch.randn(2, 1, 8, 8)).sum().backward()
+        getattr(model, "count_training_step", lambda: None)()
+        omegas.append(model.blocks[0].attn.backend.omega.clone())
+    assert counter.frame_count == 1
+    assert int(model.blocks[0].attn.backend.redraw_counter) == 5
+    assert not torch.equal(omegas[0], omegas[1]) and torch.equal(omegas[1], omegas[2])  # redrawn every 2
+
+
+def _module_imports() -> dict[str, set[str]]:
+    """rpevit module → the rpevit modules it imports anywhere in its text.
+
+    Counted: every `import` statement, also those inside functions (a deferred import still makes
+    the importing module depend on the imported one; the loop of issue 20 went through one,
+    distributed.py importing runs inside a function) and under `if TYPE_CHECKING:`. Not counted:
+    the implicit import of a module's parent packages (Python loads a package's __init__ before
+    its submodules in any order, so such an edge never blocks an import). `from .pkg import name`
+    counts as an import of pkg.name when that is a module, else of pkg.
+    """
+    import ast
+    from pathlib import Path
+
+    import rpevit
+
+    root = Path(rpevit.__file__).parent
+    modules = {}
+    for path in root.rglob("*.py"):
+        parts = path.relative_to(root.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        modules[name] = (path, parts[-1] == "__init__")
+
+    graph = {}
+    for name, (path, is_package) in modules.items():
+        package = name if is_package else name.rpartition(".")[0]
+        edges = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = package.rsplit(".", node.level - 1)[0] if node.level else ""
+                source = ".".join(part for part in (base, node.module) if part)
+                targets = [
+                    f"{source}.{alias.name}" if f"{source}.{alias.name}" in modules else source for alias in node.names
+                ]
+            else:
+                continue
+            edges |= {target for target in targets if target in modules and target != name}
+        graph[name] = edges
+    return graph
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle (a list of modules, the first repeated at the end), or None."""
+    state: dict[str, int] = {}  # 1 on the current path, 2 done
+    path: list[str] = []
+
+    def visit(node):
+        state[node] = 1
+        path.append(node)
+        for target in sorted(graph[node]):
+            if state.get(target) == 1:
+                return path[path.index(target) :] + [target]
+            if target not in state and (found := visit(target)):
+                return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return None
+
+
+def test_the_package_has_no_import_cycle():
+    """Issue 20 item 2: attention/linear.py imported `distributed` (for a broadcast), closing a loop
+    attention → distributed → runs → model → attention; the import graph stays acyclic."""
+    graph = _module_imports()
+    assert "rpevit.distributed" in graph["rpevit.train"]  # the walk sees imports
+    assert "rpevit.attention.linear" in graph["rpevit.attention"]
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle(graph) is None, " → ".join(_cycle(graph))
