@@ -72,6 +72,48 @@ def _set_rng_state(state: dict, device) -> None:
 _RECORD_FIELDS = {f.name for f in FIELDS}
 
 
+def _checkpoint_device(checkpoint: dict) -> str:
+    """The device type a checkpoint was trained on (older ones: told by the generator state's size,
+    5,056 bytes for the CPU's Mersenne twister, 16 for CUDA's Philox seed and offset)."""
+    return checkpoint.get("device_type") or ("cpu" if checkpoint["generator"].numel() > 16 else "cuda")
+
+
+def _checkpoint_precision(checkpoint: dict, amp: str) -> str:
+    """The precision a checkpoint was trained in (older ones: earlier rpevit took bf16 on any CUDA
+    device for amp auto / bf16, fp32 elsewhere)."""
+    if "precision" in checkpoint:
+        return checkpoint["precision"]
+    return "bf16" if _checkpoint_device(checkpoint) == "cuda" and amp in ("auto", "bf16") else "fp32"
+
+
+def _restore_generator(generator, checkpoint: dict, device, seed: int, label: str) -> None:
+    """The data-order generator as the checkpoint left it; from a checkpoint of another device type
+    (whose generator state this device cannot take), a fresh stream seeded by (seed, epoch)."""
+    trained_on = _checkpoint_device(checkpoint)
+    if trained_on == device.type:
+        generator.set_state(checkpoint["generator"])
+        return
+    generator.manual_seed(seed * 1_000_003 + checkpoint["epoch"])
+    print(
+        f"[{label}] note: the checkpoint was trained on {trained_on}, this process trains on {device.type}: "
+        "the data-order generator is reseeded from (seed, epoch), so the run goes on correctly but "
+        "not bit for bit as one uninterrupted run would",
+        flush=True,
+    )
+
+
+def _check_precision(checkpoint: dict, precision: str, amp: str, path: Path) -> None:
+    """One clear error where resuming would switch a run's precision (its key does not change)."""
+    trained = _checkpoint_precision(checkpoint, amp)
+    if trained != precision:
+        raise UserError(
+            f"{path} was trained in {trained} (on {_checkpoint_device(checkpoint)}) but this process "
+            f"would continue in {precision} (train.amp: {amp}): one run must not change precision "
+            f"half-way. Resume it on a device where train.amp: {amp} means {trained}, or move {path} "
+            "aside to train the run again from the start."
+        )
+
+
 def _checkpoint_state(path: Path, key_matches, label: str):
     """The newest good checkpoint of this run, or None (other settings' checkpoints are kept aside)."""
     checkpoint = records.load_checkpoint(path)
@@ -253,11 +295,13 @@ def _train(params, dataset, variant, seed, out_dir, epochs, resume, progress, on
         checkpoint = _distributed_checkpoint(checkpoint_path, key_matches, label) if resume else None
     else:
         checkpoint = _checkpoint_state(checkpoint_path, key_matches, label) if resume else None
+    precision = "bf16" if uses_bf16(device, train_cfg.amp) else "fp32"
     if checkpoint is not None:
+        _check_precision(checkpoint, precision, train_cfg.amp, checkpoint_path)
         model.load_state_dict(checkpoint["model"])
         optimizer.load_state_dict(checkpoint["optimizer"])
         scheduler.load_state_dict(checkpoint["scheduler"])
-        generator.set_state(checkpoint["generator"])
+        _restore_generator(generator, checkpoint, device, seed, label)
         if not ddp:
             _set_rng_state(checkpoint["rng"], device)
         else:  # each rank its own stream; ranks a checkpoint has none for (more ranks now) keep theirs
@@ -371,6 +415,8 @@ def _train(params, dataset, variant, seed, out_dir, epochs, resume, progress, on
             "optimizer": optimizer.state_dict(),
             "scheduler": scheduler.state_dict(),
             "generator": generator.get_state(),
+            "device_type": device.type,
+            "precision": precision,
             "rng": _rng_state(device),
             "history": history,
             "best": best,
@@ -427,7 +473,7 @@ def _train(params, dataset, variant, seed, out_dir, epochs, resume, progress, on
             "peak_memory_mb": train_peak_mb,
             "device": str(device),
             "device_name": device_name(device),
-            "amp": "bf16" if uses_bf16(device, train_cfg.amp) else "fp32",
+            "amp": precision,
             "compiled": compiled,
             "torch": torch.__version__,
             "data_source": dataset.source,

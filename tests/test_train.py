@@ -100,3 +100,35 @@ def test_schedule_and_weight_decay_groups(tiny_params):
     no_decay_ids = {id(p) for p in no_decay["params"]}
     assert id(model.absolute.patches) in no_decay_ids and id(model.cls_token) in no_decay_ids
     assert id(model.blocks[0].attn.qkv.weight) not in no_decay_ids
+
+
+def _stopped_after_one_epoch(params, dataset, out_dir):
+    def stop(row):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train_run(params, dataset, "softmax+ape", 0, out_dir, epochs=2, on_epoch_end=stop)
+    return out_dir / records.CHECKPOINT
+
+
+def test_cross_device_resume_restores_or_refuses_one_clear_error(tiny_params, tiny_dataset, tmp_path, capsys):
+    """Issue 19 defect 4: a CPU checkpoint resumed on CUDA (or back) crashed in generator.set_state
+    (5,056 bytes of CPU state against 16 of CUDA); and `amp: auto` switched fp32 → bf16 mid-run."""
+    from rpevit.errors import UserError
+
+    path = _stopped_after_one_epoch(tiny_params, tiny_dataset, tmp_path / "run")
+    state = torch.load(path, weights_only=False)
+    assert state["device_type"] == "cpu" and state["precision"] == "fp32"
+    state["generator"] = torch.zeros(16, dtype=torch.uint8)  # as a CUDA generator's state is
+    state["device_type"] = "cuda"
+    torch.save(state, path)
+    record = train_run(tiny_params, tiny_dataset, "softmax+ape", 0, tmp_path / "run", epochs=2)
+    assert record["status"] == "finished" and "reseeded" in capsys.readouterr().out
+
+    path = _stopped_after_one_epoch(tiny_params, tiny_dataset, tmp_path / "bf16")
+    state = torch.load(path, weights_only=False)
+    state["precision"] = "bf16"  # as if trained under bf16 autocast on a GPU
+    torch.save(state, path)
+    with pytest.raises(UserError, match=r"trained in bf16.*would continue in fp32"):
+        train_run(tiny_params, tiny_dataset, "softmax+ape", 0, tmp_path / "bf16", epochs=2)
+    assert path.is_file()  # kept for a resume where it was trained
