@@ -98,7 +98,15 @@ def retime(params, dataset, variant: str, seed: int, runs_root=None) -> dict:
     model, record = runs.trained_model(params, dataset.info.name, variant, seed, runs_root)
     train_cfg = runs.train_config_for(params, record["epochs"])
     images = runs.timing_images(dataset, train_cfg, next(model.parameters()).device)
-    record.update(metrics.inference_timing(model, images, batch_size=train_cfg.eval_batch_size))
+    record.update(
+        metrics.inference_timing(
+            model,
+            images,
+            batch_size=train_cfg.eval_batch_size,
+            amp="bf16" if record.get("amp") == "bf16" else "off",
+            compile_model=bool(record.get("compiled")),
+        )
+    )
     record.update(metrics.machine_load())
     _store(params, record, runs_root)
     return record

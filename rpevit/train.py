@@ -102,6 +102,30 @@ def _restore_generator(generator, checkpoint: dict, device, seed: int, label: st
     )
 
 
+def compiles(train_cfg, device) -> bool:
+    """torch.compile is used where asked for and on CUDA (on the CPU it costs more than it saves)."""
+    return bool(train_cfg.compile) and device.type == "cuda"
+
+
+def _compile_ahead(forward, model, dataset, batch_sizes, device, amp: str, ddp: bool) -> float:
+    """Compile the training graphs before the first timed epoch: a forward and backward of every
+    batch size the epochs will see, with the random state forked (dropout masks are drawn and
+    forgotten) and the gradients dropped, so training itself is unchanged. Returns the seconds
+    spent, reported as the record's compile_seconds instead of inside epoch 1's time."""
+    info = dataset.info
+    with metrics.Timer(device) as timer, torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        for size in batch_sizes:
+            x = data_lib.normalize(dataset.train.images[:size].float() / 255, info).to(device)
+            y = dataset.train.labels[:size].to(device)
+            if ddp:
+                x, y, _, _ = distributed.shard(x, y)
+            with autocast(device, amp):
+                logits = forward(x)
+            F.cross_entropy(logits.float(), y).backward()
+        model.zero_grad(set_to_none=True)
+    return timer.seconds
+
+
 def _check_precision(checkpoint: dict, precision: str, amp: str, path: Path) -> None:
     """One clear error where resuming would switch a run's precision (its key does not change)."""
     trained = _checkpoint_precision(checkpoint, amp)
@@ -312,7 +336,7 @@ def _train(params, dataset, variant, seed, out_dir, epochs, resume, progress, on
         if main:
             print(f"[{label}] resuming after epoch {start_epoch}", flush=True)
 
-    compiled = train_cfg.compile and device.type == "cuda"
+    compiled = compiles(train_cfg, device)
     if ddp:
         sample = data_lib.normalize(dataset.train.images[:1].float() / 255, info).to(device)
         trainer = distributed.wrap(model, device, sample)
@@ -325,6 +349,11 @@ def _train(params, dataset, variant, seed, out_dir, epochs, resume, progress, on
     else:
         trainer = model
     forward = torch.compile(trainer) if compiled else trainer
+    compile_seconds = 0.0
+    if compiled and start_epoch < train_cfg.epochs:
+        last = len(dataset.train) % train_cfg.batch_size
+        sizes = [train_cfg.batch_size] + ([last] if last else [])
+        compile_seconds = _compile_ahead(forward, model, dataset, sizes, device, train_cfg.amp, ddp)
     # CPU: reading the flag each step costs nothing; CUDA: once per epoch, so no step waits on the host
     check_every_step = device.type == "cpu"
     metrics.reset_peak_memory(device)
@@ -468,13 +497,20 @@ def _train(params, dataset, variant, seed, out_dir, epochs, resume, progress, on
             "flops_per_image": metrics.matmul_flops(model, timing_images[:2]),
             "train_seconds_per_epoch": sum(epoch_seconds) / len(epoch_seconds),
             "train_images_per_second": len(dataset.train) * len(epoch_seconds) / sum(epoch_seconds),
-            **metrics.inference_timing(model, timing_images, batch_size=train_cfg.eval_batch_size),
+            **metrics.inference_timing(
+                model,
+                timing_images,
+                batch_size=train_cfg.eval_batch_size,
+                amp="bf16" if precision == "bf16" else "off",
+                compile_model=compiled,
+            ),
             **metrics.machine_load(),
             "peak_memory_mb": train_peak_mb,
             "device": str(device),
             "device_name": device_name(device),
             "amp": precision,
             "compiled": compiled,
+            "compile_seconds": compile_seconds,
             "torch": torch.__version__,
             "data_source": dataset.source,
             "augment": recipe,

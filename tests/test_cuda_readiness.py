@@ -287,3 +287,32 @@ def test_the_package_has_no_import_cycle():
     assert "rpevit.attention.linear" in graph["rpevit.attention"]
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle(graph) is None, " → ".join(_cycle(graph))
+
+
+def test_bench_data_draws_batches_on_the_data_device(monkeypatch, tiny_params):
+    """Defect 7: `bench data` drew its batches with a CPU generator for data on the GPU."""
+    from types import SimpleNamespace
+
+    from rpevit import bench
+
+    made = []
+
+    class Generator:
+        def __init__(self, device="cpu"):
+            made.append(torch.device(device))
+
+        def manual_seed(self, seed):
+            return self
+
+    def batches(split, info, batch_size, **kwargs):
+        yield from ((torch.zeros(batch_size, 1, 2, 2), torch.zeros(batch_size)) for _ in range(4))
+
+    data_device = torch.device("cuda", 1)  # only compared, never touched
+    dataset = SimpleNamespace(info=SimpleNamespace(name="mnist5k"), train=None)
+    monkeypatch.setattr(bench.runs, "dataset_for", lambda params, device: dataset)
+    monkeypatch.setattr(bench.data_lib, "recipe_for", lambda info, augment: "none")
+    monkeypatch.setattr(bench.data_lib, "batches", batches)
+    monkeypatch.setattr(bench, "synchronize", lambda device: None)
+    monkeypatch.setattr(torch, "Generator", Generator)
+    assert bench.data_throughput(tiny_params, data_device, steps=1) > 0
+    assert made == [data_device]

@@ -132,3 +132,43 @@ def test_cross_device_resume_restores_or_refuses_one_clear_error(tiny_params, ti
     with pytest.raises(UserError, match=r"trained in bf16.*would continue in fp32"):
         train_run(tiny_params, tiny_dataset, "softmax+ape", 0, tmp_path / "bf16", epochs=2)
     assert path.is_file()  # kept for a resume where it was trained
+
+
+def test_compile_time_is_reported_apart_and_inference_is_timed_as_recorded(
+    tiny_params, tiny_dataset, tmp_path, monkeypatch
+):
+    """Issue 19 defect 7: epoch 1's time included compilation, and inference was timed fp32/eager
+    while the record said bf16/compiled. A stand-in compiler spends 2 s on each new input shape."""
+    import dataclasses
+    import time
+
+    from rpevit import metrics
+    from rpevit import train as train_module
+
+    class SlowCompile(torch.nn.Module):
+        def __init__(self, model):
+            super().__init__()
+            self.model, self.shapes = model, set()
+
+        def forward(self, x):
+            if (x.shape, self.model.training) not in self.shapes:
+                self.shapes.add((x.shape, self.model.training))
+                time.sleep(2.0)
+            return self.model(x)
+
+    timed = {}
+
+    def spy(model, images, **kwargs):
+        timed.update(kwargs)
+        return real_timing(model, images, **kwargs)
+
+    real_timing = metrics.inference_timing
+    monkeypatch.setattr(torch, "compile", SlowCompile)
+    monkeypatch.setattr(train_module, "compiles", lambda train_cfg, device: train_cfg.compile)
+    monkeypatch.setattr(metrics, "inference_timing", spy)
+    params = dataclasses.replace(tiny_params, train=dataclasses.replace(tiny_params.train, compile=True, amp="bf16"))
+    record = train_run(params, tiny_dataset, "softmax+ape", 0, tmp_path, epochs=2)
+    history = records.read_history(tmp_path)
+    assert record["compiled"] and record["amp"] == "bf16"
+    assert record["compile_seconds"] >= 2.0 and history[0]["seconds"] < history[1]["seconds"] + 1.5
+    assert timed["amp"] == "bf16" and timed["compile_model"] is True
