@@ -3,7 +3,9 @@ where the GPU supports it ('auto') or wherever it is asked for ('bf16')."""
 
 from __future__ import annotations
 
+import os
 import platform
+from contextlib import contextmanager
 
 import torch
 
@@ -38,3 +40,22 @@ def autocast(device: torch.device, amp: str):
 def device_name(device: torch.device) -> str:
     """The GPU's name, or the CPU's."""
     return torch.cuda.get_device_name(device) if device.type == "cuda" else (platform.processor() or "cpu")
+
+
+@contextmanager
+def deterministic(enabled: bool = True):
+    """Within the block, bitwise-repeatable kernels (`torch.use_deterministic_algorithms`: no atomic
+    adds in index_add_ or SDPA's backward; an op without a deterministic kernel raises) and the
+    fixed cuBLAS workspace (CUBLAS_WORKSPACE_CONFIG=:4096:8, read when cuBLAS starts: set before
+    the first CUDA matmul of the process). Without it, CUDA runs and resumes agree only to float
+    rounding. The previous setting is restored after."""
+    if not enabled:
+        yield
+        return
+    previous = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(previous[0], warn_only=previous[1])

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from . import data as data_lib
 from . import distributed, metrics, records, runs
-from .device import autocast, device_name, resolve_device, uses_bf16
+from .device import autocast, deterministic, device_name, resolve_device, uses_bf16
 from .errors import UserError
 from .model import build_model
 from .params import Params
@@ -285,6 +285,11 @@ def _train_run_distributed(
 
 
 def _train(params, dataset, variant, seed, out_dir, epochs, resume, progress, on_epoch_end, key_matches) -> dict:
+    with deterministic(runs.train_config_for(params, epochs).deterministic):
+        return _train_here(params, dataset, variant, seed, out_dir, epochs, resume, progress, on_epoch_end, key_matches)
+
+
+def _train_here(params, dataset, variant, seed, out_dir, epochs, resume, progress, on_epoch_end, key_matches) -> dict:
     info = dataset.info
     label = f"{variant} | {info.name} | seed {seed}"
     model_cfg, train_cfg = runs.model_config_for(params, info.name), runs.train_config_for(params, epochs)

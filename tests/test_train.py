@@ -172,3 +172,29 @@ def test_compile_time_is_reported_apart_and_inference_is_timed_as_recorded(
     assert record["compiled"] and record["amp"] == "bf16"
     assert record["compile_seconds"] >= 2.0 and history[0]["seconds"] < history[1]["seconds"] + 1.5
     assert timed["amp"] == "bf16" and timed["compile_model"] is True
+
+
+def test_deterministic_on_request_and_restored_after(tiny_params, tiny_dataset, tmp_path, monkeypatch):
+    """Issue 19 defect 10: a CUDA resume is bitwise only with deterministic kernels and cuBLAS's
+    fixed workspace; `train.deterministic: true` asks for both (key-neutral), for the run only."""
+    import dataclasses
+    import os
+
+    from rpevit import runs
+
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    seen = []
+    params = dataclasses.replace(tiny_params, train=dataclasses.replace(tiny_params.train, deterministic=True))
+    assert runs.run_key(params, "mnist5k", "softmax+ape", 0) == runs.run_key(tiny_params, "mnist5k", "softmax+ape", 0)
+    record = train_run(
+        params,
+        tiny_dataset,
+        "softmax+ape",
+        0,
+        tmp_path,
+        epochs=1,
+        on_epoch_end=lambda row: seen.append(torch.are_deterministic_algorithms_enabled()),
+    )
+    assert record["status"] == "finished" and seen == [True]
+    assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+    assert not torch.are_deterministic_algorithms_enabled()
