@@ -316,3 +316,230 @@ def test_bench_data_draws_batches_on_the_data_device(monkeypatch, tiny_params):
     monkeypatch.setattr(torch, "Generator", Generator)
     assert bench.data_throughput(tiny_params, data_device, steps=1) > 0
     assert made == [data_device]
+
+
+# ------------------------------------------------------------------ every variant on a stand-in device
+
+TINY = {"dim": 16, "depth": 1, "heads": 2, "mlp_dim": 16, "image_size": 8, "patch_size": 4, "channels": 1}
+
+
+def _variants() -> list[str]:
+    from rpevit.variants import list_variants
+
+    return list_variants()
+
+
+def _representatives() -> list[str]:
+    """Each backend alone and with each positional method alone (every module's code path once)."""
+    return [name for name in _variants() if name.count("+") == 1]
+
+
+def _meta_model(variant: str, **overrides):
+    from rpevit.model import build_model
+
+    with torch.device(META):
+        return build_model(variant, **{**TINY, "num_classes": 3, **overrides})
+
+
+def _step(model, images, interpolate=False):
+    model(images, interpolate=interpolate).sum().backward()
+
+
+def _attention_combinations() -> list[str]:
+    """Every backend × rotary × bias × gate combination once (270), the absolute methods (none, ape,
+    ape_sincos) taken in turn. An absolute method acts once, on the tokens before the first block,
+    and meets no attention code, so this covers every code path of the 810 variants at a third of
+    the cost (meta runs ~8× slower than the CPU: Python reference kernels); the bf16 test below
+    runs all 810."""
+    from rpevit.variants import parse_variant
+
+    by_combination: dict[tuple, dict] = {}
+    for variant in _variants():
+        parsed = parse_variant(variant)
+        combination = (parsed.backend, *(parsed.method(m) for m in ("rotary", "bias", "gate")))
+        by_combination.setdefault(combination, {})[parsed.method("absolute")] = variant
+    absolutes = (None, "ape", "ape_sincos")
+    return [options[absolutes[i % 3]] for i, options in enumerate(by_combination.values())]
+
+
+def test_every_attention_combination_trains_on_the_meta_device():
+    """Forward + backward in train mode on `meta` of every backend × rotary × bias × gate
+    combination: a CPU tensor meeting a device tensor, or a host sync (`.item()`, `bool()`,
+    `.cpu()`), raises here as on CUDA."""
+    failures = {}
+    images = torch.empty(2, 1, 8, 8, device=META)
+    variants = _attention_combinations()
+    for variant in variants:
+        try:
+            _step(_meta_model(variant).train(), images)
+        except Exception as exc:  # collected: one assertion names them all
+            failures[variant] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
+    assert len(variants) == 270 and failures == {}
+
+
+def _exact_paths(variant: str) -> dict:
+    """Model options forcing the non-default exact bias path of a linear backend (FFT; axis by
+    axis for a separable bias), so the meta runs below cover them too."""
+    from rpevit.variants import parse_variant
+
+    parsed = parse_variant(variant)
+    if parsed.backend == "softmax" or parsed.method("bias") is None:
+        return {}
+    path = "axis" if parsed.method("bias") in ("manhattan", "axial_rpe") else "fft"
+    return {parsed.backend: {"bias_path": path}}
+
+
+def test_representatives_on_meta_in_every_mode_make_no_host_to_device_copy():
+    """Each backend × positional method on `meta`: train mode twice (the second step records every
+    tensor made from host data on the device: none), eval mode on other grids with and without
+    position interpolation, the non-default bias paths, and the attention-map path."""
+    failures = {}
+    for variant in _representatives():
+        try:
+            model = _meta_model(variant, **_exact_paths(variant)).train()
+            _step(model, torch.empty(2, 1, 8, 8, device=META))
+            with HostToDevice() as recorder:
+                _step(model, torch.empty(3, 1, 8, 8, device=META))
+                model.count_training_step()  # a FAVOR+ redraw may copy its new ω: counted apart
+            assert recorder.copies == [], recorder.copies
+            model.eval()
+            with torch.no_grad():
+                model(torch.empty(2, 1, 12, 16, device=META), interpolate=True)
+                model(torch.empty(1, 1, 12, 12, device=META))
+            maps = model.attention_maps(torch.empty(2, 1, 12, 12, device=META))
+            assert maps[0].shape == (2, 2, 10, 10)
+        except Exception as exc:
+            failures[variant] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+    assert len(_representatives()) >= 40 and failures == {}
+
+
+def test_every_variant_under_bf16_autocast_on_cpu():
+    """bf16 autocast (as on a GPU) for every variant: finite logits in bf16, fp32 gradients."""
+    from rpevit.model import build_model
+
+    failures = {}
+    images = torch.randn(2, 1, 8, 8, generator=torch.Generator().manual_seed(0))
+    for variant in _variants():
+        torch.manual_seed(0)
+        model = build_model(variant, **TINY, num_classes=3).train()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            logits = model(images)
+        logits.float().logsumexp(-1).sum().backward()
+        grads = [p.grad for p in model.parameters() if p.grad is not None]
+        if logits.dtype != torch.bfloat16 or not torch.isfinite(logits).all():
+            failures[variant] = f"logits {logits.dtype}, finite {bool(torch.isfinite(logits).all())}"
+        elif any(g.dtype != torch.float32 or not torch.isfinite(g).all() for g in grads) or not grads:
+            failures[variant] = "gradients not finite fp32"
+    assert failures == {}
+
+
+# ------------------------------------------------------------------ graph capture (device-independent)
+
+
+class _Stack(torch.nn.Module):
+    """Absolute methods, then residual attention layers of given (backend, rotary, bias, gate,
+    bias path): several backend × mechanism families traced in one graph."""
+
+    def __init__(self, layers):
+        from rpevit.attention.layer import MultiHeadAttention
+        from rpevit.params import model_config
+        from rpevit.position import build_position
+
+        super().__init__()
+        base = {"dim": 16, "heads": 2, "mlp_dim": 16, "image_size": 16, "patch_size": 4}
+        self.absolute = torch.nn.ModuleList(
+            build_position(name, model_config(**base), 16, 2) for name in ("ape", "ape_sincos")
+        )
+        self.layers = torch.nn.ModuleList(
+            MultiHeadAttention(
+                model_config(**base, **({backend: {"bias_path": path}} if path else {})), backend, *methods
+            )
+            for backend, *methods, path in layers
+        )
+
+    def forward(self, x, grid):
+        for absolute in self.absolute:
+            x = absolute(x, grid)
+        for layer in self.layers:
+            x = x + layer(x, grid)
+        return x
+
+
+# one layer per backend × family; each linear backend's exact bias paths (FFT, axis, scan)
+FAMILIES = [
+    ("softmax", "rope_mixed", "krpe", "gate_string", None),
+    ("softmax", "string_circulant", "manhattan", "gate_irpe", None),
+    ("favor", "string_circulant", "krpe", "gate_irpe", "fft"),
+    ("favor", "rope_axial", "manhattan", None, "scan"),
+    ("relu", "string_cayley", "axial_rpe", "gate_string", "axis"),
+    ("relu", None, "irpe", None, "dense"),
+]
+# Graph breaks allowed in a training forward: (function, reason fragment) → why. None today;
+# add an entry only with the reason it cannot be avoided (each break costs a device round trip).
+ALLOWED_BREAKS: dict[tuple[str, str], str] = {}
+
+
+def test_backend_by_mechanism_families_trace_without_graph_breaks():
+    from rpevit.grid import Grid
+
+    torch._dynamo.reset()
+    model = _Stack(FAMILIES).train()
+    explained = torch._dynamo.explain(model)(torch.randn(2, 17, 16), Grid(4, 4, cls=True))
+    unexpected = [
+        f"{reason.user_stack[-1].name if reason.user_stack else '?'}: {reason.reason[:160]}"
+        for reason in explained.break_reasons
+        if not any(
+            reason.user_stack and reason.user_stack[-1].name == name and fragment in reason.reason
+            for name, fragment in ALLOWED_BREAKS
+        )
+    ]
+    assert explained.graph_count >= 1 and unexpected == []
+
+
+def test_twelve_compiled_training_steps_compile_at_most_two_frames():
+    """12 steps with one odd-sized batch (as an epoch's last): the static graph, then at most one
+    dynamic-shape recompile (TORCH_LOGS=recompiles shows why when this fails)."""
+    from torch._dynamo.testing import CompileCounter
+
+    torch._dynamo.reset()
+    model = _tiny_model("favor+rope_mixed+krpe+gate_string+ape", favor={"redraw_steps": 3}).train()
+    counter = CompileCounter()
+    forward = torch.compile(model, backend=counter)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    for step in range(12):
+        images = torch.randn(5 if step == 7 else 4, 1, 8, 8)
+        forward(images).logsumexp(-1).sum().backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        model.count_training_step()
+    assert counter.frame_count <= 2 and int(model.blocks[0].attn.backend.redraw_counter) == 12
+
+
+def test_aot_eager_forward_and_backward_equal_eager():
+    """AOTAutograd (the graphs inductor would compile) against eager: a rotary, a bias on the FFT
+    and on the separable path, a gate."""
+    from rpevit.grid import Grid
+
+    torch._dynamo.reset()
+    layers = [
+        ("favor", "rope_mixed", None, None, None),
+        ("favor", None, "krpe", None, "fft"),
+        ("relu", None, "manhattan", None, "axis"),
+        ("softmax", None, None, "gate_string", None),
+    ]
+    torch.manual_seed(0)
+    model = _Stack(layers).train()
+    grid, x = Grid(4, 4, cls=True), torch.randn(2, 17, 16)
+    results = []
+    for forward in (model, torch.compile(model, backend="aot_eager")):
+        model.zero_grad(set_to_none=True)
+        inputs = x.clone().requires_grad_()
+        out = forward(inputs, grid)
+        out.square().sum().backward()
+        results.append((out.detach(), inputs.grad, [p.grad.clone() for p in model.parameters() if p.grad is not None]))
+    (eager, eager_input, eager_grads), (compiled, compiled_input, compiled_grads) = results
+    torch.testing.assert_close(compiled, eager, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(compiled_input, eager_input, rtol=1e-5, atol=1e-6)
+    assert len(eager_grads) == len(compiled_grads) > 10
+    for got, want in zip(compiled_grads, eager_grads, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
