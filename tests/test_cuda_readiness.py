@@ -543,3 +543,28 @@ def test_aot_eager_forward_and_backward_equal_eager():
     assert len(eager_grads) == len(compiled_grads) > 10
     for got, want in zip(compiled_grads, eager_grads, strict=True):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_doctor_gpu_refuses_without_cuda_in_one_line():
+    """`python -m rpevit doctor --gpu` on a machine without CUDA: one line, status 2."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(root), "CUDA_VISIBLE_DEVICES": ""}
+    result = subprocess.run(
+        [sys.executable, "-m", "rpevit", "doctor", "--gpu"], capture_output=True, text=True, env=env, cwd=root
+    )
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.startswith("error: no CUDA device") and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_bf16_peaks_by_device_name():
+    from rpevit.doctor import bf16_peak
+
+    assert bf16_peak("NVIDIA H100 80GB HBM3") == 989.4e12
+    assert bf16_peak("NVIDIA H100 PCIe") == 756e12
+    assert bf16_peak("NVIDIA A100-SXM4-80GB") == 312e12
+    assert bf16_peak("NVIDIA L40S") == 362e12 and bf16_peak("NVIDIA L4") == 121e12
+    assert bf16_peak("Tesla V100-SXM2-16GB") is None  # no bf16 tensor cores
