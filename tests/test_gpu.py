@@ -13,11 +13,11 @@ import dataclasses
 import pytest
 import torch
 
-from rpevit import records
 from rpevit.grid import Grid
 from rpevit.model import build_model
-from rpevit.train import train_run
 from rpevit.variants import list_variants
+
+from helpers import resumed_like_straight
 
 pytestmark = pytest.mark.skipif(
     not torch.cuda.is_available(), reason="needs a CUDA GPU (run `python -m rpevit doctor --gpu` on one)"
@@ -101,20 +101,10 @@ def test_resume_on_cuda_is_exact_when_deterministic(tiny_params, tiny_dataset, t
     params = dataclasses.replace(
         tiny_params, train=dataclasses.replace(tiny_params.train, device="cuda", deterministic=True)
     )
-    straight = train_run(params, tiny_dataset, "favor+rope_mixed", 0, tmp_path / "a", epochs=3)
-
-    def stop(row):
-        if row["epoch"] == 1:
-            raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        train_run(params, tiny_dataset, "favor+rope_mixed", 0, tmp_path / "b", epochs=3, on_epoch_end=stop)
-    resumed = train_run(params, tiny_dataset, "favor+rope_mixed", 0, tmp_path / "b", epochs=3)
+    straight, resumed = resumed_like_straight(params, tiny_dataset, "favor+rope_mixed", tmp_path)
     assert straight["device"].startswith("cuda") and straight["amp"] == resumed["amp"]
     for key in ("top1", "log_likelihood", "best_val_acc"):
         assert resumed[key] == straight[key], key
-    strip = [{k: v for k, v in row.items() if k != "seconds"} for row in records.read_history(tmp_path / "a")]
-    assert strip == [{k: v for k, v in row.items() if k != "seconds"} for row in records.read_history(tmp_path / "b")]
 
 
 def test_grid_tensors_are_made_on_the_gpu():

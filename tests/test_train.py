@@ -11,6 +11,8 @@ from rpevit import records
 from rpevit.model import build_model
 from rpevit.train import Diverged, param_groups, train_run, warmup_cosine
 
+from helpers import resumed_like_straight
+
 RECORD_KEYS = {
     "top1",
     "top5",
@@ -44,22 +46,9 @@ def test_tiny_run_learns_and_writes_record(tiny_params, tiny_dataset, tmp_path):
 
 
 def test_resume_gives_identical_results(tiny_params, tiny_dataset, tmp_path):
-    straight = train_run(tiny_params, tiny_dataset, "softmax+ape", 0, tmp_path / "a", epochs=3)
-
-    def stop_after_first(row):
-        if row["epoch"] == 1:
-            raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        train_run(tiny_params, tiny_dataset, "softmax+ape", 0, tmp_path / "b", epochs=3, on_epoch_end=stop_after_first)
-    assert not (tmp_path / "b" / "record.json").exists()
-    assert records.load_checkpoint(tmp_path / "b" / "checkpoint.pt")["epoch"] == 1
-    resumed = train_run(tiny_params, tiny_dataset, "softmax+ape", 0, tmp_path / "b", epochs=3, resume=True)
+    straight, resumed = resumed_like_straight(tiny_params, tiny_dataset, "softmax+ape", tmp_path)
     for key in ("top1", "log_likelihood", "best_epoch", "best_val_acc", "f1"):
         assert resumed[key] == straight[key], key
-    strip = [{k: v for k, v in row.items() if k != "seconds"} for row in records.read_history(tmp_path / "a")]
-    again = [{k: v for k, v in row.items() if k != "seconds"} for row in records.read_history(tmp_path / "b")]
-    assert strip == again
 
 
 def test_non_finite_loss_stops_with_message_and_keeps_checkpoint(tiny_params, tiny_dataset, tmp_path, monkeypatch):
