@@ -43,6 +43,7 @@ def train_throughput(params, variant: str, device, steps: int, compile_model: bo
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
+        model.count_training_step()  # FAVOR+ redraws, as in training
 
     return steps * batch / sum(timed(step, device, steps, warmup=10 if compile_model else 3))
 
@@ -56,6 +57,7 @@ def _train_step(model, forward, optimizer, x, y, amp: bool):
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
+        model.count_training_step()  # FAVOR+ redraws, as in training
 
     return step
 
@@ -407,6 +409,7 @@ def patch_sweep(
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 optimizer.step()
+                model.count_training_step()
 
             def infer_step(model=model, x=x):
                 with torch.inference_mode():
