@@ -570,3 +570,35 @@ def test_bf16_peaks_by_device_name():
     assert bf16_peak("NVIDIA A100-SXM4-80GB") == 312e12
     assert bf16_peak("NVIDIA L40S") == 362e12 and bf16_peak("NVIDIA L4") == 121e12
     assert bf16_peak("Tesla V100-SXM2-16GB") is None  # no bf16 tensor cores
+
+
+_FFT_FUNCTIONS = {f for name, f in vars(torch.fft).items() if callable(f) and not name.startswith("_")}
+
+
+class FFTInputs(TorchFunctionMode):
+    """Records the dtype of every torch.fft call's input."""
+
+    def __init__(self):
+        super().__init__()
+        self.dtypes: list[tuple[str, torch.dtype]] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in _FFT_FUNCTIONS and args and isinstance(args[0], torch.Tensor):
+            self.dtypes.append((func.__name__, args[0].dtype))
+        return func(*args, **(kwargs or {}))
+
+
+def test_no_fft_sees_bf16_under_autocast():
+    """cuFFT has no bf16 for these sizes and would lose the features' range: every FFT (Circulant-
+    STRING, the FFT bias path) runs in fp32 or wider under bf16 autocast."""
+    from rpevit.model import build_model
+
+    seen = []
+    for variant in _representatives():
+        torch.manual_seed(0)
+        model = build_model(variant, **TINY, num_classes=3, **_exact_paths(variant)).train()
+        with FFTInputs() as recorder, torch.autocast("cpu", dtype=torch.bfloat16):
+            model(torch.randn(2, 1, 8, 8)).float().sum().backward()
+        seen += [(variant, *call) for call in recorder.dtypes]
+    assert {variant.split("+")[1] for variant, *_ in seen} >= {"string_circulant", "krpe"}  # FFTs did run
+    assert [call for call in seen if call[2] in (torch.bfloat16, torch.float16)] == []

@@ -304,6 +304,12 @@ class _KernelSums(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_num, grad_den):
+        # in the forward's precision even when backward() is called inside an autocast region
+        with autocast_off(ctx.saved_tensors[0].device):
+            return _KernelSums._gradients(ctx, grad_num, grad_den)
+
+    @staticmethod
+    def _gradients(ctx, grad_num, grad_den):
         q_num, k_num, q_den, k_den, v, *params = ctx.saved_tensors
         op, shared, heads = ctx.op, ctx.shared, ctx.heads
         need = ctx.needs_input_grad[3:]
