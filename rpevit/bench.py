@@ -46,6 +46,7 @@ def train_throughput(params, variant: str, device, steps: int, compile_model: bo
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
+        model.count_training_step()  # FAVOR+ redraws, as in training
 
     return steps * batch / sum(timed(step, device, steps, warmup=10 if compile_model else 3))
 
@@ -59,6 +60,7 @@ def _train_step(model, forward, optimizer, x, y, amp: bool):
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
+        model.count_training_step()  # FAVOR+ redraws, as in training
 
     return step
 
@@ -191,7 +193,7 @@ def data_throughput(params, device, steps: int) -> float:
     dataset = runs.dataset_for(params, device=device)
     info = dataset.info
     recipe = data_lib.recipe_for(info, params.data.augment)
-    generator = torch.Generator().manual_seed(0)
+    generator = torch.Generator(device=device).manual_seed(0)  # where the data is: no copy, no sync per batch
     count, start = 0, None
     while count < steps * params.train.batch_size + params.train.batch_size:
         for x, _ in data_lib.batches(
@@ -487,6 +489,7 @@ def patch_sweep(
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 optimizer.step()
+                model.count_training_step()
 
             def infer_step(model=model, x=x):
                 with torch.inference_mode():

@@ -225,6 +225,22 @@ def cmd_retime(args) -> int:
     return 0
 
 
+def cmd_doctor(args) -> int:
+    """The installation's health: torch, the device; with --gpu the GPU acceptance run (rpevit.doctor)."""
+    import torch
+
+    from .params import PROJECT_ROOT
+
+    if args.gpu:
+        from .doctor import run_gpu_doctor
+
+        return run_gpu_doctor(PROJECT_ROOT)
+    cuda = torch.cuda.is_available()
+    print(f"torch {torch.__version__} ({'CUDA ' + torch.version.cuda if torch.version.cuda else 'CPU build'})")
+    print(f"device: {torch.cuda.get_device_name(0) if cuda else 'cpu only (no CUDA device)'}")
+    return 0
+
+
 def cmd_findings(args) -> int:
     """Copy a report's generated answer into the README's Findings block."""
     from .params import PROJECT_ROOT
@@ -354,6 +370,11 @@ def build_parser() -> argparse.ArgumentParser:
     pilot.add_argument("presets", nargs="+", help="the pilot presets (e.g. fmnist_pilot_flip fmnist_pilot_flip_erase)")
     pilot.add_argument("--out", required=True, help="the report folder (e.g. reports/fmnist_pilot)")
 
+    doctor = sub.add_parser("doctor", help="check the installation; --gpu: the GPU acceptance run")
+    doctor.add_argument(
+        "--gpu", action="store_true", help="on a CUDA machine: CUDA tests, sync check, torchrun, Ray, GPU benchmarks"
+    )
+
     bench = sub.add_parser("bench", help="throughput benchmarks")
     bench.add_argument(
         "what", choices=["train", "data", "levers", "speed", "attention", "bias", "patches"], help="what to measure"
@@ -391,6 +412,7 @@ EXAMPLES = """examples:
   python -m rpevit notebooks smoke                   regenerate reports/smoke/ from the run records
   python -m rpevit findings                          copy the converged study's answer into README.md
   python -m rpevit bench attention                   time and memory of one layer vs tokens
+  python -m rpevit doctor --gpu                      the GPU acceptance run (README: On a GPU)
 """
 
 COMMANDS = {
@@ -403,6 +425,7 @@ COMMANDS = {
     "findings": cmd_findings,
     "bench": cmd_bench,
     "pilot": cmd_pilot,
+    "doctor": cmd_doctor,
 }
 
 

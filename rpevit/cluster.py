@@ -287,6 +287,13 @@ class _Progress:
             self.bar.close()
 
 
+def remote_task(ray, gpus_per_run: float):
+    """The Ray remote function of one run. A GPU run gets a fresh worker process (`max_calls=1`,
+    set on the function: Ray ignores it in `.options`): a reused worker would keep its CUDA context
+    on the previous task's GPU, its cached allocator memory and its dataset cache."""
+    return ray.remote(max_calls=1)(_run_task) if gpus_per_run > 0 else ray.remote(_run_task)
+
+
 def _connect(ray, address):
     """Initialise Ray (reusing an initialised one); returns True if this call started it."""
     if ray.is_initialized():
@@ -416,7 +423,7 @@ def run_study_ray(
         )
         records.write_text(check, f"{socket.gethostname()} {os.getpid()}\n")
         board = ray.remote(num_cpus=0)(_Board).remote()
-        task = ray.remote(_run_task)
+        task = remote_task(ray, gpus_per_run)
         for run in todo + unevaluated:
             dataset_name, variant, seed = run
             ref = task.options(

@@ -1,8 +1,11 @@
-"""Device choice and mixed precision: CUDA when asked for (or 'auto' finds one), bf16 autocast on CUDA."""
+"""Device choice and mixed precision: CUDA when asked for (or 'auto' finds one); bf16 autocast
+where the GPU supports it ('auto') or wherever it is asked for ('bf16')."""
 
 from __future__ import annotations
 
+import os
 import platform
+from contextlib import contextmanager
 
 import torch
 
@@ -21,15 +24,38 @@ def resolve_device(name: str | torch.device) -> torch.device:
 
 
 def uses_bf16(device: torch.device, amp: str) -> bool:
-    """bf16 autocast runs on CUDA for amp 'auto' or 'bf16'; everything else is fp32."""
-    return device.type == "cuda" and amp in ("auto", "bf16")
+    """bf16 autocast or fp32: 'bf16' asks for it on any device (CPU included, for experiments);
+    'auto' takes it on CUDA only where the GPU computes in bf16 (Ampere and later; not V100, T4);
+    'off' never."""
+    if amp == "bf16":
+        return True
+    return amp == "auto" and device.type == "cuda" and torch.cuda.is_bf16_supported()
 
 
 def autocast(device: torch.device, amp: str):
-    """bf16 autocast on CUDA ('auto' or 'bf16'); fp32 elsewhere."""
+    """bf16 autocast where `uses_bf16` says so, else a disabled autocast (fp32)."""
     return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=uses_bf16(device, amp))
 
 
 def device_name(device: torch.device) -> str:
     """The GPU's name, or the CPU's."""
     return torch.cuda.get_device_name(device) if device.type == "cuda" else (platform.processor() or "cpu")
+
+
+@contextmanager
+def deterministic(enabled: bool = True):
+    """Within the block, bitwise-repeatable kernels (`torch.use_deterministic_algorithms`: no atomic
+    adds in index_add_ or SDPA's backward; an op without a deterministic kernel raises) and the
+    fixed cuBLAS workspace (CUBLAS_WORKSPACE_CONFIG=:4096:8, read when cuBLAS starts: set before
+    the first CUDA matmul of the process). Without it, CUDA runs and resumes agree only to float
+    rounding. The previous setting is restored after."""
+    if not enabled:
+        yield
+        return
+    previous = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(previous[0], warn_only=previous[1])

@@ -9,7 +9,8 @@ on-device generator and trains on its contiguous shard (`shard`), with the loss 
 the all-reduced gradient is the gradient of the global-batch mean loss, so a run has the global
 batch and learning-rate schedule of one process. Rank 0 alone takes the run lock, validates,
 tests and writes checkpoints, history and the record; every rank loads the checkpoint rank 0
-chose on resume. FAVOR+ redraws are broadcast from rank 0 (`broadcast_from_main`).
+chose on resume. FAVOR+ redraws need no communication: every rank draws ω from the same
+seeded generator (rpevit.attention.linear.feature_seed).
 
 Records and checkpoints are the source of truth, so every rank must see the runs directory at
 the same path (on several nodes: a shared filesystem); `check_shared_runs_root` verifies that
@@ -128,13 +129,6 @@ def all_gather_object(obj) -> list:
     return out
 
 
-def broadcast_from_main(tensor: torch.Tensor) -> torch.Tensor:
-    """`tensor` replaced in place by rank 0's (identity outside a process group)."""
-    if active():
-        dist.broadcast(tensor, src=0)
-    return tensor
-
-
 def all_reduce_sum(*values: torch.Tensor) -> list[torch.Tensor]:
     """Element sums over ranks (float64, one collective for all values)."""
     stacked = torch.stack([v.detach().to(torch.float64).reshape(()) for v in values])
@@ -174,7 +168,7 @@ def shard(x: torch.Tensor, y: torch.Tensor):
 
 def seed_other_ranks(seed: int) -> None:
     """Give ranks > 0 their own global RNG stream (dropout masks differ per shard, as one process's
-    differ per image); rank 0 keeps the stream of a one-process run, which FAVOR+ redraws come from."""
+    differ per image); rank 0 keeps the stream of a one-process run."""
     if active() and rank() > 0:
         torch.manual_seed(seed + 1_000_003 * rank())
 
@@ -182,7 +176,7 @@ def seed_other_ranks(seed: int) -> None:
 def wrap(model: torch.nn.Module, device: torch.device, sample: torch.Tensor):
     """DistributedDataParallel around `model` (parameters and buffers broadcast from rank 0).
 
-    Buffers are not re-broadcast every step (FAVOR+ broadcasts its ω itself at each redraw).
+    Buffers are not re-broadcast every step (FAVOR+ redraws the same ω on every rank).
     Unused parameters are looked for only if one eval-mode forward/backward on `sample` leaves a
     trainable parameter without a gradient (it changes no state: eval mode neither redraws nor
     counts, and the gradients are cleared)."""
@@ -211,7 +205,7 @@ def wrap(model: torch.nn.Module, device: torch.device, sample: torch.Tensor):
 
 def check_replicas(model: torch.nn.Module) -> None:
     """Raise unless every rank holds the same parameters and buffers (bit for bit: gradients are
-    all-reduced and FAVOR+ ω broadcast, so they can only differ through a bug)."""
+    all-reduced and FAVOR+ ω drawn from one seed, so they can only differ through a bug)."""
     if not active():
         return
     names, sums = [], []

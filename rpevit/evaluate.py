@@ -93,12 +93,21 @@ def _store(params, record: dict, runs_root=None) -> None:
 
 def retime(params, dataset, variant: str, seed: int, runs_root=None) -> dict:
     """Time a finished run's inference again (its tested weights, the same images and batch size as
-    training's timing) and store the new times with the machine's load in its record. For timings first
+    training's timing, in the precision and compile state the record states) and store the new times
+    with the machine's load in its record. For timings first
     taken on a busy machine (metrics.busy): run it when the machine is quiet."""
     model, record = runs.trained_model(params, dataset.info.name, variant, seed, runs_root)
     train_cfg = runs.train_config_for(params, record["epochs"])
     images = runs.timing_images(dataset, train_cfg, next(model.parameters()).device)
-    record.update(metrics.inference_timing(model, images, batch_size=train_cfg.eval_batch_size))
+    record.update(
+        metrics.inference_timing(
+            model,
+            images,
+            batch_size=train_cfg.eval_batch_size,
+            amp="bf16" if record.get("amp") == "bf16" else "off",
+            compile_model=bool(record.get("compiled")) and images.device.type == "cuda",  # as train compiles
+        )
+    )
     record.update(metrics.machine_load())
     _store(params, record, runs_root)
     return record

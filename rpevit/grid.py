@@ -52,11 +52,11 @@ class Grid:
 
     def coords(self, device=None, dtype=torch.float32) -> torch.Tensor:
         """Positions r_i = (row, col) of the patches, row-major, scaled if interpolating: (N, 2)."""
-        rows = torch.arange(self.height, device=device, dtype=dtype)
-        cols = torch.arange(self.width, device=device, dtype=dtype)
-        grid = torch.stack(torch.meshgrid(rows, cols, indexing="ij"), dim=-1).reshape(-1, 2)
+        # scaled by Python numbers: a tensor built from host data would be a host→device copy per call
         scale_rows, scale_cols = self.scale()
-        return grid * torch.tensor([scale_rows, scale_cols], device=device, dtype=dtype)
+        rows = torch.arange(self.height, device=device, dtype=dtype) * scale_rows
+        cols = torch.arange(self.width, device=device, dtype=dtype) * scale_cols
+        return torch.stack(torch.meshgrid(rows, cols, indexing="ij"), dim=-1).reshape(-1, 2)
 
     def offsets(self, device=None) -> torch.Tensor:
         """Integer offsets Δ_ij = r_j − r_i between patches: (N, N, 2) long (cached per shape)."""

@@ -26,6 +26,8 @@ from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
+from .device import autocast
+
 aten = torch.ops.aten
 
 
@@ -179,31 +181,43 @@ def _timed_seconds(run, device: torch.device, repeats: int) -> float:
 
 
 def inference_timing(
-    model: nn.Module, images: Tensor, *, batch_size: int = 256, warmup: int = 2, repeats: int = 5
+    model: nn.Module,
+    images: Tensor,
+    *,
+    batch_size: int = 256,
+    warmup: int = 2,
+    repeats: int = 5,
+    amp: str = "off",
+    compile_model: bool = False,
 ) -> dict[str, float]:
     """Batched ms/image over all `images` and single-image latency in ms, medians over `repeats`.
 
     Batched: one repeat is a full pass over `images` in `batch_size` chunks, divided by the
     number of images. Single: one repeat is a forward of `images[:1]`. Each measurement follows
     `warmup` untimed forwards of its input (first chunk / first image). Runs in eval mode
-    (restored after) under `torch.inference_mode()`.
+    (restored after) under `torch.inference_mode()`, in the precision and compile state the
+    record states: `amp` as train.amp (rpevit.device), `compile_model` through torch.compile
+    (compiled during the warmup).
     """
+
     if images.shape[0] == 0 or repeats < 1:
         raise ValueError("inference_timing needs at least one image and one repeat")
     chunks = images.split(batch_size)
     single = images[:1]
 
+    forward = torch.compile(model) if compile_model else model
+
     def batched_pass() -> None:
         for chunk in chunks:
-            model(chunk)
+            forward(chunk)
 
-    with _eval_mode(model), torch.inference_mode():
+    with _eval_mode(model), torch.inference_mode(), autocast(images.device, amp):
         for _ in range(warmup):
-            model(chunks[0])
+            forward(chunks[0])
         batched_seconds = _timed_seconds(batched_pass, images.device, repeats)
         for _ in range(warmup):
-            model(single)
-        single_seconds = _timed_seconds(lambda: model(single), images.device, repeats)
+            forward(single)
+        single_seconds = _timed_seconds(lambda: forward(single), images.device, repeats)
     return {
         "ms_per_image_batched": 1000.0 * batched_seconds / images.shape[0],
         "ms_single_image": 1000.0 * single_seconds,

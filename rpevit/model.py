@@ -65,7 +65,7 @@ class Block(nn.Module):
 class ViT(nn.Module):
     """ViT classifier for one variant; `forward(images)` returns logits (B, classes)."""
 
-    def __init__(self, variant: Variant, config: ModelConfig):
+    def __init__(self, variant: Variant, config: ModelConfig, seed: int = 0):
         super().__init__()
         validate_model(config)
         if config.image_size % config.patch_size:
@@ -83,6 +83,9 @@ class ViT(nn.Module):
         self.blocks = nn.ModuleList(
             Block(config, MultiHeadAttention(config, variant.backend, **methods), rate) for rate in rates
         )
+        for layer, block in enumerate(self.blocks):  # random features are redrawn from (seed, layer, count)
+            if hasattr(block.attn.backend, "place"):
+                block.attn.backend.place(seed, layer)
         self.norm = nn.LayerNorm(config.dim)
         self.head = nn.Linear(config.dim, config.num_classes)
         # initialise the backbone only: positional modules and backends keep their own inits
@@ -122,6 +125,12 @@ class ViT(nn.Module):
         pooled = x[:, 0] if self.cls_token is not None else x.mean(dim=1)
         return self.head(pooled)
 
+    def count_training_step(self) -> None:
+        """Call after each optimizer step, outside any compiled region: FAVOR+ counts steps to redraw ω."""
+        for block in self.blocks:
+            if hasattr(block.attn.backend, "count_training_step"):
+                block.attn.backend.count_training_step()
+
     @torch.no_grad()
     def attention_maps(self, images, interpolate: bool = False) -> list[torch.Tensor]:
         """Per layer, the dense attention matrix (B, heads, T, T) of each block."""
@@ -143,13 +152,15 @@ def _init_weights(module):
         nn.init.zeros_(module.bias)
 
 
-def build_model(variant: str, config: ModelConfig | None = None, **overrides) -> ViT:
+def build_model(variant: str, config: ModelConfig | None = None, *, seed: int = 0, **overrides) -> ViT:
     """Build the ViT for a variant name, e.g. build_model('favor+ape', dim=64, favor={'num_features': 32}).
 
     `config` (a ModelConfig) is the base; keyword overrides are validated like preset keys
-    (a backend's or method's options as a nested mapping under its name).
+    (a backend's or method's options as a nested mapping under its name). `seed` is the run's
+    seed, from which FAVOR+ redraws its random features (the init itself follows torch's global
+    RNG, seeded by the caller).
     """
     if config is not None and not overrides:
-        return ViT(parse_variant(variant), config)
+        return ViT(parse_variant(variant), config, seed)
     base = dataclasses.asdict(config) if config is not None else {}
-    return ViT(parse_variant(variant), model_config(**{**base, **overrides}))
+    return ViT(parse_variant(variant), model_config(**{**base, **overrides}), seed)

@@ -122,6 +122,8 @@ class TrainConfig:
     device: Literal["auto", "cpu", "cuda"] = neutral("auto")
     amp: Literal["auto", "off", "bf16"] = "auto"
     compile: bool = neutral(False)
+    # bitwise-repeatable CUDA runs and resumes: deterministic kernels + cuBLAS's fixed workspace (slower)
+    deterministic: bool = neutral(False)
     eval_batch_size: int = neutral(500)
     timing_images: int = neutral(512)
 

@@ -181,7 +181,7 @@ def preflight(params: Params, variants=None, runs_root=None) -> None:
 def untrained_model(params: Params, dataset: str, variant: str, seed: int = 0, device="cpu") -> ViT:
     """A run's model at initialisation (the same init `train` starts from for this seed)."""
     torch.manual_seed(seed)
-    return build_model(variant, model_config_for(params, dataset)).to(device).eval()
+    return build_model(variant, model_config_for(params, dataset), seed=seed).to(device).eval()
 
 
 def trained_model(params: Params, dataset: str, variant: str, seed: int, runs_root=None, device=None):
@@ -206,7 +206,7 @@ def trained_model(params: Params, dataset: str, variant: str, seed: int, runs_ro
             f"it is unfinished again; run `python -m rpevit study {params.name}` to finish it from its "
             "last good checkpoint."
         )
-    model = build_model(variant, model_config_for(params, dataset))
+    model = build_model(variant, model_config_for(params, dataset), seed=seed)
     model.load_state_dict(checkpoint["best"]["state"])
     return model.to(device or resolve_device(params.train.device)).eval(), record
 

@@ -67,6 +67,7 @@ class RunRecord:
     device_name: str = _f(summary=False)
     amp: str = _f()
     compiled: bool = _f(summary=False, default=False)
+    compile_seconds: float = _f(summary=False, default=0.0)  # torch.compile's time before epoch 1 (not in its seconds)
     torch: str = _f(summary=False)
     data_source: str = _f(summary=False)
     augment: str = _f(summary=False)

@@ -1,5 +1,6 @@
 """Training loop (nanoGPT-style, one sitting): AdamW, linear warmup + cosine decay, label
-smoothing, gradient clipping; bf16 autocast and optional torch.compile on CUDA, fp32 on CPU.
+smoothing, gradient clipping; bf16 autocast where `train.amp` asks for it (rpevit.device) and
+optional torch.compile on CUDA.
 
 Protocol of seed 001: validate every epoch, test the best-validation weights. Each epoch ends
 with an atomic checkpoint holding everything needed for an exact resume (model, optimizer,
@@ -18,7 +19,7 @@ import torch.nn.functional as F
 
 from . import data as data_lib
 from . import distributed, metrics, records, runs
-from .device import autocast, device_name, resolve_device, uses_bf16
+from .device import autocast, deterministic, device_name, resolve_device, uses_bf16
 from .errors import UserError
 from .model import build_model
 from .params import Params
@@ -69,6 +70,72 @@ def _set_rng_state(state: dict, device) -> None:
 
 
 _RECORD_FIELDS = {f.name for f in FIELDS}
+
+
+def _checkpoint_device(checkpoint: dict) -> str:
+    """The device type a checkpoint was trained on (older ones: told by the generator state's size,
+    5,056 bytes for the CPU's Mersenne twister, 16 for CUDA's Philox seed and offset)."""
+    return checkpoint.get("device_type") or ("cpu" if checkpoint["generator"].numel() > 16 else "cuda")
+
+
+def _checkpoint_precision(checkpoint: dict, amp: str) -> str:
+    """The precision a checkpoint was trained in (older ones: earlier rpevit took bf16 on any CUDA
+    device for amp auto / bf16, fp32 elsewhere)."""
+    if "precision" in checkpoint:
+        return checkpoint["precision"]
+    return "bf16" if _checkpoint_device(checkpoint) == "cuda" and amp in ("auto", "bf16") else "fp32"
+
+
+def _restore_generator(generator, checkpoint: dict, device, seed: int, label: str) -> None:
+    """The data-order generator as the checkpoint left it; from a checkpoint of another device type
+    (whose generator state this device cannot take), a fresh stream seeded by (seed, epoch)."""
+    trained_on = _checkpoint_device(checkpoint)
+    if trained_on == device.type:
+        generator.set_state(checkpoint["generator"])
+        return
+    generator.manual_seed(seed * 1_000_003 + checkpoint["epoch"])
+    print(
+        f"[{label}] note: the checkpoint was trained on {trained_on}, this process trains on {device.type}: "
+        "the data-order generator is reseeded from (seed, epoch), so the run goes on correctly but "
+        "not bit for bit as one uninterrupted run would",
+        flush=True,
+    )
+
+
+def compiles(train_cfg, device) -> bool:
+    """torch.compile is used where asked for and on CUDA (on the CPU it costs more than it saves)."""
+    return bool(train_cfg.compile) and device.type == "cuda"
+
+
+def _compile_ahead(forward, model, dataset, batch_sizes, device, amp: str, ddp: bool) -> float:
+    """Compile the training graphs before the first timed epoch: a forward and backward of every
+    batch size the epochs will see, with the random state forked (dropout masks are drawn and
+    forgotten) and the gradients dropped, so training itself is unchanged. Returns the seconds
+    spent, reported as the record's compile_seconds instead of inside epoch 1's time."""
+    info = dataset.info
+    with metrics.Timer(device) as timer, torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        for size in batch_sizes:
+            x = data_lib.normalize(dataset.train.images[:size].float() / 255, info).to(device)
+            y = dataset.train.labels[:size].to(device)
+            if ddp:
+                x, y, _, _ = distributed.shard(x, y)
+            with autocast(device, amp):
+                logits = forward(x)
+            F.cross_entropy(logits.float(), y).backward()
+        model.zero_grad(set_to_none=True)
+    return timer.seconds
+
+
+def _check_precision(checkpoint: dict, precision: str, amp: str, path: Path) -> None:
+    """One clear error where resuming would switch a run's precision (its key does not change)."""
+    trained = _checkpoint_precision(checkpoint, amp)
+    if trained != precision:
+        raise UserError(
+            f"{path} was trained in {trained} (on {_checkpoint_device(checkpoint)}) but this process "
+            f"would continue in {precision} (train.amp: {amp}): one run must not change precision "
+            f"half-way. Resume it on a device where train.amp: {amp} means {trained}, or move {path} "
+            "aside to train the run again from the start."
+        )
 
 
 def _checkpoint_state(path: Path, key_matches, label: str):
@@ -218,6 +285,11 @@ def _train_run_distributed(
 
 
 def _train(params, dataset, variant, seed, out_dir, epochs, resume, progress, on_epoch_end, key_matches) -> dict:
+    with deterministic(runs.train_config_for(params, epochs).deterministic):
+        return _train_here(params, dataset, variant, seed, out_dir, epochs, resume, progress, on_epoch_end, key_matches)
+
+
+def _train_here(params, dataset, variant, seed, out_dir, epochs, resume, progress, on_epoch_end, key_matches) -> dict:
     info = dataset.info
     label = f"{variant} | {info.name} | seed {seed}"
     model_cfg, train_cfg = runs.model_config_for(params, info.name), runs.train_config_for(params, epochs)
@@ -230,7 +302,7 @@ def _train(params, dataset, variant, seed, out_dir, epochs, resume, progress, on
         device = distributed.device_for(device)
 
     torch.manual_seed(seed)
-    model = build_model(variant, model_cfg).to(device)
+    model = build_model(variant, model_cfg, seed=seed).to(device)
     if ddp:
         distributed.seed_other_ranks(seed)
     optimizer = torch.optim.AdamW(param_groups(model, train_cfg.weight_decay), lr=train_cfg.lr)
@@ -252,11 +324,13 @@ def _train(params, dataset, variant, seed, out_dir, epochs, resume, progress, on
         checkpoint = _distributed_checkpoint(checkpoint_path, key_matches, label) if resume else None
     else:
         checkpoint = _checkpoint_state(checkpoint_path, key_matches, label) if resume else None
+    precision = "bf16" if uses_bf16(device, train_cfg.amp) else "fp32"
     if checkpoint is not None:
+        _check_precision(checkpoint, precision, train_cfg.amp, checkpoint_path)
         model.load_state_dict(checkpoint["model"])
         optimizer.load_state_dict(checkpoint["optimizer"])
         scheduler.load_state_dict(checkpoint["scheduler"])
-        generator.set_state(checkpoint["generator"])
+        _restore_generator(generator, checkpoint, device, seed, label)
         if not ddp:
             _set_rng_state(checkpoint["rng"], device)
         else:  # each rank its own stream; ranks a checkpoint has none for (more ranks now) keep theirs
@@ -267,7 +341,7 @@ def _train(params, dataset, variant, seed, out_dir, epochs, resume, progress, on
         if main:
             print(f"[{label}] resuming after epoch {start_epoch}", flush=True)
 
-    compiled = train_cfg.compile and device.type == "cuda"
+    compiled = compiles(train_cfg, device)
     if ddp:
         sample = data_lib.normalize(dataset.train.images[:1].float() / 255, info).to(device)
         trainer = distributed.wrap(model, device, sample)
@@ -280,6 +354,11 @@ def _train(params, dataset, variant, seed, out_dir, epochs, resume, progress, on
     else:
         trainer = model
     forward = torch.compile(trainer) if compiled else trainer
+    compile_seconds = 0.0
+    if compiled and start_epoch < train_cfg.epochs:
+        last = len(dataset.train) % train_cfg.batch_size
+        sizes = [train_cfg.batch_size] + ([last] if last else [])
+        compile_seconds = _compile_ahead(forward, model, dataset, sizes, device, train_cfg.amp, ddp)
     # CPU: reading the flag each step costs nothing; CUDA: once per epoch, so no step waits on the host
     check_every_step = device.type == "cpu"
     metrics.reset_peak_memory(device)
@@ -321,6 +400,7 @@ def _train(params, dataset, variant, seed, out_dir, epochs, resume, progress, on
                     torch.nn.utils.clip_grad_norm_(model.parameters(), train_cfg.grad_clip)
                 optimizer.step()
                 scheduler.step()
+                model.count_training_step()  # outside the compiled forward: FAVOR+ redraws
                 if ddp and rows == 0:
                     continue  # a stand-in row (empty shard): no data of this rank in this step
                 loss_sum += loss.detach() * len(y)
@@ -369,6 +449,8 @@ def _train(params, dataset, variant, seed, out_dir, epochs, resume, progress, on
             "optimizer": optimizer.state_dict(),
             "scheduler": scheduler.state_dict(),
             "generator": generator.get_state(),
+            "device_type": device.type,
+            "precision": precision,
             "rng": _rng_state(device),
             "history": history,
             "best": best,
@@ -420,13 +502,20 @@ def _train(params, dataset, variant, seed, out_dir, epochs, resume, progress, on
             "flops_per_image": metrics.matmul_flops(model, timing_images[:2]),
             "train_seconds_per_epoch": sum(epoch_seconds) / len(epoch_seconds),
             "train_images_per_second": len(dataset.train) * len(epoch_seconds) / sum(epoch_seconds),
-            **metrics.inference_timing(model, timing_images, batch_size=train_cfg.eval_batch_size),
+            **metrics.inference_timing(
+                model,
+                timing_images,
+                batch_size=train_cfg.eval_batch_size,
+                amp="bf16" if precision == "bf16" else "off",
+                compile_model=compiled,
+            ),
             **metrics.machine_load(),
             "peak_memory_mb": train_peak_mb,
             "device": str(device),
             "device_name": device_name(device),
-            "amp": "bf16" if uses_bf16(device, train_cfg.amp) else "fp32",
+            "amp": precision,
             "compiled": compiled,
+            "compile_seconds": compile_seconds,
             "torch": torch.__version__,
             "data_source": dataset.source,
             "augment": recipe,

@@ -65,3 +65,30 @@ class LargestTensor(TorchDispatchMode):
             if isinstance(t, torch.Tensor):
                 self.largest = max(self.largest, t.numel())
         return out
+
+
+def resumed_like_straight(params, dataset, variant: str, tmp_path, epochs: int = 3) -> tuple[dict, dict]:
+    """(record, record) of `variant` trained straight for `epochs` and trained again with an
+    interrupt after epoch 1 and a resume; asserts their histories (but wall seconds) are equal."""
+    import pytest
+
+    from rpevit import records
+    from rpevit.train import train_run
+
+    straight = train_run(params, dataset, variant, 0, tmp_path / "a", epochs=epochs)
+
+    def stop_after_first(row):
+        if row["epoch"] == 1:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train_run(params, dataset, variant, 0, tmp_path / "b", epochs=epochs, on_epoch_end=stop_after_first)
+    assert not (tmp_path / "b" / records.RECORD).exists()
+    assert records.load_checkpoint(tmp_path / "b" / records.CHECKPOINT)["epoch"] == 1
+    resumed = train_run(params, dataset, variant, 0, tmp_path / "b", epochs=epochs, resume=True)
+    histories = [
+        [{k: v for k, v in row.items() if k != "seconds"} for row in records.read_history(tmp_path / run)]
+        for run in "ab"
+    ]
+    assert histories[0] == histories[1]
+    return straight, resumed

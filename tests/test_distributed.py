@@ -4,8 +4,8 @@ and refuses a runs directory the ranks do not share with one message.
 
 The preset is tiny (dim 16, one layer, 351 training images in batches of 50: the last global batch
 holds one image, so rank 1 trains on an empty shard there) and FAVOR+ redraws ω every 3 steps, so
-the redraw broadcast is exercised; every epoch each rank checks that all ranks hold bit-identical
-parameters and buffers (ω included), so a missed broadcast fails the run."""
+the seeded redraw is exercised; every epoch each rank checks that all ranks hold bit-identical
+parameters and buffers (ω included), so a rank drawing another ω fails the run."""
 
 from __future__ import annotations
 
@@ -121,7 +121,7 @@ def test_two_processes_train_the_one_process_parameters(setup, straight, tmp_pat
     assert moved > 1e-3  # the comparison below is about trained weights, not the init
     for name, value in single_state.items():
         assert torch.allclose(ddp_state[name].double(), value.double(), rtol=0, atol=1e-5), name
-    # ω was redrawn (16 steps, every 3) by rank 0 exactly as one process draws it
+    # ω was redrawn (16 steps, every 3) by every rank exactly as one process draws it
     omega = "blocks.0.attn.backend.omega"
     assert not torch.equal(single_state[omega], start[omega]) and torch.equal(ddp_state[omega], single_state[omega])
     for ddp_row, one_row in zip(records.read_history(straight), records.read_history(tmp_path), strict=True):

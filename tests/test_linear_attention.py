@@ -306,6 +306,13 @@ def test_key_stabilizer_is_one_max_per_batch_and_head():
 # ---------------------------------------------------------------- 5. redraw policy
 
 
+def step(backend, q, k, v):
+    """One training step's forward of a backend, then the step count the training loop makes."""
+    out = backend(q, k, v, GRID)
+    backend.count_training_step()
+    return out
+
+
 def test_redraw_policy_and_checkpointing():
     backend = make_backend("favor", redraw_steps=2)
     assert {"omega", "redraw_counter"} <= set(backend.state_dict())
@@ -313,18 +320,18 @@ def test_redraw_policy_and_checkpointing():
     initial = backend.omega.clone()
 
     backend.train()
-    backend(q, k, v, GRID)
+    step(backend, q, k, v)
     assert torch.equal(backend.omega, initial)
-    backend(q, k, v, GRID)  # the 2nd call draws a fresh ω for the next calls
+    step(backend, q, k, v)  # the 2nd step draws a fresh ω for the next steps
     second = backend.omega.clone()
     assert not torch.equal(second, initial) and int(backend.redraw_counter) == 2
-    backend(q, k, v, GRID)
+    step(backend, q, k, v)
     assert torch.equal(backend.omega, second)
 
     saved = {key: value.clone() for key, value in backend.state_dict().items()}
     backend.eval()
     for _ in range(4):
-        backend(q, k, v, GRID)
+        step(backend, q, k, v)
     assert torch.equal(backend.omega, second) and int(backend.redraw_counter) == 3
 
     restored = make_backend("favor", seed=7, redraw_steps=2)
@@ -334,7 +341,7 @@ def test_redraw_policy_and_checkpointing():
     restored.eval()
     torch.testing.assert_close(restored(q, k, v, GRID), backend(q, k, v, GRID), rtol=0, atol=0)
     restored.train()
-    restored(q, k, v, GRID)  # call 4 after resume: redraw due
+    step(restored, q, k, v)  # step 4 after resume: redraw due
     assert not torch.equal(restored.omega, second) and int(restored.redraw_counter) == 4
 
 
@@ -343,7 +350,7 @@ def test_redraw_keeps_old_graph_differentiable_and_zero_never_redraws():
     backend.train()
     q, k, v = (t.requires_grad_() for t in random_qkv(GRID))
     first = backend.omega
-    out = backend(q, k, v, GRID)
+    out = step(backend, q, k, v)
     assert backend.omega is not first  # swapped, not written in place
     out.sum().backward()
     assert torch.isfinite(q.grad).all()
@@ -352,7 +359,7 @@ def test_redraw_keeps_old_graph_differentiable_and_zero_never_redraws():
     never.train()
     initial = never.omega.clone()
     for _ in range(3):
-        never(*random_qkv(GRID), GRID)
+        step(never, *random_qkv(GRID))
     assert torch.equal(never.omega, initial)
 
 

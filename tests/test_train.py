@@ -11,6 +11,8 @@ from rpevit import records
 from rpevit.model import build_model
 from rpevit.train import Diverged, param_groups, train_run, warmup_cosine
 
+from helpers import resumed_like_straight
+
 RECORD_KEYS = {
     "top1",
     "top5",
@@ -44,22 +46,9 @@ def test_tiny_run_learns_and_writes_record(tiny_params, tiny_dataset, tmp_path):
 
 
 def test_resume_gives_identical_results(tiny_params, tiny_dataset, tmp_path):
-    straight = train_run(tiny_params, tiny_dataset, "softmax+ape", 0, tmp_path / "a", epochs=3)
-
-    def stop_after_first(row):
-        if row["epoch"] == 1:
-            raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        train_run(tiny_params, tiny_dataset, "softmax+ape", 0, tmp_path / "b", epochs=3, on_epoch_end=stop_after_first)
-    assert not (tmp_path / "b" / "record.json").exists()
-    assert records.load_checkpoint(tmp_path / "b" / "checkpoint.pt")["epoch"] == 1
-    resumed = train_run(tiny_params, tiny_dataset, "softmax+ape", 0, tmp_path / "b", epochs=3, resume=True)
+    straight, resumed = resumed_like_straight(tiny_params, tiny_dataset, "softmax+ape", tmp_path)
     for key in ("top1", "log_likelihood", "best_epoch", "best_val_acc", "f1"):
         assert resumed[key] == straight[key], key
-    strip = [{k: v for k, v in row.items() if k != "seconds"} for row in records.read_history(tmp_path / "a")]
-    again = [{k: v for k, v in row.items() if k != "seconds"} for row in records.read_history(tmp_path / "b")]
-    assert strip == again
 
 
 def test_non_finite_loss_stops_with_message_and_keeps_checkpoint(tiny_params, tiny_dataset, tmp_path, monkeypatch):
@@ -100,3 +89,101 @@ def test_schedule_and_weight_decay_groups(tiny_params):
     no_decay_ids = {id(p) for p in no_decay["params"]}
     assert id(model.absolute.patches) in no_decay_ids and id(model.cls_token) in no_decay_ids
     assert id(model.blocks[0].attn.qkv.weight) not in no_decay_ids
+
+
+def _stopped_after_one_epoch(params, dataset, out_dir):
+    def stop(row):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train_run(params, dataset, "softmax+ape", 0, out_dir, epochs=2, on_epoch_end=stop)
+    return out_dir / records.CHECKPOINT
+
+
+def test_cross_device_resume_restores_or_refuses_one_clear_error(tiny_params, tiny_dataset, tmp_path, capsys):
+    """Issue 19 defect 4: a CPU checkpoint resumed on CUDA (or back) crashed in generator.set_state
+    (5,056 bytes of CPU state against 16 of CUDA); and `amp: auto` switched fp32 → bf16 mid-run."""
+    from rpevit.errors import UserError
+
+    path = _stopped_after_one_epoch(tiny_params, tiny_dataset, tmp_path / "run")
+    state = torch.load(path, weights_only=False)
+    assert state["device_type"] == "cpu" and state["precision"] == "fp32"
+    state["generator"] = torch.zeros(16, dtype=torch.uint8)  # as a CUDA generator's state is
+    state["device_type"] = "cuda"
+    torch.save(state, path)
+    record = train_run(tiny_params, tiny_dataset, "softmax+ape", 0, tmp_path / "run", epochs=2)
+    assert record["status"] == "finished" and "reseeded" in capsys.readouterr().out
+
+    path = _stopped_after_one_epoch(tiny_params, tiny_dataset, tmp_path / "bf16")
+    state = torch.load(path, weights_only=False)
+    state["precision"] = "bf16"  # as if trained under bf16 autocast on a GPU
+    torch.save(state, path)
+    with pytest.raises(UserError, match=r"trained in bf16.*would continue in fp32"):
+        train_run(tiny_params, tiny_dataset, "softmax+ape", 0, tmp_path / "bf16", epochs=2)
+    assert path.is_file()  # kept for a resume where it was trained
+
+
+def test_compile_time_is_reported_apart_and_inference_is_timed_as_recorded(
+    tiny_params, tiny_dataset, tmp_path, monkeypatch
+):
+    """Issue 19 defect 7: epoch 1's time included compilation, and inference was timed fp32/eager
+    while the record said bf16/compiled. A stand-in compiler spends 2 s on each new input shape."""
+    import dataclasses
+    import time
+
+    from rpevit import metrics
+    from rpevit import train as train_module
+
+    class SlowCompile(torch.nn.Module):
+        def __init__(self, model):
+            super().__init__()
+            self.model, self.shapes = model, set()
+
+        def forward(self, x):
+            if (x.shape, self.model.training) not in self.shapes:
+                self.shapes.add((x.shape, self.model.training))
+                time.sleep(2.0)
+            return self.model(x)
+
+    timed = {}
+
+    def spy(model, images, **kwargs):
+        timed.update(kwargs)
+        return real_timing(model, images, **kwargs)
+
+    real_timing = metrics.inference_timing
+    monkeypatch.setattr(torch, "compile", SlowCompile)
+    monkeypatch.setattr(train_module, "compiles", lambda train_cfg, device: train_cfg.compile)
+    monkeypatch.setattr(metrics, "inference_timing", spy)
+    params = dataclasses.replace(tiny_params, train=dataclasses.replace(tiny_params.train, compile=True, amp="bf16"))
+    record = train_run(params, tiny_dataset, "softmax+ape", 0, tmp_path, epochs=2)
+    history = records.read_history(tmp_path)
+    assert record["compiled"] and record["amp"] == "bf16"
+    assert record["compile_seconds"] >= 2.0 and history[0]["seconds"] < history[1]["seconds"] + 1.5
+    assert timed["amp"] == "bf16" and timed["compile_model"] is True
+
+
+def test_deterministic_on_request_and_restored_after(tiny_params, tiny_dataset, tmp_path, monkeypatch):
+    """Issue 19 defect 10: a CUDA resume is bitwise only with deterministic kernels and cuBLAS's
+    fixed workspace; `train.deterministic: true` asks for both (key-neutral), for the run only."""
+    import dataclasses
+    import os
+
+    from rpevit import runs
+
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    seen = []
+    params = dataclasses.replace(tiny_params, train=dataclasses.replace(tiny_params.train, deterministic=True))
+    assert runs.run_key(params, "mnist5k", "softmax+ape", 0) == runs.run_key(tiny_params, "mnist5k", "softmax+ape", 0)
+    record = train_run(
+        params,
+        tiny_dataset,
+        "softmax+ape",
+        0,
+        tmp_path,
+        epochs=1,
+        on_epoch_end=lambda row: seen.append(torch.are_deterministic_algorithms_enabled()),
+    )
+    assert record["status"] == "finished" and seen == [True]
+    assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+    assert not torch.are_deterministic_algorithms_enabled()

@@ -24,13 +24,13 @@ inspection and as the test reference.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Literal
 
 import torch
 from torch import nn
 
-from .. import distributed
 from ..errors import UserError
 from ..options import neutral
 from ..precision import autocast_off, compute_dtype
@@ -147,7 +147,6 @@ class LinearAttention(nn.Module):
                 out = biased_linear_attention(*pairs, v.to(dtype), grid, *_bias_terms(bias, grid))
             else:  # small grids: the same attention through its N×N matrix is cheaper
                 out = biased_linear_weights(*pairs, grid, *_bias_terms(bias, grid)) @ v.to(dtype)
-        self._after_forward()
         return out.to(v.dtype)
 
     def weights(self, q, k, grid, bias=None, feature_rotation=None):
@@ -181,9 +180,6 @@ class LinearAttention(nn.Module):
             return fft_is_cheaper(grid, self.num_features, head_dim)
         return self.bias_path == "fft"
 
-    def _after_forward(self) -> None:
-        """Hook run after every forward call (FAVOR+ counts calls for its redraw policy)."""
-
 
 @dataclass(frozen=True)
 class FavorOptions:
@@ -207,6 +203,13 @@ class FavorOptions:
             raise UserError(f"{where}.redraw_steps must be ≥ 0 (0 = never redraw), got {self.redraw_steps}.")
 
 
+def feature_seed(seed: int, layer: int, draw: int) -> int:
+    """The seed of FAVOR+'s ω for (run seed, layer index, redraw count): a 63-bit hash of the three,
+    the same in every process, so data-parallel ranks draw the same ω with no communication."""
+    digest = hashlib.sha256(f"rpevit favor+ omega {seed} {layer} {draw}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1
+
+
 class FavorAttention(LinearAttention):
     """FAVOR+ Performer attention (positive orthogonal random features for exp(qᵀk/√d)).
 
@@ -214,11 +217,16 @@ class FavorAttention(LinearAttention):
     d·ln d, rounded up to a multiple of 4 so a post-map RoPE-Axial (m % 4 == 0) fits; d = 16 →
     48, d = 32 → 112, d = 64 → 268. One ω (m, d) per layer, shared by q and k (separate draws
     bias the estimator) and by all heads, stored in the `omega` buffer (in state_dict), drawn at
-    init from the global torch RNG. With options.redraw_steps = k > 0 a fresh ω is drawn
-    after every k-th training-mode forward call (counted in the `redraw_counter` buffer, so it
-    is checkpointed); k = 0 never redraws; eval mode never redraws nor counts. A redraw swaps in
-    a new tensor (no in-place write), so graphs built with the old ω still backpropagate.
-    `feature_eps` is the floor ε added to the features (FAVOR_EPS = 1e-6).
+    init from the global torch RNG (so a run's init is that of earlier rpevit versions). With
+    options.redraw_steps = k > 0 a fresh ω is drawn after every k-th training step
+    (`count_training_step`, called by the training loop outside any compiled region, so the
+    count never enters a compiled graph's guards; it is kept in the `redraw_counter` buffer, so
+    it is checkpointed); k = 0 never redraws. A redraw's ω comes from a generator seeded by
+    `feature_seed(run seed, layer index, redraw count)` (Choromanski et al. 2021 §4: any fresh
+    independent draw serves), so every data-parallel rank draws the same matrix without a
+    broadcast; the model sets (seed, layer) with `place`. A redraw swaps in a new tensor (no
+    in-place write), so graphs built with the old ω still backpropagate. `feature_eps` is the
+    floor ε added to the features (FAVOR_EPS = 1e-6).
     """
 
     Options = FavorOptions
@@ -234,7 +242,12 @@ class FavorAttention(LinearAttention):
         self.feature_eps = FAVOR_EPS
         self.register_buffer("omega", orthogonal_gaussian_matrix(m, head_dim))  # (m, d)
         self.register_buffer("redraw_counter", torch.zeros((), dtype=torch.long))
-        self._calls = 0  # python mirror of redraw_counter: no device sync per forward
+        self._calls = 0  # python mirror of redraw_counter: no device sync per step
+        self.seed, self.layer = 0, 0
+
+    def place(self, seed: int, layer: int) -> None:
+        """The run seed and this layer's index, which seed every redraw of ω."""
+        self.seed, self.layer = int(seed), int(layer)
 
     def features(self, q, k):
         """Stabilized FAVOR+ features φ(q) (per-token max), φ(k) (one max per batch, head)."""
@@ -244,12 +257,12 @@ class FavorAttention(LinearAttention):
         )
 
     def redraw(self) -> None:
-        """Replace ω by a fresh draw from the global torch RNG (same device and dtype); in a
-        data-parallel run, by rank 0's draw on every rank (rpevit.distributed)."""
-        omega = orthogonal_gaussian_matrix(self.num_features, self.head_dim).to(self.omega)
-        self.omega = distributed.broadcast_from_main(omega)
+        """Replace ω by the draw for (seed, layer, steps counted so far), on ω's device and dtype."""
+        generator = torch.Generator().manual_seed(feature_seed(self.seed, self.layer, self._calls))
+        self.omega = orthogonal_gaussian_matrix(self.num_features, self.head_dim, generator).to(self.omega)
 
-    def _after_forward(self) -> None:
+    def count_training_step(self) -> None:
+        """Count one training step (training mode only); redraw ω after every `redraw_steps`-th."""
         if not self.training or self.redraw_steps <= 0:
             return
         self._calls += 1

@@ -306,6 +306,11 @@ def choose_path(grid, m: int, d: int, device: torch.device, decay: bool) -> str:
     return "fft" if FFT_PER_AXIS * fft < axis else "axis"
 
 
+def _host_readable(tensor: torch.Tensor) -> bool:
+    """True where reading a value costs no device sync and no graph break (a CPU tensor, eager)."""
+    return tensor.device.type == "cpu" and not torch.compiler.is_compiling()
+
+
 def separable_linear_attention(
     q_num,
     k_num,
@@ -328,7 +333,9 @@ def separable_linear_attention(
     table = row[:, :, None] + col[:, None, :]); cls_terms (h, 3) = [CLS→patch, patch→CLS, CLS→CLS]
     or None (= 0). `decay`: rates λ (h,) or (h, 2) = [λ_row, λ_col] ≥ 0 when the bias is the
     Manhattan decay −λ_row·|Δrow| − λ_col·|Δcol| (enables the "scan" path; the logits, if not given,
-    are built from it). `path`: "auto" (choose_path), "axis", "scan", "fft" or "dense". Output in
+    are built from it; the sign is checked on CPU only — on an accelerator reading it would stall
+    the device each layer, and the callers' rates are positive by construction). `path`: "auto"
+    (choose_path), "axis", "scan", "fft" or "dense". Output in
     the compute dtype max(float32, inputs); identical results on every path up to round-off.
     """
     heads, tokens, m = q_num.shape[1:]
@@ -347,9 +354,11 @@ def separable_linear_attention(
     _check_factors(row_logits, col_logits, grid, heads)
     if cls_terms is not None and tuple(cls_terms.shape) != (heads, 3):
         raise ValueError(f"cls_terms must be (heads={heads}, 3), got {tuple(cls_terms.shape)}")
+    if decay is not None and _host_readable(decay) and bool((decay < 0).any()):
+        raise ValueError("decay rates must be λ ≥ 0 (the scan recurrences and the decay bias need them)")
     if path == "auto":
-        path = choose_path(grid, m, v.shape[-1], q_num.device, decay is not None and bool((decay >= 0).all()))
-    if path == "scan" and (decay is None or bool((decay < 0).any())):
+        path = choose_path(grid, m, v.shape[-1], q_num.device, decay is not None)
+    if path == "scan" and decay is None:
         raise ValueError("the scan path needs decay rates λ ≥ 0")
     dtype = _compute_dtype(q_num, k_num, q_den, k_den, v, row_logits, col_logits, cls_terms)
     row_logits, col_logits = row_logits.to(dtype), col_logits.to(dtype)

@@ -256,10 +256,10 @@ _ORDER = {"channels_first": (0, 1, 2, 3, 4), "rows_first": (0, 3, 1, 2, 4)}  # m
 def _outer(k_num, values, k_den, layout):
     """Channels (gc, lc, E, H, W) of G_j = ψ(k_j) ⊗ [v_j, 1], with φ(k_j) in the last channel, stored
     in the operator's memory layout (a permuted view when "rows_first")."""
-    shape = (k_num.shape[0], k_num.shape[1], values.shape[1]) + tuple(k_num.shape[2:])
-    order = _ORDER[layout]
-    x = k_num.new_empty([shape[i] for i in order]).permute(*[order.index(i) for i in range(5)])
-    torch.mul(k_num[:, :, None], values[:, None], out=x)
+    order, inverse = _ORDER[layout], [_ORDER[layout].index(i) for i in range(5)]
+    # the product of the permuted factors is contiguous in the layout's memory order; its inverse
+    # permutation is the (gc, lc, E, H, W) view (no `out=` into a permuted view: a graph break)
+    x = torch.mul(k_num[:, :, None].permute(*order), values[:, None].permute(*order)).permute(*inverse)
     if k_den is not None:
         x[:, :, -1] = k_den
     return x
@@ -304,6 +304,12 @@ class _KernelSums(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_num, grad_den):
+        # in the forward's precision even when backward() is called inside an autocast region
+        with autocast_off(ctx.saved_tensors[0].device):
+            return _KernelSums._gradients(ctx, grad_num, grad_den)
+
+    @staticmethod
+    def _gradients(ctx, grad_num, grad_den):
         q_num, k_num, q_den, k_den, v, *params = ctx.saved_tensors
         op, shared, heads = ctx.op, ctx.shared, ctx.heads
         need = ctx.needs_input_grad[3:]

@@ -94,8 +94,8 @@ class ManhattanDecay(RelativeBias):
     def axis_rates(self, grid) -> torch.Tensor:
         """The rates along each axis on this grid, [λ_h·s_row, λ_h·s_col]: (heads, 2)."""
         rates = self.decay_rates()
-        scale = torch.tensor(grid.scale(), device=rates.device, dtype=rates.dtype)
-        return rates[:, None] * scale
+        scale_rows, scale_cols = grid.scale()  # Python numbers: no host→device copy per forward
+        return torch.stack((rates * scale_rows, rates * scale_cols), dim=-1)
 
     def factors(self, grid):
         """(−λ_h·|Δrow·s_row| (heads, 2H−1), −λ_h·|Δcol·s_col| (heads, 2W−1))."""

@@ -1,0 +1,255 @@
+"""`python -m rpevit doctor --gpu`: the GPU acceptance run of issue 19, for whoever has a CUDA GPU.
+
+One line per check, `ok`, `FAIL` or `skip`, then the path of the benchmark report:
+
+- device: the GPU, its memory, CUDA and torch versions, whether it computes in bf16;
+- cuda tests: tests/test_gpu.py (every variant trains in bf16; fast paths and cuFFT against the
+  dense N×N path in fp32; SDPA finds a fused kernel; compile == eager; an exact resume);
+- sync-free steps: SYNC_STEPS training steps of every variant under
+  `torch.cuda.set_sync_debug_mode("warn")`, counting the host syncs it reports (want 0);
+- torchrun nccl: a 2-process data-parallel training over NCCL (needs 2 GPUs);
+- ray study: a tiny study with `--engine ray --gpus-per-run 0.5` (two runs share the GPU);
+- bench: training images/s in bf16 with MFU against the GPU's stated dense bf16 peak, and
+  `bench attention`, written to reports/bench/gpu_<device>.md.
+
+Without a CUDA device it exits at once with status 2 and the one line "error: no CUDA device …".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from .errors import UserError
+
+SYNC_STEPS = 20
+# dense (no sparsity) bf16 tensor-core peaks, TFLOP/s, from NVIDIA's data sheets; the longest
+# name contained in torch.cuda.get_device_name() wins
+BF16_PEAK_TFLOPS = {
+    "B200": 2250.0,
+    "B100": 1750.0,
+    "H200": 989.4,
+    "GH200": 989.4,
+    "H100 NVL": 835.0,
+    "H100 PCIe": 756.0,
+    "H100": 989.4,  # SXM
+    "A100": 312.0,
+    "L40S": 362.0,
+    "L40": 181.0,
+    "L4": 121.0,
+    "A10G": 70.0,
+    "A10": 125.0,
+}
+DOCTOR_PRESET = """\
+name: gpu_doctor
+description: the tiny study of `python -m rpevit doctor --gpu`
+datasets: [mnist5k]
+variants: [softmax+rope_mixed, favor+krpe]
+seeds: [0]
+model: {patch_size: 7, dim: 32, depth: 2, heads: 2, mlp_dim: 64, pool: cls, favor: {redraw_steps: 5}}
+train: {epochs: 1, batch_size: 64, device: cuda, amp: bf16, timing_images: 64}
+"""
+BENCH_VARIANTS = ("softmax+ape", "favor+ape", "relu+ape", "favor+rope_mixed+krpe")
+
+
+def bf16_peak(name: str) -> float | None:
+    """The GPU's stated dense bf16 peak in FLOP/s, or None when the table does not know it."""
+    known = [key for key in BF16_PEAK_TFLOPS if key.lower() in name.lower()]
+    return BF16_PEAK_TFLOPS[max(known, key=len)] * 1e12 if known else None
+
+
+def require_cuda() -> torch.device:
+    """The CUDA device, or one UserError naming what this torch build sees."""
+    if not torch.cuda.is_available():
+        build = f"torch {torch.__version__}" + ("" if torch.version.cuda else " (a CPU-only build)")
+        raise UserError(
+            f"no CUDA device: {build} sees no GPU; `doctor --gpu` runs only on a CUDA machine (a GPU "
+            "machine with a CPU build: bash scripts/install_torch.sh .venv/bin/python 2.13.0 0.28.0)."
+        )
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+def _line(status: str, check: str, detail: str) -> bool:
+    print(f"{status:<5} {check}: {detail}", flush=True)
+    return status != "FAIL"
+
+
+def _run(command: list[str], env: dict | None = None, timeout: int = 3600) -> tuple[int, str]:
+    result = subprocess.run(
+        command, capture_output=True, text=True, env={**os.environ, **(env or {})}, timeout=timeout, check=False
+    )
+    return result.returncode, result.stdout + result.stderr
+
+
+def _tail(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1][:300] if lines else "(no output)"
+
+
+def check_cuda_tests(root: Path) -> bool:
+    tests = root / "tests" / "test_gpu.py"
+    if not tests.is_file():
+        return _line("skip", "cuda tests", f"{tests} is not here (run from a clone of the repository)")
+    code, output = _run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tests)])
+    summary = _tail(output)
+    return _line("ok" if code == 0 and "skipped" not in summary else "FAIL", "cuda tests", summary)
+
+
+def _sync_warnings(variant: str, device: torch.device) -> list[str]:
+    """Host syncs reported in SYNC_STEPS bf16 training steps of a tiny model of `variant` (one
+    untimed step first: caches are built once; FAVOR+ redraws, outside the step, are allowed)."""
+    from .model import build_model
+
+    torch.manual_seed(0)
+    size = {"dim": 32, "depth": 2, "heads": 2, "mlp_dim": 32, "image_size": 16, "patch_size": 4, "channels": 1}
+    model = build_model(variant, num_classes=10, favor={"redraw_steps": 7}, **size).to(device).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    images = torch.randn(SYNC_STEPS + 1, 8, 1, 16, 16, device=device)
+    labels = torch.randint(0, 10, (SYNC_STEPS + 1, 8), device=device)
+
+    def step(i):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = F.cross_entropy(model(images[i]).float(), labels[i])
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+
+    step(0)
+    model.count_training_step()
+    reported = []
+    for i in range(1, SYNC_STEPS + 1):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                step(i)
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+        reported += [str(w.message).splitlines()[0] for w in caught]
+        model.count_training_step()
+    return reported
+
+
+def check_sync_free(device: torch.device) -> bool:
+    from .variants import list_variants
+
+    offenders = {}
+    for variant in list_variants():
+        reported = _sync_warnings(variant, device)
+        if reported:
+            offenders[variant] = reported[0]
+    detail = f"{len(list_variants())} variants × {SYNC_STEPS} bf16 steps, {len(offenders)} with host syncs"
+    if offenders:
+        first = next(iter(offenders.items()))
+        detail += f" (first: {first[0]}: {first[1][:160]})"
+    return _line("FAIL" if offenders else "ok", "sync-free steps", detail)
+
+
+def _preset(directory: Path) -> Path:
+    path = directory / "gpu_doctor.yaml"
+    path.write_text(DOCTOR_PRESET)
+    return path
+
+
+def check_torchrun(directory: Path) -> bool:
+    if torch.cuda.device_count() < 2:
+        return _line(
+            "skip", "torchrun nccl", f"needs 2 GPUs (NCCL takes one per rank), {torch.cuda.device_count()} visible"
+        )
+    torchrun = Path(sys.executable).with_name("torchrun")
+    command = [str(torchrun), "--standalone", "--nproc-per-node", "2", "-m", "rpevit", "train"]
+    command += ["--params", str(_preset(directory)), "--variant", "favor+krpe", "--no-progress"]
+    code, output = _run(command, env={"RPEVIT_RUNS": str(directory / "torchrun_runs")})
+    ok = code == 0 and "data-parallel over 2 processes" in output
+    return _line("ok" if ok else "FAIL", "torchrun nccl", _tail(output))
+
+
+def check_ray(directory: Path) -> bool:
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        return _line("FAIL", "ray study", "Ray is not installed: pip install -e '.[cluster]'")
+    command = [sys.executable, "-m", "rpevit", "study", str(_preset(directory)), "--engine", "ray"]
+    command += ["--gpus-per-run", "0.5", "--no-progress"]
+    env = {"RPEVIT_RUNS": str(directory / "ray_runs"), "RPEVIT_REPORTS": str(directory / "ray_reports")}
+    code, output = _run(command, env=env)
+    return _line("ok" if code == 0 else "FAIL", "ray study", _tail(output))
+
+
+def training_throughput(variant: str, device: torch.device, steps: int = 30) -> tuple[float, float]:
+    """(training images/s in bf16, training FLOPs per image ≈ 3 × forward matmul FLOPs) of the
+    smoke preset's model on random 28×28 images at batch 256."""
+    from . import metrics
+    from .bench import train_throughput
+    from .params import load_params
+
+    params = load_params("smoke")
+    params = dataclasses.replace(
+        params, train=dataclasses.replace(params.train, batch_size=256, amp="bf16", device="cuda")
+    )
+    rate = train_throughput(params, variant, device, steps)
+    from .runs import untrained_model
+
+    model = untrained_model(params, params.datasets[0], variant, device=device)
+    flops = 3 * metrics.matmul_flops(model, torch.randn(2, 1, 28, 28, device=device))
+    return rate, flops
+
+
+def write_bench(device: torch.device, root: Path) -> tuple[bool, Path]:
+    name = torch.cuda.get_device_name(device)
+    peak = bf16_peak(name)
+    rows = []
+    for variant in BENCH_VARIANTS:
+        rate, flops = training_throughput(variant, device)
+        mfu = f"{100 * rate * flops / peak:.2f}%" if peak else "n/a"
+        rows.append(f"| {variant} | {rate:,.0f} | {flops / 1e6:,.1f} | {rate * flops / 1e12:.2f} | {mfu} |")
+    code, attention = _run([sys.executable, "-m", "rpevit", "bench", "attention", "--device", "cuda"])
+    slug = re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
+    path = root / "reports" / "bench" / f"gpu_{slug}.md"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    peak_text = f"{peak / 1e12:g} TFLOP/s dense bf16 (stated)" if peak else "unknown (add it to BF16_PEAK_TFLOPS)"
+    path.write_text(
+        f"# GPU benchmark: {name}\n\n"
+        f"`python -m rpevit doctor --gpu`, {time.strftime('%Y-%m-%d %H:%M %Z')}, torch {torch.__version__}, "
+        f"CUDA {torch.version.cuda}. Peak: {peak_text}.\n\n"
+        "## Training throughput, bf16 autocast, smoke-preset model, batch 256, eager\n\n"
+        "MFU = images/s × training FLOPs per image (3 × forward matmul FLOPs) / peak.\n\n"
+        "| variant | images/s | MFLOP/image | TFLOP/s | MFU |\n|---|---|---|---|---|\n"
+        + "\n".join(rows)
+        + "\n\n## bench attention\n\n```\n"
+        + attention.strip()
+        + "\n```\n"
+    )
+    return code == 0, path
+
+
+def run_gpu_doctor(root: Path) -> int:
+    """Every check in turn (one line each); 0 when none failed, 1 otherwise."""
+    device = require_cuda()
+    properties = torch.cuda.get_device_properties(device)
+    ok = _line(
+        "ok",
+        "device",
+        f"{properties.name}, {properties.total_memory / 2**30:.0f} GiB, CUDA {torch.version.cuda}, "
+        f"torch {torch.__version__}, bf16 {'yes' if torch.cuda.is_bf16_supported() else 'no (amp auto = fp32)'}",
+    )
+    with tempfile.TemporaryDirectory(prefix="rpevit-doctor-") as scratch:
+        directory = Path(scratch)
+        ok &= check_cuda_tests(root)
+        ok &= check_sync_free(device)
+        ok &= check_torchrun(directory)
+        ok &= check_ray(directory)
+        bench_ok, path = write_bench(device, root)
+        ok &= _line("ok" if bench_ok else "FAIL", "bench", f"written to {path}")
+    return 0 if ok else 1
