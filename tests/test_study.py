@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from rpevit import records, runs, study
+from rpevit import cell, records, runs, study
 from rpevit import train as train_module
 from rpevit.train import Diverged, train_run
 
@@ -34,7 +34,7 @@ def counted(monkeypatch, tiny_dataset):
         return train_run(params, dataset, variant, seed, out_dir, **kwargs)
 
     monkeypatch.setattr(runs, "dataset_for", lambda *a, **k: tiny_dataset)
-    monkeypatch.setattr(study, "train_run", fake_train)
+    monkeypatch.setattr(cell, "train_run", fake_train)
     return calls, state
 
 
