@@ -65,6 +65,9 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workdir", type=Path)
     args = parser.parse_args()
+    if args.workdir is not None and not args.workdir.is_dir():
+        print(f"error: --workdir {args.workdir} is not a directory; create it, or leave --workdir out", file=sys.stderr)
+        return 2
     work = args.workdir or Path(tempfile.mkdtemp(prefix="kill-resume-"))
     preset = work / "killtest.yaml"
     preset.write_text(PRESET)
