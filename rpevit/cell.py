@@ -150,16 +150,19 @@ def settle(cell: Cell, repair: bool) -> State:
     if why:
         set_aside(directory / records.HISTORY, why)
     kept_history = None
-    if keep and kept_current is not None:
-        kept_history, why = _read(kept / records.HISTORY, records.history_problem, _expected_epochs(kept_current))
+    if keep:
+        epochs = kept_current and _expected_epochs(kept_current)
+        kept_history, why = _read(kept / records.HISTORY, records.history_problem, epochs)
         if why:
             set_aside(kept / records.HISTORY, why)
-        if kept_history is None and current is None and kept_current.get("status") == "finished":
+    if kept_current is not None and kept_history is None and current is None:
+        if kept_current.get("status") == "finished":
             set_aside(kept / records.RECORD, "its history is damaged or lost and runs/ has no copy")
             kept_current = None
 
     if current is not None and current.get("status") == "finished" and not final and previous:
-        set_aside(directory / records.RECORD, "the final checkpoint (its tested weights) is lost", tag="unverified")
+        why = f"its final {records.CHECKPOINT} (the tested weights) is lost; the last epoch is trained again"
+        set_aside(directory / records.RECORD, why, tag="unverified")
         current, state.train = None, True
     if current is not None and current.get("status") == "finished" and history is None:
         current = _rebuild_history(cell, current, kept_current, kept_history, final, fix, set_aside)
@@ -172,8 +175,9 @@ def settle(cell: Cell, repair: bool) -> State:
 
     state.record = current or kept_current
     state.train = state.train or state.record is None
-    if keep and current is not None and _differs(directory, kept):
-        fix(f"kept copy in {kept} restored from {directory}", lambda: records.keep(directory, kept))
+    stale = _differs(directory, kept) if keep and current is not None else []
+    if stale:
+        fix(f"kept {' and '.join(stale)} in {kept} restored from {directory}", lambda: records.keep(directory, kept))
     state.evaluate = not state.train and needs_evaluation(cell.params, state.record)
     return state
 
@@ -202,13 +206,14 @@ def _history_from_checkpoint(directory: Path, record: dict) -> None:
     records.write_csv(directory / records.HISTORY, checkpoint["history"])
 
 
-def _differs(directory: Path, kept: Path) -> bool:
-    """True if the kept copy lacks a file of the run directory's record and history or differs from it."""
-    for name in records.KEPT:
-        source, copy = directory / name, kept / name
-        if source.is_file() and (not copy.is_file() or copy.read_bytes() != source.read_bytes()):
-            return True
-    return False
+def _differs(directory: Path, kept: Path) -> list[str]:
+    """The names of the run directory's record and history that the kept copy lacks or differs from."""
+    return [
+        name
+        for name in records.KEPT
+        if (directory / name).is_file()
+        and (not (kept / name).is_file() or (kept / name).read_bytes() != (directory / name).read_bytes())
+    ]
 
 
 def needs_evaluation(params: Params, record: dict | None) -> bool:
