@@ -261,3 +261,33 @@ def test_compare_engines_reports_a_ratio(ray_cluster, tiny_params, tmp_path, cap
     )
     assert result["runs"] == 2 and result["workers"] == 2 and result["ratio"] > 0
     assert "sequential / ray:" in capsys.readouterr().out
+
+
+def test_both_engines_keep_the_same_files(ray_cluster, tiny_params, one_thread, tmp_path):
+    """keep_records under --engine ray: the same kept records and histories as the sequential engine
+    (same results; timings aside), both going through one grid cell."""
+    params = dataclasses.replace(
+        tiny_params,
+        variants=("softmax+ape",),
+        seeds=(0, 1),
+        keep_records=True,
+        train=dataclasses.replace(tiny_params.train, epochs=1),
+        evaluate=dataclasses.replace(tiny_params.evaluate, resolutions=(20,)),
+    )
+    loader = functools.partial(tiny_loader, n_train=128)
+    sequential(params, tmp_path / "seq", loader)
+    cluster.run_study_ray(
+        params, runs_root=tmp_path / "ray" / "runs", reports_root=tmp_path / "ray" / "reports", dataset_loader=loader
+    )
+    kept = {engine: tmp_path / engine / "reports" / "tiny" / "records" for engine in ("seq", "ray")}
+    files = {engine: sorted(p.relative_to(kept[engine]) for p in kept[engine].rglob("*")) for engine in kept}
+    assert files["seq"] == files["ray"] and len([f for f in files["seq"] if f.name == "record.json"]) == 2
+    for name in files["seq"]:
+        if name.name == records.RECORD:
+            seq, ray = (json.loads((kept[e] / name).read_text()) for e in ("seq", "ray"))
+            assert cluster.result_fields(seq) == cluster.result_fields(ray) and seq["resolution_eval"], name
+        elif name.name == records.HISTORY:
+            seq, ray = (
+                [r.rsplit(",", 1)[0] for r in (kept[e] / name).read_text().splitlines()] for e in ("seq", "ray")
+            )
+            assert seq == ray, name
