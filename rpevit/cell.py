@@ -268,7 +268,8 @@ def run_cell(cell: Cell, load, *, progress: bool = False) -> dict:
             record = _current(cell) or state.record
             if needs_evaluation(cell.params, record):
                 _evaluate(cell, load)
-            if cell.params.keep_records and _current(cell) is not None:
+            if cell.params.keep_records and _current(cell) is not None and _differs(cell.dir, cell.kept_dir):
+                print(f"[{cell.label}] keeping its record and history in {cell.kept_dir}", flush=True)
                 records.keep(cell.dir, cell.kept_dir)
             record = _current(cell) or state.record
     except records.RunBusy as exc:

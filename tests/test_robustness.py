@@ -273,17 +273,18 @@ def test_argparse_mistakes_are_one_line(capsys):
 
 
 def test_kill_and_resume_harness(tmp_path):
-    """SIGKILL at random points of a tiny run, again and again: the final record and history equal an
-    uninterrupted run's (scripts/kill_resume.py, also runnable by hand with more kills)."""
+    """SIGKILL a tiny study in training (twice), in evaluation and in keeping: the finished record,
+    history and kept copy equal an uninterrupted run's (scripts/kill_resume.py; --kills 20 by hand)."""
     result = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "kill_resume.py"), "--kills", "3", "--workdir", str(tmp_path)],
+        [sys.executable, str(ROOT / "scripts" / "kill_resume.py"), "--kills", "4", "--workdir", str(tmp_path)],
         capture_output=True,
         text=True,
         cwd=ROOT,
         timeout=300,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "identical" in result.stdout and "kills that landed: 0" not in result.stdout
+    assert "kept copies identical" in result.stdout and "kills that landed: 0" not in result.stdout
+    assert re.search(r"[1-9]\d* in train, [1-9]\d* in evaluate", result.stdout), result.stdout
 
 
 def test_preflight_catches_model_errors_without_touching_the_rng():
