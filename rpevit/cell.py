@@ -84,17 +84,18 @@ class State:
 
     record: dict | None = None
     repairs: list[str] = field(default_factory=list)  # what was (or would be) repaired
+    damaged: bool = False  # a file was (or would be) set aside
     train: bool = False
     evaluate: bool = False
 
     @property
     def kind(self) -> str:
-        """finished | missing | damaged | stale."""
-        if self.train and self.record is None and not self.repairs:
-            return "missing"
-        if any("damaged" in r or "lost" in r for r in self.repairs):
+        """finished | missing (to train) | damaged | stale (the kept copy or resolution rows behind)."""
+        if self.damaged:
             return "damaged"
-        return "stale" if self.repairs or self.evaluate or self.train else "finished"
+        if self.train:
+            return "missing"
+        return "stale" if self.work else "finished"
 
     @property
     def work(self) -> bool:
@@ -124,6 +125,7 @@ def settle(cell: Cell, repair: bool) -> State:
                 records.note(f"repaired: {message}")
 
     def set_aside(path: Path, why: str, tag: str = "damaged") -> None:
+        state.damaged = True
         fix(f"{path} is {tag}: {why}", lambda: records.move_aside(path, why, tag), names_itself=True)
 
     record, why = _read(directory / records.RECORD, records.record_problem)

@@ -110,12 +110,12 @@ def outcome(row: dict, before: State) -> tuple[str, str]:
 
 
 def announce(params: Params, states: list[State], where: str = "") -> None:
-    """One line: how many runs the grid has, how many are finished, to train, to repair or evaluate."""
-    train = sum(s.train for s in states)
-    other = sum(s.work and not s.train for s in states)
+    """One line: how many runs the grid has and how many are finished, missing, damaged or stale."""
+    kinds = [s.kind for s in states]
+    repair = [f"{kinds.count(k)} {k}" for k in ("damaged", "stale") if k in kinds]
     print(
-        f"study {params.name}{where}: {len(states)} runs, {len(states) - train - other} already finished, "
-        f"{train} to run" + (f", {other} to repair or evaluate" if other else ""),
+        f"study {params.name}{where}: {len(states)} runs, {kinds.count('finished')} already finished, "
+        f"{kinds.count('missing')} to run" + (f"; to repair: {', '.join(repair)}" if repair else ""),
         flush=True,
     )
 

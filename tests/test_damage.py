@@ -11,7 +11,7 @@ import shutil
 
 import pytest
 
-from rpevit import records, study
+from rpevit import cell, records, study
 from rpevit.data import Dataset, Split
 from rpevit.params import EvaluateConfig
 from rpevit.schema import result_view
@@ -156,3 +156,25 @@ def test_a_kept_record_left_stale_by_a_kill_during_evaluation_is_restored(tiny, 
     )
     assert files["kept record"].read_bytes() == files["record"].read_bytes()
     assert "restored from" in (tmp_path / "reports" / "damage" / "summary.md").read_text()
+
+
+def test_settle_without_repair_only_looks(tiny, tmp_path):
+    """The state is decided from both copies; a look (repair=False, what the Ray driver does) moves nothing."""
+    params, _, root = tiny
+    shutil.copytree(root / "finished", tmp_path / "finished")
+    shutil.copytree(root / "unfinished", tmp_path / "unfinished")
+
+    def look(where):
+        (run,) = cell.cells(params, tmp_path / where / "runs", tmp_path / where / "reports")
+        return cell.settle(run, repair=False)
+
+    assert look("finished").kind == "finished" and not look("finished").work
+    assert look("unfinished").kind == "missing" and look("unfinished").train
+    files = _paths(tmp_path / "finished" / "runs", tmp_path / "finished" / "reports")
+    files["kept history"].unlink()
+    assert look("finished").kind == "stale" and "history.csv" in look("finished").repairs[0]
+    shutil.copy(root / "finished" / files["kept history"].relative_to(tmp_path / "finished"), files["kept history"])
+    files["record"].write_bytes(b"{")
+    state = look("finished")
+    assert state.kind == "damaged" and not state.train and state.record["status"] == "finished"  # the kept copy
+    assert files["record"].read_bytes() == b"{" and not list(files["record"].parent.glob("*.damaged-*"))
