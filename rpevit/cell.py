@@ -174,6 +174,8 @@ def settle(cell: Cell, repair: bool) -> State:
             lambda: [records.write_bytes(directory / n, (kept / n).read_bytes()) for n in records.KEPT],
         )
         current = kept_current
+    if current is None and record is None and (final or previous):
+        state.train = True  # interrupted here (or its record set aside): resume from the checkpoint
 
     state.record = current or kept_current
     state.train = state.train or state.record is None
@@ -202,9 +204,12 @@ def _rebuild_history(cell: Cell, current, kept_current, kept_history, final, fix
 
 
 def _history_from_checkpoint(directory: Path, record: dict) -> None:
+    """history.csv from the checkpoint's history; if it holds no complete one, the record goes aside."""
     checkpoint = records.load_checkpoint(directory / records.CHECKPOINT)
     if checkpoint is None or len(checkpoint["history"]) != record["epochs"]:
-        raise UserError(f"{directory}: the checkpoint holds no complete history to rebuild history.csv from")
+        why = "its history is lost and its checkpoint holds no complete one"
+        records.move_aside(directory / records.RECORD, why, tag="unverified")
+        return
     records.write_csv(directory / records.HISTORY, checkpoint["history"])
 
 
@@ -255,6 +260,8 @@ def run_cell(cell: Cell, load, *, progress: bool = False) -> dict:
         with records.RunLock(cell.dir):
             records.clean_temporary(cell.dir)
             state = settle(cell, repair=True)
+            if state.repairs:  # a second look sees what the repairs left (a record set aside: train)
+                state = settle(cell, repair=True)
             if state.train:
                 try:
                     train_run(
