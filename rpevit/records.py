@@ -263,7 +263,7 @@ class RunLock:
     _held: dict[Path, int] = {}
 
     def __init__(self, directory: Path):
-        self.path = Path(directory) / LOCK
+        self.path = Path(os.path.abspath(Path(directory) / LOCK))  # one key per directory, however spelled
 
     def __enter__(self) -> RunLock:
         if self._held.get(self.path):

@@ -367,3 +367,14 @@ def test_kill_harness_refuses_a_missing_workdir(tmp_path):
     )
     assert result.returncode == 2 and result.stderr.count("\n") == 1 and result.stderr.startswith("error: ")
     assert not missing.exists() and "Traceback" not in result.stderr
+
+
+def test_the_run_lock_is_re_entrant_within_a_process(tmp_path, monkeypatch):
+    """The grid cell holds the lock across training, evaluation and keeping; train_run takes it again
+    inside (spelled differently): the lock file stays until the outer holder lets go."""
+    monkeypatch.chdir(tmp_path)
+    with records.RunLock(tmp_path / "run"):
+        with records.RunLock("run"):
+            assert (tmp_path / "run" / records.LOCK).is_file()
+        assert (tmp_path / "run" / records.LOCK).is_file()
+    assert not (tmp_path / "run" / records.LOCK).exists()
