@@ -1,16 +1,18 @@
 """Study runner on a Ray cluster: one Ray Core task per run of a preset's grid.
 
-`run_study_ray` mirrors `study.run_study`: the same preflight, the same skip-what-is-finished
-rule, the same records, checkpoints and summary; only the runs go to Ray tasks instead of one
-loop. Ray does all the scheduling (resources per task: `cpus_per_run` CPUs and `gpus_per_run`
-GPUs, fractional GPUs pack several runs on one GPU) and retries a task whose worker process
-died (`max_retries`); the retried task resumes the run from its last epoch checkpoint. Python
-errors are not retried: the run is reported failed by name and the other runs go on.
+`run_study_ray` runs the grid cells `study.run_study` runs, each through the same
+`cell.run_cell` (repair, train, evaluate, keep), with the same preflight and summary; only the
+cells go to Ray tasks instead of one loop. The driver only looks (`cell.settle` without repairs)
+to choose the cells that have work. Ray does all the scheduling (resources per task:
+`cpus_per_run` CPUs and `gpus_per_run` GPUs, fractional GPUs pack several runs on one GPU) and
+retries a task whose worker process died (`max_retries`); the retried task resumes the run from
+its last epoch checkpoint. Python errors are not retried: the run is reported failed by name and
+the other runs go on.
 
-Records and checkpoints on disk are the source of truth, so the runs root must be one
-directory that the driver and every worker see at the same path (a shared filesystem on a
-multi-node cluster). Each task checks that: it must be able to write there and to see a check
-file the driver wrote there, else the run fails with one message saying so.
+Records and checkpoints on disk are the source of truth, so the runs root (and, for presets with
+keep_records, the reports root) must be one directory that the driver and every worker see at the
+same path (a shared filesystem on a multi-node cluster). Each task checks that: it must be able
+to write there and to see a check file the driver wrote there, else the run fails with one message saying so.
 
 Ray Core tasks, not Ray Tune: a run is already a complete, checkpointed job writing its own
 record; Tune would add its own trial directories, state and checkpoints beside them (two sources
@@ -249,18 +251,18 @@ def run_study_ray(
 ) -> list[dict]:
     """Run every missing run of the preset's grid as Ray tasks, then write the summary.
 
-    Like `study.run_study`: preflight first, finished runs skipped, interrupted ones resumed from
-    their checkpoint, diverged ones recorded and not retried, then the multi-resolution evaluation
-    (inside the run's task, on its worker; finished runs that lack it get an evaluation-only task)
-    and reports/<preset>/summary.{csv,md}. Each run is one task holding `cpus_per_run` CPUs (and
-    as many torch threads) and `gpus_per_run` GPUs (fractions pack runs on one GPU); a task whose
-    worker dies is retried up to `max_retries` times. `address`: a running Ray cluster (HOST:PORT,
-    or "auto" for the one `ray start` began on this machine; else $RAY_ADDRESS, else a new local
-    cluster on this machine's cores, shut down at the end); an initialised Ray is reused.
-    `progress`: a tqdm bar (True), one line per event (False), or by whether stdout is a terminal
-    (None). `dataset_loader(params, name)`: a picklable module-level function loading a dataset in
-    the workers (default `runs.dataset_for`). `on_event(dict)` is called in the driver for every
-    event (kind running/done/failed/diverged/skipped, dataset, variant, seed, host, pid, attempt).
+    Like `study.run_study`: preflight first, then one task per cell with work (cell.run_cell on a
+    worker: repairs, training resumed from its checkpoint, the multi-resolution evaluation, keeping;
+    diverged runs recorded and not retried), then reports/<preset>/summary.{csv,md}. Each run is one
+    task holding `cpus_per_run` CPUs (and as many torch threads) and `gpus_per_run` GPUs (fractions
+    pack runs on one GPU); a task whose worker dies is retried up to `max_retries` times. `address`:
+    a running Ray cluster (HOST:PORT, or "auto" for the one `ray start` began on this machine; else
+    $RAY_ADDRESS, else a new local cluster on this machine's cores, shut down at the end); an
+    initialised Ray is reused. `progress`: a tqdm bar (True), one line per event (False), or by
+    whether stdout is a terminal (None). `dataset_loader(params, name)`: a picklable module-level
+    function loading a dataset in the workers (default `runs.dataset_for`). `on_event(dict)` is
+    called in the driver for every event (kind running/done/failed/diverged/skipped, dataset,
+    variant, seed, host, pid, attempt).
 
     Returns the records of the grid in grid order, plus a row with status `failed` or `skipped`
     (and its `message`) for each run that failed or was skipped in this sitting.

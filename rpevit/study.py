@@ -4,8 +4,9 @@ Everything checkable is checked before the first run starts (runs.preflight). Fi
 record whose key matches the preset's settings, also under rpevit 0.1's key scheme) are skipped
 and interrupted runs resume from their last good checkpoint, so a study stopped at any point
 continues where it stopped and nothing finished is recomputed. A run another live process is
-training is skipped with a message; a diverged run is recorded as such, not retried; damaged
-files are moved aside and the summary says what was recovered.
+training is skipped with a message; a diverged run is recorded as such, not retried. Each grid
+cell goes through cell.run_cell (the run's state from runs/ and its kept copy, repairs, training,
+evaluation, keeping), as on Ray; the summary says what was recovered and repaired.
 """
 
 from __future__ import annotations
