@@ -118,3 +118,12 @@ def test_retime_times_only_busy_runs_again_and_keeps_them(grid_params, counted, 
     kept_copy = records.read_record(study.kept_dir(kept, "mnist5k", loaded["variant"], 0, roots["reports_root"]))
     assert kept_copy["ms_per_image_batched"] == retimed["ms_per_image_batched"]
     assert study.retime_study(kept, runs_root=tmp_path / "elsewhere", reports_root=roots["reports_root"]) == []
+
+
+def test_a_batch_larger_than_the_training_set_is_said(tiny_params, tiny_dataset, capsys):
+    big = dataclasses.replace(tiny_params, train=dataclasses.replace(tiny_params.train, batch_size=1000))
+    assert cell._loaded(lambda: tiny_dataset, big) is tiny_dataset
+    out = capsys.readouterr().out
+    assert "train.batch_size 1000 exceeds the 256 training images" in out and "one step" in out
+    cell._loaded(lambda: tiny_dataset, tiny_params)
+    assert capsys.readouterr().out == ""
