@@ -6,6 +6,9 @@ bench attention: forward+backward time and memory of one attention layer vs toke
                  backend bare and with each rotary method; T(4N)/T(N) and rotary overhead.
 bench levers:    training-throughput levers of one preset's model side by side: batch size ×
                  bf16 autocast × torch.compile, interleaved repeats, ratios to the fp32 eager baseline.
+bench speed:     every variant of a preset side by side: training images/s and inference ms/image
+                 over interleaved rounds (median and range), ratios to the first variant; the
+                 per-round table is what the time claims read (rpevit.claims).
 bench patches:   seed 000's patch-size sweep: a whole ViT on 32×32 images with patch 8/4/2/1
                  (16…1024 tokens), training and inference seconds per epoch, softmax vs Performers.
 """
@@ -104,6 +107,83 @@ def training_levers(
             }
         )
     return rows
+
+
+def variant_speeds(
+    params, variants, device, rounds: int = 5, train_steps: int = 3, infer_batches: int = 3, infer_batch: int = 256
+) -> list[dict]:
+    """Per (round, variant): training seconds per image (forward, backward, AdamW at the preset's batch
+    size) and inference milliseconds per image (batches of `infer_batch`), with the machine's load.
+
+    All models are built and warmed up first; then each round times every variant in turn, the order
+    rotating by one each round, so drifts in load and order effects touch every variant alike."""
+    from .metrics import machine_load
+
+    info = data_lib.DATASETS[params.datasets[0]]
+    shape = (info.channels, info.image_size, info.image_size)
+    cells = []
+    for variant in variants:
+        model = runs.untrained_model(params, info.name, variant, seed=0, device=device)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        x = torch.randn(params.train.batch_size, *shape, device=device)
+        y = torch.randint(0, info.num_classes, (params.train.batch_size,), device=device)
+        train = _train_step(model, model, optimizer, x, y, amp=False)
+        images = torch.randn(infer_batch, *shape, device=device)
+
+        def infer(model=model, images=images):
+            with torch.inference_mode():
+                model(images)
+
+        model.train()
+        timed(train, device, 1, warmup=2)
+        model.eval()
+        timed(infer, device, 1, warmup=2)
+        cells.append((variant, model, train, infer))
+    rows = []
+    for index in range(rounds):
+        shift = index % len(cells)
+        for variant, model, train, infer in cells[shift:] + cells[:shift]:
+            model.train()
+            train_seconds = sum(timed(train, device, train_steps))
+            model.eval()
+            infer_seconds = sum(timed(infer, device, infer_batches))
+            rows.append(
+                {
+                    "round": index,
+                    "variant": variant,
+                    "train_seconds_per_image": train_seconds / (train_steps * params.train.batch_size),
+                    "ms_per_image_batched": 1000 * infer_seconds / (infer_batches * infer_batch),
+                    **machine_load(),
+                }
+            )
+    return rows
+
+
+def speed_table(rounds: list[dict]) -> list[dict]:
+    """Median and range over rounds per variant, and ratios of medians to the first variant's."""
+    variants = list(dict.fromkeys(r["variant"] for r in rounds))
+    summary = []
+    for variant in variants:
+        mine = [r for r in rounds if r["variant"] == variant]
+        train = [1 / r["train_seconds_per_image"] for r in mine]
+        infer = [r["ms_per_image_batched"] for r in mine]
+        summary.append(
+            {
+                "variant": variant,
+                "train images/s": statistics.median(train),
+                "train min": min(train),
+                "train max": max(train),
+                "inference ms/image": statistics.median(infer),
+                "inference min": min(infer),
+                "inference max": max(infer),
+                "rounds": len(mine),
+            }
+        )
+    first = summary[0]
+    for row in summary:
+        row[f"train × {first['variant']}"] = row["train images/s"] / first["train images/s"]
+        row[f"inference time × {first['variant']}"] = row["inference ms/image"] / first["inference ms/image"]
+    return summary
 
 
 def data_throughput(params, device, steps: int) -> float:
@@ -455,6 +535,30 @@ def run_bench(what: str, args) -> None:
             params, variants, device, batches, steps=args.steps or 8, compile_model=not args.no_compile
         )
         print(markdown_table(rows, list(rows[0]), digits=2))
+        return None
+    if what == "speed":
+        from pathlib import Path
+
+        from .metrics import machine_load
+        from .records import write_csv
+
+        device = resolve_device(args.device)
+        params = load_params(args.params.split(",")[0])
+        variants = [v.strip() for v in args.variant.split(",")] if args.variant else list(params.variants)
+        before = machine_load()
+        rounds = variant_speeds(params, variants, device, rounds=args.rounds, train_steps=args.steps or 3)
+        after = machine_load()
+        print(
+            f"device: {device}, {torch.get_num_threads()} threads, torch {torch.__version__}; preset {params.name}'s "
+            f"model, {len(variants)} variants × {args.rounds} interleaved rounds ({args.steps or 3} training steps of "
+            f"batch {params.train.batch_size} and 3 inference batches of 256 per variant and round); 1-minute load "
+            f"average {before['load_average']:.2f} before, {after['load_average']:.2f} after, on "
+            f"{before['cpu_count']} cores\n"
+        )
+        print(markdown_table(speed_table(rounds), list(speed_table(rounds)[0]), digits=3))
+        if args.csv:
+            write_csv(Path(args.csv), rounds)
+            print(f"\nper-round timings: {args.csv}")
         return None
     if what == "patches":
         device = resolve_device(args.device)

@@ -68,14 +68,9 @@ class Cell:
         return record is not None and runs.matches(record.get("key"), self.params, *self.run)
 
 
-def cells(params: Params, runs_root, reports_root) -> list[Cell]:
-    """The preset's grid (datasets × canonical variants × seeds) as cells, in grid order."""
-    return [
-        Cell(params, d, parse_variant(v).name, s, Path(runs_root), Path(reports_root))
-        for d in params.datasets
-        for v in params.variants
-        for s in params.seeds
-    ]
+def cells(params: Params, grid, runs_root, reports_root) -> list[Cell]:
+    """The runs of a preset's grid (study.grid: (dataset, variant, seed) in training order) as cells."""
+    return [Cell(params, d, parse_variant(v).name, s, Path(runs_root), Path(reports_root)) for d, v, s in grid]
 
 
 @dataclass

@@ -235,6 +235,17 @@ def cmd_findings(args) -> int:
     return 0
 
 
+def cmd_pilot(args) -> int:
+    """Write a recipe pilot's report (learning curves, table, decision) from its presets' records."""
+    from pathlib import Path
+
+    from .pilot import write_pilot_report
+
+    out = write_pilot_report(args.presets, Path(args.out))
+    print(f"pilot report: {out / 'README.md'}")
+    return 0
+
+
 def cmd_bench(args) -> int:
     """Benchmarks: throughput of training and of the data pipeline (ratios in one run)."""
     from .bench import run_bench
@@ -337,9 +348,13 @@ def build_parser() -> argparse.ArgumentParser:
     findings = sub.add_parser("findings", help="copy a report's generated answer into the README's Findings")
     findings.add_argument("params", nargs="?", default="cpu_claims", help="preset whose report to copy (cpu_claims)")
 
+    pilot = sub.add_parser("pilot", help="a recipe pilot's report from its presets' run records")
+    pilot.add_argument("presets", nargs="+", help="the pilot presets (e.g. fmnist_pilot_flip fmnist_pilot_flip_erase)")
+    pilot.add_argument("--out", required=True, help="the report folder (e.g. reports/fmnist_pilot)")
+
     bench = sub.add_parser("bench", help="throughput benchmarks")
     bench.add_argument(
-        "what", choices=["train", "data", "levers", "attention", "bias", "patches"], help="what to measure"
+        "what", choices=["train", "data", "levers", "speed", "attention", "bias", "patches"], help="what to measure"
     )
     bench.add_argument(
         "--sides",
@@ -358,6 +373,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--variant", help="train/data: the variant to time (default: each preset's first); levers: comma-separated"
     )
     bench.add_argument("--batches", default="128,256", help="levers: comma-separated batch sizes")
+    bench.add_argument("--rounds", type=int, default=5, help="speed: interleaved rounds per variant")
+    bench.add_argument("--csv", help="speed: write the per-round timings here (what the time claims read)")
     bench.add_argument("--no-compile", action="store_true", help="levers: leave torch.compile out")
     bench.add_argument("--steps", type=int, help="timed steps per measurement (train/data 20, attention 5)")
     bench.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
@@ -383,6 +400,7 @@ COMMANDS = {
     "retime": cmd_retime,
     "findings": cmd_findings,
     "bench": cmd_bench,
+    "pilot": cmd_pilot,
 }
 
 

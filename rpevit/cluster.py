@@ -281,7 +281,7 @@ def run_study_ray(
         dataclasses.replace(task_params, train=dataclasses.replace(task_params.train, device="cpu")), runs_root=root
     )  # the driver needs no GPU: the workers check their device
     records.recovered.clear()
-    grid = cells(task_params, root, Path(reports_root or study.REPORTS_ROOT).resolve())
+    grid = cells(task_params, study.grid(params), root, Path(reports_root or study.REPORTS_ROOT).resolve())
     states = [settle(run, repair=False) for run in grid]
     todo = [run for run, state in zip(grid, states) if state.work]
     if not todo:  # nothing for Ray to do: no cluster needed

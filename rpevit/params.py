@@ -17,6 +17,7 @@ from typing import Literal
 
 import yaml
 
+from .design import Design, check_design
 from .errors import UserError
 from .options import added, neutral
 from .paths import check_name
@@ -179,6 +180,8 @@ class Params:
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)
+    # a study's pre-registered design (rpevit.design): contrasts, margins, stopping rule, budget
+    design: Design = field(default_factory=Design)
 
     def to_dict(self) -> dict:
         """Plain-data form (JSON/YAML-serialisable)."""
@@ -236,6 +239,10 @@ def _coerce(value, tp, key: str):
         if not isinstance(value, str):
             raise bad
         return value
+    if tp is dict:
+        if not isinstance(value, dict):
+            raise UserError(f"{key}: {value!r} is not valid; expected a mapping.")
+        return dict(value)
     if dataclasses.is_dataclass(tp):
         return build_dataclass(tp, value, key)
     raise TypeError(f"unsupported annotation {tp}")
@@ -383,6 +390,7 @@ def _validate(params: Params) -> None:
                 "choose a patch size that divides the image size."
             )
     grid = {parse_variant(v).name for v in params.variants}
+    check_design(params.design, params.variants, params.seeds)
     strays = [v for v in params.evaluate.variants if parse_variant(v).name not in grid]
     if strays:
         raise UserError(

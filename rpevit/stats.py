@@ -5,18 +5,15 @@ Design, in short:
 * Per variant, accuracy over training seeds is summarised by its mean and a Student-t interval
   (`t_interval`, `mean_ci_table`); each single run also gets a test-set bootstrap interval of
   its accuracy (`bootstrap_accuracy`, percentile bootstrap via `scipy.stats.bootstrap`).
-* Two variants are compared *paired*: on the same training seeds and the same test images
-  (`paired_difference`). The effect is the accuracy difference a - b in percentage points. Its
-  interval is a percentile bootstrap over a crossed seeds x images design: each replicate draws
-  seeds with replacement and, independently, test images with replacement, the same image
-  indices for a and b and for every seed, so the interval reflects both test-set sampling and
-  training randomness. The p-value is the exact McNemar test with one seed, and the bootstrap
-  p-value (the inverted percentile interval) with two or more seeds.
-* A family of comparisons in one table is corrected with Holm's step-down method (`holm`).
-* Equality claims are equivalence tests within a margin fixed in advance (TOST, Schuirmann
-  1987): supported only when the whole (1 - 2 alpha) interval lies inside (-margin, +margin)
-  (`equivalence`, `paired_equivalence`). `verdict` maps a claim kind and its numbers to
-  "supported", "contradicted" or "inconclusive".
+* Variants are compared by a contrast (a − b, or a difference of differences) computed per
+  training seed — the seed is the unit of replication — and analysed with Student's t over seeds
+  (`contrast_test`): an interval and two one-sided p-values from the t distribution, one for the
+  claim and one against it (equivalence within a margin fixed in advance: TOST, Schuirmann 1987;
+  contradiction of an equivalence: beyond the margin). `image_standard_error` gives the share of
+  test-image sampling, shown beside the seed-level standard error.
+* A family of claims is decided by one symmetric rule (`family_verdicts`): Holm's step-down
+  correction over every one-sided p-value, the same for "supported" and "contradicted".
+* With one seed only image-level tests exist (`mcnemar_exact`), descriptive, never a verdict.
 
 Arrays go in (numpy or anything `np.asarray` accepts); plain floats, bools and dicts come out.
 """
@@ -179,132 +176,6 @@ def mcnemar_exact(correct_a: ArrayLike, correct_b: ArrayLike) -> dict[str, float
     return {"p_value": p_value, "a_only": a_only, "b_only": b_only}
 
 
-def _bootstrap_resample_counts(rng: np.random.Generator, batch: int, n: int) -> np.ndarray:
-    """(batch, n) float counts: how often each of n items appears in each resample of size n."""
-    indices = rng.integers(0, n, size=(batch, n)) + n * np.arange(batch)[:, None]
-    return np.bincount(indices.ravel(), minlength=batch * n).reshape(batch, n).astype(np.float64)
-
-
-def _paired_bootstrap_effects(difference: np.ndarray, n_resamples: int, seed: int) -> np.ndarray:
-    """Bootstrap replicates of 100 * mean(difference) over a crossed (seeds, images) design.
-
-    Each replicate draws seeds with replacement (weights w, summing to S) and, independently,
-    images with replacement (counts c, summing to n), the image draw shared by every seed. The
-    replicate is 100 * sum_s sum_i w_s c_i d[s, i] / (S n). With one seed w = 1 and this is the
-    ordinary paired bootstrap over test images.
-    """
-    n_seeds, n_images = difference.shape
-    rng = np.random.default_rng(seed)
-    batch = max(1, _BOOTSTRAP_BATCH_ELEMENTS // n_images)
-    effects = np.empty(n_resamples)
-    for start in range(0, n_resamples, batch):
-        size = min(batch, n_resamples - start)
-        seed_weights = _bootstrap_resample_counts(rng, size, n_seeds)
-        image_counts = _bootstrap_resample_counts(rng, size, n_images)
-        per_seed = image_counts @ difference.T  # (size, seeds)
-        effects[start : start + size] = (per_seed * seed_weights).sum(axis=1)
-    return 100.0 * effects / (n_seeds * n_images)
-
-
-def _percentile_interval(effects: np.ndarray, confidence: float) -> tuple[float, float]:
-    low, high = np.quantile(effects, [(1 - confidence) / 2, (1 + confidence) / 2])
-    return float(low), float(high)
-
-
-def _bootstrap_p_value(effects: np.ndarray) -> float:
-    """Two-sided p of 'effect = 0' from the inverted percentile interval.
-
-    2 * min(fraction of replicates <= 0, fraction >= 0), floored at 1/(B + 1) and capped at 1:
-    roughly the smallest alpha at which the (1 - alpha) percentile interval excludes 0.
-    """
-    fraction_low = np.mean(effects <= 0)
-    fraction_high = np.mean(effects >= 0)
-    return float(min(1.0, max(2 * min(fraction_low, fraction_high), 1 / (effects.size + 1))))
-
-
-def paired_difference(
-    correct_a: ArrayLike, correct_b: ArrayLike, confidence: float = 0.95, n_resamples: int = 2000, seed: int = 0
-) -> dict[str, float | int | str]:
-    """Paired comparison of two variants on the same seeds and the same test images.
-
-    correct_a, correct_b: bool/0-1 arrays of shape (seeds, images), row s of both trained with
-    seed s, column i the same test image (1-D: one seed).
-
-    * effect: mean accuracy of a minus b, in percentage points (accuracy x 100).
-    * low/high: percentile bootstrap interval (Efron & Tibshirani) at `confidence`. Each replicate
-      resamples test images with replacement, the same image indices for a and b and for every
-      seed; with >= 2 seeds it also resamples seeds with replacement (crossed two-factor
-      bootstrap), so the interval carries training randomness as well as test-set sampling.
-      Resampling both factors counts the seed x image interaction twice, so the interval errs
-      wide (in simulation with fully independent per-seed errors, 3 seeds: ~99 % coverage at
-      nominal 95 %); with few seeds the seed part is coarse (3 seeds: 10 distinct draws).
-    * p_value / test: one seed -> "mcnemar_exact" (McNemar 1947, exact binomial on discordant
-      pairs); >= 2 seeds -> "bootstrap" (2 * min(P*(effect* <= 0), P*(effect* >= 0)), floored
-      at 1/(n_resamples + 1)), the p-value that matches the interval. McNemar is not used with
-      several seeds because pooling seeds would treat training randomness as absent.
-
-    Returns dict(effect, low, high, p_value, test, n_seeds, n_images). Deterministic for a seed.
-    """
-    _check_confidence(confidence)
-    n_resamples = _check_resamples(n_resamples)
-    a, b = _paired_correctness(correct_a, correct_b)
-    n_seeds, n_images = a.shape
-    difference = a - b
-    effects = _paired_bootstrap_effects(difference, n_resamples, seed)
-    low, high = _percentile_interval(effects, confidence)
-    if n_seeds == 1:
-        p_value, test = float(mcnemar_exact(a, b)["p_value"]), "mcnemar_exact"
-    else:
-        p_value, test = _bootstrap_p_value(effects), "bootstrap"
-    return {
-        "effect": float(100.0 * difference.mean()),
-        "low": low,
-        "high": high,
-        "p_value": p_value,
-        "test": test,
-        "n_seeds": n_seeds,
-        "n_images": n_images,
-    }
-
-
-def equivalence(low: float, high: float, margin: float) -> bool:
-    """True when the interval [low, high] lies strictly inside (-margin, +margin).
-
-    With the (1 - 2 alpha) interval this is the two one-sided tests procedure (TOST, Schuirmann
-    1987) at level alpha: both 'effect <= -margin' and 'effect >= +margin' are rejected.
-    A nan bound gives False.
-    """
-    margin = _check_margin(margin)
-    return bool(-margin < low <= high < margin)
-
-
-def paired_equivalence(
-    correct_a: ArrayLike,
-    correct_b: ArrayLike,
-    margin: float,
-    alpha: float = 0.05,
-    n_resamples: int = 2000,
-    seed: int = 0,
-) -> dict[str, float | bool]:
-    """Equivalence of two variants within +-margin points (TOST, Schuirmann 1987).
-
-    Uses the (1 - 2 alpha) interval of `paired_difference` (same bootstrap, same arguments);
-    equivalent = that interval lies inside (-margin, +margin). The margin must be chosen before
-    looking at the results. Returns dict(effect, low, high, margin, equivalent).
-    """
-    margin = _check_margin(margin)
-    if not 0.0 < alpha < 0.5:
-        raise ValueError(f"alpha must lie strictly between 0 and 0.5, got {alpha}")
-    result = paired_difference(correct_a, correct_b, confidence=1 - 2 * alpha, n_resamples=n_resamples, seed=seed)
-    return {
-        "effect": result["effect"],
-        "low": result["low"],
-        "high": result["high"],
-        "margin": margin,
-        "equivalent": equivalence(result["low"], result["high"], margin),
-    }
-
-
 # --------------------------------------------------------------------------- families and verdicts
 
 
@@ -353,61 +224,117 @@ def holm(p_values: Sequence[float] | ArrayLike) -> list[float]:
     return [float(value) for value in adjusted]
 
 
-def verdict(
-    kind: str,
-    effect: float,
-    low: float,
-    high: float,
-    p_adjusted: float,
-    alpha: float = 0.05,
-    margin: float | None = None,
-) -> str:
-    """ "supported", "contradicted" or "inconclusive" for a claim about a versus b.
+# --------------------------------------------------------------------------- seed-level contrasts and verdicts
+# The seed is the unit of replication: a comparison of variants is a contrast Σ c_v · acc_v computed
+# per training seed (the same seed number trains every variant with the same data order), and its
+# inference is a Student-t analysis of those per-seed values. Test-image sampling enters each
+# per-seed value, so the t-interval carries it as well; `image_standard_error` reports its share.
 
-    effect/low/high are in points (a - b, as from `paired_difference`); p_adjusted is the
-    Holm-adjusted two-sided p-value of 'no difference'; "significant" means p_adjusted < alpha.
-    For "at_least" and "equal" pass the (1 - 2 alpha) interval (as `paired_equivalence` gives),
-    so that a bound beyond the margin is a one-sided test at level alpha; those two kinds need a
-    margin (points, fixed in advance; "at_least" accepts 0, "equal" needs > 0).
+ONE_SIDED_TESTS = ("support", "contradict")
 
-    ========  ===============================  =====================================  ==============
-    kind      supported                        contradicted                           else
-    ========  ===============================  =====================================  ==============
-    greater   significant and effect > 0       significant and effect < 0             inconclusive
-    less      significant and effect < 0       significant and effect > 0             inconclusive
-    at_least  low > -margin (non-inferior,     significant and high < -margin (a is   inconclusive
-              a >= b - margin)                 worse than b by more than the margin)
-    equal     -margin < low and high < margin  significant and (low > margin or       inconclusive
-              (equivalent, TOST)               high < -margin): outside the band
-    ========  ===============================  =====================================  ==============
 
-    "greater"/"less" do not use low/high; a nan number makes its rule false (inconclusive).
-    For "at_least"/"equal" the interval is not Holm-adjusted: widen it (e.g. confidence
-    1 - 2 alpha/m) if those claims form a family.
+def _one_sided(mean: float, se: float, df: int, theta: float, upper: bool) -> float:
+    """p of H0: δ ≤ θ against δ > θ (upper) or H0: δ ≥ θ against δ < θ (lower), t with df."""
+    if se == 0.0:
+        return 0.0 if (mean > theta if upper else mean < theta) else 1.0
+    t = (mean - theta) / se
+    return float(stats.t.sf(t, df) if upper else stats.t.cdf(t, df))
+
+
+def contrast_test(values: ArrayLike, kind: str, margin: float | None = None, alpha: float = 0.05) -> dict:
+    """Student-t inference on per-seed contrast values (points) for a claim of `kind`.
+
+    Returns effect (mean), se (s/√S), df (S − 1), the unadjusted interval (low, high) — (1 − α)
+    two-sided for greater/less, (1 − 2α) for at_least/equal, each bound a one-sided test at α —
+    and two one-sided p-values from the t distribution (never floored by a replicate count):
+
+    ========  =========================================  ===========================================
+    kind      p_support (H1)                             p_contradict (H1)
+    ========  =========================================  ===========================================
+    greater   δ > 0                                      δ < 0
+    less      δ < 0                                      δ > 0
+    at_least  δ > −margin (non-inferiority)              δ < −margin (inferior beyond the margin)
+    equal     −margin < δ < margin (TOST: max of the     δ > margin or δ < −margin (min of the two
+              two one-sided p, Schuirmann 1987)          one-sided p, ×2 for choosing the side)
+    ========  =========================================  ===========================================
+
+    With fewer than two seeds nothing is estimable: every number but the effect is nan.
     """
     if kind not in CLAIM_KINDS:
         raise ValueError(f"unknown claim kind {kind!r}; expected one of {', '.join(CLAIM_KINDS)}")
-    if not 0.0 < alpha < 1.0:
-        raise ValueError(f"alpha must lie strictly between 0 and 1, got {alpha}")
-    if low > high:
-        raise ValueError(f"interval low ({low}) is above high ({high})")
-    significant = p_adjusted < alpha
-    if kind in ("greater", "less"):
-        sign = 1.0 if kind == "greater" else -1.0
-        if significant and sign * effect > 0:
-            return SUPPORTED
-        if significant and sign * effect < 0:
-            return CONTRADICTED
-        return INCONCLUSIVE
-    margin = _check_margin(margin, allow_zero=(kind == "at_least"))
-    if kind == "at_least":
-        if low > -margin:
-            return SUPPORTED
-        if significant and high < -margin:
-            return CONTRADICTED
-        return INCONCLUSIVE
-    if -margin < low and high < margin:
-        return SUPPORTED
-    if significant and (low > margin or high < -margin):
-        return CONTRADICTED
-    return INCONCLUSIVE
+    if not 0.0 < alpha < 0.5:
+        raise ValueError(f"alpha must lie strictly between 0 and 0.5, got {alpha}")
+    if kind in ("at_least", "equal"):
+        margin = _check_margin(margin, allow_zero=(kind == "at_least"))
+    x = np.asarray(values, dtype=np.float64)
+    if x.ndim != 1 or x.size == 0 or not np.isfinite(x).all():
+        raise ValueError(f"contrast_test needs a non-empty 1-D array of finite per-seed values, got {x!r}")
+    n, mean = x.size, float(x.mean())
+    confidence = 1 - 2 * alpha if kind in ("at_least", "equal") else 1 - alpha
+    result = {"effect": mean, "n": n, "df": n - 1, "confidence": confidence}
+    if n < 2:
+        nan = math.nan
+        return {**result, "se": nan, "low": nan, "high": nan, "p_support": nan, "p_contradict": nan}
+    se = float(x.std(ddof=1) / math.sqrt(n))
+    half = float(stats.t.ppf((1 + confidence) / 2, n - 1) * se)
+
+    def up(theta):
+        return _one_sided(mean, se, n - 1, theta, upper=True)
+
+    def down(theta):
+        return _one_sided(mean, se, n - 1, theta, upper=False)
+
+    if kind == "greater":
+        support, contradict = up(0.0), down(0.0)
+    elif kind == "less":
+        support, contradict = down(0.0), up(0.0)
+    elif kind == "at_least":
+        support, contradict = up(-margin), down(-margin)
+    else:
+        support = max(up(-margin), down(margin))
+        contradict = min(1.0, 2 * min(up(margin), down(-margin)))
+    return {
+        **result,
+        "se": se,
+        "low": mean - half,
+        "high": mean + half,
+        "p_support": support,
+        "p_contradict": contradict,
+    }
+
+
+def image_standard_error(contrast: ArrayLike) -> float:
+    """Standard error (points) of the mean contrast from test-image sampling alone.
+
+    `contrast` is (seeds, images): per image, Σ c_v · 100·correct_v of one seed's runs. Each
+    seed's mean has variance var_i/n over its n images; the mean over S seeds has
+    Σ_s var_s / (n S²). Compare it with the seed-level se of `contrast_test`: when the seed-level
+    one is larger, training randomness dominates and an image-level interval would be too narrow.
+    """
+    c = np.atleast_2d(np.asarray(contrast, dtype=np.float64))
+    seeds, n = c.shape
+    if n < 2:
+        return math.nan
+    return float(math.sqrt(c.var(axis=1, ddof=1).sum() / n) / seeds)
+
+
+def family_verdicts(tests: Sequence[Mapping], alpha: float = 0.05) -> list[dict]:
+    """One symmetric multiplicity rule for a family of claims: Holm (1979) over all 2m one-sided
+    p-values (each claim's p_support and p_contradict); supported when the adjusted p_support is
+    below α, contradicted when the adjusted p_contradict is, else inconclusive. The two hypotheses
+    of one claim are disjoint, so at most one of them can be rejected. Rows with nan p-values
+    (fewer than two seeds) stay inconclusive and do not count towards m.
+    Returns per test dict(p_support_holm, p_contradict_holm, verdict)."""
+    flat = [float(t[key]) for t in tests for key in ("p_support", "p_contradict")]
+    adjusted = holm(flat) if flat else []
+    out = []
+    for index, _ in enumerate(tests):
+        support, contradict = adjusted[2 * index], adjusted[2 * index + 1]
+        if support < alpha:
+            verdict = SUPPORTED
+        elif contradict < alpha:
+            verdict = CONTRADICTED
+        else:
+            verdict = INCONCLUSIVE
+        out.append({"p_support_holm": support, "p_contradict_holm": contradict, "verdict": verdict})
+    return out

@@ -15,7 +15,7 @@ import math
 import os
 from pathlib import Path
 
-from . import records, runs
+from . import design, records, runs
 from .cell import Cell, State, cells, needs_evaluation, run_cell, settle
 from .params import PROJECT_ROOT, Params
 from .paths import inside
@@ -28,7 +28,10 @@ REPORTS_ROOT = Path(os.environ.get("RPEVIT_REPORTS", PROJECT_ROOT / "reports"))
 
 
 def grid(params: Params) -> list[tuple[str, str, int]]:
-    """The (dataset, canonical variant, seed) triples of a preset."""
+    """The (dataset, canonical variant, seed) triples of a preset, in training order (a preset with
+    a design: every run it may train, primary seed-major first; rpevit.design)."""
+    if params.design.active:
+        return design.ordered_runs(params)
     return [(d, parse_variant(v).name, s) for d in params.datasets for v in params.variants for s in params.seeds]
 
 
@@ -129,13 +132,18 @@ def run_study(
     name)` loads a dataset (default runs.dataset_for)."""
     runs.preflight(params, runs_root=runs_root)
     records.recovered.clear()
-    grid_cells = cells(params, runs_root or records.RUNS_ROOT, _reports(reports_root))
+    grid_cells = cells(params, grid(params), runs_root or records.RUNS_ROOT, _reports(reports_root))
     states = [settle(c, repair=False) for c in grid_cells]
     announce(params, states)
     load = loader_cache(params, dataset_loader)
     todo = [(c, s) for c, s in zip(grid_cells, states) if s.work]
     meter, rows = Progress(len(todo)), {}
     for run, before in todo:
+        if before.train and params.design.active:  # the stopping rule and the budget decide as runs finish
+            now, why = design.due(params, run.run, study_records(params, run.runs_root, run.reports_root))
+            if not now:
+                print(f"not started: {label(*run.run)} ({why})", flush=True)
+                continue
         meter.event("running", run.run)
         rows[run.run] = run_cell(run, lambda run=run: load(run.dataset), progress=progress)
         kind, message = outcome(rows[run.run], before)

@@ -165,7 +165,7 @@ def test_settle_without_repair_only_looks(tiny, tmp_path):
     shutil.copytree(root / "unfinished", tmp_path / "unfinished")
 
     def look(where):
-        (run,) = cell.cells(params, tmp_path / where / "runs", tmp_path / where / "reports")
+        (run,) = cell.cells(params, study.grid(params), tmp_path / where / "runs", tmp_path / where / "reports")
         return cell.settle(run, repair=False)
 
     assert look("finished").kind == "finished" and not look("finished").work

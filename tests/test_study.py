@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import types
 
 import pytest
 
@@ -127,3 +128,18 @@ def test_a_batch_larger_than_the_training_set_is_said(tiny_params, tiny_dataset,
     assert "train.batch_size 1000 exceeds the 256 training images" in out and "one step" in out
     cell._loaded(lambda: tiny_dataset, tiny_params)
     assert capsys.readouterr().out == ""
+
+
+def test_a_design_that_does_not_want_a_run_yet_leaves_it_unstarted(grid_params, counted, tmp_path, capsys, monkeypatch):
+    calls, _ = counted
+    fake = types.SimpleNamespace(
+        ordered_runs=lambda params: [("mnist5k", "softmax+ape", 0)],
+        due=lambda params, run, finished: (False, "the stopping rule needs 0 primary seeds"),
+    )
+    monkeypatch.setattr(study, "design", fake)
+    designed = dataclasses.replace(grid_params, design=types.SimpleNamespace(active=True))
+    assert study.run_study(designed, runs_root=tmp_path, reports_root=tmp_path) == [] and calls == []
+    assert (
+        "not started: softmax+ape on mnist5k, seed 0 (the stopping rule needs 0 primary seeds)"
+        in capsys.readouterr().out
+    )

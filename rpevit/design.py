@@ -1,0 +1,193 @@
+"""A study's pre-registered design: contrasts, margins, seeds, stopping rule and budget, fixed in
+the preset (its `design:` block) before the first run trains, and the order in which the study
+runner trains its runs.
+
+Order: the primary variants seed-major (every primary variant's seed k before any seed k + 1), so a
+study interrupted at any point stays balanced; then the secondary variants, seed-major too.
+Stopping rule (evaluated after each complete block of primary seeds, from `min_seeds` on): stop
+adding primary seeds when every primary contrast's 95 % t-interval over per-seed values has a
+half-width ≤ `half_width` points, or at `max_seeds`. Secondary variants train `secondary_seeds`
+seeds. Runs beyond `budget_hours` of summed training time (finished runs' epochs × seconds per
+epoch) are not started: secondary variants give way first because they come last.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .errors import UserError
+
+
+@dataclass(frozen=True)
+class Contrast:
+    """A pre-registered comparison: Σ coefficient · test top-1 (points) of the named variants, per seed.
+
+    kind: `equal` (within ±margin_points: a negligible gap), `greater` / `less` (> 0 / < 0) or
+    `at_least` (> −margin_points); see rpevit.stats.contrast_test."""
+
+    name: str
+    kind: str
+    terms: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StoppingRule:
+    """Seeds of the primary variants: at least `min_seeds`, more until every primary contrast's
+    `confidence` t-interval half-width is ≤ `half_width` points, at most `max_seeds`."""
+
+    min_seeds: int = 3
+    max_seeds: int = 10
+    half_width: float = 0.5
+    confidence: float = 0.95
+
+
+@dataclass(frozen=True)
+class Design:
+    """The pre-registered design of a study preset (empty: no design, every run of the grid)."""
+
+    primary: tuple[str, ...] = ()
+    secondary: tuple[str, ...] = ()
+    contrasts: tuple[Contrast, ...] = ()
+    margin_points: float = 1.0
+    margin_time_pct: float = 20.0
+    alpha: float = 0.05
+    stopping: StoppingRule = field(default_factory=StoppingRule)
+    secondary_seeds: int = 3
+    budget_hours: float | None = None
+
+    @property
+    def active(self) -> bool:
+        return bool(self.primary)
+
+
+def check_design(design: Design, variants, seeds) -> None:
+    """Reject a design that names variants outside the grid or asks for impossible numbers."""
+    from .stats import CLAIM_KINDS
+    from .variants import parse_variant
+
+    if not design.active:
+        if design.contrasts or design.secondary:
+            raise UserError("design: list the primary variants (design.primary) before contrasts or secondary ones.")
+        return
+    grid = {parse_variant(v).name for v in variants}
+
+    def named(where, names):
+        canonical = []
+        for name in names:
+            try:
+                variant = parse_variant(name).name
+            except UserError as exc:
+                raise UserError(f"design.{where}: {exc}") from None
+            if variant not in grid:
+                raise UserError(f"design.{where}: {name} is not one of this preset's variants; add it to variants.")
+            canonical.append(variant)
+        return canonical
+
+    primary, secondary = named("primary", design.primary), named("secondary", design.secondary)
+    if set(primary) & set(secondary):
+        raise UserError("design: a variant is listed as both primary and secondary; list it once.")
+    stray = grid - set(primary) - set(secondary)
+    if stray:
+        raise UserError(f"design: {', '.join(sorted(stray))} in variants but neither primary nor secondary.")
+    for contrast in design.contrasts:
+        if contrast.kind not in CLAIM_KINDS:
+            raise UserError(
+                f"design.contrasts ({contrast.name}): kind {contrast.kind!r}; allowed: {', '.join(CLAIM_KINDS)}."
+            )
+        named(f"contrasts ({contrast.name})", contrast.terms)
+        if not contrast.terms or not all(isinstance(c, (int, float)) for c in contrast.terms.values()):
+            raise UserError(f"design.contrasts ({contrast.name}): terms map variants to numeric coefficients.")
+        if abs(sum(contrast.terms.values())) > 1e-9:
+            raise UserError(f"design.contrasts ({contrast.name}): coefficients must sum to 0 (a contrast).")
+    rule = design.stopping
+    if not 2 <= rule.min_seeds <= rule.max_seeds <= len(seeds):
+        raise UserError(
+            f"design.stopping: need 2 ≤ min_seeds ({rule.min_seeds}) ≤ max_seeds ({rule.max_seeds}) ≤ the "
+            f"{len(seeds)} seeds listed in seeds."
+        )
+    if not 1 <= design.secondary_seeds <= len(seeds):
+        raise UserError(f"design.secondary_seeds: {design.secondary_seeds}; it must be 1…{len(seeds)}.")
+    if not (rule.half_width > 0 and 0 < rule.confidence < 1 and 0 < design.alpha < 0.5):
+        raise UserError("design: half_width > 0, 0 < confidence < 1 and 0 < alpha < 0.5 are required.")
+    if design.margin_points <= 0 or design.margin_time_pct <= 0:
+        raise UserError("design: margins must be > 0.")
+
+
+def ordered_runs(params) -> list[tuple[str, str, int]]:
+    """Every run the design may train, in training order: primary seed-major, then secondary."""
+    from .variants import parse_variant
+
+    design = params.design
+    primary = [parse_variant(v).name for v in design.primary]
+    secondary = [parse_variant(v).name for v in design.secondary]
+    runs = []
+    for dataset in params.datasets:
+        runs += [(dataset, v, s) for s in params.seeds[: design.stopping.max_seeds] for v in primary]
+        runs += [(dataset, v, s) for s in params.seeds[: design.secondary_seeds] for v in secondary]
+    return runs
+
+
+def per_seed_contrast(contrast: Contrast, accuracy: dict) -> dict[int, float]:
+    """Per seed with every term finished: Σ coefficient · top-1 in points. `accuracy` maps
+    (variant, seed) → top-1 fraction."""
+    from .variants import parse_variant
+
+    terms = {parse_variant(v).name: c for v, c in contrast.terms.items()}
+    seeds = set.intersection(*({s for (v, s) in accuracy if v == name} for name in terms))
+    return {s: 100 * sum(c * accuracy[(v, s)] for v, c in terms.items()) for s in sorted(seeds)}
+
+
+def half_widths(design: Design, accuracy: dict) -> dict[str, float]:
+    """Per primary contrast: the half-width (points) of its t-interval over the seeds done so far."""
+    from scipy import stats
+
+    widths = {}
+    for contrast in design.contrasts:
+        values = np.array(list(per_seed_contrast(contrast, accuracy).values()))
+        if values.size < 2:
+            widths[contrast.name] = math.inf
+            continue
+        t = stats.t.ppf((1 + design.stopping.confidence) / 2, values.size - 1)
+        widths[contrast.name] = float(t * values.std(ddof=1) / math.sqrt(values.size))
+    return widths
+
+
+def primary_seeds_needed(params, accuracy: dict) -> int:
+    """How many primary seeds the stopping rule asks for, given the finished runs' accuracies:
+    min_seeds, then one more while a contrast's half-width is above the target, up to max_seeds."""
+    design, rule = params.design, params.design.stopping
+    from .variants import parse_variant
+
+    primary = [parse_variant(v).name for v in design.primary]
+    complete = 0
+    for seed in params.seeds[: rule.max_seeds]:
+        if not all((v, seed) in accuracy for v in primary):
+            break
+        complete += 1
+    if complete < rule.min_seeds:
+        return rule.min_seeds
+    done = {k: a for k, a in accuracy.items() if k[0] not in primary or k[1] in params.seeds[:complete]}
+    wide = [name for name, w in half_widths(design, done).items() if w > rule.half_width]
+    return min(rule.max_seeds, complete + 1) if wide else complete
+
+
+def due(params, run: tuple[str, str, int], finished: list[dict]) -> tuple[bool, str]:
+    """Whether the design trains `run` now, and why not: the stopping rule, or the budget."""
+    from .variants import parse_variant
+
+    dataset, variant, seed = run
+    design = params.design
+    mine = [r for r in finished if r.get("dataset") == dataset and r.get("status") == "finished"]
+    if design.budget_hours is not None:
+        spent = sum(r.get("train_seconds_per_epoch", 0) * r.get("epochs", 0) for r in mine) / 3600
+        if spent >= design.budget_hours:
+            return False, f"the design's budget of {design.budget_hours:g} training hours is spent ({spent:.1f} h)"
+    if variant in {parse_variant(v).name for v in design.primary}:
+        accuracy = {(r["variant"], r["seed"]): r["top1"] for r in mine}
+        needed = primary_seeds_needed(params, accuracy)
+        if params.seeds.index(seed) >= needed:
+            return False, f"the stopping rule needs {needed} primary seeds"
+    return True, ""

@@ -1,0 +1,128 @@
+"""rpevit.design: the pre-registered design's validation, training order, stopping rule and budget."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from rpevit import design, study
+from rpevit.errors import UserError
+from rpevit.params import load_params
+
+PRIMARY = ["softmax+ape", "favor+ape", "softmax+rope_mixed", "favor+rope_mixed"]
+HEADER = f"""datasets: [mnist5k]
+variants: [{", ".join(PRIMARY)}, softmax+krpe]
+seeds: [0, 1, 2, 3, 4]
+"""
+DESIGN = f"""design:
+  primary: [{", ".join(PRIMARY)}]
+  secondary: [softmax+krpe]
+  contrasts:
+    - {{name: gap, kind: equal, terms: {{favor+ape: 1, softmax+ape: -1}}}}
+    - name: closed
+      kind: greater
+      terms: {{favor+rope_mixed: 1, softmax+rope_mixed: -1, favor+ape: -1, softmax+ape: 1}}
+  stopping: {{min_seeds: 2, max_seeds: 4, half_width: 0.5}}
+  secondary_seeds: 2
+"""
+
+
+def preset(tmp_path, design_text=DESIGN, header=HEADER):
+    path = tmp_path / "designed.yaml"
+    path.write_text(header + design_text)
+    return load_params(path)
+
+
+def test_primary_runs_seed_major_then_secondary(tmp_path):
+    params = preset(tmp_path)
+    order = study.grid(params)
+    assert order[:4] == [("mnist5k", v, 0) for v in PRIMARY]  # every primary variant's seed 0 first
+    assert order[4:8] == [("mnist5k", v, 1) for v in PRIMARY]
+    assert [run[2] for run in order[:16]] == [0] * 4 + [1] * 4 + [2] * 4 + [3] * 4  # up to max_seeds
+    assert order[16:] == [("mnist5k", "softmax+krpe", 0), ("mnist5k", "softmax+krpe", 1)]
+
+
+def _finished(accuracies: dict, seconds=10.0, epochs=2):
+    return [
+        {
+            "dataset": "mnist5k",
+            "variant": v,
+            "seed": s,
+            "status": "finished",
+            "top1": a,
+            "train_seconds_per_epoch": seconds,
+            "epochs": epochs,
+        }
+        for (v, s), a in accuracies.items()
+    ]
+
+
+def _accuracies(seeds, spread):
+    """Primary accuracies whose contrasts vary across seeds by ±spread points."""
+    out = {}
+    for s in seeds:
+        wobble = spread / 100 * (1 if s % 2 else -1)
+        out.update(
+            {
+                ("softmax+ape", s): 0.90,
+                ("favor+ape", s): 0.89 + wobble,
+                ("softmax+rope_mixed", s): 0.91,
+                ("favor+rope_mixed", s): 0.905,
+            }
+        )
+    return out
+
+
+def test_stopping_rule_adds_seeds_while_intervals_are_wide_and_stops_when_narrow(tmp_path):
+    params = preset(tmp_path)
+    run = ("mnist5k", "favor+ape", 2)
+    assert design.due(params, ("mnist5k", "softmax+ape", 1), _finished(_accuracies([0], 0.0))) == (True, "")
+    # two seeds whose contrast differs by 2 points: the 95 % half-width is far above 0.5 → a third seed
+    wide = _finished(_accuracies([0, 1], 1.0))
+    assert design.primary_seeds_needed(params, {(r["variant"], r["seed"]): r["top1"] for r in wide}) == 3
+    assert design.due(params, run, wide)[0]
+    # identical contrasts in both seeds: half-width 0 → the rule is met at min_seeds, seed 2 is not started
+    narrow = _finished(_accuracies([0, 1], 0.0))
+    due, why = design.due(params, run, narrow)
+    assert not due and "stopping rule needs 2 primary seeds" in why
+    # wide at every seed: stops at max_seeds (4)
+    wide4 = _finished(_accuracies([0, 1, 2, 3], 1.0))
+    assert not design.due(params, ("mnist5k", "favor+ape", 4), wide4)[0]
+    # secondary variants are not held back by the stopping rule
+    assert design.due(params, ("mnist5k", "softmax+krpe", 1), narrow) == (True, "")
+
+
+def test_budget_stops_new_runs_once_spent(tmp_path):
+    params = preset(tmp_path)
+    params = dataclasses.replace(params, design=dataclasses.replace(params.design, budget_hours=1.0))
+    spent = _finished(_accuracies([0, 1], 1.0), seconds=3600 / 16, epochs=2)  # 8 runs × 0.125 h = 1 h
+    due, why = design.due(params, ("mnist5k", "softmax+krpe", 0), spent)
+    assert not due and "budget of 1 training hours is spent (1.0 h)" in why
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (DESIGN.replace("secondary: [softmax+krpe]", "secondary: []"), "softmax\\+krpe in variants but neither"),
+        (DESIGN.replace("kind: equal", "kind: similar"), "kind 'similar'"),
+        (DESIGN.replace("softmax+ape: -1}}", "softmax+ape: -2}}"), "sum to 0"),
+        (DESIGN.replace("favor+ape: 1, softmax", "relu+ape: 1, softmax"), "relu\\+ape is not one of this preset"),
+        (DESIGN.replace("max_seeds: 4", "max_seeds: 9"), "max_seeds \\(9\\) ≤ the 5 seeds"),
+        (DESIGN.replace("secondary: [softmax+krpe]", "secondary: [softmax+krpe, favor+ape]"), "both primary"),
+    ],
+)
+def test_bad_designs_are_one_error(tmp_path, text, message):
+    with pytest.raises(UserError, match=message):
+        preset(tmp_path, text)
+
+
+def test_a_design_leaves_run_keys_alone(tmp_path):
+    from rpevit import runs
+
+    designed, plain = preset(tmp_path), preset(tmp_path, design_text="")
+    assert runs.run_key(designed, "mnist5k", "favor+ape", 0) == runs.run_key(plain, "mnist5k", "favor+ape", 0)
+    assert not plain.design.active and study.grid(plain)[:2] == [
+        ("mnist5k", "softmax+ape", 0),
+        ("mnist5k", "softmax+ape", 1),
+    ]
