@@ -159,8 +159,8 @@ def cmd_study(args) -> int:
         results = run_study_ray(
             params,
             address=args.address,
-            gpus_per_run=args.gpus_per_run or 0.0,
-            cpus_per_run=args.cpus_per_run or 1,
+            gpus_per_run=0.0 if args.gpus_per_run is None else args.gpus_per_run,
+            cpus_per_run=1 if args.cpus_per_run is None else args.cpus_per_run,
             progress=False if args.no_progress else None,
         )
         failed = [r for r in results if r.get("status") in ("failed", "skipped")]

@@ -1,16 +1,18 @@
 """Study runner on a Ray cluster: one Ray Core task per run of a preset's grid.
 
-`run_study_ray` mirrors `study.run_study`: the same preflight, the same skip-what-is-finished
-rule, the same records, checkpoints and summary; only the runs go to Ray tasks instead of one
-loop. Ray does all the scheduling (resources per task: `cpus_per_run` CPUs and `gpus_per_run`
-GPUs, fractional GPUs pack several runs on one GPU) and retries a task whose worker process
-died (`max_retries`); the retried task resumes the run from its last epoch checkpoint. Python
-errors are not retried: the run is reported failed by name and the other runs go on.
+`run_study_ray` runs the grid cells `study.run_study` runs, each through the same
+`cell.run_cell` (repair, train, evaluate, keep), with the same preflight and summary; only the
+cells go to Ray tasks instead of one loop. The driver only looks (`cell.settle` without repairs)
+to choose the cells that have work. Ray does all the scheduling (resources per task:
+`cpus_per_run` CPUs and `gpus_per_run` GPUs, fractional GPUs pack several runs on one GPU) and
+retries a task whose worker process died (`max_retries`); the retried task resumes the run from
+its last epoch checkpoint. Python errors are not retried: the run is reported failed by name and
+the other runs go on.
 
-Records and checkpoints on disk are the source of truth, so the runs root must be one
-directory that the driver and every worker see at the same path (a shared filesystem on a
-multi-node cluster). Each task checks that: it must be able to write there and to see a check
-file the driver wrote there, else the run fails with one message saying so.
+Records and checkpoints on disk are the source of truth, so the runs root (and, for presets with
+keep_records, the reports root) must be one directory that the driver and every worker see at the
+same path (a shared filesystem on a multi-node cluster). Each task checks that: it must be able
+to write there and to see a check file the driver wrote there, else the run fails with one message saying so.
 
 Ray Core tasks, not Ray Tune: a run is already a complete, checkpointed job writing its own
 record; Tune would add its own trial directories, state and checkpoints beside them (two sources
@@ -31,16 +33,17 @@ import socket
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
 from . import records, runs, study
+from .cell import Cell, cells, failure_row, run_cell, settle
 from .errors import UserError
 from .params import Params
+from .progress import Progress, label
 from .schema import result_view
 
 INSTALL_HINT = "--engine ray needs Ray: pip install -e '.[cluster]' (or pip install 'ray>=2.9')"
-SHARED_CHECK_PREFIX = ".rpevit-shared-check-"
+SHARED_CHECK_PREFIX = runs.SHARED_CHECK_PREFIX
 
 
 def import_ray():
@@ -55,10 +58,6 @@ def import_ray():
 def result_fields(record: dict) -> dict:
     """The fields of a record that make up its result (no timings, hosts or dates)."""
     return result_view(record)
-
-
-def _label(dataset: str, variant: str, seed: int) -> str:
-    return f"{variant} on {dataset}, seed {seed}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -95,27 +94,12 @@ def _dataset(params: Params, name: str, loader):
 def _check_shared(runs_root: str, check_name: str, host: str) -> None:
     """One UserError unless this worker can write the runs root and sees the driver's check file."""
     runs.check_runs_root(runs_root)
-    check = Path(runs_root) / check_name
-    for _ in range(10):  # a network filesystem may show a new file a moment late
-        if check.is_file():
-            return
-        time.sleep(0.5)
-    raise UserError(
-        f"the runs directory {runs_root} on worker host {host} is not the driver's: the check file "
-        f"{check_name} the driver wrote there is missing. Every node must see the runs directory at the "
-        "same path (a shared filesystem such as NFS or Lustre); set it with $RPEVIT_RUNS."
-    )
-
-
-def _pid_alive(pid: int) -> bool:
-    """Whether process `pid` exists on this host."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process: alive
-        return True
-    return True
+    if not runs.sees_check_file(runs_root, check_name):
+        raise UserError(
+            f"the runs directory {runs_root} on worker host {host} is not the driver's: the check file "
+            f"{check_name} the driver wrote there is missing. Every node must see the runs directory at the "
+            "same path (a shared filesystem such as NFS or Lustre); set it with $RPEVIT_RUNS."
+        )
 
 
 def _clear_stale_foreign_lock(out_dir: Path) -> None:
@@ -138,7 +122,7 @@ def _clear_stale_foreign_lock(out_dir: Path) -> None:
     nodes = [n for n in ray.nodes() if n.get("Alive") and n.get("NodeManagerHostname") == host]
     if not nodes:
         return
-    probe = ray.remote(_pid_alive).options(
+    probe = ray.remote(records.pid_alive).options(
         num_cpus=0, max_retries=0, scheduling_strategy=NodeAffinitySchedulingStrategy(nodes[0]["NodeID"], soft=False)
     )
     try:
@@ -159,132 +143,37 @@ def _tell(ray, board, event: dict) -> None:
 
 
 def _run_task(
-    params: Params,
-    dataset_name: str,
-    variant: str,
-    seed: int,
-    runs_root: str,
+    run: Cell,
     check_name: str,
     cpus_per_run: int,
     board,
-    train: bool,
     dataset_loader=None,
 ) -> dict:
-    """One run on a Ray worker: train it (resuming from its checkpoint) and evaluate it at the
-    preset's resolutions; returns a small status dict (the record itself is on disk)."""
+    """One cell on a Ray worker, through cell.run_cell (repair, train resuming from its checkpoint,
+    evaluate, keep); returns {"row": its summary row, host, pid, seconds, recovered}."""
     import ray
     import torch
 
-    from .evaluate import evaluate_resolutions
-    from .train import Diverged, train_run
-
     torch.set_num_threads(cpus_per_run)
     host, pid = socket.gethostname(), os.getpid()
-    tell = {"run": (dataset_name, variant, seed), "host": host, "pid": pid}
+    tell = {"run": run.run, "host": host, "pid": pid}
     _tell(ray, board, {"kind": "running", **tell})
     records.recovered.clear()
     started = time.perf_counter()
     result = {"host": host, "pid": pid, "recovered": records.recovered}
     try:
-        _check_shared(runs_root, check_name, host)
-        dataset = _dataset(params, dataset_name, dataset_loader)
-        if train:
-            _clear_stale_foreign_lock(records.run_dir(params.name, dataset_name, variant, seed, runs_root))
-            try:
-                train_run(params, dataset, variant, seed, runs_root=runs_root, resume=True)
-            except Diverged as exc:
-                return {**result, "status": "diverged", "message": str(exc)}
-            except records.RunBusy as exc:
-                return {**result, "status": "skipped", "message": str(exc)}
-        if study.needs_resolution_eval(params, dataset_name, variant, seed, runs_root):
-            print(
-                f"[{variant} | {dataset_name} | seed {seed}] multi-resolution evaluation at "
-                f"{', '.join(map(str, params.evaluate.resolutions))} px",
-                flush=True,
-            )
-            evaluate_resolutions(params, dataset, variant, seed, params.evaluate.resolutions, runs_root)
-        record = study.current_record(params, dataset_name, variant, seed, runs_root) or {}
-        return {
-            **result,
-            "status": record.get("status", "finished"),
-            "top1": record.get("top1"),
-            "seconds": time.perf_counter() - started,
-        }
+        _check_shared(str(run.runs_root), check_name, host)
+        _clear_stale_foreign_lock(run.dir)
+        row = run_cell(run, lambda: _dataset(run.params, run.dataset, dataset_loader))
+        return {**result, "row": row, "seconds": time.perf_counter() - started}
     except UserError as exc:
-        return {**result, "status": "failed", "message": f"{exc} (on {host})"}
+        return {**result, "row": failure_row(run, "failed", f"{exc} (on {host})")}
     finally:  # the slot is free: the driver counts the run as no longer running (its result follows)
         _tell(ray, board, {"kind": "ended", **tell})
 
 
 # --------------------------------------------------------------------------------------------
 # driver side
-
-
-class _Progress:
-    """Done / running / failed as they change: one line per event, or a tqdm bar on a terminal."""
-
-    def __init__(self, todo: int, tty: bool, on_event=None, name: str = "study"):
-        self.todo, self.on_event = todo, on_event
-        self.done = self.failed = self.diverged = self.skipped = 0
-        self.running: dict = {}  # run -> (host, pid)
-        self.bar = None
-        if tty and todo:
-            from tqdm.auto import tqdm
-
-            self.bar = tqdm(total=todo, unit="run", desc=name, dynamic_ncols=True)
-            self._refresh()
-
-    def _counts(self) -> str:
-        extra = "".join(f", {n} {what}" for n, what in ((self.diverged, "diverged"), (self.skipped, "skipped")) if n)
-        return f"{self.done + self.diverged}/{self.todo} done, {len(self.running)} running, {self.failed} failed{extra}"
-
-    def _refresh(self) -> None:
-        if self.bar is not None:
-            self.bar.set_postfix_str(f"{len(self.running)} running, {self.failed} failed", refresh=True)
-
-    def _say(self, text: str, important: bool = False) -> None:
-        if self.bar is None:
-            print(f"[{self._counts()}] {text}", flush=True)
-        elif important:
-            self.bar.write(text)
-
-    def ended(self, run) -> None:
-        """The run's task returned (its outcome is reported when its result is collected)."""
-        self.running.pop(run, None)
-        self._refresh()
-
-    def event(self, kind: str, run, message: str = "", **info) -> None:
-        label = _label(*run)
-        if kind == "running":
-            self.running[run] = (info.get("host"), info.get("pid"))
-            where = f" (host {info.get('host')}, pid {info.get('pid')})"
-            if info.get("attempt", 1) > 1:
-                self._say(
-                    f"running again, attempt {info['attempt']}: {label}{where}; its previous worker died, "
-                    "resuming from its last checkpoint",
-                    important=True,
-                )
-            else:
-                self._say(f"running: {label}{where}")
-        else:
-            self.running.pop(run, None)
-            if kind in ("done", "diverged"):
-                setattr(self, kind, getattr(self, kind) + 1)
-            else:
-                self.failed += kind == "failed"
-                self.skipped += kind == "skipped"
-            if self.bar is not None:
-                self.bar.update(1)
-            self._say(f"{kind}: {label}{' — ' + message if message else ''}", important=kind != "done")
-        self._refresh()
-        if self.on_event is not None:
-            self.on_event(
-                {"kind": kind, "dataset": run[0], "variant": run[1], "seed": run[2], "message": message, **info}
-            )
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
 
 
 def remote_task(ray, gpus_per_run: float):
@@ -369,18 +258,18 @@ def run_study_ray(
 ) -> list[dict]:
     """Run every missing run of the preset's grid as Ray tasks, then write the summary.
 
-    Like `study.run_study`: preflight first, finished runs skipped, interrupted ones resumed from
-    their checkpoint, diverged ones recorded and not retried, then the multi-resolution evaluation
-    (inside the run's task, on its worker; finished runs that lack it get an evaluation-only task)
-    and reports/<preset>/summary.{csv,md}. Each run is one task holding `cpus_per_run` CPUs (and
-    as many torch threads) and `gpus_per_run` GPUs (fractions pack runs on one GPU); a task whose
-    worker dies is retried up to `max_retries` times. `address`: a running Ray cluster (HOST:PORT,
-    or "auto" for the one `ray start` began on this machine; else $RAY_ADDRESS, else a new local
-    cluster on this machine's cores, shut down at the end); an initialised Ray is reused.
-    `progress`: a tqdm bar (True), one line per event (False), or by whether stdout is a terminal
-    (None). `dataset_loader(params, name)`: a picklable module-level function loading a dataset in
-    the workers (default `runs.dataset_for`). `on_event(dict)` is called in the driver for every
-    event (kind running/done/failed/diverged/skipped, dataset, variant, seed, host, pid, attempt).
+    Like `study.run_study`: preflight first, then one task per cell with work (cell.run_cell on a
+    worker: repairs, training resumed from its checkpoint, the multi-resolution evaluation, keeping;
+    diverged runs recorded and not retried), then reports/<preset>/summary.{csv,md}. Each run is one
+    task holding `cpus_per_run` CPUs (and as many torch threads) and `gpus_per_run` GPUs (fractions
+    pack runs on one GPU); a task whose worker dies is retried up to `max_retries` times. `address`:
+    a running Ray cluster (HOST:PORT, or "auto" for the one `ray start` began on this machine; else
+    $RAY_ADDRESS, else a new local cluster on this machine's cores, shut down at the end); an
+    initialised Ray is reused. `progress`: a tqdm bar (True), one line per event (False), or by
+    whether stdout is a terminal (None). `dataset_loader(params, name)`: a picklable module-level
+    function loading a dataset in the workers (default `runs.dataset_for`). `on_event(dict)` is
+    called in the driver for every event (kind running/done/failed/diverged/skipped, dataset,
+    variant, seed, host, pid, attempt).
 
     Returns the records of the grid in grid order, plus a row with status `failed` or `skipped`
     (and its `message`) for each run that failed or was skipped in this sitting.
@@ -399,54 +288,40 @@ def run_study_ray(
         dataclasses.replace(task_params, train=dataclasses.replace(task_params.train, device="cpu")), runs_root=root
     )  # the driver needs no GPU: the workers check their device
     records.recovered.clear()
-    grid = study.grid(params)
-    todo = [run for run in grid if not study.is_finished(params, *run, runs_root=root)]
-    unevaluated = [run for run in grid if run not in todo and study.needs_resolution_eval(params, *run, root)]
-
-    if not todo and not unevaluated:  # nothing for Ray to do: no cluster needed
-        print(f"study {params.name}: {len(grid)} runs, all finished", flush=True)
-        return _summarise(params, grid, root, reports_root, {}, [])
+    grid = cells(task_params, study.grid(params), root, Path(reports_root or study.REPORTS_ROOT).resolve())
+    states = [settle(run, repair=False) for run in grid]
+    todo = [run for run, state in zip(grid, states) if state.work]
+    if not todo:  # nothing for Ray to do: no cluster needed
+        study.announce(params, states)
+        return study.summarise(params, grid, {}, [])
 
     started_ray = _connect(ray, address)
-    check = root / f"{SHARED_CHECK_PREFIX}{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    meter, pending, outcomes, worker_notes = None, {}, {}, []
+    check = runs.write_check_file(root)
+    meter, pending, rows, outcomes, worker_notes = None, {}, {}, {}, []
     try:
         nodes = _check_resources(ray, cpus_per_run, gpus_per_run)
         total_cpus = sum(n["Resources"].get("CPU", 0) for n in nodes)
         total_gpus = sum(n["Resources"].get("GPU", 0) for n in nodes)
-        print(
-            f"study {params.name} on Ray ({len(nodes)} node{'s' * (len(nodes) != 1)}, {total_cpus:g} CPUs, "
-            f"{total_gpus:g} GPUs): {len(grid)} runs, {len(grid) - len(todo)} already finished, {len(todo)} to run"
-            f"{f', {len(unevaluated)} to evaluate' if unevaluated else ''}; each run {cpus_per_run} CPU"
-            f"{'s' * (cpus_per_run != 1)}{f' + {gpus_per_run:g} GPU' if gpus_per_run else ''}",
-            flush=True,
+        study.announce(
+            params,
+            states,
+            f" on Ray ({len(nodes)} node{'s' * (len(nodes) != 1)}, {total_cpus:g} CPUs, {total_gpus:g} GPUs; "
+            f"each run {cpus_per_run} CPU{'s' * (cpus_per_run != 1)}"
+            f"{f' + {gpus_per_run:g} GPU' if gpus_per_run else ''})",
         )
-        records.write_text(check, f"{socket.gethostname()} {os.getpid()}\n")
         board = ray.remote(num_cpus=0)(_Board).remote()
         task = remote_task(ray, gpus_per_run)
-        for run in todo + unevaluated:
-            dataset_name, variant, seed = run
+        for run in todo:
             ref = task.options(
                 num_cpus=cpus_per_run,
                 num_gpus=gpus_per_run,
                 max_retries=max_retries,
                 retry_exceptions=False,
-                name=f"rpevit {variant} {dataset_name} seed{seed}",
-            ).remote(
-                task_params,
-                dataset_name,
-                variant,
-                seed,
-                str(root),
-                check.name,
-                cpus_per_run,
-                board,
-                run in todo,
-                dataset_loader,
-            )
+                name=f"rpevit {run.variant} {run.dataset} seed{run.seed}",
+            ).remote(run, check.name, cpus_per_run, board, dataset_loader)
             pending[ref] = run
         tty = sys.stdout.isatty() if progress is None else progress
-        meter = _Progress(len(pending), tty, on_event, name=f"study {params.name}")
+        meter = Progress(len(pending), tty, on_event, name=f"study {params.name}")
         attempts: dict = {}
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.5)
@@ -454,18 +329,19 @@ def run_study_ray(
             if events is None:  # the board is gone: no more running events, results still come
                 board, events = None, []
             for event in events:  # in the order they happened, before the results
-                run = tuple(event["run"])
+                key = tuple(event["run"])
                 if event["kind"] == "ended":
-                    meter.ended(run)
-                elif run not in outcomes:
-                    attempts[run] = attempts.get(run, 0) + 1
-                    meter.event("running", run, host=event["host"], pid=event["pid"], attempt=attempts[run])
+                    meter.ended(key)
+                elif key not in outcomes:
+                    attempts[key] = attempts.get(key, 0) + 1
+                    meter.event("running", key, host=event["host"], pid=event["pid"], attempt=attempts[key])
             for ref in ready:
                 run = pending.pop(ref)
-                kind, message, info = _outcome(ray, ref, params, run, root)
+                kind, message, info = _outcome(ray, ref, run)
                 worker_notes += info.pop("recovered", [])
-                outcomes[run] = (kind, message)
-                meter.event(kind, run, message, attempt=attempts.get(run, 1), **info)
+                rows[run.run] = info.pop("row", None) or failure_row(run, kind, message)
+                outcomes[run.run] = kind
+                meter.event(kind, run.run, message, attempt=attempts.get(run.run, 1), **info)
     except BaseException:
         for ref in pending:  # interrupted: stop this sitting's tasks (their checkpoints stay)
             ray.cancel(ref, force=True)
@@ -476,7 +352,15 @@ def run_study_ray(
         check.unlink(missing_ok=True)
         if started_ray:
             ray.shutdown()
-    return _summarise(params, grid, root, reports_root, outcomes, worker_notes)
+    results = study.summarise(params, grid, rows, records.recovered + worker_notes)
+    counts = {kind: sum(o == kind for o in outcomes.values()) for kind in ("done", "diverged", "failed", "skipped")}
+    print(
+        f"study {params.name}: {counts['done']} done, {counts['diverged']} diverged, {counts['failed']} failed, "
+        f"{counts['skipped']} skipped in this sitting; {sum(r.get('status') == 'finished' for r in results)} "
+        f"of {len(grid)} runs finished",
+        flush=True,
+    )
+    return results + [rows[run.run] for run in grid if rows.get(run.run, {}).get("status") in ("failed", "skipped")]
 
 
 def _drain(ray, board) -> list | None:
@@ -488,79 +372,34 @@ def _drain(ray, board) -> list | None:
         return None
 
 
-def _summarise(params: Params, grid, root: Path, reports_root, outcomes: dict, worker_notes: list) -> list[dict]:
-    """Write the summary (records, plus a row per run that failed or was skipped); return those rows."""
-    failures = {run: outcome for run, outcome in outcomes.items() if outcome[0] in ("failed", "skipped")}
-    results = []
-    for run in grid:
-        record = study.current_record(params, *run, runs_root=root)
-        if record is not None:
-            results.append(record)
-        elif run in failures:
-            results.append(_failure_row(params, run, *failures[run]))
-    notes = list(dict.fromkeys(records.recovered + worker_notes))
-    notes += [f"{kind}: {_label(*run)} — {message}" for run, (kind, message) in failures.items()]
-    study.write_summary(params.name, results, reports_root, notes=notes)
-    if outcomes:
-        counts = {
-            kind: sum(o[0] == kind for o in outcomes.values()) for kind in ("done", "diverged", "failed", "skipped")
-        }
-        print(
-            f"study {params.name}: {counts['done']} done, {counts['diverged']} diverged, {counts['failed']} failed, "
-            f"{counts['skipped']} skipped in this sitting; {sum(r.get('status') == 'finished' for r in results)} "
-            f"of {len(grid)} runs finished",
-            flush=True,
-        )
-    return results
-
-
-def _outcome(ray, ref, params: Params, run, root: Path):
-    """(kind, message, info) of a finished task: done / diverged / skipped / failed."""
-    label = _label(*run)
+def _outcome(ray, ref, run: Cell):
+    """(kind, message, info) of a finished task: done / diverged / skipped / failed; info holds the
+    worker's host, pid, recovered notes and the cell's summary row."""
+    name = label(*run.run)
     try:
         result = ray.get(ref)
     except ray.exceptions.RayTaskError as exc:
         cause = getattr(exc, "cause", None) or exc
-        print(f"error in {label}:\n{exc}", file=sys.stderr, flush=True)  # the worker's traceback
+        print(f"error in {name}:\n{exc}", file=sys.stderr, flush=True)  # the worker's traceback
         last = str(cause).strip().splitlines()[-1] if str(cause).strip() else ""
         return "failed", f"{type(cause).__name__}: {last}", {}
     except ray.exceptions.RayError as exc:  # the worker (or its node) died on every attempt
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         return "failed", f"{type(exc).__name__}: its worker died on every attempt ({first})", {}
+    row = result["row"]
     info = {"host": result.get("host"), "pid": result.get("pid"), "recovered": result.get("recovered", [])}
-    status = result["status"]
+    status = row.get("status")
     if status in ("failed", "skipped", "diverged"):
-        return status, result.get("message", ""), info
-    if not study.is_finished(params, *run, runs_root=root):
-        return (
-            "failed",
-            (
-                f"the worker on {result.get('host')} finished the run but its record is not in {root} as "
-                "the driver sees it: every node must see the runs directory at the same path (a shared "
-                "filesystem)"
-            ),
-            info,
+        return status, row.get("message", ""), {**info, "row": row}
+    if study.current_record(run.params, *run.run, runs_root=run.runs_root) is None:
+        message = (
+            f"the worker on {result.get('host')} finished the run but its record is not in {run.runs_root} as "
+            "the driver sees it: every node must see the runs directory at the same path (a shared filesystem)"
         )
-    top1, seconds = result.get("top1"), result.get("seconds", 0.0)
+        return "failed", message, info
+    top1, seconds = row.get("top1"), result.get("seconds", 0.0)
     message = (f"top-1 {100 * top1:.2f}%, " if top1 is not None else "") + f"{seconds:.0f} s on {result.get('host')}"
-    return "done", message, info
-
-
-def _failure_row(params: Params, run, kind: str, message: str) -> dict:
-    from .variants import parse_variant
-
-    dataset, variant, seed = run
-    parsed = parse_variant(variant)
-    return {
-        "preset": params.name,
-        "dataset": dataset,
-        "variant": variant,
-        "backend": parsed.backend,
-        "positions": list(parsed.positions),
-        "seed": seed,
-        "status": kind,
-        "message": message,
-    }
+    return "done", message, {**info, "row": row}
 
 
 # --------------------------------------------------------------------------------------------
@@ -577,21 +416,15 @@ def compare_engines(params: Params, *, workers: int = 2, cpus_per_run: int = 1, 
 
     ray = import_ray()
     root = Path(root or tempfile.mkdtemp(prefix="rpevit-compare-"))
-    if dataset_loader is not None:
-        from . import runs as runs_module
-
-        saved = runs_module.dataset_for
-        runs_module.dataset_for = dataset_loader  # the sequential runner loads through runs.dataset_for
-    try:
-        threads = torch.get_num_threads()
-        start = time.perf_counter()
-        sequential = study.run_study(
-            params, runs_root=root / "sequential" / "runs", reports_root=root / "sequential" / "reports"
-        )
-        sequential_s = time.perf_counter() - start
-    finally:
-        if dataset_loader is not None:
-            runs_module.dataset_for = saved
+    threads = torch.get_num_threads()
+    start = time.perf_counter()
+    sequential = study.run_study(
+        params,
+        runs_root=root / "sequential" / "runs",
+        reports_root=root / "sequential" / "reports",
+        dataset_loader=dataset_loader,
+    )
+    sequential_s = time.perf_counter() - start
     start = time.perf_counter()
     started_ray = not ray.is_initialized()
     if started_ray:

@@ -23,8 +23,6 @@ import datetime
 import inspect
 import os
 import socket
-import time
-import uuid
 import warnings
 from pathlib import Path
 
@@ -33,7 +31,6 @@ import torch.distributed as dist
 
 from .errors import UserError
 
-SHARED_CHECK_PREFIX = ".rpevit-torchrun-check-"
 # rank 0 validates, tests and times alone while the others wait in the next collective
 TIMEOUT = datetime.timedelta(minutes=60)
 
@@ -238,18 +235,12 @@ def check_shared_runs_root(root) -> Path:
         problem = str(exc)
     name = None
     if is_main() and problem is None:
-        name = f"{SHARED_CHECK_PREFIX}{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        (root / name).write_text("written by rank 0\n")
+        name = runs.write_check_file(root).name
     name = broadcast_object(name)
     if problem is None and name is None:
         problem = "rank 0 could not write its check file"
-    elif problem is None:
-        for _ in range(10):  # a network filesystem may show a new file a moment late
-            if (root / name).is_file():
-                break
-            time.sleep(0.5)
-        else:
-            problem = f"its {root} does not show the check file {name} rank 0 wrote (not the same directory)"
+    elif problem is None and not runs.sees_check_file(root, name):
+        problem = f"its {root} does not show the check file {name} rank 0 wrote (not the same directory)"
     reports = all_gather_object((rank(), socket.gethostname(), problem))
     barrier()
     if is_main() and name is not None:

@@ -43,11 +43,21 @@ def position_modes(variant: str) -> tuple[str, ...]:
 
 
 def evaluate_resolutions(params, dataset, variant: str, seed: int, resolutions, runs_root=None) -> list[dict]:
-    """Evaluate a finished run's best weights at each resolution and mode; store them in its record."""
+    """Evaluate a finished run's best weights at each resolution and mode; store them in its record
+    (under the run's lock: RunBusy while another process trains it)."""
     patch = params.model.patch_size
     bad = [r for r in resolutions if r % patch or r < patch]
     if bad:
         raise UserError(f"resolutions {bad} are not positive multiples of the patch size {patch}.")
+    with records.RunLock(_directory(params, dataset.info.name, variant, seed, runs_root)):
+        return _evaluate(params, dataset, variant, seed, resolutions, runs_root)
+
+
+def _directory(params, dataset: str, variant: str, seed: int, runs_root=None):
+    return records.run_dir(params.name, dataset, parse_variant(variant).name, seed, runs_root)
+
+
+def _evaluate(params, dataset, variant: str, seed: int, resolutions, runs_root=None) -> list[dict]:
     model, record = runs.trained_model(params, dataset.info.name, variant, seed, runs_root)
     train_cfg = runs.train_config_for(params, record["epochs"])
     device = next(model.parameters()).device
@@ -96,18 +106,19 @@ def retime(params, dataset, variant: str, seed: int, runs_root=None) -> dict:
     training's timing, in the precision and compile state the record states) and store the new times
     with the machine's load in its record. For timings first
     taken on a busy machine (metrics.busy): run it when the machine is quiet."""
-    model, record = runs.trained_model(params, dataset.info.name, variant, seed, runs_root)
-    train_cfg = runs.train_config_for(params, record["epochs"])
-    images = runs.timing_images(dataset, train_cfg, next(model.parameters()).device)
-    record.update(
-        metrics.inference_timing(
-            model,
-            images,
-            batch_size=train_cfg.eval_batch_size,
-            amp="bf16" if record.get("amp") == "bf16" else "off",
-            compile_model=bool(record.get("compiled")) and images.device.type == "cuda",  # as train compiles
+    with records.RunLock(_directory(params, dataset.info.name, variant, seed, runs_root)):
+        model, record = runs.trained_model(params, dataset.info.name, variant, seed, runs_root)
+        train_cfg = runs.train_config_for(params, record["epochs"])
+        images = runs.timing_images(dataset, train_cfg, next(model.parameters()).device)
+        record.update(
+            metrics.inference_timing(
+                model,
+                images,
+                batch_size=train_cfg.eval_batch_size,
+                amp="bf16" if record.get("amp") == "bf16" else "off",
+                compile_model=bool(record.get("compiled")) and images.device.type == "cuda",  # as train compiles
+            )
         )
-    )
-    record.update(metrics.machine_load())
-    _store(params, record, runs_root)
+        record.update(metrics.machine_load())
+        _store(params, record, runs_root)
     return record

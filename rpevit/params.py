@@ -20,6 +20,7 @@ import yaml
 from .design import Design, check_design
 from .errors import UserError
 from .options import added, neutral
+from .paths import check_name
 
 
 def _project_root() -> Path:
@@ -324,15 +325,26 @@ def model_config(**config) -> ModelConfig:
 
 
 def validate_model(model: ModelConfig, where: str = "model") -> None:
-    """Check the architecture's arithmetic: dims divisible, image divisible by patch."""
-    if model.dim % model.heads:
-        raise UserError(f"{where}.dim={model.dim} must be divisible by {where}.heads={model.heads}.")
+    """Check the architecture's arithmetic: dims positive and divisible, image divisible by patch."""
     for key in ("patch_size", "dim", "depth", "heads", "mlp_dim"):
         if getattr(model, key) < 1:
             raise UserError(f"{where}.{key} must be a positive integer, got {getattr(model, key)}.")
+    if model.dim % model.heads:
+        raise UserError(f"{where}.dim={model.dim} must be divisible by {where}.heads={model.heads}.")
     for key in ("dropout", "drop_path"):
         if not 0.0 <= getattr(model, key) < 1.0:
             raise UserError(f"{where}.{key} must be in [0, 1), got {getattr(model, key)}.")
+
+
+def _no_duplicates(key: str, values, canonical) -> None:
+    """One UserError if two entries of a grid axis name the same thing (spelled alike or not)."""
+    seen: dict = {}
+    for value in values:
+        name = canonical(value)
+        if name in seen:
+            same = f" (both are {name})" if str(seen[name]) != str(value) else ""
+            raise UserError(f"{key}: {seen[name]!r} and {value!r} are the same entry{same}; list each once.")
+        seen[name] = value
 
 
 def _validate(params: Params) -> None:
@@ -349,6 +361,9 @@ def _validate(params: Params) -> None:
             raise UserError(f"variants: {exc}") from None
     if not params.datasets or not params.variants or not params.seeds:
         raise UserError("datasets, variants and seeds must each list at least one entry.")
+    _no_duplicates("datasets", params.datasets, str)
+    _no_duplicates("variants", params.variants, lambda v: parse_variant(v).name)
+    _no_duplicates("seeds", params.seeds, int)
     validate_model(params.model)
     params.train.check()
     if params.data.augment != "auto":
@@ -418,13 +433,21 @@ def load_params(name_or_path: str | Path) -> Params:
     """Load and validate a preset YAML; any mistake raises one UserError."""
     path = preset_path(name_or_path)
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = yaml.safe_load(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: not a text file (a preset is UTF-8 YAML).") from None
     except yaml.YAMLError as exc:
-        raise UserError(f"{path}: not valid YAML ({exc}).") from None
+        raise UserError(f"{path}: not valid YAML ({' '.join(str(exc).split())}).") from None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot be read ({exc.strerror or exc}).") from None
     if not isinstance(raw, dict):
         raise UserError(f"{path}: a preset is a mapping of keys (name, datasets, variants, ...).")
     raw = dict(raw)
     raw.setdefault("name", path.stem)
+    try:
+        check_name("preset", raw["name"])
+    except UserError as exc:
+        raise UserError(f"{path}: {exc}") from None
     for key in DATASET_KEYS:
         if key in (raw.get("model") or {}):
             raise UserError(f"{path}: model.{key} is set by the dataset; remove it from the preset.")

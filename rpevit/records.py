@@ -14,15 +14,18 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import os
 import socket
 import tempfile
 import time
+import zipfile
 from pathlib import Path
 
 import torch
 
 from .params import PROJECT_ROOT
+from .paths import inside
 
 _UMASK = os.umask(0)
 os.umask(_UMASK)
@@ -38,10 +41,11 @@ def run_dir(
 ) -> Path:
     """Directory of one run; a run with an `epochs` override (train --epochs) gets its own."""
     name = f"seed{seed}" if epochs is None else f"seed{seed}-e{epochs}"
-    return Path(root or RUNS_ROOT) / preset / dataset / variant / name
+    return inside(root or RUNS_ROOT, preset, dataset, variant, name)
 
 
-def _note(message: str) -> None:
+def note(message: str) -> None:
+    """Say what was recovered or repaired, in the log now and in the study summary's notes."""
     print(message, flush=True)
     recovered.append(message)
 
@@ -53,7 +57,7 @@ def move_aside(path: Path, why: str, tag: str = "damaged") -> Path:
     while target.exists():
         target, n = path.with_name(f"{stem}-{n}"), n + 1
     os.replace(path, target)
-    _note(f"recovered: {path} — {why}; moved aside to {target.name}")
+    note(f"recovered: {path} — {why}; moved aside to {target.name}")
     return target
 
 
@@ -119,8 +123,23 @@ def save_checkpoint(path: Path, state: dict) -> None:
     _atomic_write(path, lambda handle: torch.save(state, handle), keep_previous=path.with_name(PREVIOUS_CHECKPOINT))
 
 
+def checkpoint_problem(path: Path) -> str | None:
+    """Why a checkpoint file is damaged (not a zip archive, or a member failing its CRC), else None;
+    reads the file without unpickling it."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            bad = archive.testzip()
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
+        return f"{type(exc).__name__}: {str(exc)[:120] or 'unreadable'}"
+    return None if bad is None else f"member {bad} fails its checksum"
+
+
 def _load(path: Path) -> dict | None:
     """A checkpoint file's contents, or None (moved aside) if it is damaged."""
+    problem = checkpoint_problem(path)
+    if problem is not None:
+        move_aside(path, problem)
+        return None
     try:
         state = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as exc:  # truncated zip, empty file, unpickling errors: all mean "damaged"
@@ -146,15 +165,33 @@ def load_checkpoint(path: Path) -> dict | None:
     return None
 
 
-def _parse_record(path: Path) -> dict | None:
+FINISHED_NUMBERS = ("epochs", "best_epoch", "best_val_acc", "top1", "top5")
+
+
+def record_problem(data: bytes) -> tuple[dict | None, str | None]:
+    """(record, None) if `data` is a run record — a JSON object with variant, dataset, seed and status,
+    and for a finished run finite numbers for its results — else (None, why)."""
     try:
-        record = json.loads(path.read_bytes().decode("utf-8"))
+        record = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        move_aside(path, f"{type(exc).__name__}: {exc}")
-        return None
+        return None, f"{type(exc).__name__}: {exc}"
     if not isinstance(record, dict) or not {"variant", "dataset", "seed", "status"} <= record.keys():
-        move_aside(path, "not a run record (a JSON object with variant, dataset, seed and status)")
-        return None
+        return None, "not a run record (a JSON object with variant, dataset, seed and status)"
+    if record["status"] == "finished":
+        bad = [k for k in FINISHED_NUMBERS if not _finite(record.get(k))]
+        if bad or not isinstance(record.get("key"), str):
+            return None, f"a finished record without a key or finite {', '.join(bad) or 'numbers'}"
+    return record, None
+
+
+def _finite(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _parse_record(path: Path) -> dict | None:
+    record, problem = record_problem(path.read_bytes())
+    if problem is not None:
+        move_aside(path, problem)
     return record
 
 
@@ -166,7 +203,7 @@ def read_record(directory: Path) -> dict | None:
 
 def load_records(preset: str, root: Path | None = None) -> list[dict]:
     """Every readable run record of a preset, sorted by dataset, variant, seed."""
-    base = Path(root or RUNS_ROOT) / preset
+    base = inside(root or RUNS_ROOT, preset)
     found = [r for p in sorted(base.glob(f"*/*/seed*/{RECORD}")) if (r := _parse_record(p)) is not None]
     return sorted(found, key=lambda r: (r["dataset"], r["variant"], r["seed"]))
 
@@ -188,19 +225,27 @@ def supersede(directory: Path, why: str) -> Path | None:
     return target
 
 
-def keep(run_directory: Path, kept_directory: Path) -> None:
-    """Copy a run's record and history (not its checkpoints) to a tracked place, atomically."""
-    for name in (RECORD, HISTORY):
-        source = Path(run_directory) / name
-        if source.is_file():
-            write_bytes(Path(kept_directory) / name, source.read_bytes())
+KEPT = (RECORD, HISTORY)
+
+
+def keep(run_directory: Path, kept_directory: Path) -> list[str]:
+    """Copy a run's record and history (not its checkpoints) to a tracked place, atomically, where
+    the copy differs; returns the names written."""
+    written = []
+    for name in KEPT:
+        source, target = Path(run_directory) / name, Path(kept_directory) / name
+        if source.is_file() and (not target.is_file() or target.read_bytes() != source.read_bytes()):
+            write_bytes(target, source.read_bytes())
+            written.append(name)
+    return written
 
 
 class RunBusy(RuntimeError):
     """Another live process is training this run."""
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process `pid` exists on this host (the one liveness check of locks, here and on Ray nodes)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -212,12 +257,23 @@ def _alive(pid: int) -> bool:
 
 class RunLock:
     """Exclusive use of a run directory: `<dir>/.lock` holds "pid host". A lock of a dead process on
-    this host is stale and taken over; a live one raises RunBusy."""
+    this host is stale and taken over; a live one raises RunBusy. Re-entrant within a process: the
+    grid cell holds it across training, evaluation and keeping, and train_run takes it again."""
+
+    _held: dict[Path, int] = {}
 
     def __init__(self, directory: Path):
-        self.path = Path(directory) / LOCK
+        self.path = Path(os.path.abspath(Path(directory) / LOCK))  # one key per directory, however spelled
 
     def __enter__(self) -> RunLock:
+        if self._held.get(self.path):
+            self._held[self.path] += 1
+            return self
+        self._take()
+        self._held[self.path] = 1
+        return self
+
+    def _take(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         me = f"{os.getpid()} {socket.gethostname()}"
         for _ in range(2):
@@ -228,7 +284,7 @@ class RunLock:
                     pid, host = self.path.read_text().split()
                 except (OSError, ValueError):
                     pid, host = "0", socket.gethostname()  # unreadable: its writer died mid-write
-                if host != socket.gethostname() or (int(pid) != os.getpid() and _alive(int(pid))):
+                if host != socket.gethostname() or (int(pid) != os.getpid() and pid_alive(int(pid))):
                     raise RunBusy(
                         f"{self.path.parent} is being trained by process {pid} on {host}; "
                         "skipping it (delete the .lock file if that process is gone)"
@@ -237,17 +293,46 @@ class RunLock:
                 continue
             with os.fdopen(fd, "w") as handle:
                 handle.write(me)
-            return self
+            return
         raise RunBusy(f"could not take the lock {self.path}")
 
     def __exit__(self, *exc_info) -> None:
-        self.path.unlink(missing_ok=True)
+        self._held[self.path] -= 1
+        if not self._held[self.path]:
+            del self._held[self.path]
+            self.path.unlink(missing_ok=True)
 
 
-def read_history(directory: Path) -> list[dict]:
-    """Per-epoch history rows of a run (numbers parsed)."""
+HISTORY_COLUMNS = ("epoch", "train_loss", "train_acc", "val_loss", "val_acc", "lr", "seconds")
+
+
+def history_problem(data: bytes, epochs: int | None = None) -> tuple[list[dict] | None, str | None]:
+    """(rows, None) if `data` is a run history — the history columns, finite numbers, epochs 1, 2, …
+    (`epochs` of them when given) — else (None, why)."""
+    try:
+        reader = csv.DictReader(io.StringIO(data.decode("utf-8")))
+        rows = [{k: float(v) for k, v in row.items()} for row in reader]
+    except (UnicodeDecodeError, csv.Error, ValueError, TypeError) as exc:
+        return None, f"not a history table ({type(exc).__name__}: {str(exc)[:80]})"
+    if tuple(reader.fieldnames or ()) != HISTORY_COLUMNS:
+        return None, f"columns {reader.fieldnames} are not {', '.join(HISTORY_COLUMNS)}"
+    if not all(math.isfinite(v) for row in rows for v in row.values()):
+        return None, "a number is missing or not finite"
+    if [row["epoch"] for row in rows] != list(range(1, len(rows) + 1)):
+        return None, "its epochs are not 1, 2, … in order"
+    if epochs is not None and len(rows) != epochs:
+        return None, f"{len(rows)} epochs where the run has {epochs}"
+    return rows, None
+
+
+def read_history(directory: Path, epochs: int | None = None) -> list[dict]:
+    """Per-epoch history rows of a run (numbers parsed), [] if there is none; a damaged one (schema,
+    finite numbers, `epochs` rows when given) is moved aside and named, and [] returned."""
     path = Path(directory) / HISTORY
     if not path.is_file():
         return []
-    with path.open() as handle:
-        return [{k: float(v) for k, v in row.items()} for row in csv.DictReader(handle)]
+    rows, problem = history_problem(path.read_bytes(), epochs)
+    if problem is not None:
+        move_aside(path, problem)
+        return []
+    return rows

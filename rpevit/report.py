@@ -23,6 +23,7 @@ from pathlib import Path
 from . import records, tables
 from .errors import UserError
 from .params import PROJECT_ROOT
+from .paths import inside
 
 MANIFEST = "manifest.json"
 PLOTLY_JS = "plotly.min.js"
@@ -38,7 +39,7 @@ def reports_root() -> Path:
 
 def report_dir(preset: str, root=None) -> Path:
     """reports/<preset>/ (created)."""
-    path = Path(root or reports_root()) / preset
+    path = inside(root or reports_root(), preset)
     path.mkdir(parents=True, exist_ok=True)
     return path
 

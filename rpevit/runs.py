@@ -12,7 +12,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
+import socket
 import tempfile
+import time
+import uuid
 from pathlib import Path
 
 import torch
@@ -24,6 +28,7 @@ from .errors import UserError
 from .model import ViT, build_model
 from .options import result_fields
 from .params import ModelConfig, Params, TrainConfig
+from .sizing import check_fits
 from .variants import parse_variant
 
 
@@ -164,10 +169,34 @@ def check_runs_root(root) -> Path:
     return root
 
 
+SHARED_CHECK_PREFIX = ".rpevit-shared-check-"
+
+
+def write_check_file(root) -> Path:
+    """A uniquely named file in the runs root that other processes (Ray workers, torchrun ranks)
+    look for to prove they see the same directory; the caller removes it."""
+    path = Path(root) / f"{SHARED_CHECK_PREFIX}{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    records.write_text(path, f"{socket.gethostname()} {os.getpid()}\n")
+    return path
+
+
+def sees_check_file(root, name: str) -> bool:
+    """True if this process sees the check file `name` in the runs root (the one shared-root check
+    of the Ray engine and torchrun); waits up to 5 s, as a network filesystem may show it late."""
+    for _ in range(10):
+        if (Path(root) / name).is_file():
+            return True
+        time.sleep(0.5)
+    return False
+
+
 def preflight(params: Params, variants=None, runs_root=None) -> None:
-    """Everything checkable before the first epoch: every variant's model builds for every dataset
-    (options, arithmetic), the device exists and the runs directory is writable."""
-    resolve_device(params.train.device)
+    """Everything checkable before the first epoch: the device exists, the model fits its memory
+    (sizing.check_fits), the runs directory is writable and every variant's model builds for every
+    dataset (options, arithmetic)."""
+    device = resolve_device(params.train.device)
+    for dataset in params.datasets:
+        check_fits(model_config_for(params, dataset), params.train, device)
     check_runs_root(runs_root)
     state = torch.get_rng_state()
     try:

@@ -4,24 +4,24 @@ Everything checkable is checked before the first run starts (runs.preflight). Fi
 record whose key matches the preset's settings, also under rpevit 0.1's key scheme) are skipped
 and interrupted runs resume from their last good checkpoint, so a study stopped at any point
 continues where it stopped and nothing finished is recomputed. A run another live process is
-training is skipped with a message; a diverged run is recorded as such, not retried; damaged
-files are moved aside and the summary says what was recovered.
+training is skipped with a message; a diverged run is recorded as such, not retried. Each grid
+cell goes through cell.run_cell (the run's state from runs/ and its kept copy, repairs, training,
+evaluation, keeping), as on Ray; the summary says what was recovered and repaired.
 """
 
 from __future__ import annotations
 
 import math
 import os
-import time
 from pathlib import Path
 
 from . import design, records, runs
-from .errors import UserError
-from .evaluate import evaluate_resolutions
+from .cell import Cell, State, cells, needs_evaluation, run_cell, settle
 from .params import PROJECT_ROOT, Params
+from .paths import inside
+from .progress import Progress, label
 from .schema import SUMMARY_COLUMNS
 from .tables import markdown_table
-from .train import Diverged, train_run
 from .variants import parse_variant
 
 REPORTS_ROOT = Path(os.environ.get("RPEVIT_REPORTS", PROJECT_ROOT / "reports"))
@@ -37,7 +37,7 @@ def grid(params: Params) -> list[tuple[str, str, int]]:
 
 def kept_dir(params: Params, dataset: str, variant: str, seed: int, reports_root=None) -> Path:
     """Where a preset with `keep_records` keeps a run's record and history in the repository."""
-    return Path(reports_root or REPORTS_ROOT) / params.name / "records" / dataset / variant / f"seed{seed}"
+    return Cell(params, dataset, variant, seed, Path(records.RUNS_ROOT), _reports(reports_root)).kept_dir
 
 
 def _current(params: Params, dataset: str, variant: str, seed: int, runs_root=None, reports_root=None):
@@ -63,17 +63,25 @@ def current_record(
 
 
 def run_history(params: Params, dataset: str, variant: str, seed: int, runs_root=None, reports_root=None):
-    """Per-epoch history rows of the run whose record is current (beside that record), [] if none."""
+    """Per-epoch history rows of the run whose record is current (beside that record), [] if none or
+    if the history is damaged (then moved aside and named, like a damaged record)."""
     found = _current(params, dataset, variant, seed, runs_root, reports_root)
-    return [] if found is None else records.read_history(found[1])
+    if found is None:
+        return []
+    record, directory = found
+    return records.read_history(directory, record["epochs"] if record.get("status") == "finished" else None)
+
+
+def _reports(reports_root) -> Path:
+    return Path(reports_root or REPORTS_ROOT)
 
 
 def _keep(params: Params, dataset: str, variant: str, seed: int, runs_root, reports_root) -> None:
+    """Copy a run's record and history to its kept place (keep_records), under the run's lock."""
     if params.keep_records:
-        records.keep(
-            records.run_dir(params.name, dataset, variant, seed, runs_root),
-            kept_dir(params, dataset, variant, seed, reports_root),
-        )
+        run = Cell(params, dataset, variant, seed, Path(runs_root or records.RUNS_ROOT), _reports(reports_root))
+        with records.RunLock(run.dir):
+            records.keep(run.dir, run.kept_dir)
 
 
 def is_finished(params: Params, dataset: str, variant: str, seed: int, runs_root=None, reports_root=None) -> bool:
@@ -81,99 +89,83 @@ def is_finished(params: Params, dataset: str, variant: str, seed: int, runs_root
     return current_record(params, dataset, variant, seed, runs_root, reports_root) is not None
 
 
-class Progress:
-    """One line per event: run k of N with an ETA from the runs trained so far in this sitting."""
+def loader_cache(params: Params, dataset_loader=None):
+    """load(name) → the dataset, loaded once per name with `dataset_loader(params, name)` (default
+    runs.dataset_for); one dataset in memory at a time."""
+    loaded: dict = {}
 
-    def __init__(self, total: int, todo: int):
-        self.total, self.todo, self.done, self.started = total, todo, 0, time.perf_counter()
+    def load(name: str):
+        if name not in loaded:
+            loaded.clear()
+            loaded[name] = (dataset_loader or runs.dataset_for)(params, name)
+        return loaded[name]
 
-    def start(self, dataset: str, variant: str, seed: int) -> None:
-        elapsed = time.perf_counter() - self.started
-        eta = (
-            ""
-            if not self.done
-            else f", ETA {_minutes(elapsed / self.done * (self.todo - self.done))} for the remaining runs"
-        )
-        print(
-            f"run {self.total - self.todo + self.done + 1} of {self.total}: {variant} on {dataset}, seed {seed}{eta}",
-            flush=True,
-        )
-
-    def finish(self) -> None:
-        self.done += 1
+    return load
 
 
-def _minutes(seconds: float) -> str:
-    return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
+def outcome(row: dict, before: State) -> tuple[str, str]:
+    """(kind, message) of a cell's summary row for the progress display: done / diverged / failed / skipped."""
+    status = row.get("status")
+    if status in ("failed", "skipped", "diverged"):
+        return status, row.get("message", "")
+    top1 = row.get("top1")
+    score = f"top-1 {100 * top1:.2f}%" if top1 is not None else ""
+    return "done", score + (f"; {len(before.repairs)} repaired" if before.repairs else "")
 
 
-def run_study(params: Params, *, runs_root=None, reports_root=None, progress: bool = False) -> list[dict]:
-    """Run every missing run of the preset's grid, then write the summary; returns the records."""
+def announce(params: Params, states: list[State], where: str = "") -> None:
+    """One line: how many runs the grid has and how many are finished, missing, damaged or stale."""
+    kinds = [s.kind for s in states]
+    repair = [f"{kinds.count(k)} {k}" for k in ("damaged", "stale") if k in kinds]
+    print(
+        f"study {params.name}{where}: {len(states)} runs, {kinds.count('finished')} already finished, "
+        f"{kinds.count('missing')} to run" + (f"; to repair: {', '.join(repair)}" if repair else ""),
+        flush=True,
+    )
+
+
+def run_study(
+    params: Params, *, runs_root=None, reports_root=None, progress: bool = False, dataset_loader=None
+) -> list[dict]:
+    """Run every cell of the preset's grid that has work (cell.run_cell: repair, train, evaluate,
+    keep), then write the summary; returns the current records in grid order. `dataset_loader(params,
+    name)` loads a dataset (default runs.dataset_for)."""
     runs.preflight(params, runs_root=runs_root)
     records.recovered.clear()
-    todo = [
-        run for run in grid(params) if not is_finished(params, *run, runs_root=runs_root, reports_root=reports_root)
-    ]
-    total = len(grid(params))
-    print(f"study {params.name}: {total} runs, {total - len(todo)} already finished, {len(todo)} to run", flush=True)
-    meter = Progress(total, len(todo))
-    skipped = []
-    for dataset_name in params.datasets:
-        pending = [(v, s) for d, v, s in todo if d == dataset_name]
-        unevaluated = [
-            (v, s)
-            for d, v, s in grid(params)
-            if d == dataset_name
-            and (v, s) not in pending
-            and needs_resolution_eval(params, d, v, s, runs_root, reports_root)
-        ]
-        if not pending and not unevaluated:
-            continue
-        dataset = runs.dataset_for(params, dataset_name)
-        for variant, seed in pending:
-            if params.design.active:  # the stopping rule and the budget decide as the runs finish
-                now, why = design.due(
-                    params, (dataset_name, variant, seed), study_records(params, runs_root, reports_root)
-                )
-                if not now:
-                    print(f"not started: {variant} on {dataset_name}, seed {seed} ({why})", flush=True)
-                    continue
-            meter.start(dataset_name, variant, seed)
-            try:
-                train_run(params, dataset, variant, seed, runs_root=runs_root, resume=True, progress=progress)
-            except Diverged as exc:
-                print(f"diverged: {exc}", flush=True)
-            except records.RunBusy as exc:
-                print(f"skipped: {exc}", flush=True)
-                skipped.append((dataset_name, variant, seed))
-            _keep(params, dataset_name, variant, seed, runs_root, reports_root)
-            meter.finish()
-        for variant, seed in pending + unevaluated:
-            if (dataset_name, variant, seed) in skipped or not needs_resolution_eval(
-                params, dataset_name, variant, seed, runs_root, reports_root
-            ):
+    grid_cells = cells(params, grid(params), runs_root or records.RUNS_ROOT, _reports(reports_root))
+    states = [settle(c, repair=False) for c in grid_cells]
+    announce(params, states)
+    load = loader_cache(params, dataset_loader)
+    todo = [(c, s) for c, s in zip(grid_cells, states) if s.work]
+    meter, rows = Progress(len(todo)), {}
+    for run, before in todo:
+        if before.train and params.design.active:  # the stopping rule and the budget decide as runs finish
+            now, why = design.due(params, run.run, study_records(params, run.runs_root, run.reports_root))
+            if not now:
+                print(f"not started: {label(*run.run)} ({why})", flush=True)
                 continue
-            if not (
-                records.run_dir(params.name, dataset_name, variant, seed, runs_root) / records.CHECKPOINT
-            ).is_file():
-                print(
-                    f"[{variant} | {dataset_name} | seed {seed}] multi-resolution evaluation skipped: its "
-                    "checkpoint is not on this machine (only its kept record is)",
-                    flush=True,
-                )
-                continue
-            print(
-                f"[{variant} | {dataset_name} | seed {seed}] multi-resolution evaluation at "
-                f"{', '.join(map(str, params.evaluate.resolutions))} px",
-                flush=True,
-            )
-            try:
-                evaluate_resolutions(params, dataset, variant, seed, params.evaluate.resolutions, runs_root)
-            except UserError as exc:  # its tested weights are lost: the run is unfinished again
-                print(f"not evaluated: {exc}", flush=True)
-            _keep(params, dataset_name, variant, seed, runs_root, reports_root)
-    results = study_records(params, runs_root, reports_root)
-    write_summary(params.name, results, reports_root, notes=list(records.recovered))
+        meter.event("running", run.run)
+        rows[run.run] = run_cell(run, lambda run=run: load(run.dataset), progress=progress)
+        kind, message = outcome(rows[run.run], before)
+        meter.event(kind, run.run, message)
+    return summarise(params, grid_cells, rows, records.recovered)
+
+
+def summarise(params: Params, grid_cells: list[Cell], rows: dict, notes: list[str]) -> list[dict]:
+    """Write the summary of the grid — its current records, a row for each run that failed or was
+    skipped in this sitting, and the notes — and return the current records in grid order."""
+    results, shown, failures = [], [], []
+    for run in grid_cells:
+        record = current_record(params, *run.run, run.runs_root, run.reports_root)
+        row = rows.get(run.run)
+        if record is not None:
+            results.append(record)
+            shown.append(record)
+        elif row is not None and row.get("status") in ("failed", "skipped"):
+            shown.append(row)
+            failures.append(f"{row['status']}: {label(*run.run)} — {row['message']}")
+    reports_root = grid_cells[0].reports_root if grid_cells else None
+    write_summary(params.name, shown, reports_root, notes=list(dict.fromkeys(notes)) + failures)
     return results
 
 
@@ -181,13 +173,7 @@ def needs_resolution_eval(
     params: Params, dataset: str, variant: str, seed: int, runs_root=None, reports_root=None
 ) -> bool:
     """True if a finished run lacks the preset's multi-resolution evaluation."""
-    if not params.evaluate.resolutions or not params.evaluate.covers(variant):
-        return False
-    record = current_record(params, dataset, variant, seed, runs_root, reports_root)
-    if record is None or record.get("status") != "finished":
-        return False
-    done = {row["resolution"] for row in record.get("resolution_eval", [])}
-    return done != set(params.evaluate.resolutions)
+    return needs_evaluation(params, current_record(params, dataset, variant, seed, runs_root, reports_root))
 
 
 def study_records(params: Params, runs_root=None, reports_root=None) -> list[dict]:
@@ -246,7 +232,7 @@ def _cell(column: str, value) -> str:
 
 def write_summary(preset: str, results: list[dict], reports_root=None, notes=()) -> Path:
     """reports/<preset>/summary.csv (raw numbers) and summary.md (rounded; accuracies in %)."""
-    out = Path(reports_root or REPORTS_ROOT) / preset
+    out = inside(reports_root or REPORTS_ROOT, preset)
     rows = [
         {c: (("+".join(r[c]) or "none") if c == "positions" and c in r else r.get(c)) for c in SUMMARY_COLUMNS}
         for r in results

@@ -1,10 +1,15 @@
-"""Kill-and-resume harness: SIGKILL a tiny training run at random moments, resume it each time,
-and check the final record and history equal an uninterrupted run's.
+"""Kill-and-resume harness: SIGKILL a tiny study (keep_records, multi-resolution evaluation) at
+random moments of its training, its evaluation and its keeping, run it again each time, and check
+that every finished run — its record, history and kept copy — equals an uninterrupted run's.
 
-    python scripts/kill_resume.py --kills 10 [--seed 1] [--workdir DIR]
+    python scripts/kill_resume.py --kills 20 [--seed 1] [--workdir DIR]
 
-Exit status 0 if identical (prints "identical"), 1 if not. Every process uses one CPU thread:
-bit-exact resume holds for the same thread count (it is recorded in each run record).
+Kills go in cycles of four sittings — two in training (up to 0.3 s after an epoch ends: the next
+epoch or its checkpoint), one in evaluation (after it starts testing a resolution), one in keeping
+(after it starts copying to reports/), each a random moment after the line that starts it — then a
+last sitting finishes the run, which is compared, and the next cycle starts afresh. Exit status 0
+if every comparison is identical (prints "identical"), 1 if not, 2 on a bad argument. Every process
+uses one CPU thread: bit-exact resume holds for the same thread count (recorded in each record).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -24,75 +30,125 @@ PRESET = """\
 name: killtest
 datasets: [mnist5k]
 variants: [favor+rope_mixed]
+keep_records: true
 data: {train_size: 1000}
 model: {dim: 16, depth: 1, heads: 2, mlp_dim: 32}
 train: {epochs: 4, batch_size: 100, lr: 0.003, warmup_epochs: 0.5, eval_batch_size: 250, timing_images: 4,
         device: cpu}
+evaluate: {resolutions: [20, 28, 36]}
 """
-FIELDS = ("status", "top1", "top5", "log_likelihood", "best_epoch", "best_val_acc", "f1", "test_predictions", "key")
+VARIANT = "favor+rope_mixed"
+FIELDS = (
+    "status",
+    "top1",
+    "top5",
+    "log_likelihood",
+    "best_epoch",
+    "best_val_acc",
+    "f1",
+    "test_predictions",
+    "key",
+    "resolution_eval",
+)
+# phase: (the output line it starts with, the most seconds to wait after it before the kill)
+PHASES = {"train": ("] epoch ", 0.3), "evaluate": ("testing at", 0.02), "keep": ("keeping its record", 0.005)}
 
 
-def train(runs: Path, preset: Path) -> subprocess.Popen:
-    env = {**os.environ, "RPEVIT_RUNS": str(runs), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    command = [
-        sys.executable,
-        "-m",
-        "rpevit",
-        "train",
-        "--params",
-        str(preset),
-        "--variant",
-        "favor+rope_mixed",
-        "--resume",
-        "--no-progress",
-    ]
-    return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+def study(work: Path, preset: Path) -> subprocess.Popen:
+    env = {
+        **os.environ,
+        "RPEVIT_RUNS": str(work / "runs"),
+        "RPEVIT_REPORTS": str(work / "reports"),
+        "OMP_NUM_THREADS": "1",
+        "PYTHONUNBUFFERED": "1",
+    }
+    command = [sys.executable, "-m", "rpevit", "study", str(preset), "--no-progress"]
+    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def outcome(runs: Path) -> tuple[dict, list]:
-    directory = runs / "killtest" / "mnist5k" / "favor+rope_mixed" / "seed0"
-    record = json.loads((directory / "record.json").read_text())
-    history = (directory / "history.csv").read_text().splitlines()
-    rows = [
-        ",".join(cell for i, cell in enumerate(line.split(",")) if i != len(line.split(",")) - 1) for line in history
-    ]  # drop the last column (seconds)
-    return {k: record[k] for k in FIELDS}, rows
+def outcome(work: Path) -> tuple:
+    """(result fields, history without seconds) of the run directory and of the kept copy."""
+    run = work / "runs" / "killtest" / "mnist5k" / VARIANT / "seed0"
+    kept = work / "reports" / "killtest" / "records" / "mnist5k" / VARIANT / "seed0"
+
+    def read(directory: Path):
+        record = json.loads((directory / "record.json").read_text())
+        history = [line.rsplit(",", 1)[0] for line in (directory / "history.csv").read_text().splitlines()]
+        return {k: record.get(k) for k in FIELDS}, history
+
+    return read(run), read(kept)
+
+
+def sitting(work: Path, preset: Path, phase: str, rng: random.Random) -> tuple[bool, int, str]:
+    """One study sitting, SIGKILLed a random moment after a line of `phase`; (kill landed, exit status,
+    output)."""
+    process, lines, landed = study(work, preset), [], False
+    marker, wait = PHASES[phase]
+    for line in process.stdout:
+        lines.append(line)
+        if marker in line and not landed:
+            time.sleep(rng.uniform(0, wait))
+            if process.poll() is None:
+                process.send_signal(signal.SIGKILL)
+                landed = True
+    return landed, process.wait(), "".join(lines)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--kills", type=int, default=5)
+    parser.add_argument("--kills", type=int, default=6)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workdir", type=Path)
     args = parser.parse_args()
+    if args.workdir is not None and not args.workdir.is_dir():
+        print(f"error: --workdir {args.workdir} is not a directory; create it, or leave --workdir out", file=sys.stderr)
+        return 2
+    if args.kills < 1:
+        print(f"error: --kills {args.kills}: give at least one kill", file=sys.stderr)
+        return 2
     work = args.workdir or Path(tempfile.mkdtemp(prefix="kill-resume-"))
     preset = work / "killtest.yaml"
     preset.write_text(PRESET)
     started = time.perf_counter()
-    reference = train(work / "reference", preset)
-    if reference.wait() != 0:
-        print(reference.stderr.read())
+    reference = study(work / "reference", preset)
+    output = reference.communicate()[0]
+    if reference.returncode != 0:
+        print(output)
         return 1
     duration = time.perf_counter() - started
+    expected = outcome(work / "reference")
     rng = random.Random(args.seed)
-    landed = 0
-    for _ in range(args.kills):
-        process = train(work / "killed", preset)
-        time.sleep(rng.uniform(0.3, 1.0) * duration)
-        if process.poll() is None:
-            process.send_signal(signal.SIGKILL)
-            landed += 1
-        process.wait()
-    final = train(work / "killed", preset)
-    if final.wait() != 0:
-        print(final.stderr.read())
-        return 1
-    same = outcome(work / "reference") == outcome(work / "killed")
+    landed = {phase: 0 for phase in PHASES}
+    compared, different = 0, 0
+    killed = work / "killed"
+    cycle = ("train", "train", "evaluate", "keep")
+    for trial in range(args.kills):
+        phase = cycle[trial % len(cycle)]
+        hit, code, output = sitting(killed, preset, phase, rng)
+        landed[phase] += hit
+        if code not in (0, -signal.SIGKILL):
+            print(output)
+            return 1
+        if phase == "keep" or trial == args.kills - 1:  # finish the run, compare it, start afresh
+            final = study(killed, preset)
+            output = final.communicate()[0]
+            if final.returncode != 0:
+                print(output)
+                return 1
+            compared += 1
+            different += outcome(killed) != expected
+            shutil.rmtree(killed)
     print(
-        f"kills that landed: {landed} of {args.kills} (uninterrupted run {duration:.1f} s incl. start-up); "
-        + ("final record and history identical" if same else "DIFFERENT from the uninterrupted run")
+        f"kills that landed: {sum(landed.values())} of {args.kills} "
+        f"({', '.join(f'{n} in {phase}' for phase, n in landed.items())}; uninterrupted study "
+        f"{duration:.1f} s incl. start-up); {compared} finished runs compared: "
+        + (
+            "records, histories and kept copies identical"
+            if not different
+            else f"{different} DIFFERENT from the uninterrupted run"
+        )
     )
-    return 0 if same else 1
+    return 0 if not different else 1
 
 
 if __name__ == "__main__":

@@ -22,8 +22,9 @@ import torch
 from rpevit import cluster, records, runs, study
 from rpevit.data import Dataset, Split
 from rpevit.errors import UserError
+from rpevit.progress import Progress
 
-DATASET_FOR = runs.dataset_for  # the real loader (the sequential reference patches runs.dataset_for)
+DATASET_FOR = runs.dataset_for  # the real loader
 NO_RAY = "Ray is not installed (pip install -e '.[cluster]'): the Ray engine tests are skipped"
 
 
@@ -69,11 +70,9 @@ def grid_params(tiny_params):
     )
 
 
-def sequential(params, root, monkeypatch, loader):
+def sequential(params, root, loader):
     """The in-process sequential runner's records (the reference)."""
-    with monkeypatch.context() as patch:
-        patch.setattr(runs, "dataset_for", loader)
-        return study.run_study(params, runs_root=root / "runs", reports_root=root / "reports")
+    return study.run_study(params, runs_root=root / "runs", reports_root=root / "reports", dataset_loader=loader)
 
 
 def test_engine_ray_without_ray_says_how_to_install(monkeypatch, tiny_params, tmp_path):
@@ -93,7 +92,7 @@ def test_bad_resources_are_one_clear_error(tiny_params, tmp_path):
 
 
 def test_worker_that_does_not_share_the_runs_root_fails_clearly(tmp_path, monkeypatch):
-    monkeypatch.setattr(cluster.time, "sleep", lambda s: None)
+    monkeypatch.setattr(runs.time, "sleep", lambda s: None)
     (tmp_path / "check-a").write_text("driver 1\n")
     cluster._check_shared(str(tmp_path), "check-a", "node-1")  # sees the driver's file: fine
     with pytest.raises(UserError, match="not the driver's.*shared filesystem"):
@@ -111,7 +110,7 @@ def test_unreachable_cluster_address_is_one_clear_error():
 
 def test_progress_lines(capsys):
     seen = []
-    meter = cluster._Progress(2, tty=False, on_event=seen.append)
+    meter = Progress(2, tty=False, on_event=seen.append)
     meter.event("running", ("mnist5k", "softmax+ape", 0), host="h", pid=7, attempt=1)
     meter.event("running", ("mnist5k", "softmax+ape", 0), host="h", pid=8, attempt=2)
     meter.event("done", ("mnist5k", "softmax+ape", 0), "top-1 90.00%")
@@ -124,11 +123,9 @@ def test_progress_lines(capsys):
     assert [e["kind"] for e in seen] == ["running", "running", "done", "failed"]
 
 
-def test_ray_grid_equals_sequential_and_runs_only_what_is_missing(
-    ray_cluster, grid_params, one_thread, monkeypatch, tmp_path
-):
+def test_ray_grid_equals_sequential_and_runs_only_what_is_missing(ray_cluster, grid_params, one_thread, tmp_path):
     loader = functools.partial(tiny_loader, n_train=256)
-    reference = sequential(grid_params, tmp_path / "seq", monkeypatch, loader)
+    reference = sequential(grid_params, tmp_path / "seq", loader)
     assert [r["status"] for r in reference] == ["finished"] * 4
 
     # a driver stopped earlier left one run finished and one finished without its multi-resolution evaluation
@@ -204,7 +201,7 @@ def test_failed_run_is_named_and_the_others_go_on(ray_cluster, tiny_params, tmp_
     assert "- failed: softmax+none on mnist, seed 0 — RuntimeError" in summary
 
 
-def test_killed_worker_is_retried_and_the_run_resumes(ray_cluster, tiny_params, one_thread, monkeypatch, tmp_path):
+def test_killed_worker_is_retried_and_the_run_resumes(ray_cluster, tiny_params, one_thread, tmp_path):
     params = dataclasses.replace(
         tiny_params,
         name="tinykill",
@@ -214,7 +211,7 @@ def test_killed_worker_is_retried_and_the_run_resumes(ray_cluster, tiny_params, 
         evaluate=dataclasses.replace(tiny_params.evaluate, resolutions=()),
     )
     loader = functools.partial(tiny_loader, n_train=2048)  # epochs of ~0.5 s: time to kill mid-run
-    reference = sequential(params, tmp_path / "seq", monkeypatch, loader)
+    reference = sequential(params, tmp_path / "seq", loader)
     run_dir = records.run_dir("tinykill", "mnist5k", "softmax+ape", 0, tmp_path / "ray" / "runs")
     killed = {}
 
@@ -264,3 +261,33 @@ def test_compare_engines_reports_a_ratio(ray_cluster, tiny_params, tmp_path, cap
     )
     assert result["runs"] == 2 and result["workers"] == 2 and result["ratio"] > 0
     assert "sequential / ray:" in capsys.readouterr().out
+
+
+def test_both_engines_keep_the_same_files(ray_cluster, tiny_params, one_thread, tmp_path):
+    """keep_records under --engine ray: the same kept records and histories as the sequential engine
+    (same results; timings aside), both going through one grid cell."""
+    params = dataclasses.replace(
+        tiny_params,
+        variants=("softmax+ape",),
+        seeds=(0, 1),
+        keep_records=True,
+        train=dataclasses.replace(tiny_params.train, epochs=1),
+        evaluate=dataclasses.replace(tiny_params.evaluate, resolutions=(20,)),
+    )
+    loader = functools.partial(tiny_loader, n_train=128)
+    sequential(params, tmp_path / "seq", loader)
+    cluster.run_study_ray(
+        params, runs_root=tmp_path / "ray" / "runs", reports_root=tmp_path / "ray" / "reports", dataset_loader=loader
+    )
+    kept = {engine: tmp_path / engine / "reports" / "tiny" / "records" for engine in ("seq", "ray")}
+    files = {engine: sorted(p.relative_to(kept[engine]) for p in kept[engine].rglob("*")) for engine in kept}
+    assert files["seq"] == files["ray"] and len([f for f in files["seq"] if f.name == "record.json"]) == 2
+    for name in files["seq"]:
+        if name.name == records.RECORD:
+            seq, ray = (json.loads((kept[e] / name).read_text()) for e in ("seq", "ray"))
+            assert cluster.result_fields(seq) == cluster.result_fields(ray) and seq["resolution_eval"], name
+        elif name.name == records.HISTORY:
+            seq, ray = (
+                [r.rsplit(",", 1)[0] for r in (kept[e] / name).read_text().splitlines()] for e in ("seq", "ray")
+            )
+            assert seq == ray, name

@@ -15,7 +15,7 @@ import pytest
 import torch
 import yaml
 
-from rpevit import records, runs, schema, study
+from rpevit import paths, records, runs, schema, study
 from rpevit.cli import main
 from rpevit.errors import UserError
 from rpevit.params import load_params
@@ -272,17 +272,18 @@ def test_argparse_mistakes_are_one_line(capsys):
 
 
 def test_kill_and_resume_harness(tmp_path):
-    """SIGKILL at random points of a tiny run, again and again: the final record and history equal an
-    uninterrupted run's (scripts/kill_resume.py, also runnable by hand with more kills)."""
+    """SIGKILL a tiny study in training (twice), in evaluation and in keeping: the finished record,
+    history and kept copy equal an uninterrupted run's (scripts/kill_resume.py; --kills 20 by hand)."""
     result = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "kill_resume.py"), "--kills", "3", "--workdir", str(tmp_path)],
+        [sys.executable, str(ROOT / "scripts" / "kill_resume.py"), "--kills", "4", "--workdir", str(tmp_path)],
         capture_output=True,
         text=True,
         cwd=ROOT,
         timeout=300,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "identical" in result.stdout and "kills that landed: 0" not in result.stdout
+    assert "kept copies identical" in result.stdout and "kills that landed: 0" not in result.stdout
+    assert re.search(r"[1-9]\d* in train, [1-9]\d* in evaluate", result.stdout), result.stdout
 
 
 def test_preflight_catches_model_errors_without_touching_the_rng():
@@ -294,3 +295,85 @@ def test_preflight_catches_model_errors_without_touching_the_rng():
     with pytest.raises(UserError, match="rope_axial needs a rotated dimension divisible by 4"):
         runs.preflight(bad)
     assert torch.equal(torch.get_rng_state(), state)
+
+
+# ------------------------------------------------------------------ bad input: one line, nothing written
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        ({"model": {"heads": 0}}, r"model\.heads must be a positive integer, got 0"),
+        ({"model": {"dim": 10**12}}, r"does not fit this machine: about .* parameters .* GB of cpu memory"),
+        ({"train": {"batch_size": 10**9}}, r"per training batch of 1000000000 images .* one batch of the whole set"),
+        ({"variants": ["softmax+ape", "softmax+ape"]}, r"variants: 'softmax\+ape' and 'softmax\+ape' are the same"),
+        (
+            {"variants": ["relu+rope_mixed+ape", "relu+ape+rope_mixed"]},
+            r"are the same entry \(both are relu\+rope_mixed\+ape\)",
+        ),
+        ({"seeds": [0, 1, 0]}, r"seeds: 0 and 0 are the same entry"),
+        ({"name": "../../escape"}, r"preset name '\.\./\.\./escape' is not a plain name"),
+        ({"name": ".hidden"}, r"preset name '\.hidden' is not a plain name"),
+    ],
+    ids=["heads-0", "dim-huge", "batch-huge", "variant-twice", "variant-two-orders", "seed-twice", "escape", "dot"],
+)
+def test_bad_input_is_one_line_and_writes_nothing(tmp_path, roots, capsys, edit, message):
+    preset = yaml.safe_load(TINY_PRESET)
+    for key, value in edit.items():
+        preset[key] = {**preset[key], **value} if isinstance(value, dict) else value
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(preset))
+    code, out, err = cli(capsys, "study", path)
+    assert code == 2 and err.count("\n") == 1 and err.startswith("error: "), err
+    assert re.search(message, err), err
+    assert not roots[0].exists() and not roots[1].exists()  # nothing trained, nothing written
+    assert not (tmp_path.parent / "escape").exists() and not (tmp_path.parent.parent / "escape").exists()
+
+
+def test_a_binary_file_as_preset_is_one_line(tmp_path, roots, capsys):
+    path = tmp_path / "image.yaml"
+    path.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\xff\xfe")
+    code, _, err = cli(capsys, "study", path)
+    assert code == 2 and err.count("\n") == 1 and "not a text file" in err
+    assert not roots[0].exists()
+
+
+def test_ray_engine_with_no_cpus_per_run_is_refused(preset, roots, capsys):
+    pytest.importorskip("ray", reason="Ray is not installed (pip install -e '.[cluster]')")
+    code, _, err = cli(capsys, "study", preset, "--engine", "ray", "--cpus-per-run", "0")
+    assert code == 2 and err.count("\n") == 1 and "--cpus-per-run must be a positive integer, not 0" in err
+    assert not roots[0].exists()
+
+
+def test_paths_stay_inside_their_roots(tmp_path):
+    (tmp_path / "root").mkdir()
+    (tmp_path / "root" / "link").symlink_to(tmp_path)
+    assert paths.inside(tmp_path / "root", "smoke", "mnist5k") == tmp_path / "root" / "smoke" / "mnist5k"
+    for bad in ("..", "../escape", "a/b", "", ".x", "a b"):
+        with pytest.raises(UserError, match="is not a plain name"):
+            records.run_dir(bad, "mnist5k", "softmax+ape", 0, tmp_path / "root")
+    with pytest.raises(UserError, match="leaves its root"):
+        paths.inside(tmp_path / "root", "link", "outside")
+
+
+def test_kill_harness_refuses_a_missing_workdir(tmp_path):
+    missing = tmp_path / "no" / "such"
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "kill_resume.py"), "--workdir", str(missing)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2 and result.stderr.count("\n") == 1 and result.stderr.startswith("error: ")
+    assert not missing.exists() and "Traceback" not in result.stderr
+
+
+def test_the_run_lock_is_re_entrant_within_a_process(tmp_path, monkeypatch):
+    """The grid cell holds the lock across training, evaluation and keeping; train_run takes it again
+    inside (spelled differently): the lock file stays until the outer holder lets go."""
+    monkeypatch.chdir(tmp_path)
+    with records.RunLock(tmp_path / "run"):
+        with records.RunLock("run"):
+            assert (tmp_path / "run" / records.LOCK).is_file()
+        assert (tmp_path / "run" / records.LOCK).is_file()
+    assert not (tmp_path / "run" / records.LOCK).exists()

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import types
 
 import pytest
 
-from rpevit import records, runs, study
+from rpevit import cell, records, runs, study
 from rpevit import train as train_module
 from rpevit.train import Diverged, train_run
 
@@ -34,7 +35,7 @@ def counted(monkeypatch, tiny_dataset):
         return train_run(params, dataset, variant, seed, out_dir, **kwargs)
 
     monkeypatch.setattr(runs, "dataset_for", lambda *a, **k: tiny_dataset)
-    monkeypatch.setattr(study, "train_run", fake_train)
+    monkeypatch.setattr(cell, "train_run", fake_train)
     return calls, state
 
 
@@ -118,3 +119,27 @@ def test_retime_times_only_busy_runs_again_and_keeps_them(grid_params, counted, 
     kept_copy = records.read_record(study.kept_dir(kept, "mnist5k", loaded["variant"], 0, roots["reports_root"]))
     assert kept_copy["ms_per_image_batched"] == retimed["ms_per_image_batched"]
     assert study.retime_study(kept, runs_root=tmp_path / "elsewhere", reports_root=roots["reports_root"]) == []
+
+
+def test_a_batch_larger_than_the_training_set_is_said(tiny_params, tiny_dataset, capsys):
+    big = dataclasses.replace(tiny_params, train=dataclasses.replace(tiny_params.train, batch_size=1000))
+    assert cell._loaded(lambda: tiny_dataset, big) is tiny_dataset
+    out = capsys.readouterr().out
+    assert "train.batch_size 1000 exceeds the 256 training images" in out and "one step" in out
+    cell._loaded(lambda: tiny_dataset, tiny_params)
+    assert capsys.readouterr().out == ""
+
+
+def test_a_design_that_does_not_want_a_run_yet_leaves_it_unstarted(grid_params, counted, tmp_path, capsys, monkeypatch):
+    calls, _ = counted
+    fake = types.SimpleNamespace(
+        ordered_runs=lambda params: [("mnist5k", "softmax+ape", 0)],
+        due=lambda params, run, finished: (False, "the stopping rule needs 0 primary seeds"),
+    )
+    monkeypatch.setattr(study, "design", fake)
+    designed = dataclasses.replace(grid_params, design=types.SimpleNamespace(active=True))
+    assert study.run_study(designed, runs_root=tmp_path, reports_root=tmp_path) == [] and calls == []
+    assert (
+        "not started: softmax+ape on mnist5k, seed 0 (the stopping rule needs 0 primary seeds)"
+        in capsys.readouterr().out
+    )

@@ -1,0 +1,90 @@
+"""The one progress display of a study, for both engines: a line per event (done / running / failed
+as they change, with an ETA from the runs done so far), or a tqdm bar on a terminal."""
+
+from __future__ import annotations
+
+import time
+
+
+def label(dataset: str, variant: str, seed: int) -> str:
+    return f"{variant} on {dataset}, seed {seed}"
+
+
+def minutes(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
+
+
+class Progress:
+    """Done / running / failed as they change: one line per event, or a tqdm bar on a terminal.
+    `on_event(dict)` is called for every event (kind, dataset, variant, seed, message, host, pid, …)."""
+
+    def __init__(self, todo: int, tty: bool = False, on_event=None, name: str = "study"):
+        self.todo, self.on_event, self.started = todo, on_event, time.perf_counter()
+        self.done = self.failed = self.diverged = self.skipped = 0
+        self.running: dict = {}  # run -> (host, pid)
+        self.bar = None
+        if tty and todo:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=todo, unit="run", desc=name, dynamic_ncols=True)
+            self._refresh()
+
+    def _counts(self) -> str:
+        extra = "".join(f", {n} {what}" for n, what in ((self.diverged, "diverged"), (self.skipped, "skipped")) if n)
+        return f"{self.done + self.diverged}/{self.todo} done, {len(self.running)} running, {self.failed} failed{extra}"
+
+    def _eta(self) -> str:
+        ended = self.done + self.diverged + self.failed + self.skipped
+        if not ended or ended >= self.todo:
+            return ""
+        elapsed = time.perf_counter() - self.started
+        return f"; ETA {minutes(elapsed / ended * (self.todo - ended))} for the remaining runs"
+
+    def _refresh(self) -> None:
+        if self.bar is not None:
+            self.bar.set_postfix_str(f"{len(self.running)} running, {self.failed} failed", refresh=True)
+
+    def _say(self, text: str, important: bool = False) -> None:
+        if self.bar is None:
+            print(f"[{self._counts()}] {text}", flush=True)
+        elif important:
+            self.bar.write(text)
+
+    def ended(self, run) -> None:
+        """The run's task returned (its outcome is reported when its result is collected)."""
+        self.running.pop(run, None)
+        self._refresh()
+
+    def event(self, kind: str, run, message: str = "", **info) -> None:
+        """running (host, pid, attempt) | done | diverged | failed | skipped, for run (dataset, variant, seed)."""
+        name = label(*run)
+        if kind == "running":
+            self.running[run] = (info.get("host"), info.get("pid"))
+            where = f" (host {info['host']}, pid {info['pid']})" if info.get("host") else ""
+            if info.get("attempt", 1) > 1:
+                self._say(
+                    f"running again, attempt {info['attempt']}: {name}{where}; its previous worker died, "
+                    "resuming from its last checkpoint",
+                    important=True,
+                )
+            else:
+                self._say(f"running: {name}{where}{self._eta()}")
+        else:
+            self.running.pop(run, None)
+            if kind in ("done", "diverged"):
+                setattr(self, kind, getattr(self, kind) + 1)
+            else:
+                self.failed += kind == "failed"
+                self.skipped += kind == "skipped"
+            if self.bar is not None:
+                self.bar.update(1)
+            self._say(f"{kind}: {name}{' — ' + message if message else ''}", important=kind != "done")
+        self._refresh()
+        if self.on_event is not None:
+            self.on_event(
+                {"kind": kind, "dataset": run[0], "variant": run[1], "seed": run[2], "message": message, **info}
+            )
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()

@@ -1,0 +1,180 @@
+"""Damaged files, every kind in every place: {record, kept record, history, kept history, checkpoint,
+previous checkpoint} × {truncated, empty, garbled, deleted} on a finished and on an unfinished run
+of a tiny preset with keep_records. Each case is recovered by one study, named in the summary where
+something had to be repaired, and ends identical to an undamaged run (records, kept copies and
+histories), in runs/ and in the kept copy alike."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+
+import pytest
+
+from rpevit import cell, records, study
+from rpevit.data import Dataset, Split
+from rpevit.params import EvaluateConfig
+from rpevit.schema import result_view
+from rpevit.train import train_run
+
+FILES = ("record", "kept record", "history", "kept history", "checkpoint", "prev checkpoint")
+DAMAGES = ("truncated", "empty", "garbled", "deleted")
+# deleting these leaves nothing to repair: an unfinished run has no record or kept copy yet, resumes
+# from checkpoint.prev.pt without a word, rewrites its history; a finished run needs no previous checkpoint
+SILENT_DELETIONS = {
+    ("unfinished", "record"),
+    ("unfinished", "kept record"),
+    ("unfinished", "kept history"),
+    ("unfinished", "history"),
+    ("unfinished", "checkpoint"),
+    ("unfinished", "prev checkpoint"),
+    ("finished", "prev checkpoint"),
+}
+
+
+def _cut(split: Split, n: int) -> Split:
+    return Split(split.images[:n], split.labels[:n])
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory, request):
+    """The tiny preset (keep_records, 3 epochs, one resolution), a loader of 128/50/50 images, and
+    snapshots of a finished run (runs/ + kept copy) and of one stopped after epoch 2 of 3."""
+    from rpevit.params import load_params
+
+    base = load_params("smoke")
+    params = dataclasses.replace(
+        base,
+        name="damage",
+        variants=("softmax+ape",),
+        seeds=(0,),
+        keep_records=True,
+        model=dataclasses.replace(base.model, dim=16, depth=1, heads=2, mlp_dim=32),
+        train=dataclasses.replace(
+            base.train, epochs=3, batch_size=64, lr=3e-3, warmup_epochs=0.5, eval_batch_size=50, timing_images=4
+        ),
+        evaluate=EvaluateConfig(resolutions=(20,)),
+    )
+    full = study.runs.dataset_for(params)
+    data = Dataset(full.info, _cut(full.train, 128), _cut(full.val, 50), _cut(full.test, 50), full.source)
+    root = tmp_path_factory.mktemp("damage")
+    study.run_study(
+        params,
+        runs_root=root / "finished" / "runs",
+        reports_root=root / "finished" / "reports",
+        dataset_loader=lambda *a: data,
+    )
+    unfinished = records.run_dir("damage", "mnist5k", "softmax+ape", 0, root / "unfinished" / "runs")
+
+    def stop(row):
+        if row["epoch"] == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train_run(params, data, "softmax+ape", 0, unfinished, on_epoch_end=stop)
+    return params, data, root
+
+
+def _paths(runs_root, reports_root):
+    run = records.run_dir("damage", "mnist5k", "softmax+ape", 0, runs_root)
+    kept = reports_root / "damage" / "records" / "mnist5k" / "softmax+ape" / "seed0"
+    return {
+        "record": run / records.RECORD,
+        "kept record": kept / records.RECORD,
+        "history": run / records.HISTORY,
+        "kept history": kept / records.HISTORY,
+        "checkpoint": run / records.CHECKPOINT,
+        "prev checkpoint": run / records.PREVIOUS_CHECKPOINT,
+    }
+
+
+def _damage(path, how: str, original: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if how == "deleted":
+        path.unlink(missing_ok=True)
+    elif how == "empty":
+        path.write_bytes(b"")
+    elif how == "truncated":
+        path.write_bytes(original[: len(original) // 2])
+    else:  # garbled: 64 bytes in the middle overwritten
+        middle = len(original) // 2
+        path.write_bytes(original[:middle] + b"\xff\x00" * 32 + original[middle + 64 :])
+
+
+def _history(path) -> list[list[str]]:
+    return [line.split(",")[:-1] for line in path.read_text().splitlines()]  # without seconds
+
+
+@pytest.mark.parametrize("state", ["finished", "unfinished"])
+@pytest.mark.parametrize("damage", DAMAGES)
+@pytest.mark.parametrize("target", FILES)
+def test_damaged_file_is_recovered_named_and_identical(tiny, tmp_path, state, damage, target):
+    params, data, root = tiny
+    shutil.copytree(root / state, tmp_path, dirs_exist_ok=True)
+    runs_root, reports_root = tmp_path / "runs", tmp_path / "reports"
+    reference = _paths(root / "finished" / "runs", root / "finished" / "reports")
+    files = _paths(runs_root, reports_root)
+    _damage(files[target], damage, reference[target].read_bytes())
+
+    study.run_study(params, runs_root=runs_root, reports_root=reports_root, dataset_loader=lambda *a: data)
+
+    expected = records.read_record(reference["record"].parent)
+    for name in ("record", "kept record"):
+        assert result_view(records.read_record(files[name].parent)) == result_view(expected), name
+    assert files["kept record"].read_bytes() == files["record"].read_bytes()
+    assert files["kept history"].read_bytes() == files["history"].read_bytes()
+    assert _history(files["history"]) == _history(reference["history"])
+    assert files["checkpoint"].is_file()
+    summary = (reports_root / "damage" / "summary.md").read_text()
+    if (state, target) not in SILENT_DELETIONS or damage != "deleted":
+        assert "Notes from the last study run" in summary and files[target].name in summary, summary
+        if damage != "deleted" and files[target].parent.exists():
+            assert list(files[target].parent.glob(f"{files[target].name}.damaged-*")), "kept aside"
+    again = study.run_study(params, runs_root=runs_root, reports_root=reports_root, dataset_loader=lambda *a: data)
+    assert "Notes" not in (reports_root / "damage" / "summary.md").read_text() and len(again) == 1  # settled
+
+
+def test_run_history_of_a_truncated_history_is_empty_not_a_traceback(tiny, tmp_path, capsys):
+    params, _, root = tiny
+    shutil.copytree(root / "finished" / "reports", tmp_path / "reports")
+    files = _paths(tmp_path / "elsewhere", tmp_path / "reports")  # a fresh clone: only the kept copy
+    files["kept history"].write_bytes(files["kept history"].read_bytes()[:-30])  # the last row cut short
+    assert study.run_history(params, "mnist5k", "softmax+ape", 0, tmp_path / "elsewhere", tmp_path / "reports") == []
+    assert "history.csv" in capsys.readouterr().out and list(files["kept history"].parent.glob("history.csv.damaged-*"))
+
+
+def test_a_kept_record_left_stale_by_a_kill_during_evaluation_is_restored(tiny, tmp_path):
+    """Killed after runs/…/record.json got its resolution rows, before it was kept: the next study
+    restores the kept copy from runs/ and says so."""
+    params, data, root = tiny
+    shutil.copytree(root / "finished", tmp_path, dirs_exist_ok=True)
+    files = _paths(tmp_path / "runs", tmp_path / "reports")
+    record = records.read_record(files["kept record"].parent)
+    records.write_json(files["kept record"], {k: v for k, v in record.items() if k != "resolution_eval"})
+    study.run_study(
+        params, runs_root=tmp_path / "runs", reports_root=tmp_path / "reports", dataset_loader=lambda *a: data
+    )
+    assert files["kept record"].read_bytes() == files["record"].read_bytes()
+    assert "restored from" in (tmp_path / "reports" / "damage" / "summary.md").read_text()
+
+
+def test_settle_without_repair_only_looks(tiny, tmp_path):
+    """The state is decided from both copies; a look (repair=False, what the Ray driver does) moves nothing."""
+    params, _, root = tiny
+    shutil.copytree(root / "finished", tmp_path / "finished")
+    shutil.copytree(root / "unfinished", tmp_path / "unfinished")
+
+    def look(where):
+        (run,) = cell.cells(params, study.grid(params), tmp_path / where / "runs", tmp_path / where / "reports")
+        return cell.settle(run, repair=False)
+
+    assert look("finished").kind == "finished" and not look("finished").work
+    assert look("unfinished").kind == "missing" and look("unfinished").train
+    files = _paths(tmp_path / "finished" / "runs", tmp_path / "finished" / "reports")
+    files["kept history"].unlink()
+    assert look("finished").kind == "stale" and "history.csv" in look("finished").repairs[0]
+    shutil.copy(root / "finished" / files["kept history"].relative_to(tmp_path / "finished"), files["kept history"])
+    files["record"].write_bytes(b"{")
+    state = look("finished")
+    assert state.kind == "damaged" and not state.train and state.record["status"] == "finished"  # the kept copy
+    assert files["record"].read_bytes() == b"{" and not list(files["record"].parent.glob("*.damaged-*"))
