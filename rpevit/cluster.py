@@ -35,7 +35,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import records, runs, study
+from . import design, records, runs, study
 from .cell import Cell, cells, failure_row, run_cell, settle
 from .errors import UserError
 from .params import Params
@@ -291,6 +291,17 @@ def run_study_ray(
     grid = cells(task_params, study.grid(params), root, Path(reports_root or study.REPORTS_ROOT).resolve())
     states = [settle(run, repair=False) for run in grid]
     todo = [run for run, state in zip(grid, states) if state.work]
+    if params.design.active:  # the stopping rule and the budget, on the records finished at submission
+        finished = study.study_records(params, root, reports_root)
+        held = {
+            run.run
+            for run, state in zip(grid, states)
+            if state.work and state.train and not design.due(params, run.run, finished)[0]
+        }
+        for run in todo:
+            if run.run in held:
+                print(f"not started: {label(*run.run)} (the design does not want it yet)", flush=True)
+        todo = [run for run in todo if run.run not in held]
     if not todo:  # nothing for Ray to do: no cluster needed
         study.announce(params, states)
         return study.summarise(params, grid, {}, [])

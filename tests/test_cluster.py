@@ -291,3 +291,17 @@ def test_both_engines_keep_the_same_files(ray_cluster, tiny_params, one_thread, 
                 [r.rsplit(",", 1)[0] for r in (kept[e] / name).read_text().splitlines()] for e in ("seq", "ray")
             )
             assert seq == ray, name
+
+
+def test_ray_submits_only_the_runs_the_design_wants(tiny_params, tmp_path, monkeypatch, capsys):
+    pytest.importorskip("ray", reason=NO_RAY)
+    fake = types.SimpleNamespace(
+        ordered_runs=lambda params: [("mnist5k", "softmax+ape", 0)],
+        due=lambda params, run, finished: (False, "the stopping rule needs 0 primary seeds"),
+    )
+    monkeypatch.setattr(study, "design", fake)
+    monkeypatch.setattr(cluster, "design", fake)
+    designed = dataclasses.replace(tiny_params, design=types.SimpleNamespace(active=True))
+    # nothing is due, so no task is submitted and no cluster is started
+    assert cluster.run_study_ray(designed, runs_root=tmp_path, reports_root=tmp_path) == []
+    assert "not started: softmax+ape on mnist5k, seed 0 (the design does not want it yet)" in capsys.readouterr().out
