@@ -257,7 +257,7 @@ def cmd_pilot(args) -> int:
 
     from .pilot import write_pilot_report
 
-    out = write_pilot_report(args.presets, Path(args.out))
+    out = write_pilot_report(args.presets, Path(args.out), chosen=args.chosen)
     print(f"pilot report: {out / 'README.md'}")
     return 0
 
@@ -369,6 +369,7 @@ def build_parser() -> argparse.ArgumentParser:
     pilot = sub.add_parser("pilot", help="a recipe pilot's report from its presets' run records")
     pilot.add_argument("presets", nargs="+", help="the pilot presets (e.g. fmnist_pilot_flip fmnist_pilot_flip_erase)")
     pilot.add_argument("--out", required=True, help="the report folder (e.g. reports/fmnist_pilot)")
+    pilot.add_argument("--chosen", help="the study preset whose recipe the pilot chose (e.g. fmnist_converged)")
 
     doctor = sub.add_parser("doctor", help="check the installation; --gpu: the GPU acceptance run")
     doctor.add_argument(

@@ -4,6 +4,7 @@ writes README.md, pilot_runs.{csv,md} and pilot_curves.png from the presets' kep
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from pathlib import Path
@@ -99,6 +100,41 @@ def decision_text(rows: list[dict], baseline: str = "softmax+ape") -> str:
     return "\n".join([verdict, "", *lines])
 
 
+def _recipe_key(params) -> tuple:
+    """The recipe without its length: what two presets must share to be one recipe at two lengths."""
+    return (params.data.augment, params.model, dataclasses.replace(params.train, epochs=0, device="cpu"))
+
+
+def choice_text(rows: list[dict], chosen: str, baseline: str = "softmax+ape") -> str:
+    """Which pilot run a study preset's recipe is, and what the same recipe did at other lengths — from
+    the table. Presets count as the same recipe when everything but the number of epochs matches."""
+    study = load_params(chosen)
+    same = [
+        r
+        for r in rows
+        if r["variant"] == baseline
+        and r["status"] == "finished"
+        and _recipe_key(load_params(r["preset"])) == _recipe_key(study)
+    ]
+    exact = [r for r in same if r["epochs"] == study.train.epochs]
+    if not exact:
+        return f"`{chosen}`'s recipe ({recipe_text(study)}) has no finished `{baseline}` pilot run."
+    base = exact[0]
+    lines = [
+        f"`{chosen}` trains the recipe of `{base['preset']}` ({study.train.epochs} epochs): its pilot `{baseline}` "
+        f"reached {base['test top-1 %']:.2f} % test top-1."
+    ]
+    for other in sorted((r for r in same if r["epochs"] != study.train.epochs), key=lambda r: r["epochs"]):
+        lines.append(
+            f"The same recipe over {other['epochs']} epochs (`{other['preset']}`) reached "
+            f"{other['test top-1 %']:.2f} % "
+            f"({other['test top-1 %'] - base['test top-1 %']:+.2f} points; one seed each), with a validation gain "
+            f"of {other[f'val gain over last {PLATEAU_FRACTION:.0%} (points)']:.2f} points over its last "
+            f"{PLATEAU_FRACTION:.0%} of epochs."
+        )
+    return " ".join(lines)
+
+
 def curves_figure(rows: list[dict]):
     """Validation and (augmented) training top-1 per epoch of every pilot run, one colour per run."""
     import matplotlib.pyplot as plt
@@ -121,7 +157,9 @@ def curves_figure(rows: list[dict]):
     return fig
 
 
-def write_pilot_report(presets: list[str], out: Path, runs_root=None, reports_root=None) -> Path:
+def write_pilot_report(
+    presets: list[str], out: Path, runs_root=None, reports_root=None, chosen: str | None = None
+) -> Path:
     """reports/<out>/: README.md (decision + table), pilot_runs.{csv,md}, pilot_curves.png."""
     from .report import figure_png
 
@@ -151,6 +189,7 @@ def write_pilot_report(presets: list[str], out: Path, runs_root=None, reports_ro
             "## Decision (generated from the table)",
             "",
             decision_text(rows),
+            *(["", "## The recipe chosen", "", choice_text(rows, chosen)] if chosen else []),
             "",
             "## Runs",
             "",

@@ -47,3 +47,17 @@ def test_decision_falls_back_to_the_best_converged_recipe_and_states_the_distanc
     )
     assert decision_text([_row("x", 85.0, 0.1)]).startswith("**No pilot recipe has reached the plateau rule at ≥ 89")
     assert decision_text([]) == "No finished `softmax+ape` pilot run yet."
+
+
+def test_choice_names_the_pilot_run_of_the_chosen_recipe_and_its_longer_twin():
+    from rpevit.pilot import choice_text
+
+    rows = [
+        dict(_row("fmnist_pilot_flip_erase", 90.11, 0.62, epochs=26), **{"seed": 0}),
+        dict(_row("fmnist_pilot_flip_erase_long", 91.01, 0.24, epochs=40), **{"seed": 0}),
+        dict(_row("fmnist_pilot_flip", 89.81, 0.48, epochs=24), **{"seed": 0}),  # another recipe: not named
+    ]
+    text = choice_text(rows, "fmnist_converged")
+    assert text.startswith("`fmnist_converged` trains the recipe of `fmnist_pilot_flip_erase` (26 epochs)")
+    assert "over 40 epochs (`fmnist_pilot_flip_erase_long`) reached 91.01 % (+0.90 points" in text
+    assert "fmnist_pilot_flip`" not in text.replace("fmnist_pilot_flip_erase", "")
