@@ -1,6 +1,7 @@
 # rpevit — the README's commands. Everything runs inside a local virtual environment (.venv).
 #   make study [PRESET=smoke]   install, run the preset's grid, execute the notebooks → reports/<preset>/
 #   make test                   install, run the test suite and every notebook under nbval
+#   make check                  lint + the fast tests (no training, subprocesses, Ray or notebooks)
 #   make lab                    JupyterLab on the project with the rpevit kernel
 #   make bench                  throughput benchmarks (numbers for reports, not tests)
 PYTHON ?= python3
@@ -12,7 +13,7 @@ TORCHVISION_VERSION ?= 0.28.0
 STAMP := $(VENV)/.installed
 LAB_PORT ?= 8888
 
-.PHONY: install study test lab bench clean
+.PHONY: install study test check lab bench clean
 
 install: $(STAMP)
 
@@ -33,6 +34,11 @@ test: $(STAMP)
 	$(VENV)/bin/ruff format --check rpevit tests scripts
 	$(PY) -m pytest -q tests
 	$(PY) -m pytest -q -p no:cacheprovider --nbval-lax --nbval-current-env notebooks
+
+check: $(STAMP)
+	$(VENV)/bin/ruff check rpevit tests scripts
+	$(VENV)/bin/ruff format --check rpevit tests scripts
+	$(PY) -m pytest -q -m "not slow" tests
 
 lab: $(STAMP)
 	$(VENV)/bin/jupyter lab --no-browser --port $(LAB_PORT) --ServerApp.root_dir=$(CURDIR) \

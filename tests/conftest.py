@@ -36,3 +36,29 @@ def tiny_params():
             params.train, epochs=2, batch_size=32, lr=3e-3, warmup_epochs=0.5, eval_batch_size=50, timing_images=8
         ),
     )
+
+
+# Modules that train models end to end, start subprocesses, Ray, torchrun or notebooks, or sweep every
+# variant: `make check` leaves them out (`-m "not slow"`), `make test` (CI) runs everything.
+SLOW_MODULES = {
+    "test_robustness",
+    "test_damage",
+    "test_cluster",
+    "test_distributed",
+    "test_notebooks",
+    "test_study",
+    "test_train",
+    "test_evaluate",
+    "test_cuda_readiness",
+    "test_attention_maps",
+}
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: trains, spawns processes or sweeps every variant (not in make check)")
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if item.module.__name__.rsplit(".", 1)[-1] in SLOW_MODULES:
+            item.add_marker(pytest.mark.slow)
