@@ -921,11 +921,11 @@ def forest_figure(rows: list[dict], title: str = ""):
                 axis.fill_betweenx([y - 0.42, y + 0.42], -margin, limit, color=region, lw=0)
                 axis.plot([-margin, -margin], [y - 0.42, y + 0.42], color="tab:green", lw=0.8)
             key = verdict_key(row)
-            if key == NO_DATA:
+            if key in (NO_DATA, NOT_TESTABLE):
                 axis.text(
                     0,
                     y,
-                    row.get("note") or row["verdict"],
+                    f"{NOT_TESTABLE}: {row.get('note')}" if key == NOT_TESTABLE else row.get("note") or row["verdict"],
                     ha="center",
                     va="center",
                     fontsize=7,
@@ -983,7 +983,7 @@ def forest_figure(rows: list[dict], title: str = ""):
     handles += [
         Patch(color=band, label="equivalence band (±margin): `equal` claims"),
         Patch(color=region, label="non-inferior region (≥ −margin): `at_least` claims"),
-        Patch(facecolor="none", edgecolor="none", label="grey italics: no data (why)"),
+        Patch(facecolor="none", edgecolor="none", label="grey italics: no data or not testable here (why)"),
     ]
     fig.legend(handles=handles, loc="outside lower center", ncol=3, fontsize=7, frameon=False)
     interval = f"{100 * (1 - ALPHA):.0f}% interval for greater/less, {100 * (1 - 2 * ALPHA):.0f}% for equal/at_least"

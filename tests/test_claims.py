@@ -222,13 +222,15 @@ def test_forest_figure_has_a_row_per_claim_and_dataset_and_a_panel_per_unit():
 
     rng = np.random.default_rng(7)
     found = _runs(rng, {"softmax+ape": 0.9, "favor+ape": 0.8, "softmax+krpe": 0.9, "favor+krpe": 0.89})
-    rows = evaluate_claims(found, _gap_table())
+    other = Claim(claims.S000, "APE beats RoPE", "greater", "favor+ape", "softmax+ape", untestable="400 epochs")
+    rows = evaluate_claims(found, [*_gap_table(), other])
     fig = claims.forest_figure(rows, "toy")
     accuracy, timing = fig.axes
     labels = [t.get_text() for t in accuracy.get_yticklabels()]
-    assert len(labels) == 5 and labels[0] == "seed 002 · krpe closes the favor–softmax gap · toy"
+    assert len(labels) == 6 and labels[0] == "seed 002 · krpe closes the favor–softmax gap · toy"
     assert len(timing.get_yticklabels()) == 1
     assert any(t.get_text() == "not run yet" for t in accuracy.texts)
+    assert any(t.get_text() == "not testable here: 400 epochs" for t in accuracy.texts)
     assert fig.legends and "supported" in [t.get_text() for t in fig.legends[0].get_texts()]
     plt.close(fig)
     empty = claims.forest_figure([], "nothing")
