@@ -713,7 +713,7 @@ def _in_words(row: dict) -> str:
         return f"`{a}` ahead by {row['effect']:.2f} {unit}" if unit == "points" else f"`{a}` slower"
     if math.isfinite(high) and high < 0:
         return f"`{b}` ahead by {-row['effect']:.2f} {unit}" if unit == "points" else f"`{a}` faster"
-    return "direction unclear (interval spans 0)"
+    return "direction unclear: the interval spans 0"
 
 
 def answer_text(rows: list[dict], missing: list[dict], planned_runs: int) -> str:
@@ -803,7 +803,7 @@ def answer_text(rows: list[dict], missing: list[dict], planned_runs: int) -> str
             f"For scale, the gap without relative encodings (a − b: positive means the Performer is ahead; "
             f"{100 * (1 - ALPHA):.0f}% interval): " + "; ".join(_finding(r) for r in baseline) + ".",
         ]
-    few = sorted({r["seeds"] for r in rows if verdict_key(r) != NO_DATA and r["seeds"] < 2})
+    few = sorted({r["seeds"] for r in rows if verdict_key(r) not in (NO_DATA, NOT_TESTABLE) and r["seeds"] < 2})
     if few:
         lines += [
             "",
