@@ -558,7 +558,8 @@ def run_bench(what: str, args) -> None:
             f"average {before['load_average']:.2f} before, {after['load_average']:.2f} after, on "
             f"{before['cpu_count']} cores\n"
         )
-        print(markdown_table(speed_table(rounds), list(speed_table(rounds)[0]), digits=3))
+        summary = speed_table(rounds)
+        print(markdown_table(summary, list(summary[0]), digits=3))
         if args.csv:
             write_csv(Path(args.csv), rounds)
             print(f"\nper-round timings: {args.csv}")

@@ -311,9 +311,9 @@ def read_speed(params, reports_root=None) -> list[dict] | None:
     import csv
     from pathlib import Path
 
-    from .study import REPORTS_ROOT
+    from .report import reports_root as default_root
 
-    path = Path(reports_root or REPORTS_ROOT) / "bench" / f"cpu_speed_{params.name}.csv"
+    path = Path(reports_root or default_root()) / "bench" / f"cpu_speed_{params.name}.csv"
     if not path.is_file():
         return None
     with path.open() as handle:

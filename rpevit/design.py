@@ -16,8 +16,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from .errors import UserError
 
 
@@ -142,16 +140,13 @@ def per_seed_contrast(contrast: Contrast, accuracy: dict) -> dict[int, float]:
 
 def half_widths(design: Design, accuracy: dict) -> dict[str, float]:
     """Per primary contrast: the half-width (points) of its t-interval over the seeds done so far."""
-    from scipy import stats
+    from .stats import t_interval
 
     widths = {}
     for contrast in design.contrasts:
-        values = np.array(list(per_seed_contrast(contrast, accuracy).values()))
-        if values.size < 2:
-            widths[contrast.name] = math.inf
-            continue
-        t = stats.t.ppf((1 + design.stopping.confidence) / 2, values.size - 1)
-        widths[contrast.name] = float(t * values.std(ddof=1) / math.sqrt(values.size))
+        values = list(per_seed_contrast(contrast, accuracy).values())
+        interval = t_interval(values, design.stopping.confidence) if len(values) >= 2 else None
+        widths[contrast.name] = math.inf if interval is None else interval["high"] - interval["mean"]
     return widths
 
 
