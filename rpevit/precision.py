@@ -19,3 +19,8 @@ def autocast_off(device: torch.device):
     """A context that disables autocast on `device` (CPU's context for devices without autocast)."""
     device_type = device.type if torch.amp.is_autocast_available(device.type) else "cpu"
     return torch.autocast(device_type=device_type, enabled=False)
+
+
+def compute_dtype_of(*tensors) -> torch.dtype:
+    """The compute dtype for these tensors: max(float32, their dtypes), None entries ignored."""
+    return compute_dtype(*(t.dtype for t in tensors if t is not None))

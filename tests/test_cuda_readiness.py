@@ -92,14 +92,16 @@ def test_amp_auto_needs_bf16_support_and_asked_bf16_runs_anywhere(monkeypatch):
 
 def test_kernel_sum_channels_trace_without_graph_breaks():
     """Defect 9: `torch.mul(..., out=)` into a permuted view broke the graph on the axis bias path."""
-    from rpevit.attention.toeplitz import _outer
+    from rpevit.attention.kernel_sums import outer_channels
 
     k_num, values, k_den = torch.randn(2, 3, 4, 5), torch.randn(2, 4, 4, 5), torch.randn(2, 3, 4, 5)
     for layout in ("channels_first", "rows_first"):
         torch._dynamo.reset()
-        explained = torch._dynamo.explain(_outer)(k_num, values, k_den, layout)
+        explained = torch._dynamo.explain(outer_channels)(k_num, values, k_den, layout)
         assert explained.graph_break_count == 0, (layout, explained.break_reasons)
-        assert torch.equal(_outer(k_num, values, k_den, layout), _outer(k_num, values, k_den, "channels_first"))
+        assert torch.equal(
+            outer_channels(k_num, values, k_den, layout), outer_channels(k_num, values, k_den, "channels_first")
+        )
 
 
 def test_ray_gpu_runs_get_a_fresh_worker_each():

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from rpevit.attention import separable as sep
+from rpevit.attention.kernel_sums import kernel_sums
 from rpevit.attention.separable import (
     AxisOperator,
     DecayOperator,
@@ -21,7 +22,7 @@ from rpevit.attention.separable import (
     separable_linear_attention,
     weights,
 )
-from rpevit.attention.toeplitz import FFTOperator, biased_linear_weights, circulant_torus, kernel_sums
+from rpevit.attention.toeplitz import FFTOperator, biased_linear_weights, circulant_torus
 from rpevit.checks import relative_violation
 from rpevit.grid import Grid
 from rpevit.position.relative import alibi_slopes, dense_bias

@@ -317,3 +317,12 @@ def test_favor_with_bias_approaches_softmax_with_bias():
         weights = biased_linear_weights(phi_q, phi_k, phi_q, phi_k, grid, table, cls_terms)
         errors.append((weights - exact).abs().max().item())
     assert errors[1] < 0.03 and errors[1] < errors[0] / 3  # Monte-Carlo error ~ 1/√m
+
+
+def test_compute_dtype_of_is_at_least_float32_and_keeps_float64():
+    from rpevit.precision import compute_dtype_of
+
+    half, f64 = torch.zeros(1, dtype=torch.bfloat16), torch.zeros(1, dtype=torch.float64)
+    assert compute_dtype_of(half) == torch.float32
+    assert compute_dtype_of(half, None, f64) == torch.float64
+    assert compute_dtype_of(None) == torch.float32

@@ -9,7 +9,7 @@ and a W×W Toeplitz matrix, R[i, j] = exp(r[j − i]), C[i, j] = exp(c[j − i])
 
 are then C applied along every grid row and R along every grid column. Materialising S for all N
 queries at once is what made the prototype 220× slower than plain linear attention (memory
-traffic). Here nothing of size N·m·d ever exists: `toeplitz.kernel_sums` streams chunks of
+traffic). Here nothing of size N·m·d ever exists: `kernel_sums.kernel_sums` streams chunks of
 (batch·head, feature) slabs — (gc, lc, d + 1, H, W) channels, ≤ AXIS_CHUNK_BYTES — through the two
 axis products and contracts each chunk with ψ(q) (φ(q) for the denominator channel) at once, and
 its backward recomputes the chunks instead of letting autograd keep them (only q, k, v and the
@@ -52,8 +52,8 @@ forward+backward.) The GEMMs dominate (≈ 80% at m = 112) and run at ≈ 90 GFL
 and the steps along the rows need a transposed copy; blocked (chunkwise) recurrences with 8- or
 16-wide intra-block GEMMs were no faster than the 64×64 GEMMs either.
 
-CLS stays the rank-one border (toeplitz.normalize_with_cls). Numerics follow toeplitz.py — compute
-dtype max(float32, inputs), autocast off, denominator clamped at DENOMINATOR_EPS — but the shift
+CLS stays the rank-one border (kernel_sums.normalize_with_cls). Numerics follow toeplitz.py and
+kernel_sums.py — compute dtype max(float32, inputs), autocast off, denominator clamped at DENOMINATOR_EPS — but the shift
 that keeps exp(b) ≤ 1 is per query, not per head: for query i the patch logits r[Δrow] + c[Δcol]
 peak at M_i = max_j r[rj − ri] + max_j c[cj − ci] (a row max of R's and of C's logits), and with a
 CLS token M_i also covers the patch→CLS term (the CLS query uses max of its two terms). Each M_i
@@ -71,17 +71,9 @@ import math
 import torch
 
 from ..position.relative import dense_bias
-from ..precision import autocast_off
-from .toeplitz import (
-    DENOMINATOR_EPS,
-    KernelOperator,
-    _compute_dtype,
-    biased_linear_attention,
-    chunk_budget,
-    convert,
-    kernel_sums,
-    normalize_with_cls,
-)
+from ..precision import autocast_off, compute_dtype_of
+from .kernel_sums import DENOMINATOR_EPS, KernelOperator, chunk_budget, convert, kernel_sums, normalize_with_cls
+from .toeplitz import biased_linear_attention
 
 PATHS = ("auto", "axis", "scan", "fft", "dense")
 
@@ -160,7 +152,7 @@ def weights(
     _check_factors(row_logits, col_logits, grid, heads)
     if cls_terms is not None and tuple(cls_terms.shape) != (heads, 3):
         raise ValueError(f"cls_terms must be (heads={heads}, 3), got {tuple(cls_terms.shape)}")
-    dtype = _compute_dtype(q_num, k_num, q_den, k_den, row_logits, col_logits, cls_terms)
+    dtype = compute_dtype_of(q_num, k_num, q_den, k_den, row_logits, col_logits, cls_terms)
     with autocast_off(q_num.device):
         q_num, k_num, q_den, k_den = (t.to(dtype) for t in (q_num, k_num, q_den, k_den))
         table = row_logits.to(dtype)[:, :, None] + col_logits.to(dtype)[:, None, :]
@@ -360,7 +352,7 @@ def separable_linear_attention(
         path = choose_path(grid, m, v.shape[-1], q_num.device, decay is not None)
     if path == "scan" and decay is None:
         raise ValueError("the scan path needs decay rates λ ≥ 0")
-    dtype = _compute_dtype(q_num, k_num, q_den, k_den, v, row_logits, col_logits, cls_terms)
+    dtype = compute_dtype_of(q_num, k_num, q_den, k_den, v, row_logits, col_logits, cls_terms)
     row_logits, col_logits = row_logits.to(dtype), col_logits.to(dtype)
     cls_terms = None if cls_terms is None else cls_terms.to(dtype)
     if path == "dense":
