@@ -188,7 +188,7 @@ def test_protocol_reads_the_preset_and_the_records():
     assert "no finished run" in claims.protocol_rows(params, [])[0]["test images"]
     text = claims.protocol_text(params)
     assert f"±{claims.MARGIN_POINTS:g} point" in text and f"±{claims.MARGIN_TIME_PCT:g} %" in text
-    assert f"{len(claims.CLAIMS)} claims" in text and claims.SIGN in text
+    assert f"{len(claims.CLAIMS)} claims" in text and "Performer − softmax (positive = Performer ahead)" in text
 
 
 def test_claims_table_is_short_with_the_verdict_second_and_details_apart():
@@ -245,22 +245,22 @@ def test_effects_and_undecided_rows_state_their_direction():
     ahead = _tested(0.65, 0.19, 1.12)
     assert claims.effect_words(ahead) == "favor (Performer) ahead by 0.65 points [0.19, 1.12]"
     assert claims.verdict_text(ahead) == (
-        "inconclusive — interval wholly above 0: favor (Performer) ahead, but not clear of the ±1 point margin"
+        "inconclusive — interval wholly above 0: favor (Performer) ahead, but crossing the +1-point margin"
     )
     behind = _tested(-0.83, -1.71, 0.04)
     assert claims.effect_words(behind) == "softmax ahead by 0.83 points [−0.04, 1.71]"
-    assert (
-        claims.interval_reading(behind) == "interval spans 0: direction unclear, and not clear of the ±1 point margin"
-    )
+    assert claims.interval_reading(behind) == "interval spans 0: direction unclear; crossing the −1-point margin"
     inside = _tested(0.3, 0.1, 0.5, p_support=0.01)
     assert claims.interval_reading(inside) == (
-        "interval wholly above 0: favor (Performer) ahead, inside ±1 point; significant alone (p for 0.010), "
-        "not after Holm's correction over the table"
+        "interval wholly above 0: favor (Performer) ahead, inside ±1 point; p for 0.010, not significant after Holm"
     )
     against = _tested(0.83, 0.23, 1.43, kind="less", p_support=0.99, p_contradict=0.013)
     assert claims.interval_reading(against).startswith(
-        "interval wholly above 0: favor (Performer) ahead, against the claim; significant alone (p against 0.013)"
+        "interval wholly above 0: favor (Performer) ahead, against the claim; "
+        "p against 0.013, not significant after Holm"
     )
+    assert claims.interval_reading(_tested(0.3, -1.5, 1.5)).endswith("; crossing the ±1-point margin")
+    assert claims.interval_reading(_tested(3.0, 2.0, 4.0, kind="at_least")).endswith(", wholly beyond −1 point")
     assert claims.verdict_text(_tested(0.3, 0.1, 0.5, verdict="supported")) == "supported"
     slower = dict(_tested(174.0, 131.0, 217.0), measure=claims.TIME, verdict="undecided", reason=claims.BUSY)
     assert claims.effect_words(slower) == "favor (Performer) slower by 174.0 % inference time [131.0, 217.0]"

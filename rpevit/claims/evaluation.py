@@ -30,7 +30,7 @@ from .registry import (
 from .speed import BUSY, time_contrast
 
 NOT_RUN = "not run yet"
-NO_BENCHMARK = "no side-by-side speed benchmark (`python -m rpevit bench speed --params <preset> --csv …`)"
+NO_BENCHMARK = "no side-by-side speed benchmark of this preset (`python -m rpevit bench speed`)"
 ONE_SEED = "one seed"
 
 

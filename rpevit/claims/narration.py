@@ -146,8 +146,11 @@ def interval_reading(row: dict) -> str:
     margin = row.get("margin")
     if margin:
         bounds = (-margin, margin) if row["kind"] == "equal" else (-margin,)
-        if any(low < bound < high for bound in bounds):
-            text += f"{', but' if known else ', and'} not clear of the {_margin_text(row)} margin"
+        crossed = [bound for bound in bounds if low < bound < high]
+        if crossed:
+            value = f"±{margin:g}" if len(crossed) == 2 else f"{crossed[0]:+g}".replace("-", "−")
+            value += "-point" if measure == TOP1 else " %"
+            text += f"{', but' if known else ';'} crossing the {value} margin"
         elif row["kind"] == "equal" and -margin < low and high < margin:
             text += f", inside {_margin_text(row)}"
         else:
@@ -158,7 +161,7 @@ def interval_reading(row: dict) -> str:
         if row.get(key, math.nan) < ALPHA and row["verdict"] != verdict
     ]
     if alone:
-        text += f"; significant alone ({', '.join(alone)}), not after Holm's correction over the table"
+        text += f"; {', '.join(alone)}, not significant after Holm"
     return text
 
 
@@ -300,8 +303,8 @@ def protocol_text(params, claims=None) -> str:
             f"tested on every dataset. Margins fixed before any result: ±{points(MARGIN_POINTS)} of top-1 and "
             f"±{MARGIN_TIME_PCT:g} % of inference time for `equal` (equivalence, TOST) and `at_least` "
             "(non-inferiority) claims.",
-            f"- Sign: every effect is a − b as the claim writes it — {SIGN} wherever a Performer meets softmax; "
-            "time: 100·(a/b − 1), positive = a slower.",
+            "- Sign: every effect is a − b as the claim writes it; wherever a Performer meets softmax that is "
+            "Performer − softmax (positive = Performer ahead); time: 100·(a/b − 1), positive = a slower.",
             f"- Intervals: {100 * (1 - ALPHA):.0f}% for `greater`/`less`, {100 * (1 - 2 * ALPHA):.0f}% for `equal`/"
             f"`at_least` (each bound a one-sided test at α = {ALPHA:g}), Student-t over per-seed contrasts (the seed "
             "is the unit of replication; time: over the rounds of the side-by-side speed benchmark). One Holm "
@@ -411,7 +414,7 @@ def answer_text(rows: list[dict], missing: list[dict], planned_runs: int) -> str
     for count in verdict_counts(rows)[:-1]:
         lines.append(
             f"- **{count['source']}**: "
-            + ", ".join(f"{count[k]} {k if k != NO_DATA else 'without data'}" for k in VERDICTS)
+            + ", ".join(f"{count[k]} {k if k != NO_DATA else 'without data'}" for k in VERDICTS if count[k])
             + f" (of {count['rows']} rows)."
         )
     question = [r for r in rows if r["source"] == S002]
