@@ -88,8 +88,8 @@ def _time_row(claim: Claim, speed: list[dict] | None) -> dict:
         "rounds": len(found.values),
         "test": _interval_text(tested, f"{len(found.values)} benchmark rounds"),
     }
-    if found.busy:  # a timing taken beside other work measures the load: no verdict from it
-        row.update(verdict=UNDECIDED, reason=BUSY)
+    if found.busy:  # a timing taken beside other work measures the load: no verdict, no p-values from it
+        row.update(verdict=UNDECIDED, reason=BUSY, p_support=math.nan, p_contradict=math.nan)
     return row
 
 
