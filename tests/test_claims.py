@@ -104,6 +104,8 @@ def test_a_comparison_is_a_value_with_terms_and_words():
     assert narration.side_names(plain) == ("favor (Performer)", "softmax")
     assert narration.side_names(Comparison("softmax+ape", "softmax+rope_axial")) == ("ape", "rope_axial")
     assert narration.ahead(dod, True) == "favor − softmax higher with rope_mixed than with ape"
+    mixed = Comparison("favor+ape", "softmax+ape", "relu+krpe", "softmax+ape")
+    assert narration.ahead(mixed, False) == "(favor+ape − softmax+ape) lower than (relu+krpe − softmax+ape)"
     assert narration.performer_vs_exact(plain) and narration.performer_vs_exact(dod)
     assert not narration.performer_vs_exact(Comparison("favor+rope_axial+ape", "favor+ape"))
 

@@ -87,12 +87,17 @@ def performer_vs_exact(comparison: Comparison) -> bool:
 def ahead(comparison: Comparison, positive: bool, measure: str = TOP1) -> str:
     """Who is ahead when the effect has this sign, in words."""
     if comparison.differences:
-        first = Comparison(comparison.a, comparison.b)
-        a, b = side_names(first)
-        pa, pc = parse_variant(comparison.a).positions, parse_variant(comparison.c).positions
+        a, b, c, d = (parse_variant(v) for v in comparison.variants)
         direction = "higher" if positive else "lower"
-        if side_names(Comparison(comparison.c, comparison.d)) == (a, b):
-            return f"{a.split(' (')[0]} − {b} {direction} with {'+'.join(pa)} than with {'+'.join(pc)}"
+        if (
+            (a.backend, b.backend) == (c.backend, d.backend)
+            and a.positions == b.positions
+            and c.positions == d.positions
+        ):
+            return (
+                f"{a.backend} − {b.backend} {direction} with {'+'.join(a.positions) or 'no position'} "
+                f"than with {'+'.join(c.positions) or 'no position'}"
+            )
         return f"({comparison.a} − {comparison.b}) {direction} than ({comparison.c} − {comparison.d})"
     a, b = side_names(comparison)
     if measure != TOP1:
