@@ -445,6 +445,7 @@ def test_debian_fashion_mnist_is_found_and_read(monkeypatch):
     dataset = load_dataset("fashion_mnist")
     assert dataset.source == str(DEBIAN_FASHION)
     assert (len(dataset.train), len(dataset.val), len(dataset.test)) == (55000, 5000, 10000)
+    assert data.training_images("fashion_mnist") == len(dataset.train)
     assert dataset.train.images.shape == (55000, 1, 28, 28)
     assert torch.bincount(dataset.test.labels).tolist() == [1000] * 10
 
@@ -663,6 +664,16 @@ def test_train_size_is_a_seeded_class_stratified_subset():
     rows = {tuple(x.flatten()[::37].tolist()) for x in full.train.images}
     assert all(tuple(x.flatten()[::37].tolist()) in rows for x in part.train.images[:50])  # drawn from train
     assert len(load_dataset("mnist5k", train_size=5000).train) == 4000  # a cap: all of a smaller split
+
+
+def test_training_images_count_what_load_dataset_trains_on(mnist5k):
+    assert data.training_images("mnist5k") == len(mnist5k.train) == 4000
+    assert data.training_images("mnist5k", train_size=1000) == 1000
+    assert data.training_images("fashion_mnist") == 55000 and data.training_images("cifar10", val_size=1000) == 49000
+    assert data.training_images("fashion-mnist", train_size=20000) == 20000
+    assert data.training_images("cifar100", train_size=10**6) == 45000
+    with pytest.raises(UserError, match="Unknown dataset"):
+        data.training_images("imagenet")
 
 
 def test_val_and_test_splits_are_not_ordered_by_class():

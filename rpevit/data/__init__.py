@@ -42,6 +42,7 @@ __all__ = [
     "num_batches",
     "recipe_for",
     "search_roots",
+    "training_images",
 ]
 
 DEFAULT_VAL_SIZE = 5000
@@ -150,6 +151,18 @@ def _read_files(
         test = _read_idx_pair(location, "t10k", info)
         return (*train, *test, str(location))
     return (*_read_cifar(location, _CIFAR_LAYOUTS[info.name], info), str(location))
+
+
+def training_images(name: str, val_size: int | None = None, train_size: int | None = None) -> int:
+    """How many images load_dataset(name, val_size=…, train_size=…) trains on, without reading them:
+    the official training set less the validation split, capped at train_size (mnist5k: its fixed
+    stratified split)."""
+    info = _dataset_info(name)
+    if info.name == "mnist5k":
+        available = info.num_classes * MNIST5K_PER_CLASS["train"]
+    else:
+        available = info.official_train - (DEFAULT_VAL_SIZE if val_size is None else val_size)
+    return available if train_size is None else min(train_size, available)
 
 
 def load_dataset(

@@ -9,7 +9,8 @@ import torch
 
 @dataclass(frozen=True)
 class DatasetInfo:
-    """Static facts about one dataset: shape, classes, normalization constants, augmentation."""
+    """Static facts about one dataset: shape, classes, normalization constants, augmentation and the
+    size of its official training set (None where unknown)."""
 
     name: str
     channels: int
@@ -18,16 +19,17 @@ class DatasetInfo:
     mean: tuple[float, ...]
     std: tuple[float, ...]
     augment: str
+    official_train: int | None = None
 
 
 _MNIST_MEAN, _MNIST_STD = (0.1307,), (0.3081,)
 
 DATASETS: dict[str, DatasetInfo] = {
     "mnist5k": DatasetInfo("mnist5k", 1, 28, 10, _MNIST_MEAN, _MNIST_STD, "mnist"),
-    "mnist": DatasetInfo("mnist", 1, 28, 10, _MNIST_MEAN, _MNIST_STD, "mnist"),
-    "fashion_mnist": DatasetInfo("fashion_mnist", 1, 28, 10, (0.2860,), (0.3530,), "mnist"),
-    "cifar10": DatasetInfo("cifar10", 3, 32, 10, (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616), "cifar"),
-    "cifar100": DatasetInfo("cifar100", 3, 32, 100, (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762), "cifar"),
+    "mnist": DatasetInfo("mnist", 1, 28, 10, _MNIST_MEAN, _MNIST_STD, "mnist", 60000),
+    "fashion_mnist": DatasetInfo("fashion_mnist", 1, 28, 10, (0.2860,), (0.3530,), "mnist", 60000),
+    "cifar10": DatasetInfo("cifar10", 3, 32, 10, (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616), "cifar", 50000),
+    "cifar100": DatasetInfo("cifar100", 3, 32, 100, (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762), "cifar", 50000),
 }
 
 

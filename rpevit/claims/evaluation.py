@@ -1,0 +1,156 @@
+"""Verdicts: each claim tested on run records, one row per (claim, dataset), one Holm family per table.
+
+The contrast is computed per training seed — the seed is the unit of replication
+(rpevit.stats.contrast_test): for top-1, a − b in points (or (a − b) − (c − d)), at the trained
+resolution or at another one evaluated without fine-tuning, with the image-level standard error
+(test-set sampling alone) beside the seed-level one. Time claims read the side-by-side speed
+benchmark only (rpevit.claims.speed). One symmetric rule decides every tested row: Holm's correction
+over all one-sided p-values of the table (stats.family_verdicts). Rows outside the family carry a
+verdict that says why (UNDECIDED, NO_DATA, NOT_TESTABLE) and the reason.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import stats
+from ..analysis import finished
+from .registry import (
+    ALPHA,
+    CLAIMS,
+    NO_DATA,
+    NOT_PLANNED,
+    NOT_TESTABLE,
+    TOP1,
+    UNDECIDED,
+    Claim,
+)
+from .speed import BUSY, time_contrast
+
+NOT_RUN = "not run yet"
+NO_BENCHMARK = "no side-by-side speed benchmark of this preset (`python -m rpevit bench speed`)"
+ONE_SEED = "one seed"
+
+
+def correctness(record: dict, resolution: int | None = None, mode: str = "extrapolate") -> np.ndarray | None:
+    """Per-image test correctness (bool) of a run, at its trained resolution or an evaluated one."""
+    text = record.get("test_correct")
+    if resolution is not None:
+        rows = [
+            r
+            for r in record.get("resolution_eval", [])
+            if r["resolution"] == resolution and r["mode"] == mode and "correct" in r
+        ]
+        text = rows[0]["correct"] if rows else None
+    return None if text is None else np.frombuffer(text.encode(), dtype=np.uint8) == ord("1")
+
+
+def _by_seed(records: list[dict], dataset: str, variant: str) -> dict[int, dict]:
+    return {r["seed"]: r for r in finished(records) if r["dataset"] == dataset and r["variant"] == variant}
+
+
+def _interval_text(tested: dict, units: str) -> str:
+    return f"t over {units}; {100 * tested['confidence']:.0f}% interval"
+
+
+def _accuracy_row(claim: Claim, runs: dict[str, dict[int, dict]], seeds: list[int]) -> dict:
+    comparison = claim.comparison
+    per_variant = {
+        v: [correctness(runs[v][s], comparison.resolution, comparison.mode) for s in seeds] for v in comparison.terms
+    }
+    if any(c is None for cs in per_variant.values() for c in cs):
+        return {"verdict": NO_DATA, "reason": f"no per-image results at {comparison.resolution} px"}
+    contrast = sum(coefficient * 100.0 * np.stack(per_variant[v]) for v, coefficient in comparison.terms.items())
+    tested = stats.contrast_test(contrast.mean(axis=1), claim.kind, claim.margin, ALPHA)
+    row = {
+        "mean a": 100 * np.stack(per_variant[comparison.a]).mean(),
+        "mean b": 100 * np.stack(per_variant[comparison.b]).mean(),
+        **tested,
+        "se (images)": stats.image_standard_error(contrast),
+        "test": _interval_text(tested, f"{len(seeds)} seeds"),
+    }
+    if len(seeds) < 2:
+        row.update(verdict=UNDECIDED, reason=ONE_SEED)
+    return row
+
+
+def _time_row(claim: Claim, speed: list[dict] | None) -> dict:
+    found = time_contrast(claim, speed) if speed else None
+    if found is None:
+        return {"verdict": NO_DATA, "reason": NO_BENCHMARK if not speed else "variants not in the speed benchmark"}
+    tested = stats.contrast_test(found.values, claim.kind, claim.margin, ALPHA)
+    row = {
+        "mean a": found.mean_a,
+        "mean b": found.mean_b,
+        **tested,
+        "rounds": len(found.values),
+        "test": _interval_text(tested, f"{len(found.values)} benchmark rounds"),
+    }
+    if found.busy:  # a timing taken beside other work measures the load: no verdict, no p-values from it
+        row.update(verdict=UNDECIDED, reason=BUSY, p_support=math.nan, p_contradict=math.nan)
+    return row
+
+
+def evaluate_claims(records: list[dict], claims=CLAIMS, datasets=None, speed: list[dict] | None = None) -> list[dict]:
+    """The claims table: one row per (claim, dataset) with its Comparison, the means of a and b, the
+    effect with its interval and seed- and image-level standard errors, both one-sided p-values raw and
+    Holm-adjusted over the whole table, the verdict and, for rows without one, the reason. Time claims
+    read `speed` (the per-round rows of `python -m rpevit bench speed`, speed.read_speed)."""
+    datasets = datasets or sorted({r["dataset"] for r in records})
+    rows = []
+    for claim in claims:
+        for dataset in datasets:
+            runs = {v: _by_seed(records, dataset, v) for v in claim.comparison.terms}
+            seeds = sorted(set.intersection(*(set(r) for r in runs.values())))
+            row = {
+                "source": claim.source,
+                "claim": claim.statement,
+                "dataset": dataset,
+                "comparison": claim.comparison,
+                "kind": claim.kind,
+                "margin": claim.margin,
+                "measure": claim.measure,
+                "seeds": len(seeds),
+            }
+            if claim.untestable:
+                row.update(verdict=NOT_TESTABLE, reason=claim.untestable)
+            elif claim.measure != TOP1:
+                row.update(_time_row(claim, speed), seeds=0)
+            elif seeds:
+                row.update(_accuracy_row(claim, runs, seeds))
+            else:
+                row.update(verdict=NO_DATA, reason=NOT_RUN)
+            rows.append(row)
+    testable = [row for row in rows if "verdict" not in row]
+    for row, decided in zip(testable, stats.family_verdicts(testable, ALPHA)):
+        row.update(decided, reason="")
+    for row in rows:
+        row.setdefault("p_support_holm", math.nan)
+        row.setdefault("p_contradict_holm", math.nan)
+    return rows
+
+
+def mark_unplanned(rows: list[dict], variants) -> list[dict]:
+    """The claims rows, where a row has no data because the preset does not plan its variants, saying so."""
+    from ..variants import parse_variant
+
+    planned = {parse_variant(v).name for v in variants}
+    return [
+        {**row, "reason": NOT_PLANNED}
+        if row["verdict"] == NO_DATA and row["reason"] == NOT_RUN and not set(row["comparison"].variants) <= planned
+        else row
+        for row in rows
+    ]
+
+
+def missing_runs(records: list[dict], expected) -> list[dict]:
+    """Per (dataset, variant) of the grid `expected` ((dataset, variant, seed) triples, e.g.
+    study.grid(params)): the seeds without a finished run, as a tuple."""
+    done = {(r["dataset"], r["variant"], r["seed"]) for r in finished(records)}
+    missing: dict[tuple[str, str], list[int]] = {}
+    for dataset, variant, seed in expected:
+        if (dataset, variant, seed) not in done:
+            missing.setdefault((dataset, variant), []).append(seed)
+    return [{"dataset": d, "variant": v, "seeds": tuple(seeds)} for (d, v), seeds in missing.items()]

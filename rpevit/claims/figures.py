@@ -1,0 +1,173 @@
+"""Figures of the claims: the forest plot (one panel per source and measure, each on its own x scale,
+verdict and effect in words beside every row) and seed 000's speedup sweep."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .narration import SIGN, effect_words, performer_vs_exact, verdict_text
+from .registry import ALPHA, CONTRADICTED, INCONCLUSIVE, NO_DATA, NOT_TESTABLE, SUPPORTED, TOP1, UNDECIDED
+from .speed import CROSSOVER_TOKENS
+
+VERDICT_STYLES = {  # verdict → (colour, marker)
+    SUPPORTED: ("tab:green", "o"),
+    CONTRADICTED: ("tab:red", "X"),
+    INCONCLUSIVE: ("tab:orange", "s"),
+    UNDECIDED: ("tab:purple", "D"),
+}
+BAND, REGION = "#cfe3f5", "#e8f2e1"
+
+
+def _panels(rows: list[dict]) -> list[tuple[str, str, list[dict]]]:
+    """The rows grouped by (source, measure), in the order of the table."""
+    groups: dict[tuple, list[dict]] = {}
+    for row in rows:
+        groups.setdefault((row["source"], row["measure"]), []).append(row)
+    return [(str(source), measure, panel) for (source, measure), panel in groups.items()]
+
+
+def _limits(panel: list[dict]) -> tuple[float, float]:
+    """This panel's own x range: every interval, effect and margin, and 0, with some room (±1 when the
+    panel has none of them)."""
+    values = [-1.0, 1.0] if not any(math.isfinite(r.get("effect", math.nan)) or r.get("margin") for r in panel) else []
+    values += [0.0] + [r[k] for r in panel for k in ("low", "high", "effect") if math.isfinite(r.get(k, math.nan))]
+    values += [s * r["margin"] for r in panel if r.get("margin") for s in (-1, 1)]
+    low, high = min(values), max(values)
+    pad = 0.08 * (high - low or 2.0)
+    return low - pad, high + pad
+
+
+def _axis_label(panel: list[dict], measure: str) -> str:
+    if measure != TOP1:
+        return "effect 100·(a/b − 1), % of inference time per image (positive: a slower; a = Performer)"
+    if all(performer_vs_exact(r["comparison"]) for r in panel):
+        differences = any(r["comparison"].differences for r in panel)
+        return f"effect in points of test top-1: {SIGN}" + (
+            "; (a − b) − (c − d) rows: that gap's change" if differences else ""
+        )
+    return "effect a − b in points of test top-1 (positive: a, the claim's first variant, ahead)"
+
+
+def _row(axis, y: float, row: dict, limits: tuple[float, float]) -> None:
+    margin, key = row.get("margin"), row["verdict"]
+    if row["kind"] == "equal" and margin:
+        axis.fill_betweenx([y - 0.42, y + 0.42], -margin, margin, color=BAND, lw=0)
+    elif row["kind"] == "at_least" and margin is not None:
+        axis.fill_betweenx([y - 0.42, y + 0.42], -margin, limits[1], color=REGION, lw=0)
+        axis.plot([-margin, -margin], [y - 0.42, y + 0.42], color="tab:green", lw=0.8)
+    if key in (NO_DATA, NOT_TESTABLE) or not math.isfinite(row.get("effect", math.nan)):
+        axis.text(
+            sum(limits) / 2,
+            y,
+            verdict_text(row),
+            ha="center",
+            va="center",
+            fontsize=7.5,
+            color="0.35",
+            style="italic",
+            bbox={"facecolor": "white", "edgecolor": "none", "pad": 1},
+        )
+        return
+    colour, marker = VERDICT_STYLES[key]
+    if math.isfinite(row.get("low", math.nan)):
+        axis.plot([row["low"], row["high"]], [y, y], color=colour, lw=2.2)
+    axis.plot(row["effect"], y, marker=marker, color=colour, markersize=7, markeredgecolor="black", markeredgewidth=0.5)
+    axis.annotate(
+        f"{key} · {effect_words(row)}" + (f" ({row['reason']})" if row.get("reason") else ""),
+        (1.01, y),
+        xycoords=axis.get_yaxis_transform(),
+        va="center",
+        fontsize=7.5,
+        color=colour if key != INCONCLUSIVE else "#b35900",
+        annotation_clip=False,
+    )
+
+
+def forest_figure(rows: list[dict], title: str = ""):
+    """A forest plot of the claims rows: one panel per source and measure, each on its own x scale, so
+    that the ±margin bands stay visible; per (claim, dataset) the effect and its interval coloured and
+    marked by verdict, the verdict and the effect in words to the right, the equivalence band (±margin)
+    of `equal` claims, the non-inferior region (≥ −margin) of `at_least` claims, and the zero line.
+    Rows without data say why. Returns the matplotlib figure."""
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    panels = _panels(rows) or [("no claims", TOP1, [])]
+    datasets = len({r["dataset"] for r in rows}) > 1
+    heights = [len(panel) + 1.6 for _, _, panel in panels]
+    fig, axes = plt.subplots(
+        len(panels),
+        1,
+        figsize=(13, 0.3 * sum(heights) + 1.6),
+        squeeze=False,
+        gridspec_kw={"height_ratios": heights},
+        layout="constrained",
+    )
+    for axis, (source, measure, panel) in zip(axes[:, 0], panels):
+        limits = _limits(panel)
+        positions = list(range(len(panel)))[::-1]
+        for y, row in zip(positions, panel):
+            _row(axis, y, row, limits)
+        axis.axvline(0, color="black", lw=0.8)
+        axis.set_xlim(*limits)
+        axis.set_ylim(-0.7, max(len(panel), 1) - 0.3)
+        labels = [r["claim"] + (f" · {r['dataset']}" if datasets else "") for r in panel]
+        axis.set_yticks(positions, labels, fontsize=8)
+        axis.tick_params(axis="x", labelsize=8)
+        axis.grid(axis="x", alpha=0.3)
+        axis.set_title(f"{source}{'' if measure == TOP1 else ' — inference time'}", fontsize=9, loc="left")
+        axis.set_xlabel(_axis_label(panel, measure), fontsize=8)
+        if not panel:
+            axis.text(0, 0, "no claims", ha="center", va="center", fontsize=8, color="0.45")
+    handles = [
+        Line2D([], [], color=c, marker=m, lw=2, markeredgecolor="black", markeredgewidth=0.5, label=k)
+        for k, (c, m) in VERDICT_STYLES.items()
+    ]
+    handles += [
+        Patch(color=BAND, label="equivalence band (±margin): `equal` claims"),
+        Patch(color=REGION, label="non-inferior region (≥ −margin): `at_least` claims"),
+    ]
+    fig.legend(handles=handles, loc="outside lower center", ncol=6, fontsize=7.5, frameon=False)
+    interval = f"{100 * (1 - ALPHA):.0f}% interval for greater/less, {100 * (1 - 2 * ALPHA):.0f}% for equal/at_least"
+    fig.suptitle(f"{title}{' — ' if title else ''}claims: effect a − b with its {interval}; {SIGN}", fontsize=9.5)
+    return fig
+
+
+def speedup_figure(speedup_rows: list[dict], tokens: int = CROSSOVER_TOKENS, title: str = ""):
+    """Speedup of each Performer over softmax vs tokens (log-log) with its interval, 1× and the claimed
+    crossover marked. Returns the matplotlib figure."""
+    import matplotlib.pyplot as plt
+
+    from ..report import plain_log_ticks, variant_style
+
+    fig, axis = plt.subplots(figsize=(7.5, 4.5), layout="constrained")
+    for index, backend in enumerate(dict.fromkeys(r["backend"] for r in speedup_rows)):
+        mine = sorted((r for r in speedup_rows if r["backend"] == backend), key=lambda r: r["tokens"])
+        y = np.array([r["speedup ×"] for r in mine])
+        errors = [y - [r["low"] for r in mine], [r["high"] for r in mine] - y]
+        axis.errorbar(
+            [r["tokens"] for r in mine],
+            y,
+            yerr=errors,
+            capsize=3,
+            label=backend,
+            color=f"C{index}",  # the colour of notebook 60's patch sweep
+            marker=variant_style(f"{backend}+ape")["marker"],
+        )
+    axis.axhline(1.0, color="black", lw=0.8)
+    axis.axvline(tokens, color="grey", lw=0.8, ls="--", label=f"claimed crossover ({tokens} tokens)")
+    axis.set_xscale("log")
+    axis.set_yscale("log")
+    ticks = sorted({r["tokens"] for r in speedup_rows})
+    axis.set_xticks(ticks, [str(t) for t in ticks], minor=False)
+    axis.set_xticks([], minor=True)
+    plain_log_ticks(axis)
+    axis.set_xlabel("tokens (patch 8 → 1 on 32×32 images)")
+    axis.set_ylabel("softmax time / Performer time (>1: Performer faster)")
+    axis.set_title(title or f"Inference speedup over softmax, {100 * (1 - ALPHA):.0f}% intervals")
+    axis.grid(alpha=0.3, which="both")
+    axis.legend(fontsize=8)
+    return fig
