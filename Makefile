@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml scripts/install_torch.sh
 	$(PY) -m pip install --quiet -e ".[cluster]" || echo "note: Ray could not be installed here; the --engine ray tests will be skipped"
 	$(PY) -m ipykernel install --sys-prefix --name rpevit --display-name "Python (rpevit)" >/dev/null
 	if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then \
-	  git config filter.nbclean.clean "$(PY) scripts/nbclean.py"; fi  # .gitattributes: notebooks/*.ipynb
+	  git config filter.nbclean.clean "$(abspath $(PY)) scripts/nbclean.py"; fi  # .gitattributes: notebooks/*.ipynb
 	touch $@
 
 study: $(STAMP)
