@@ -2,7 +2,7 @@
 #   make study [PRESET=smoke]   install, run the preset's grid, execute the notebooks → reports/<preset>/
 #   make test                   install, run the test suite and every notebook under nbval
 #   make check                  lint + the fast tests (no training, subprocesses, Ray or notebooks)
-#   make lab                    JupyterLab on the project with the rpevit kernel
+#   make lab                    JupyterLab on the project with the rpevit kernel (saves notebooks/ clean)
 #   make bench                  throughput benchmarks (numbers for reports, not tests)
 PYTHON ?= python3
 VENV ?= .venv
@@ -23,6 +23,8 @@ $(STAMP): pyproject.toml scripts/install_torch.sh
 	$(PY) -m pip install --quiet -e ".[test]"
 	$(PY) -m pip install --quiet -e ".[cluster]" || echo "note: Ray could not be installed here; the --engine ray tests will be skipped"
 	$(PY) -m ipykernel install --sys-prefix --name rpevit --display-name "Python (rpevit)" >/dev/null
+	if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then \
+	  git config filter.nbclean.clean "$(abspath $(PY)) scripts/nbclean.py"; fi  # .gitattributes: notebooks/*.ipynb
 	touch $@
 
 study: $(STAMP)
@@ -40,8 +42,10 @@ check: $(STAMP)
 	$(VENV)/bin/ruff format --check rpevit tests scripts
 	$(PY) -m pytest -q -m "not slow" tests
 
+# .jupyter/ holds the project's server config: notebooks under notebooks/ are saved without outputs
 lab: $(STAMP)
-	$(VENV)/bin/jupyter lab --no-browser --port $(LAB_PORT) --ServerApp.root_dir=$(CURDIR) \
+	JUPYTER_CONFIG_PATH=$(CURDIR)/.jupyter$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH} \
+	  $(VENV)/bin/jupyter lab --no-browser --port $(LAB_PORT) --ServerApp.root_dir=$(CURDIR) \
 	  --MultiKernelManager.default_kernel_name=rpevit $(if $(filter 0,$(shell id -u)),--allow-root)
 
 bench: $(STAMP)

@@ -6,3 +6,7 @@ class UserError(Exception):
 
     The message says what was wrong, what is allowed and what to do.
     """
+
+    def _render_traceback_(self) -> list[str]:
+        """IPython's hook: a notebook (and papermill's error report) shows the one line, no traceback."""
+        return [f"{type(self).__name__}: {self}"]

@@ -11,24 +11,35 @@ tagged `no-timeout` have none) stops the command with the notebook and cell name
 failing cell; the partly executed copy is kept. Executed notebooks record paths relative to the
 project only. A whole run (no `only`) also removes every file of the folder that this execution
 did not produce, except the study runner's summary tables.
+
+Each notebook checks its parameters in the cell after its `parameters` cell (`check_parameters`):
+a name papermill injected that the parameters cell does not declare (`-p preset …`), a value of
+another type than its default, a value outside its choices or a preset that does not load stops
+it there, before any work, with one UserError line; this runner checks what it passes before
+starting papermill.
 """
 
 from __future__ import annotations
 
+import ast
+import difflib
 import os
 import tempfile
 import time
+import typing
 from pathlib import Path
 
 import yaml
 
 from .errors import UserError
-from .params import PRESETS_DIR, PROJECT_ROOT, load_params, preset_path
+from .params import PRESETS_DIR, PROJECT_ROOT, TrainConfig, load_params, preset_path
 from .report import begin_notebook, prune, report_dir, write_index
 
 NOTEBOOKS_DIR = PROJECT_ROOT / "notebooks"
 CELL_TIMEOUT = 900
 NO_TIMEOUT_TAG = "no-timeout"
+INJECTED_COMMENT = "# Parameters"  # the first line of the cell papermill injects after `parameters`
+DEVICES = typing.get_args(typing.get_type_hints(TrainConfig)["device"])  # choices of a `device` parameter
 KERNEL_NAME = "rpevit"  # the kernelspec the notebooks declare (make lab / the README install it)
 
 
@@ -46,6 +57,125 @@ def declared_parameters(notebook: Path) -> set[str]:
     import papermill
 
     return set(papermill.inspect_notebook(str(notebook)))
+
+
+# --------------------------------------------------------------------------- parameters
+_NOT_LITERAL = object()
+
+
+def assignments(source: str) -> dict | None:
+    """A parameters cell's names → their values (literals evaluated; others unknown), in order; None
+    unless every statement of `source` assigns one name (what papermill's parameters cells hold)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    found = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            name, value = node.targets[0].id, node.value
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
+            name, value = node.target.id, node.value
+        else:
+            return None
+        try:
+            found[name] = ast.literal_eval(value)
+        except ValueError:
+            found[name] = _NOT_LITERAL
+    return found
+
+
+def parameter_defaults(notebook: Path) -> dict:
+    """The names and default values of a notebook's `parameters` cell (as stored)."""
+    import nbformat
+
+    cells = nbformat.read(str(notebook), as_version=4).cells
+    cell = next((c for c in cells if "parameters" in c.metadata.get("tags", [])), None)
+    return (assignments(cell.source) or {}) if cell is not None else {}
+
+
+def _is_injected(source: str) -> bool:
+    return source.split("\n", 1)[0].strip() == INJECTED_COMMENT
+
+
+def run_parameters(history: list[str]) -> tuple[dict, set[str]]:
+    """From IPython's input history `In` (its last entry: the cell running now): the defaults of the
+    parameters cell run last, and the names papermill injected in the cell run right after it."""
+    for index in range(len(history) - 2, 0, -1):
+        defaults = None if _is_injected(history[index]) else assignments(history[index])
+        if defaults:
+            after = history[index + 1] if index + 1 < len(history) - 1 else ""
+            return defaults, set(assignments(after) or {}) if _is_injected(after) else set()
+    return {}, set()
+
+
+def _fits(value, default) -> bool:
+    """Whether `value` has the type of `default` (an int is a float; a list holds such items)."""
+    if default is None or default is _NOT_LITERAL:
+        return True
+    if isinstance(default, bool) or isinstance(value, bool):
+        return isinstance(value, bool) and isinstance(default, bool)
+    if isinstance(default, float):
+        return isinstance(value, (int, float))
+    if isinstance(default, (list, tuple)):
+        return isinstance(value, (list, tuple)) and all(not default or any(_fits(v, d) for d in default) for v in value)
+    return isinstance(value, type(default))
+
+
+def _kind(default) -> str:
+    if isinstance(default, (list, tuple)):
+        return f"a list like {default!r} (papermill: -y for lists)"
+    names = {bool: "True or False", int: "an integer", float: "a number", str: "a string"}
+    return f"{names.get(type(default), type(default).__name__)} like the default {default!r}"
+
+
+def validate_parameters(defaults: dict, values: dict, given=(), choices: dict | None = None) -> None:
+    """One UserError for the first problem with a notebook's parameters: a name in `given` (passed
+    from outside) that the parameters cell (`defaults`) does not declare, a value of another type
+    than its default, a value outside its `choices`, a preset (`name`) that does not load."""
+    if defaults:
+        unknown = [name for name in given if name not in defaults]
+        if unknown:
+            close = difflib.get_close_matches(unknown[0], list(defaults), n=1)
+            raise UserError(
+                f"unknown notebook parameter {', '.join(map(repr, unknown))}"
+                + (f" (did you mean {close[0]!r}?)" if close else "")
+                + f"; this notebook's parameters: {', '.join(defaults)} (the preset is `name`)."
+            )
+    for name, value in values.items():
+        if name in defaults and not _fits(value, defaults[name]):
+            raise UserError(f"notebook parameter {name} = {value!r} is not valid; expected {_kind(defaults[name])}.")
+    for name, allowed in (choices or {}).items():
+        if name in values and values[name] not in allowed:
+            raise UserError(
+                f"notebook parameter {name} = {values[name]!r} is not valid; choose from "
+                f"{', '.join(map(repr, allowed))}."
+            )
+    if isinstance(values.get("name"), str):
+        try:
+            load_params(values["name"])
+        except UserError as exc:
+            raise UserError(f"notebook parameter name = {values['name']!r}: {exc}") from None
+
+
+def check_passed(notebook: Path, parameters: dict) -> None:
+    """Validate the parameters passed to a notebook against its parameters cell, before executing it."""
+    # the preset itself is loaded already (and `name` may be relative to the project, not to this cwd)
+    values = {key: value for key, value in parameters.items() if key != "name"}
+    try:
+        validate_parameters(parameter_defaults(notebook), values, parameters)
+    except UserError as exc:
+        raise UserError(f"{notebook.name}: {exc}") from None
+
+
+def check_parameters(namespace: dict, **choices) -> None:
+    """A notebook's first cell after its parameters (`check_parameters(globals(), device=DEVICES)`):
+    validate the parameters it runs with (`validate_parameters`), those papermill injected included;
+    `choices`: the allowed values of a parameter."""
+    defaults, injected = run_parameters(list(namespace.get("In") or []))
+    names = [*defaults, *sorted(injected - set(defaults)), *choices, "name"]
+    values = {name: namespace[name] for name in dict.fromkeys(names) if name in namespace}
+    validate_parameters(defaults, values, sorted(injected), choices)
 
 
 def project_relative(path) -> str:
@@ -182,11 +312,13 @@ def execute_notebooks(
     """Run the notebooks (all, or those whose names start with an entry of `only`) for a preset
     into reports/<preset>/, then write its README.md. Returns the executed copies."""
     params = load_params(preset)
-    out_dir = report_dir(params.name, reports_root)
     available = list_notebooks(notebooks_dir)
     chosen = [nb for nb in available if not only or any(nb.stem.startswith(o) for o in only)]
     if only and not chosen:
         raise UserError(f"no notebook matches {only}; notebooks: {', '.join(nb.stem for nb in available)}.")
+    for notebook in chosen:  # what each notebook would be passed, checked before anything runs or is written
+        check_passed(notebook, notebook_parameters(preset, notebook))
+    out_dir = report_dir(params.name, reports_root)
     done = []
     for index, notebook in enumerate(chosen, start=1):
         output = out_dir / notebook.name

@@ -123,6 +123,9 @@ def rotation_identity_errors(module, coords: torch.Tensor, heads: int, seed: int
     return {"orthogonality": orthogonality, "relative": relative, "fast path": fast}
 
 
+DOMAINS = ("offsets", "patches")  # where Reconstruction fits its targets
+
+
 class Reconstruction:
     """Least-squares fits of target patterns by one head's rotary features 1, cos(f·r), sin(f·r).
 
@@ -132,8 +135,8 @@ class Reconstruction:
     """
 
     def __init__(self, side: int, domain: str = "offsets", stripe_period: float = 8.0, bump_width: float = 1.5):
-        if domain not in ("offsets", "patches"):
-            raise ValueError(f"domain must be 'offsets' or 'patches', got {domain!r}")
+        if domain not in DOMAINS:
+            raise ValueError(f"domain must be one of {DOMAINS}, got {domain!r}")
         self.side, self.domain = side, domain
         if domain == "offsets":
             axis = torch.arange(-(side - 1), side, dtype=F64)

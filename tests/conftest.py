@@ -51,6 +51,7 @@ SLOW_MODULES = {
     "test_evaluate",
     "test_cuda_readiness",
     "test_attention_maps",
+    "test_lab",
 }
 
 

@@ -1,10 +1,11 @@
 """The study notebooks and their execution into reports/<preset>/ (rpevit.notebooks).
 
 Static checks of every notebook (stored without outputs, the declared kernel, report_dir, no CDN,
-no leftovers of concurrent development), then the execution machinery on small synthetic
-notebooks: only declared parameters are passed, one line per notebook, outputs tracked per
-notebook, stale outputs removed, paths relative to the project, a per-cell time limit — and an
-ad-hoc papermill run of a real notebook that must write nothing.
+no leftovers of concurrent development, its parameters checked right after its parameters cell),
+then the execution machinery on small synthetic notebooks: only declared parameters are passed, one
+line per notebook, outputs tracked per notebook, stale outputs removed, paths relative to the
+project, a per-cell time limit — and ad-hoc papermill runs of a real notebook: one that must write
+nothing, and a misspelled parameter or an unknown preset that must stop it with one line.
 """
 
 from __future__ import annotations
@@ -21,13 +22,19 @@ import nbformat
 import pytest
 
 from rpevit import notebooks, records
+from rpevit.errors import UserError
 from rpevit.notebooks import (
+    DEVICES,
     KERNEL_NAME,
     NotebookFailed,
+    assignments,
     execute_notebooks,
     list_notebooks,
     notebook_parameters,
+    parameter_defaults,
     project_relative,
+    run_parameters,
+    validate_parameters,
 )
 from rpevit.params import PROJECT_ROOT
 from rpevit.report import read_manifest
@@ -67,6 +74,69 @@ def test_notebook_is_stored_clean_and_declares_the_rpevit_kernel(path, caplog):
     ):
         assert leftover not in text, leftover
     assert f'"{path.stem}")' in text, "the notebook names itself in its Report"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_each_notebook_checks_its_parameters_before_any_work(path):
+    cells = nbformat.read(str(path), as_version=4).cells
+    index = next(i for i, c in enumerate(cells) if "parameters" in c.metadata.get("tags", []))
+    defaults = assignments(cells[index].source)
+    assert defaults and set(defaults) == notebooks.declared_parameters(path)
+    assert all(value is not notebooks._NOT_LITERAL for value in defaults.values()), "a default that is no literal"
+    assert parameter_defaults(path) == defaults
+    check = cells[index + 1]
+    assert check.cell_type == "code" and "check_parameters(globals()" in check.source
+    choices = re.search(r"check_parameters\(globals\(\)(.*)\)", check.source).group(1)
+    assert "device=DEVICES" in choices or "device" not in defaults  # every device parameter has its choices
+
+
+def test_run_parameters_reads_the_input_history():
+    params, check = 'name = "smoke"\nreport_dir = None\nsteps = 2', "check_parameters(globals())"
+    injected = '# Parameters\npreset = "cpu_claims"\nname = "x"\n'
+    defaults = {"name": "smoke", "report_dir": None, "steps": 2}
+    assert run_parameters(["", params, injected, check]) == (defaults, {"preset", "name"})  # papermill
+    assert run_parameters(["", params, check]) == (defaults, set())  # Lab, in order
+    assert run_parameters(["", params, "import os\nprint(os.getcwd())", check]) == (defaults, set())  # re-run
+    assert run_parameters(["", check]) == ({}, set()) and run_parameters([]) == ({}, set())
+    assert assignments("x = 1\nprint(x)") is None and assignments("x = (") is None
+    assert assignments("a = [1, 2]\nb: float = -0.5\nc = f(1)")["c"] is notebooks._NOT_LITERAL
+
+
+DEFAULTS = {"name": "smoke", "report_dir": None, "steps": 2, "scale": 0.5, "strict": False, "sides": [8, 16]}
+
+
+@pytest.mark.parametrize(
+    "values, given, message",
+    [
+        (
+            {"preset": "cpu_claims"},
+            ["preset"],
+            r"unknown notebook parameter 'preset'; this notebook's parameters: "
+            r"name, report_dir, steps, scale, strict, sides \(the preset is `name`\)\.$",
+        ),
+        ({"step": 3}, ["step"], r"unknown notebook parameter 'step' \(did you mean 'steps'\?\)"),
+        ({"steps": "many"}, ["steps"], r"steps = 'many' is not valid; expected an integer like the default 2\.$"),
+        ({"steps": True}, [], r"steps = True is not valid; expected an integer"),
+        ({"strict": 1}, [], r"strict = 1 is not valid; expected True or False"),
+        ({"sides": "[4, 8]"}, [], r"sides = '\[4, 8\]' is not valid; expected a list like \[8, 16\] \(papermill: -y"),
+        ({"sides": [4.5]}, [], r"sides = \[4.5\] is not valid"),
+        ({"device": "gpu"}, [], r"device = 'gpu' is not valid; choose from 'auto', 'cpu', 'cuda'\.$"),
+        (
+            {"name": "cpu_claimz"},
+            [],
+            r"name = 'cpu_claimz': no preset file 'cpu_claimz'; available presets: .*cpu_claims",
+        ),
+    ],
+)
+def test_validate_parameters_names_what_is_wrong_and_what_is_allowed(values, given, message):
+    with pytest.raises(UserError, match=message):
+        validate_parameters(DEFAULTS, values, given, {"device": DEVICES})
+
+
+def test_validate_parameters_accepts_what_the_defaults_allow():
+    good = {"name": "cpu_claims", "report_dir": "reports/x", "steps": 3, "scale": 1, "strict": True, "sides": [4]}
+    validate_parameters(DEFAULTS, {**good, "device": "cpu"}, list(good), {"device": DEVICES})
+    validate_parameters({}, {"whatever": 1}, ["whatever"])  # no parameters cell found: nothing to compare with
 
 
 def test_kernel_named_by_readme_makefile_and_environment():
@@ -132,6 +202,7 @@ def synthetic(tmp_path):
             [
                 ("md", f"# {title}\n\nWhat it shows.", []),
                 ("code", 'name = "smoke"\nreport_dir = None\nunused = 1', ["parameters"]),
+                ("code", "from rpevit.notebooks import check_parameters\ncheck_parameters(globals())", []),
                 ("code", WRITER.format(stem=stem, prefix=prefix), []),
             ],
         )
@@ -211,35 +282,89 @@ def test_a_cell_past_the_time_limit_is_a_clear_error(tmp_path):
         execute_notebooks("smoke", reports_root=tmp_path / "reports", notebooks_dir=folder, cell_timeout=2)
 
 
+def _papermill(notebook: Path, output: Path, *parameters: str) -> subprocess.CompletedProcess:
+    """papermill by hand, as a user runs it (reports and runs redirected into output's folder)."""
+    folder = output.parent
+    env = {
+        **os.environ,
+        "RPEVIT_REPORTS": str(folder / "reports"),
+        "RPEVIT_RUNS": str(folder / "runs"),
+        "OMP_NUM_THREADS": "1",
+    }
+    command = [sys.executable, "-m", "papermill", "-k", "python3", "--no-progress-bar", str(notebook), str(output)]
+    return subprocess.run([*command, *parameters], cwd=folder, env=env, capture_output=True, text=True, timeout=300)
+
+
 def test_an_ad_hoc_papermill_run_writes_no_report(tmp_path):
     """papermill on a real notebook (no report_dir) writes nothing: neither to $RPEVIT_REPORTS nor to reports/."""
     reports = PROJECT_ROOT / "reports"
     before = {p: p.stat().st_mtime_ns for p in reports.rglob("*")} if reports.is_dir() else {}
     notebook = next(p for p in NOTEBOOKS if p.stem.startswith("40"))
     output = tmp_path / "out.ipynb"
-    env = {**os.environ, "RPEVIT_REPORTS": str(tmp_path / "reports"), "OMP_NUM_THREADS": "1"}
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "papermill",
-            "-k",
-            "python3",
-            "--no-progress-bar",
-            str(notebook),
-            str(output),
-            "-p",
-            "name",
-            "smoke",
-        ],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    result = _papermill(notebook, output, "-p", "name", "smoke")
     assert result.returncode == 0, result.stderr[-3000:]
     assert not (tmp_path / "reports").exists()
     after = {p: p.stat().st_mtime_ns for p in reports.rglob("*")} if reports.is_dir() else {}
     assert after == before
     assert not CDN.search(output.read_text())
+
+
+@pytest.mark.parametrize(
+    "parameters, line",
+    [
+        (
+            ["-p", "preset", "cpu_claims"],
+            "UserError: unknown notebook parameter 'preset'; this notebook's parameters: name, report_dir, "
+            "n_resamples, speed_batches, speed_batch_size, device (the preset is `name`).",
+        ),
+        (
+            ["-p", "name", "cpu_claimz"],
+            "UserError: notebook parameter name = 'cpu_claimz': no preset file 'cpu_claimz'",
+        ),
+        (["-p", "device", "gpu"], "UserError: notebook parameter device = 'gpu' is not valid; choose from"),
+    ],
+    ids=["unknown-name", "unknown-preset", "bad-choice"],
+)
+def test_papermill_with_a_wrong_parameter_stops_before_any_work(tmp_path, parameters, line):
+    """The issue's case (`-p preset cpu_claims` used to warn and run smoke): one UserError line in
+    papermill's report, exit status 1, nothing run after the check cell, nothing written."""
+    notebook = next(p for p in NOTEBOOKS if p.stem.startswith("45"))
+    output = tmp_path / "out.ipynb"
+    result = _papermill(notebook, output, *parameters)
+    assert result.returncode == 1
+    errors = [text for text in result.stderr.splitlines() if text.startswith("UserError")]
+    assert len(errors) == 1 and errors[0].startswith(line), result.stderr[-3000:]
+    assert "Traceback" not in result.stderr.split("PapermillExecutionError")[-1]  # no kernel traceback
+    executed = nbformat.read(str(output), as_version=4)
+    counts = [c.execution_count for c in executed.cells if c.cell_type == "code"]
+    assert counts[-1] is None and counts.count(None) == len(counts) - 3  # parameters, injected, the check
+    assert not (tmp_path / "reports").exists() and not (tmp_path / "runs").exists()
+
+
+def test_the_runner_checks_what_it_passes_before_starting_papermill(tmp_path, monkeypatch):
+    folder = tmp_path / "notebooks"
+    folder.mkdir()
+    # the smoke preset's `seeds: [0]` goes to a notebook that declares a number
+    _notebook(folder / "00_seeds.ipynb", [("code", 'name = "smoke"\nreport_dir = None\nseeds = 3', ["parameters"])])
+    started = []
+    monkeypatch.setattr(notebooks, "execute_notebook", lambda *a, **k: started.append(a))
+    with pytest.raises(
+        UserError, match=r"^00_seeds.ipynb: notebook parameter seeds = \[0\] is not valid; expected an integer"
+    ):
+        execute_notebooks("smoke", reports_root=tmp_path / "reports", notebooks_dir=folder)
+    assert not started and not (tmp_path / "reports").exists()
+
+
+def test_the_runner_reports_an_unknown_preset_in_one_line(tmp_path):
+    env = {**os.environ, "RPEVIT_REPORTS": str(tmp_path / "reports"), "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(
+        [sys.executable, "-m", "rpevit", "notebooks", "cpu_claimz", "--only", "45"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2 and not result.stdout
+    assert re.fullmatch(r"error: no preset file 'cpu_claimz'; available presets: .*cpu_claims.*\n", result.stderr)
+    assert not (tmp_path / "reports").exists()
