@@ -33,6 +33,7 @@ from .checks import offset_ratios
 from .data import normalize
 from .errors import UserError
 from .position import POSITIONS, build_position
+from .run import Run
 from .variants import parse_variant
 
 F64 = torch.float64
@@ -133,14 +134,11 @@ class MapSource:
     def _model(self, label: str):
         """The trained model of a finished run (best-validation weights), or the variant at init."""
         target = self.targets[label]
+        run = Run(self.params, target["dataset"], target["variant"], target["seed"])
         if target["record"] is not None:
-            model, _ = self._runs.trained_model(
-                self.params, target["dataset"], target["variant"], target["seed"], device=self.device
-            )
+            model, _ = self._runs.trained_model(run, device=self.device)
             return model
-        return self._runs.untrained_model(
-            self.params, target["dataset"], target["variant"], target["seed"], device=self.device
-        )
+        return self._runs.untrained_model(run, device=self.device)
 
     def dataset(self, label: str):
         return self.datasets[self.targets[label]["dataset"]]

@@ -27,13 +27,14 @@ from .device import autocast, resolve_device
 from .metrics import synchronize, timed
 from .model import build_model
 from .params import load_params
+from .run import Run
 from .tables import markdown_table
 
 
 def train_throughput(params, variant: str, device, steps: int, compile_model: bool = False) -> float:
     """Training images/s of a preset's model on random inputs of its first dataset's shape."""
     info = data_lib.DATASETS[params.datasets[0]]
-    model = runs.untrained_model(params, info.name, variant, seed=0, device=device).train()
+    model = runs.untrained_model(Run(params, info.name, variant, 0), device=device).train()
     forward = torch.compile(model) if compile_model else model
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     batch = params.train.batch_size
@@ -81,7 +82,7 @@ def training_levers(
     cells = {}
     for variant in variants:
         for batch, amp, comp in settings:
-            model = runs.untrained_model(params, info.name, variant, seed=0, device=device).train()
+            model = runs.untrained_model(Run(params, info.name, variant, 0), device=device).train()
             forward = torch.compile(model) if comp else model
             optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
             x = torch.randn(batch, info.channels, info.image_size, info.image_size, device=device)
@@ -125,7 +126,7 @@ def variant_speeds(
     shape = (info.channels, info.image_size, info.image_size)
     cells = []
     for variant in variants:
-        model = runs.untrained_model(params, info.name, variant, seed=0, device=device)
+        model = runs.untrained_model(Run(params, info.name, variant, 0), device=device)
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
         x = torch.randn(params.train.batch_size, *shape, device=device)
         y = torch.randint(0, info.num_classes, (params.train.batch_size,), device=device)

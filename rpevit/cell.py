@@ -1,4 +1,5 @@
-"""One grid cell — one run of a preset's grid — from its files on disk to its summary row.
+"""One grid cell — one run of a preset's grid (a `Run` with its roots) — from its files on disk to
+its summary row.
 
 A run has up to two copies of its record and history: the run directory in runs/ (with its
 checkpoints) and, for presets with `keep_records`, the kept copy in reports/<preset>/records/.
@@ -25,52 +26,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import records, runs
+from . import records
 from .errors import UserError
 from .params import Params
-from .paths import inside
+from .run import Run
 from .train import Diverged, train_run
-from .variants import parse_variant
 
 
-@dataclass(frozen=True, eq=False)
-class Cell:
-    """One run of a preset's grid and the roots its files live under."""
-
-    params: Params
-    dataset: str
-    variant: str
-    seed: int
-    runs_root: Path
-    reports_root: Path
-
-    @property
-    def dir(self) -> Path:
-        """The run directory in runs/."""
-        return records.run_dir(self.params.name, self.dataset, self.variant, self.seed, self.runs_root)
-
-    @property
-    def kept_dir(self) -> Path:
-        """Where a preset with keep_records keeps the run's record and history (in reports/)."""
-        return inside(self.reports_root, self.params.name, "records", self.dataset, self.variant, f"seed{self.seed}")
-
-    @property
-    def run(self) -> tuple[str, str, int]:
-        """(dataset, variant, seed)."""
-        return self.dataset, self.variant, self.seed
-
-    @property
-    def label(self) -> str:
-        return f"{self.variant} | {self.dataset} | seed {self.seed}"
-
-    def matches(self, record) -> bool:
-        """True if a record was made with the preset's current settings."""
-        return record is not None and runs.matches(record.get("key"), self.params, *self.run)
-
-
-def cells(params: Params, grid, runs_root, reports_root) -> list[Cell]:
-    """The runs of a preset's grid (study.grid: (dataset, variant, seed) in training order) as cells."""
-    return [Cell(params, d, parse_variant(v).name, s, Path(runs_root), Path(reports_root)) for d, v, s in grid]
+def cells(params: Params, grid, runs_root, reports_root) -> list[Run]:
+    """The runs of a preset's grid (study.grid: (dataset, variant, seed) in training order), each with
+    the roots its files live under."""
+    return [Run(params, d, v, s, runs_root=Path(runs_root), reports_root=Path(reports_root)) for d, v, s in grid]
 
 
 @dataclass
@@ -106,7 +72,7 @@ def _expected_epochs(record: dict) -> int | None:
     return record["epochs"] if record.get("status") == "finished" else None
 
 
-def settle(cell: Cell, repair: bool) -> State:
+def settle(cell: Run, repair: bool) -> State:
     """The run's state from both copies; with `repair` (the run's lock held), repair it."""
     state, keep = State(), cell.params.keep_records
     directory, kept = cell.dir, cell.kept_dir if cell.params.keep_records else None
@@ -181,7 +147,7 @@ def settle(cell: Cell, repair: bool) -> State:
     return state
 
 
-def _rebuild_history(cell: Cell, current, kept_current, kept_history, final, fix, set_aside):
+def _rebuild_history(cell: Run, current, kept_current, kept_history, final, fix, set_aside):
     """A finished run's lost history: from its checkpoint, else the kept copy; else the record goes aside."""
     directory, kept = cell.dir, cell.kept_dir
     path = directory / records.HISTORY
@@ -227,9 +193,9 @@ def needs_evaluation(params: Params, record: dict | None) -> bool:
     return {row.get("resolution") for row in record.get("resolution_eval", [])} != set(params.evaluate.resolutions)
 
 
-def failure_row(cell: Cell, kind: str, message: str) -> dict:
+def failure_row(cell: Run, kind: str, message: str) -> dict:
     """The summary row of a run that failed or was skipped in this sitting."""
-    parsed = parse_variant(cell.variant)
+    parsed = cell.parsed
     return {
         "preset": cell.params.name,
         "dataset": cell.dataset,
@@ -242,7 +208,7 @@ def failure_row(cell: Cell, kind: str, message: str) -> dict:
     }
 
 
-def run_cell(cell: Cell, load, *, progress: bool = False) -> dict:
+def run_cell(cell: Run, load, *, progress: bool = False) -> dict:
     """Settle, train, evaluate and keep one run under its lock; returns its summary row (its record,
     or a failure row with status skipped / failed). `load()` gives the dataset, called only if needed."""
     state = settle(cell, repair=False)
@@ -259,14 +225,7 @@ def run_cell(cell: Cell, load, *, progress: bool = False) -> dict:
                 state = settle(cell, repair=True)
             if state.train:
                 try:
-                    train_run(
-                        cell.params,
-                        _loaded(load, cell.params),
-                        cell.variant,
-                        cell.seed,
-                        runs_root=cell.runs_root,
-                        progress=progress,
-                    )
+                    train_run(cell, _loaded(load, cell.params), progress=progress)
                 except Diverged as exc:
                     print(f"diverged: {exc}", flush=True)
             record = _current(cell) or state.record
@@ -282,13 +241,13 @@ def run_cell(cell: Cell, load, *, progress: bool = False) -> dict:
     return record if record is not None else failure_row(cell, "failed", "no record after training")
 
 
-def _current(cell: Cell) -> dict | None:
+def _current(cell: Run) -> dict | None:
     """The run directory's record if it is current, else None."""
     record = records.read_record(cell.dir)
     return record if cell.matches(record) else None
 
 
-def _say_not_here(cell: Cell) -> None:
+def _say_not_here(cell: Run) -> None:
     print(
         f"[{cell.label}] multi-resolution evaluation skipped: its checkpoint is not on this machine "
         "(only its kept record is)",
@@ -296,7 +255,7 @@ def _say_not_here(cell: Cell) -> None:
     )
 
 
-def _evaluate(cell: Cell, load) -> None:
+def _evaluate(cell: Run, load) -> None:
     """The preset's multi-resolution evaluation of a finished run whose weights are here."""
     from .evaluate import evaluate_resolutions
 
@@ -306,7 +265,7 @@ def _evaluate(cell: Cell, load) -> None:
     resolutions = cell.params.evaluate.resolutions
     print(f"[{cell.label}] multi-resolution evaluation at {', '.join(map(str, resolutions))} px", flush=True)
     try:
-        evaluate_resolutions(cell.params, load(), cell.variant, cell.seed, resolutions, cell.runs_root)
+        evaluate_resolutions(cell, load(), resolutions)
     except UserError as exc:  # its tested weights are lost: the run is unfinished again
         print(f"not evaluated: {exc}", flush=True)
 

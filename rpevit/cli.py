@@ -95,6 +95,7 @@ def _variant_matches(variant, args) -> bool:
 def cmd_train(args) -> int:
     """Train one variant of a preset on one dataset (data-parallel when started by torchrun)."""
     from . import distributed, records
+    from .run import Run
     from .runs import preflight
     from .train import train_run
     from .variants import parse_variant
@@ -111,17 +112,8 @@ def cmd_train(args) -> int:
             variants=[variant],
         )
         dataset = _dataset(args, params)
-        out_dir = records.run_dir(params.name, dataset.info.name, variant, args.seed, epochs=args.epochs)
-        return out_dir, train_run(
-            params,
-            dataset,
-            variant,
-            args.seed,
-            out_dir,
-            epochs=args.epochs,
-            resume=args.resume,
-            progress=not args.no_progress,
-        )
+        run = Run(params, dataset.info.name, variant, args.seed, args.epochs)
+        return run.dir, train_run(run, dataset, resume=args.resume, progress=not args.no_progress)
 
     # torchrun (WORLD_SIZE > 1): join the process group before the dataset goes to this rank's device
     if distributed.init(params.train.device):
@@ -150,7 +142,8 @@ def cmd_train(args) -> int:
 
 def cmd_study(args) -> int:
     """Run (or resume) a preset's whole grid and write reports/<preset>/summary.{csv,md}."""
-    from .study import REPORTS_ROOT, run_study
+    from .records import REPORTS_ROOT
+    from .study import run_study
 
     params = _params(args)
     if args.engine == "ray":
@@ -179,6 +172,7 @@ def cmd_study(args) -> int:
 def cmd_evaluate(args) -> int:
     """Evaluate a finished run at other input resolutions (extrapolation / interpolation modes)."""
     from .evaluate import evaluate_resolutions
+    from .run import Run
 
     params = _params(args)
     try:
@@ -195,7 +189,7 @@ def cmd_evaluate(args) -> int:
             "give image sizes divisible by the patch size."
         )
     dataset = _dataset(args, params)
-    rows = evaluate_resolutions(params, dataset, args.variant, args.seed, resolutions)
+    rows = evaluate_resolutions(Run(params, dataset.info.name, args.variant, args.seed), dataset, resolutions)
     print(
         markdown_table([{"resolution": r["resolution"], "mode": r["mode"], "top-1 %": 100 * r["top1"]} for r in rows])
     )

@@ -36,10 +36,11 @@ import time
 from pathlib import Path
 
 from . import design, records, runs, study
-from .cell import Cell, cells, failure_row, run_cell, settle
+from .cell import cells, failure_row, run_cell, settle
 from .errors import UserError
 from .params import Params
 from .progress import Progress, label
+from .run import Run
 from .schema import result_view
 
 INSTALL_HINT = "--engine ray needs Ray: pip install -e '.[cluster]' (or pip install 'ray>=2.9')"
@@ -143,7 +144,7 @@ def _tell(ray, board, event: dict) -> None:
 
 
 def _run_task(
-    run: Cell,
+    run: Run,
     check_name: str,
     cpus_per_run: int,
     board,
@@ -156,7 +157,7 @@ def _run_task(
 
     torch.set_num_threads(cpus_per_run)
     host, pid = socket.gethostname(), os.getpid()
-    tell = {"run": run.run, "host": host, "pid": pid}
+    tell = {"run": run.place, "host": host, "pid": pid}
     _tell(ray, board, {"kind": "running", **tell})
     records.recovered.clear()
     started = time.perf_counter()
@@ -288,20 +289,20 @@ def run_study_ray(
         dataclasses.replace(task_params, train=dataclasses.replace(task_params.train, device="cpu")), runs_root=root
     )  # the driver needs no GPU: the workers check their device
     records.recovered.clear()
-    grid = cells(task_params, study.grid(params), root, Path(reports_root or study.REPORTS_ROOT).resolve())
+    grid = cells(task_params, study.grid(params), root, Path(reports_root or records.REPORTS_ROOT).resolve())
     states = [settle(run, repair=False) for run in grid]
     todo = [run for run, state in zip(grid, states) if state.work]
     if params.design.active:  # the stopping rule and the budget, on the records finished at submission
         finished = study.study_records(params, root, reports_root)
         held = {
-            run.run
+            run.place
             for run, state in zip(grid, states)
-            if state.work and state.train and not design.due(params, run.run, finished)[0]
+            if state.work and state.train and not design.due(params, run.place, finished)[0]
         }
         for run in todo:
-            if run.run in held:
-                print(f"not started: {label(*run.run)} (the design does not want it yet)", flush=True)
-        todo = [run for run in todo if run.run not in held]
+            if run.place in held:
+                print(f"not started: {label(*run.place)} (the design does not want it yet)", flush=True)
+        todo = [run for run in todo if run.place not in held]
     if not todo:  # nothing for Ray to do: no cluster needed
         study.announce(params, states)
         return study.summarise(params, grid, {}, [])
@@ -350,9 +351,9 @@ def run_study_ray(
                 run = pending.pop(ref)
                 kind, message, info = _outcome(ray, ref, run)
                 worker_notes += info.pop("recovered", [])
-                rows[run.run] = info.pop("row", None) or failure_row(run, kind, message)
-                outcomes[run.run] = kind
-                meter.event(kind, run.run, message, attempt=attempts.get(run.run, 1), **info)
+                rows[run.place] = info.pop("row", None) or failure_row(run, kind, message)
+                outcomes[run.place] = kind
+                meter.event(kind, run.place, message, attempt=attempts.get(run.place, 1), **info)
     except BaseException:
         for ref in pending:  # interrupted: stop this sitting's tasks (their checkpoints stay)
             ray.cancel(ref, force=True)
@@ -371,7 +372,7 @@ def run_study_ray(
         f"of {len(grid)} runs finished",
         flush=True,
     )
-    return results + [rows[run.run] for run in grid if rows.get(run.run, {}).get("status") in ("failed", "skipped")]
+    return results + [rows[run.place] for run in grid if rows.get(run.place, {}).get("status") in ("failed", "skipped")]
 
 
 def _drain(ray, board) -> list | None:
@@ -383,10 +384,10 @@ def _drain(ray, board) -> list | None:
         return None
 
 
-def _outcome(ray, ref, run: Cell):
+def _outcome(ray, ref, run: Run):
     """(kind, message, info) of a finished task: done / diverged / skipped / failed; info holds the
     worker's host, pid, recovered notes and the cell's summary row."""
-    name = label(*run.run)
+    name = label(*run.place)
     try:
         result = ray.get(ref)
     except ray.exceptions.RayTaskError as exc:
@@ -402,7 +403,7 @@ def _outcome(ray, ref, run: Cell):
     status = row.get("status")
     if status in ("failed", "skipped", "diverged"):
         return status, row.get("message", ""), {**info, "row": row}
-    if study.current_record(run.params, *run.run, runs_root=run.runs_root) is None:
+    if study.current_record(run) is None:
         message = (
             f"the worker on {result.get('host')} finished the run but its record is not in {run.runs_root} as "
             "the driver sees it: every node must see the runs directory at the same path (a shared filesystem)"

@@ -4,8 +4,10 @@
 through the environment (WORLD_SIZE, RANK, LOCAL_RANK, MASTER_ADDR/PORT). Without WORLD_SIZE > 1
 nothing here does anything and training runs exactly as in one process.
 
-The contract (rpevit.train uses it): every rank draws the same global batch from the same
-on-device generator and trains on its contiguous shard (`shard`), with the loss weighted so that
+rpevit.train sees all of this through one object, `replica()`: a `Replica` (the only process;
+every method the identity) or a `DataParallel` rank. The contract: every rank draws the same
+global batch from the same on-device generator and trains on its contiguous shard (`shard`),
+with the loss weighted so that
 the all-reduced gradient is the gradient of the global-batch mean loss, so a run has the global
 batch and learning-rate schedule of one process. Rank 0 alone takes the run lock, validates,
 tests and writes checkpoints, history and the record; every rank loads the checkpoint rank 0
@@ -218,6 +220,114 @@ def check_replicas(model: torch.nn.Module) -> None:
             "data-parallel replicas diverged from rank 0: "
             + "; ".join(f"rank {r}: {', '.join(d[:5])}" for r, d in bad.items())
         )
+
+
+class Replica:
+    """This process's part in training one run, when it is the only process: every method is the
+    identity or does nothing, so one training loop serves both cases (nanoGPT's `master_process`,
+    `ddp_rank`, `ddp_world_size` are `is_main`, `rank`, `world_size` here)."""
+
+    rank, world_size, is_main = 0, 1, True
+
+    def device(self, device: torch.device) -> torch.device:
+        """This process's device."""
+        return device
+
+    def seed(self, seed: int) -> None:
+        """Seed this process's own global RNG stream after the model is built (the only process keeps
+        the stream `torch.manual_seed(seed)` began)."""
+
+    def broadcast(self, obj=None):
+        """The main process's `obj`."""
+        return obj
+
+    def wrap(self, model: torch.nn.Module, device: torch.device, first_image) -> torch.nn.Module:
+        """The module the training steps call."""
+        return model
+
+    def announce(self, label: str, batch_size: int) -> None:
+        """Say how the global batch is split (nothing to say for one process)."""
+
+    def shard(self, x: torch.Tensor, y: torch.Tensor):
+        """(x, y, rows, loss weight) of this process's part of a global batch: all of it."""
+        return x, y, len(y), 1.0
+
+    def any(self, flag: torch.Tensor) -> torch.Tensor:
+        """A bool scalar true if it is true in any process."""
+        return flag
+
+    def first(self, step: torch.Tensor) -> torch.Tensor:
+        """The earliest non-negative step index over processes (−1 where none)."""
+        return step
+
+    def totals(self, loss_sum: torch.Tensor, correct: torch.Tensor, seen: int):
+        """(loss sum, correct, images seen) of an epoch over the global batches."""
+        return loss_sum, correct, seen
+
+    def check(self, model: torch.nn.Module) -> None:
+        """Raise unless every process holds the same parameters and buffers."""
+
+    def rng_fields(self, state: dict) -> dict:
+        """Checkpoint fields beyond `rng` (this process's RNG state) that an exact resume needs."""
+        return {}
+
+    def resumed_rng(self, checkpoint: dict) -> dict | None:
+        """The RNG state this process resumes with from a checkpoint (None: keep its own)."""
+        return checkpoint["rng"]
+
+
+class DataParallel(Replica):
+    """One rank of a torchrun process group (the contract in this module's docstring): rank 0 is
+    the main process; every rank trains on its shard of every global batch under DDP."""
+
+    def __init__(self):
+        self.rank, self.world_size, self.is_main = rank(), world_size(), is_main()
+
+    def device(self, device):
+        return device_for(device)
+
+    def seed(self, seed):
+        seed_other_ranks(seed)
+
+    def broadcast(self, obj=None):
+        return broadcast_object(obj)
+
+    def wrap(self, model, device, first_image):
+        return wrap(model, device, first_image())
+
+    def announce(self, label, batch_size):
+        if self.is_main:
+            print(f"[{label}] data-parallel over {self.world_size} processes, global batch {batch_size}", flush=True)
+
+    def shard(self, x, y):
+        return shard(x, y)
+
+    def any(self, flag):
+        return any_rank(flag)
+
+    def first(self, step):
+        return first_step(step)
+
+    def totals(self, loss_sum, correct, seen):
+        loss_sum, correct, seen = all_reduce_sum(loss_sum, correct, torch.tensor(seen, device=loss_sum.device))
+        return loss_sum, correct, int(seen)
+
+    def check(self, model):
+        check_replicas(model)
+
+    def rng_fields(self, state):
+        """Every rank's RNG state (each rank draws its own dropout masks), gathered on every rank."""
+        return {"rng_ranks": all_gather_object(state)}
+
+    def resumed_rng(self, checkpoint):
+        """This rank's saved stream; a rank the checkpoint has none for (more ranks now) keeps its own."""
+        states = checkpoint.get("rng_ranks") or [checkpoint["rng"]]
+        return states[self.rank] if self.rank < len(states) else None
+
+
+def replica() -> Replica:
+    """This process's replica: a DataParallel rank inside a torchrun process group, else the only process."""
+    return DataParallel() if active() else Replica()
 
 
 def check_shared_runs_root(root) -> Path:

@@ -199,9 +199,10 @@ def training_throughput(variant: str, device: torch.device, steps: int = 30) -> 
         params, train=dataclasses.replace(params.train, batch_size=256, amp="bf16", device="cuda")
     )
     rate = train_throughput(params, variant, device, steps)
+    from .run import Run
     from .runs import untrained_model
 
-    model = untrained_model(params, params.datasets[0], variant, device=device)
+    model = untrained_model(Run(params, params.datasets[0], variant, 0), device=device)
     flops = 3 * metrics.matmul_flops(model, torch.randn(2, 1, 28, 28, device=device))
     return rate, flops
 

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from . import data as data_lib
 from . import metrics, records, runs
 from .errors import UserError
+from .run import Run, train_config_for
 from .variants import parse_variant
 
 MODES = ("extrapolate", "interpolate")
@@ -42,33 +43,26 @@ def position_modes(variant: str) -> tuple[str, ...]:
     return MODES if scalable else ("extrapolate",)
 
 
-def evaluate_resolutions(params, dataset, variant: str, seed: int, resolutions, runs_root=None) -> list[dict]:
+def evaluate_resolutions(run: Run, dataset, resolutions) -> list[dict]:
     """Evaluate a finished run's best weights at each resolution and mode; store them in its record
     (under the run's lock: RunBusy while another process trains it)."""
-    patch = params.model.patch_size
+    patch = run.params.model.patch_size
     bad = [r for r in resolutions if r % patch or r < patch]
     if bad:
         raise UserError(f"resolutions {bad} are not positive multiples of the patch size {patch}.")
-    with records.RunLock(_directory(params, dataset.info.name, variant, seed, runs_root)):
-        return _evaluate(params, dataset, variant, seed, resolutions, runs_root)
+    with records.RunLock(run.dir):
+        return _evaluate(run, dataset, resolutions)
 
 
-def _directory(params, dataset: str, variant: str, seed: int, runs_root=None):
-    return records.run_dir(params.name, dataset, parse_variant(variant).name, seed, runs_root)
-
-
-def _evaluate(params, dataset, variant: str, seed: int, resolutions, runs_root=None) -> list[dict]:
-    model, record = runs.trained_model(params, dataset.info.name, variant, seed, runs_root)
-    train_cfg = runs.train_config_for(params, record["epochs"])
+def _evaluate(run: Run, dataset, resolutions) -> list[dict]:
+    model, record = runs.trained_model(run)
+    train_cfg = train_config_for(run.params, record["epochs"])
     device = next(model.parameters()).device
     results = []
     for size in resolutions:
         split = resize_split(dataset.test, size)
-        for mode in position_modes(variant):
-            print(
-                f"[{record['variant']} | {dataset.info.name} | seed {seed}] testing at {size}×{size} ({mode})",
-                flush=True,
-            )
+        for mode in position_modes(run.variant):
+            print(f"[{run.label}] testing at {size}×{size} ({mode})", flush=True)
             logits, labels = runs.predict(
                 model,
                 split,
@@ -91,24 +85,18 @@ def _evaluate(params, dataset, variant: str, seed: int, resolutions, runs_root=N
                 }
             )
     record["resolution_eval"] = results
-    _store(params, record, runs_root)
+    records.write_json(run.dir / records.RECORD, record)
     return results
 
 
-def _store(params, record: dict, runs_root=None) -> None:
-    """Write an evaluated record back into its run directory."""
-    directory = records.run_dir(params.name, record["dataset"], record["variant"], record["seed"], runs_root)
-    records.write_json(directory / records.RECORD, record)
-
-
-def retime(params, dataset, variant: str, seed: int, runs_root=None) -> dict:
+def retime(run: Run, dataset) -> dict:
     """Time a finished run's inference again (its tested weights, the same images and batch size as
     training's timing, in the precision and compile state the record states) and store the new times
     with the machine's load in its record. For timings first
     taken on a busy machine (metrics.busy): run it when the machine is quiet."""
-    with records.RunLock(_directory(params, dataset.info.name, variant, seed, runs_root)):
-        model, record = runs.trained_model(params, dataset.info.name, variant, seed, runs_root)
-        train_cfg = runs.train_config_for(params, record["epochs"])
+    with records.RunLock(run.dir):
+        model, record = runs.trained_model(run)
+        train_cfg = train_config_for(run.params, record["epochs"])
         images = runs.timing_images(dataset, train_cfg, next(model.parameters()).device)
         record.update(
             metrics.inference_timing(
@@ -120,5 +108,5 @@ def retime(params, dataset, variant: str, seed: int, runs_root=None) -> dict:
             )
         )
         record.update(metrics.machine_load())
-        _store(params, record, runs_root)
+        records.write_json(run.dir / records.RECORD, record)
     return record

@@ -75,7 +75,7 @@ def options_class(name: str) -> type:
     return components()[name].Options
 
 
-# flat model keys of rpevit ≤ 0.1 → (component, option): named in errors and used to recognise old records
+# flat model keys of rpevit ≤ 0.1 → (component, option): named in the error a preset using one gets
 LEGACY_MODEL_KEYS = {
     "favor_features": ("favor", "num_features"),
     "favor_redraw_steps": ("favor", "redraw_steps"),

@@ -31,23 +31,25 @@ def recipe_text(params) -> str:
 
 def pilot_runs(presets: list[str], runs_root=None, reports_root=None) -> list[dict]:
     """One row per finished (or still training) run of the pilot presets, with its learning curve."""
+    from .run import Run
     from .study import grid, run_history, study_records
 
     rows = []
     for name in presets:
         params = load_params(name)
         done = {(r["dataset"], r["variant"], r["seed"]): r for r in study_records(params, runs_root, reports_root)}
-        for dataset, variant, seed in grid(params):
-            record = done.get((dataset, variant, seed))
-            history = run_history(params, dataset, variant, seed, runs_root, reports_root)
+        for place in grid(params):
+            run = Run(params, *place, runs_root=runs_root, reports_root=reports_root)
+            record = done.get(run.place)
+            history = run_history(run)
             if record is None:  # unfinished: its curve so far, from runs/
-                history = records.read_history(records.run_dir(params.name, dataset, variant, seed, runs_root))
+                history = records.read_history(run.dir)
             val = [float(h["val_acc"]) for h in history]
             rows.append(
                 {
                     "preset": params.name,
-                    "variant": variant,
-                    "seed": seed,
+                    "variant": run.variant,
+                    "seed": run.seed,
                     "recipe": recipe_text(params),
                     "epochs": params.train.epochs,
                     "epochs done": len(history),

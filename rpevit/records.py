@@ -30,6 +30,7 @@ from .paths import inside
 _UMASK = os.umask(0)
 os.umask(_UMASK)
 RUNS_ROOT = Path(os.environ.get("RPEVIT_RUNS", PROJECT_ROOT / "runs"))
+REPORTS_ROOT = Path(os.environ.get("RPEVIT_REPORTS", PROJECT_ROOT / "reports"))  # kept records, summaries
 RECORD, HISTORY, CHECKPOINT = "record.json", "history.csv", "checkpoint.pt"
 PREVIOUS_CHECKPOINT, LOCK, SUPERSEDED = "checkpoint.prev.pt", ".lock", "superseded"
 # what was recovered (damaged files moved aside) since the study last reported it

@@ -1,17 +1,13 @@
 """Run services: the one place that turns a preset into a run's pieces.
 
 Every command, benchmark and notebook gets its dataset, its dataset-sized model settings, a
-trained run's model and its predictions from here, so each is set up one way only. Here too is
-a run's identity: its key hashes exactly the settings that change its result — data, training,
-the core architecture and the options of the variant's own backend and methods, nothing else —
-so adding an option to one method never invalidates the runs of the others.
+trained run's model and its predictions from here, so each is set up one way only. A run's
+identity (its key, config and directories) is the `Run` value of rpevit.run.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import os
 import socket
 import tempfile
@@ -26,10 +22,9 @@ from .data import DATASETS, Dataset, batches, load_dataset
 from .device import autocast, resolve_device
 from .errors import UserError
 from .model import ViT, build_model
-from .options import result_fields
-from .params import ModelConfig, Params, TrainConfig
+from .params import Params, TrainConfig
+from .run import Run, model_config_for
 from .sizing import check_fits
-from .variants import parse_variant
 
 
 def dataset_for(params: Params, name: str | None = None, device=None) -> Dataset:
@@ -45,112 +40,6 @@ def dataset_for(params: Params, name: str | None = None, device=None) -> Dataset
         split_seed=params.data.split_seed,
         val_size=params.data.val_size,
         train_size=params.data.train_size,
-    )
-
-
-def model_config_for(params: Params, dataset: str) -> ModelConfig:
-    """The preset's model settings sized for a dataset (image size, channels, classes)."""
-    info = DATASETS[dataset]
-    return dataclasses.replace(
-        params.model, image_size=info.image_size, channels=info.channels, num_classes=info.num_classes
-    )
-
-
-def train_config_for(params: Params, epochs: int | None = None) -> TrainConfig:
-    """The preset's training settings, with `epochs` overridden when given."""
-    return params.train if epochs is None else dataclasses.replace(params.train, epochs=epochs)
-
-
-def _hash(settings) -> str:
-    return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:12]
-
-
-def _settings(params: Params, dataset: str, variant: str, epochs: int | None, fields) -> dict:
-    """A run's data, training and model settings, each settings object turned into a dict by
-    `fields`; the model as its core architecture plus the options of the variant's own components."""
-    parsed = parse_variant(variant)
-    model = model_config_for(params, dataset)
-    core = {k: v for k, v in fields(dataclasses.replace(model, options={})).items() if k != "options"}
-    options = {name: fields(model.options_for(name)) for name in (parsed.backend, *parsed.positions)}
-    return {
-        "data": fields(params.data),
-        "model": {**core, "options": options},
-        "train": fields(train_config_for(params, epochs)),
-    }
-
-
-def run_config(params: Params, dataset: str, variant: str, epochs: int | None = None) -> dict:
-    """The full settings of one run as plain data (what its record stores under `config`)."""
-    return _settings(params, dataset, variant, epochs, dataclasses.asdict)
-
-
-def run_key(params: Params, dataset: str, variant: str, seed: int, epochs: int | None = None) -> str:
-    """Identity of a run's result: a record or checkpoint is reused only if its key matches.
-
-    Hashes the data and training settings and the core architecture without their result-neutral
-    fields (paths, device, measurement sizes), plus the result fields of the options of the
-    variant's own backend and positional methods.
-    """
-    settings = _settings(params, dataset, variant, epochs, result_fields)
-    return f"{parse_variant(variant).name}|{dataset}|{seed}|v2-{_hash(settings)}"
-
-
-LEGACY_TRAIN_FIELDS = (
-    "epochs",
-    "batch_size",
-    "lr",
-    "min_lr",
-    "weight_decay",
-    "warmup_epochs",
-    "label_smoothing",
-    "grad_clip",
-    "amp",
-)
-
-
-def legacy_run_key(params: Params, dataset: str, variant: str, seed: int, epochs: int | None = None):
-    """The key rpevit ≤ 0.1 gave this run (one flat hash of every model option), or None where the
-    current options cannot be written in the old flat form. Lets old records be recognised."""
-    model = model_config_for(params, dataset)
-    favor, relu = model.options_for("favor"), model.options_for("relu")
-    if (favor.rotation_site, relu.rotation_site) == ("pre", "post"):
-        site = "auto"
-    elif favor.rotation_site == relu.rotation_site:
-        site = favor.rotation_site
-    else:
-        return None
-    if favor.bias_path != relu.bias_path or params.data.train_size is not None:
-        return None  # settings rpevit 0.1 did not have
-    if model.drop_path:
-        return None  # a setting rpevit 0.1 did not have
-    flat = {k: v for k, v in dataclasses.asdict(model).items() if k not in ("options", "drop_path")}
-    flat.update(
-        rotation_site=site,
-        favor_features=favor.num_features,
-        favor_redraw_steps=favor.redraw_steps,
-        relu_features=relu.feature_map,
-        relu_num_features=relu.num_features,
-        rope_theta=model.options_for("rope_axial").theta,
-        rope_mixed_theta=model.options_for("rope_mixed").theta,
-        bias_path=favor.bias_path,
-        irpe_method=model.options_for("irpe").buckets,
-        gate_string_rank=model.options_for("gate_string").rank,
-    )
-    if model.options_for("string_cayley").theta != flat["rope_mixed_theta"]:
-        return None
-    train_cfg = train_config_for(params, epochs)
-    train = {k: getattr(train_cfg, k) for k in LEGACY_TRAIN_FIELDS}
-    data = {k: getattr(params.data, k) for k in ("augment", "split_seed", "val_size")}
-    parts = [data, flat, train]
-    digest = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:12]
-    return f"{parse_variant(variant).name}|{dataset}|{seed}|{digest}"
-
-
-def matches(stored_key, params: Params, dataset: str, variant: str, seed: int, epochs: int | None = None) -> bool:
-    """True if a stored key (record or checkpoint) is this run's, under the current or the old scheme."""
-    return stored_key is not None and stored_key in (
-        run_key(params, dataset, variant, seed, epochs),
-        legacy_run_key(params, dataset, variant, seed, epochs),
     )
 
 
@@ -207,23 +96,22 @@ def preflight(params: Params, variants=None, runs_root=None) -> None:
         torch.set_rng_state(state)
 
 
-def untrained_model(params: Params, dataset: str, variant: str, seed: int = 0, device="cpu") -> ViT:
+def untrained_model(run: Run, device="cpu") -> ViT:
     """A run's model at initialisation (the same init `train` starts from for this seed)."""
-    torch.manual_seed(seed)
-    return build_model(variant, model_config_for(params, dataset), seed=seed).to(device).eval()
+    torch.manual_seed(run.seed)
+    return build_model(run.variant, run.model_config, seed=run.seed).to(device).eval()
 
 
-def trained_model(params: Params, dataset: str, variant: str, seed: int, runs_root=None, device=None):
+def trained_model(run: Run, device=None):
     """(model with the run's best-validation weights in eval mode, its record) for a finished run."""
-    variant = parse_variant(variant).name
-    out_dir = records.run_dir(params.name, dataset, variant, seed, runs_root)
+    params, out_dir = run.params, run.dir
     record = records.read_record(out_dir)
     if record is None or record.get("status") != "finished":
         raise UserError(
-            f"no finished run of {variant} on {dataset} (seed {seed}) in {out_dir}; "
-            f"train it first (python -m rpevit train --params {params.name} --variant {variant})."
+            f"no finished run of {run.variant} on {run.dataset} (seed {run.seed}) in {out_dir}; "
+            f"train it first (python -m rpevit train --params {params.name} --variant {run.variant})."
         )
-    if not matches(record.get("key"), params, dataset, variant, seed, record["epochs"]):
+    if not dataclasses.replace(run, epochs=record["epochs"]).matches(record):
         raise UserError(
             f"the run in {out_dir} was trained with other settings than preset {params.name} has now; "
             f"retrain it (python -m rpevit study {params.name}) before evaluating."
@@ -231,11 +119,11 @@ def trained_model(params: Params, dataset: str, variant: str, seed: int, runs_ro
     checkpoint = tested_weights(out_dir, record)
     if checkpoint is None:
         raise UserError(
-            f"the run of {variant} on {dataset} (seed {seed}) lost the weights it was tested with, so "
-            f"it is unfinished again; run `python -m rpevit study {params.name}` to finish it from its "
+            f"the run of {run.variant} on {run.dataset} (seed {run.seed}) lost the weights it was tested with, "
+            f"so it is unfinished again; run `python -m rpevit study {params.name}` to finish it from its "
             "last good checkpoint."
         )
-    model = build_model(variant, model_config_for(params, dataset), seed=seed)
+    model = build_model(run.variant, run.model_config, seed=run.seed)
     model.load_state_dict(checkpoint["best"]["state"])
     return model.to(device or resolve_device(params.train.device)).eval(), record
 
@@ -243,7 +131,7 @@ def trained_model(params: Params, dataset: str, variant: str, seed: int, runs_ro
 def weights_here(params: Params, record: dict, runs_root=None) -> bool:
     """True if a finished run's record and checkpoint are on this machine. A study's kept records
     (keep_records) travel with the repository; checkpoints stay where the run was trained."""
-    out_dir = records.run_dir(params.name, record["dataset"], record["variant"], record["seed"], runs_root)
+    out_dir = Run.of(params, record, runs_root=runs_root).dir
     return (out_dir / records.RECORD).is_file() and (out_dir / records.CHECKPOINT).is_file()
 
 

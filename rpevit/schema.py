@@ -39,7 +39,7 @@ class RunRecord:
     positions: list = _f(default_factory=list)
     seed: int = _f(default=0)
     status: str = _f(default="finished", result=True)  # finished | diverged
-    key: str = _f(summary=False, result=True)  # rpevit.runs.run_key
+    key: str = _f(summary=False, result=True)  # rpevit.run.Run.key
     epochs: int = _f(result=True)
     best_epoch: int = _f(result=True)
     best_val_acc: float = _f("val top-1 %", 100, result=True)
@@ -74,7 +74,7 @@ class RunRecord:
     test_predictions: str = _f(summary=False, result=True)  # space-separated predicted classes, test-split order
     # per test image "1" (right) or "0", in test-split order: the paired statistics read it
     test_correct: str = _f(summary=False, result=True)
-    config: dict = _f(summary=False, default_factory=dict)  # rpevit.runs.run_config
+    config: dict = _f(summary=False, default_factory=dict)  # rpevit.run.Run.config
     finished_at: str = _f(summary=False)
     message: str = _f(summary=False)  # why a run diverged
     resolution_eval: list = _f(summary=False, default_factory=list, result=True)  # rpevit.evaluate

@@ -1,7 +1,7 @@
 """Study runner: a preset's grid (datasets × variants × seeds) → run records → summary tables.
 
 Everything checkable is checked before the first run starts (runs.preflight). Finished runs (a
-record whose key matches the preset's settings, also under rpevit 0.1's key scheme) are skipped
+record whose key matches the preset's settings: run.Run.key) are skipped
 and interrupted runs resume from their last good checkpoint, so a study stopped at any point
 continues where it stopped and nothing finished is recomputed. A run another live process is
 training is skipped with a message; a diverged run is recorded as such, not retried. Each grid
@@ -12,19 +12,17 @@ evaluation, keeping), as on Ray; the summary says what was recovered and repaire
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 
 from . import design, records, runs
-from .cell import Cell, State, cells, needs_evaluation, run_cell, settle
-from .params import PROJECT_ROOT, Params
+from .cell import State, cells, needs_evaluation, run_cell, settle
+from .params import Params
 from .paths import inside
 from .progress import Progress, label
+from .run import Run
 from .schema import SUMMARY_COLUMNS
 from .tables import markdown_table
 from .variants import parse_variant
-
-REPORTS_ROOT = Path(os.environ.get("RPEVIT_REPORTS", PROJECT_ROOT / "reports"))
 
 
 def grid(params: Params) -> list[tuple[str, str, int]]:
@@ -35,58 +33,45 @@ def grid(params: Params) -> list[tuple[str, str, int]]:
     return [(d, parse_variant(v).name, s) for d in params.datasets for v in params.variants for s in params.seeds]
 
 
-def kept_dir(params: Params, dataset: str, variant: str, seed: int, reports_root=None) -> Path:
-    """Where a preset with `keep_records` keeps a run's record and history in the repository."""
-    return Cell(params, dataset, variant, seed, Path(records.RUNS_ROOT), _reports(reports_root)).kept_dir
-
-
-def _current(params: Params, dataset: str, variant: str, seed: int, runs_root=None, reports_root=None):
+def _current(run: Run):
     """(record, its directory) of the run's current record — from runs/, else the copy kept in
     reports/ — if it was made with the preset's current settings, else None."""
-    for directory in (
-        records.run_dir(params.name, dataset, variant, seed, runs_root),
-        kept_dir(params, dataset, variant, seed, reports_root) if params.keep_records else None,
-    ):
+    run = run.rooted()
+    for directory in (run.dir, run.kept_dir if run.params.keep_records else None):
         record = None if directory is None else records.read_record(directory)
-        if record is not None and runs.matches(record.get("key"), params, dataset, variant, seed):
+        if run.matches(record):
             return record, directory
     return None
 
 
-def current_record(
-    params: Params, dataset: str, variant: str, seed: int, runs_root=None, reports_root=None
-) -> dict | None:
+def current_record(run: Run) -> dict | None:
     """The run's record (from runs/, else the copy kept in reports/) if it was made with the preset's
     current settings, else None."""
-    found = _current(params, dataset, variant, seed, runs_root, reports_root)
+    found = _current(run)
     return None if found is None else found[0]
 
 
-def run_history(params: Params, dataset: str, variant: str, seed: int, runs_root=None, reports_root=None):
+def run_history(run: Run) -> list[dict]:
     """Per-epoch history rows of the run whose record is current (beside that record), [] if none or
     if the history is damaged (then moved aside and named, like a damaged record)."""
-    found = _current(params, dataset, variant, seed, runs_root, reports_root)
+    found = _current(run)
     if found is None:
         return []
     record, directory = found
     return records.read_history(directory, record["epochs"] if record.get("status") == "finished" else None)
 
 
-def _reports(reports_root) -> Path:
-    return Path(reports_root or REPORTS_ROOT)
-
-
-def _keep(params: Params, dataset: str, variant: str, seed: int, runs_root, reports_root) -> None:
+def _keep(run: Run) -> None:
     """Copy a run's record and history to its kept place (keep_records), under the run's lock."""
-    if params.keep_records:
-        run = Cell(params, dataset, variant, seed, Path(runs_root or records.RUNS_ROOT), _reports(reports_root))
+    if run.params.keep_records:
+        run = run.rooted()
         with records.RunLock(run.dir):
             records.keep(run.dir, run.kept_dir)
 
 
-def is_finished(params: Params, dataset: str, variant: str, seed: int, runs_root=None, reports_root=None) -> bool:
+def is_finished(run: Run) -> bool:
     """True if the run has a record (finished or diverged) made with the preset's current settings."""
-    return current_record(params, dataset, variant, seed, runs_root, reports_root) is not None
+    return current_record(run) is not None
 
 
 def loader_cache(params: Params, dataset_loader=None):
@@ -132,7 +117,7 @@ def run_study(
     name)` loads a dataset (default runs.dataset_for)."""
     runs.preflight(params, runs_root=runs_root)
     records.recovered.clear()
-    grid_cells = cells(params, grid(params), runs_root or records.RUNS_ROOT, _reports(reports_root))
+    grid_cells = cells(params, grid(params), runs_root or records.RUNS_ROOT, reports_root or records.REPORTS_ROOT)
     states = [settle(c, repair=False) for c in grid_cells]
     announce(params, states)
     load = loader_cache(params, dataset_loader)
@@ -140,45 +125,44 @@ def run_study(
     meter, rows = Progress(len(todo)), {}
     for run, before in todo:
         if before.train and params.design.active:  # the stopping rule and the budget decide as runs finish
-            now, why = design.due(params, run.run, study_records(params, run.runs_root, run.reports_root))
+            now, why = design.due(params, run.place, study_records(params, run.runs_root, run.reports_root))
             if not now:
-                print(f"not started: {label(*run.run)} ({why})", flush=True)
+                print(f"not started: {label(*run.place)} ({why})", flush=True)
                 continue
-        meter.event("running", run.run)
-        rows[run.run] = run_cell(run, lambda run=run: load(run.dataset), progress=progress)
-        kind, message = outcome(rows[run.run], before)
-        meter.event(kind, run.run, message)
+        meter.event("running", run.place)
+        rows[run.place] = run_cell(run, lambda run=run: load(run.dataset), progress=progress)
+        kind, message = outcome(rows[run.place], before)
+        meter.event(kind, run.place, message)
     return summarise(params, grid_cells, rows, records.recovered)
 
 
-def summarise(params: Params, grid_cells: list[Cell], rows: dict, notes: list[str]) -> list[dict]:
+def summarise(params: Params, grid_cells: list[Run], rows: dict, notes: list[str]) -> list[dict]:
     """Write the summary of the grid — its current records, a row for each run that failed or was
     skipped in this sitting, and the notes — and return the current records in grid order."""
     results, shown, failures = [], [], []
     for run in grid_cells:
-        record = current_record(params, *run.run, run.runs_root, run.reports_root)
-        row = rows.get(run.run)
+        record = current_record(run)
+        row = rows.get(run.place)
         if record is not None:
             results.append(record)
             shown.append(record)
         elif row is not None and row.get("status") in ("failed", "skipped"):
             shown.append(row)
-            failures.append(f"{row['status']}: {label(*run.run)} — {row['message']}")
+            failures.append(f"{row['status']}: {label(*run.place)} — {row['message']}")
     reports_root = grid_cells[0].reports_root if grid_cells else None
     write_summary(params.name, shown, reports_root, notes=list(dict.fromkeys(notes)) + failures)
     return results
 
 
-def needs_resolution_eval(
-    params: Params, dataset: str, variant: str, seed: int, runs_root=None, reports_root=None
-) -> bool:
+def needs_resolution_eval(run: Run) -> bool:
     """True if a finished run lacks the preset's multi-resolution evaluation."""
-    return needs_evaluation(params, current_record(params, dataset, variant, seed, runs_root, reports_root))
+    return needs_evaluation(run.params, current_record(run))
 
 
 def study_records(params: Params, runs_root=None, reports_root=None) -> list[dict]:
     """The current records of the preset's grid, in grid order."""
-    found = (current_record(params, *run, runs_root=runs_root, reports_root=reports_root) for run in grid(params))
+    roots = {"runs_root": runs_root, "reports_root": reports_root}
+    found = (current_record(Run(params, *place, **roots)) for place in grid(params))
     return [record for record in found if record is not None]
 
 
@@ -203,10 +187,11 @@ def retime_study(params: Params, everything: bool = False, runs_root=None, repor
     for r in here:
         if r["dataset"] not in datasets:
             datasets[r["dataset"]] = runs.dataset_for(params, r["dataset"])
-        record = retime(params, datasets[r["dataset"]], r["variant"], r["seed"], runs_root)
-        _keep(params, r["dataset"], r["variant"], r["seed"], runs_root, reports_root)
+        run = Run.of(params, r, runs_root=runs_root, reports_root=reports_root)
+        record = retime(run, datasets[r["dataset"]])
+        _keep(run)
         print(
-            f"[{r['variant']} | {r['dataset']} | seed {r['seed']}] {r['ms_per_image_batched']:.4f} → "
+            f"[{run.label}] {r['ms_per_image_batched']:.4f} → "
             f"{record['ms_per_image_batched']:.4f} ms/image at load {record['load_average']:.1f}"
             + (" (busy again)" if busy(record) else ""),
             flush=True,
@@ -232,7 +217,7 @@ def _cell(column: str, value) -> str:
 
 def write_summary(preset: str, results: list[dict], reports_root=None, notes=()) -> Path:
     """reports/<preset>/summary.csv (raw numbers) and summary.md (rounded; accuracies in %)."""
-    out = inside(reports_root or REPORTS_ROOT, preset)
+    out = inside(reports_root or records.REPORTS_ROOT, preset)
     rows = [
         {c: (("+".join(r[c]) or "none") if c == "positions" and c in r else r.get(c)) for c in SUMMARY_COLUMNS}
         for r in results

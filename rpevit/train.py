@@ -6,12 +6,19 @@ Protocol of seed 001: validate every epoch, test the best-validation weights. Ea
 with an atomic checkpoint holding everything needed for an exact resume (model, optimizer,
 scheduler, data-order generator, RNG states, history, best weights). A non-finite loss stops
 the run with a clear message and leaves the last good checkpoint in place.
+
+In parts: `train_run` decides (already done / train) under the run's lock; `_train` sets up or
+resumes (`_start`, `_checkpoint_to_resume`, `_resume`), runs the epoch loop (`_train_epoch`,
+`_validation`, `_end_epoch` writing the checkpoint) and tests and records (`_test_and_record`).
+Data parallelism (torchrun) is one `distributed.Replica` object: the only process, or a rank
+that trains on its shard of every global batch while rank 0 (`replica.is_main`) writes.
 """
 
 from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -22,10 +29,9 @@ from . import distributed, metrics, records, runs
 from .device import autocast, deterministic, device_name, resolve_device, uses_bf16
 from .errors import UserError
 from .model import build_model
-from .params import Params
+from .run import Run
 from .runs import predict
-from .schema import FIELDS, make_record
-from .variants import parse_variant
+from .schema import make_record
 
 
 class Diverged(RuntimeError):
@@ -69,9 +75,6 @@ def _set_rng_state(state: dict, device) -> None:
         torch.cuda.set_rng_state(state["cuda"], device)
 
 
-_RECORD_FIELDS = {f.name for f in FIELDS}
-
-
 def _checkpoint_device(checkpoint: dict) -> str:
     """The device type a checkpoint was trained on (older ones: told by the generator state's size,
     5,056 bytes for the CPU's Mersenne twister, 16 for CUDA's Philox seed and offset)."""
@@ -107,7 +110,7 @@ def compiles(train_cfg, device) -> bool:
     return bool(train_cfg.compile) and device.type == "cuda"
 
 
-def _compile_ahead(forward, model, dataset, batch_sizes, device, amp: str, ddp: bool) -> float:
+def _compile_ahead(forward, model, dataset, batch_sizes, device, amp: str, replica) -> float:
     """Compile the training graphs before the first timed epoch: a forward and backward of every
     batch size the epochs will see, with the random state forked (dropout masks are drawn and
     forgotten) and the gradients dropped, so training itself is unchanged. Returns the seconds
@@ -117,13 +120,227 @@ def _compile_ahead(forward, model, dataset, batch_sizes, device, amp: str, ddp: 
         for size in batch_sizes:
             x = data_lib.normalize(dataset.train.images[:size].float() / 255, info).to(device)
             y = dataset.train.labels[:size].to(device)
-            if ddp:
-                x, y, _, _ = distributed.shard(x, y)
+            x, y, _, _ = replica.shard(x, y)
             with autocast(device, amp):
                 logits = forward(x)
             F.cross_entropy(logits.float(), y).backward()
         model.zero_grad(set_to_none=True)
     return timer.seconds
+
+
+# --------------------------------------------------------------------------------------------
+# one run: decide (already done / train), then train under the run's lock
+
+
+def train_run(
+    run: Run,
+    dataset,
+    out_dir: Path | None = None,
+    *,
+    resume: bool = True,
+    progress: bool = False,
+    on_epoch_end=None,
+) -> dict:
+    """Train one run on its loaded dataset, test the best-validation weights, write the record.
+
+    The run directory (default `run.dir`) is locked while training (RunBusy if a live process
+    holds it). A finished run with the same settings is returned as it is, never retrained or
+    degraded; results made with other settings are moved to `superseded/`, not overwritten.
+    `resume` continues from the newest good checkpoint made with the same settings.
+    `on_epoch_end(row)` is called after each epoch's checkpoint is safely on disk. A non-finite
+    loss writes a `diverged` record and raises.
+
+    Under torchrun the main process (rank 0) holds the lock, decides and writes; every rank
+    trains. The other ranks return {"status": "trained", "rank": r} (no record) and raise
+    PeerFailed where rank 0 raises (rank 0 prints the error).
+    """
+    if dataset.info.name != run.dataset:
+        raise ValueError(f"the run {run.label} cannot train on the dataset {dataset.info.name}")
+    out_dir = Path(out_dir or run.dir)
+    replica = distributed.replica()
+    if not replica.is_main:
+        return _follow(run, dataset, out_dir, resume, progress, replica)
+    decided = False  # the other ranks wait for the decision
+    try:
+        with records.RunLock(out_dir):
+            records.clean_temporary(out_dir)
+            existing = records.read_record(out_dir)
+            if run.matches(existing):
+                print(f"[{run.label}] already {existing['status']}: {out_dir / records.RECORD}")
+                replica.broadcast(("done", existing))
+                decided = True
+                return existing
+            if existing is not None:
+                records.supersede(out_dir, "other settings than the preset has now")
+            replica.broadcast(("train", None))
+            decided = True
+            try:
+                return _train(run, dataset, out_dir, resume, progress, on_epoch_end, replica)
+            except Diverged as exc:
+                _write_diverged(run, out_dir, exc)
+                raise
+    except BaseException as exc:
+        if not decided:  # tell the others rank 0 failed
+            replica.broadcast(("error", 2 if isinstance(exc, UserError) else 1))
+        raise
+
+
+def _follow(run: Run, dataset, out_dir: Path, resume: bool, progress: bool, replica) -> dict:
+    """train_run on a rank > 0: rank 0's decision, then training beside it."""
+    decision, payload = replica.broadcast()
+    if decision == "done":
+        return payload
+    if decision == "error":
+        raise distributed.PeerFailed(code=payload)
+    try:
+        return _train(run, dataset, out_dir, resume, progress, None, replica)
+    except Diverged:
+        raise distributed.PeerFailed(code=1) from None
+
+
+def _write_diverged(run: Run, out_dir: Path, exc: Diverged) -> None:
+    records.write_json(
+        out_dir / records.RECORD,
+        make_record(
+            preset=run.params.name,
+            dataset=run.dataset,
+            variant=run.variant,
+            seed=run.seed,
+            backend=run.parsed.backend,
+            positions=list(run.parsed.positions),
+            status="diverged",
+            message=str(exc),
+            key=run.key,
+            config=run.config,
+        ),
+    )
+
+
+def _train(run: Run, dataset, out_dir: Path, resume: bool, progress: bool, on_epoch_end, replica) -> dict:
+    """Set up (or resume), run the epochs, then test and record (main process) — one loop for one
+    process and for every torchrun rank, the differences behind `replica`."""
+    train_cfg = run.train_config
+    with deterministic(train_cfg.deterministic):
+        device = replica.device(resolve_device(train_cfg.device))
+        state = _start(run, dataset, device, replica)
+        checkpoint_path = out_dir / records.CHECKPOINT
+        precision = "bf16" if uses_bf16(device, train_cfg.amp) else "fp32"
+        checkpoint = _checkpoint_to_resume(checkpoint_path, run, replica) if resume else None
+        if checkpoint is not None:
+            _resume(state, checkpoint, run, device, precision, checkpoint_path, replica)
+
+        compiled = compiles(train_cfg, device)
+
+        def first_image():
+            return data_lib.normalize(dataset.train.images[:1].float() / 255, dataset.info).to(device)
+
+        trainer = replica.wrap(state.model, device, first_image)
+        replica.announce(run.label, train_cfg.batch_size)
+        forward = torch.compile(trainer) if compiled else trainer
+        compile_seconds = 0.0
+        if compiled and state.epoch < train_cfg.epochs:
+            last = len(dataset.train) % train_cfg.batch_size
+            sizes = [train_cfg.batch_size] + ([last] if last else [])
+            compile_seconds = _compile_ahead(forward, state.model, dataset, sizes, device, train_cfg.amp, replica)
+        metrics.reset_peak_memory(device)
+        for epoch in range(state.epoch, train_cfg.epochs):
+            loss_sum, correct, seen, first_bad_step, seconds = _train_epoch(
+                state, forward, run, dataset, device, epoch, progress, replica
+            )
+            if int(first_bad_step) >= 0:
+                kept = (
+                    f"the last good checkpoint (epoch {epoch}) is kept at {checkpoint_path}"
+                    if epoch
+                    else "no epoch had finished, so no checkpoint was written"
+                )
+                raise Diverged(
+                    f"{run.variant} on {run.dataset} (seed {run.seed}): non-finite loss at epoch {epoch + 1}, "
+                    f"step {int(first_bad_step) + 1}; {kept}."
+                )
+            replica.check(state.model)
+            rank_fields = replica.rng_fields(_rng_state(device))
+            if not replica.is_main:
+                continue  # the main process validates and writes; the others go on to the next epoch
+            row = {
+                "epoch": epoch + 1,
+                "train_loss": loss_sum.item() / seen,
+                "train_acc": correct.item() / seen,
+                **_validation(state.model, dataset, train_cfg, device),
+                "lr": state.optimizer.param_groups[0]["lr"],
+                "seconds": seconds,
+            }
+            _end_epoch(state, row, run, checkpoint_path, device, precision, rank_fields)
+            if on_epoch_end is not None:
+                on_epoch_end(row)
+        if not replica.is_main:
+            return {"status": "trained", "rank": replica.rank}
+        return _test_and_record(run, dataset, state, out_dir, device, precision, compiled, compile_seconds, replica)
+
+
+# --------------------------------------------------------------------------------------------
+# set-up and checkpoints: everything an exact resume needs
+
+
+@dataclass
+class _State:
+    """What a run carries from epoch to epoch — and what its checkpoint holds."""
+
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    generator: torch.Generator  # augmentation + data order, on the device
+    steps_per_epoch: int
+    recipe: str  # the augmentation recipe
+    history: list[dict] = field(default_factory=list)
+    best: dict = field(default_factory=lambda: {"val_acc": -1.0, "epoch": 0, "state": None})
+    epoch: int = 0  # epochs done
+
+
+def _start(run: Run, dataset, device, replica) -> _State:
+    """The run's model at initialisation, its optimizer, schedule and data-order generator."""
+    train_cfg = run.train_config
+    recipe = data_lib.recipe_for(dataset.info, run.params.data.augment)
+    torch.manual_seed(run.seed)
+    model = build_model(run.variant, run.model_config, seed=run.seed).to(device)
+    replica.seed(run.seed)
+    optimizer = torch.optim.AdamW(param_groups(model, train_cfg.weight_decay), lr=train_cfg.lr)
+    steps_per_epoch = data_lib.num_batches(len(dataset.train), train_cfg.batch_size)
+    schedule = warmup_cosine(
+        max(1, round(train_cfg.warmup_epochs * steps_per_epoch)),
+        train_cfg.epochs * steps_per_epoch,
+        train_cfg.lr,
+        train_cfg.min_lr,
+    )
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+    generator = torch.Generator(device=device).manual_seed(run.seed)
+    return _State(model, optimizer, scheduler, generator, steps_per_epoch, recipe)
+
+
+def _checkpoint_to_resume(path: Path, run: Run, replica):
+    """The checkpoint to resume from, on every process, or None: the main process chooses the newest
+    good one made with this run's settings (damaged files moved aside, other settings' checkpoints
+    superseded) and names its file; the other ranks read that file."""
+    if replica.is_main:
+        checkpoint = records.load_checkpoint(path)
+        if checkpoint is not None and not run.matches(checkpoint):
+            records.supersede(path.parent, f"other settings than this run ({run.label})")
+            checkpoint = None
+        # load_checkpoint reads checkpoint.pt unless it is missing or damaged (then moved aside)
+        source = (
+            None if checkpoint is None else str(path if path.is_file() else path.with_name(records.PREVIOUS_CHECKPOINT))
+        )
+        replica.broadcast((source, None if checkpoint is None else checkpoint["epoch"]))
+        return checkpoint
+    source, epoch = replica.broadcast()
+    if source is None:
+        return None
+    checkpoint = torch.load(source, map_location="cpu", weights_only=False)
+    if checkpoint.get("epoch") != epoch:
+        raise RuntimeError(
+            f"rank {replica.rank} read epoch {checkpoint.get('epoch')} from {source} where "
+            f"rank 0 read epoch {epoch}: every rank must see the same runs directory."
+        )
+    return checkpoint
 
 
 def _check_precision(checkpoint: dict, precision: str, amp: str, path: Path) -> None:
@@ -138,342 +355,134 @@ def _check_precision(checkpoint: dict, precision: str, amp: str, path: Path) -> 
         )
 
 
-def _checkpoint_state(path: Path, key_matches, label: str):
-    """The newest good checkpoint of this run, or None (other settings' checkpoints are kept aside)."""
-    checkpoint = records.load_checkpoint(path)
-    if checkpoint is None:
-        return None
-    if not key_matches(checkpoint.get("key")):
-        records.supersede(path.parent, f"other settings than this run ({label})")
-        return None
-    return checkpoint
+def _resume(state: _State, checkpoint: dict, run: Run, device, precision: str, path: Path, replica) -> None:
+    """Continue exactly where the checkpoint stopped: weights, optimizer, schedule, data order, RNG."""
+    _check_precision(checkpoint, precision, run.train_config.amp, path)
+    state.model.load_state_dict(checkpoint["model"])
+    state.optimizer.load_state_dict(checkpoint["optimizer"])
+    state.scheduler.load_state_dict(checkpoint["scheduler"])
+    _restore_generator(state.generator, checkpoint, device, run.seed, run.label)
+    rng = replica.resumed_rng(checkpoint)
+    if rng is not None:
+        _set_rng_state(rng, device)
+    state.history, state.best, state.epoch = checkpoint["history"], checkpoint["best"], checkpoint["epoch"]
+    if replica.is_main:
+        print(f"[{run.label}] resuming after epoch {state.epoch}", flush=True)
 
 
-def _distributed_checkpoint(path: Path, key_matches, label: str):
-    """The checkpoint to resume from, on every rank: rank 0 chooses it (moving damaged or foreign
-    files aside as in one process) and names the file; the other ranks read that file."""
-    if distributed.is_main():
-        checkpoint = _checkpoint_state(path, key_matches, label)
-        # load_checkpoint reads checkpoint.pt unless it is missing or damaged (then moved aside)
-        source = (
-            None if checkpoint is None else str(path if path.is_file() else path.with_name(records.PREVIOUS_CHECKPOINT))
-        )
-        distributed.broadcast_object((source, None if checkpoint is None else checkpoint["epoch"]))
-        return checkpoint
-    source, epoch = distributed.broadcast_object()
-    if source is None:
-        return None
-    checkpoint = torch.load(source, map_location="cpu", weights_only=False)
-    if checkpoint.get("epoch") != epoch:
-        raise RuntimeError(
-            f"rank {distributed.rank()} read epoch {checkpoint.get('epoch')} from {source} where "
-            f"rank 0 read epoch {epoch}: every rank must see the same runs directory."
-        )
-    return checkpoint
-
-
-def train_run(
-    params: Params,
-    dataset,
-    variant: str,
-    seed: int,
-    out_dir: Path | None = None,
-    *,
-    epochs: int | None = None,
-    resume: bool = True,
-    progress: bool = False,
-    on_epoch_end=None,
-    runs_root=None,
-) -> dict:
-    """Train one variant on a loaded dataset, test the best-validation weights, write the record.
-
-    The run directory is locked while training (RunBusy if a live process holds it). A finished
-    run with the same settings is returned as it is, never retrained or degraded; results made
-    with other settings are moved to `superseded/`, not overwritten. `resume` continues from the
-    newest good checkpoint made with the same settings. `on_epoch_end(row)` is called after each
-    epoch's checkpoint is safely on disk. A non-finite loss writes a `diverged` record and raises.
-    """
-    info = dataset.info
-    variant = parse_variant(variant).name
-    out_dir = Path(out_dir or records.run_dir(params.name, info.name, variant, seed, runs_root, epochs))
-
-    def key_matches(stored):
-        return runs.matches(stored, params, info.name, variant, seed, epochs)
-
-    if distributed.active():
-        return _train_run_distributed(
-            params, dataset, variant, seed, out_dir, epochs, resume, progress, on_epoch_end, key_matches
-        )
-    with records.RunLock(out_dir):
-        records.clean_temporary(out_dir)
-        existing = records.read_record(out_dir)
-        if existing is not None and key_matches(existing.get("key")):
-            print(f"[{variant} | {info.name} | seed {seed}] already {existing['status']}: {out_dir / records.RECORD}")
-            return existing
-        if existing is not None:
-            records.supersede(out_dir, "other settings than the preset has now")
-        try:
-            return _train(params, dataset, variant, seed, out_dir, epochs, resume, progress, on_epoch_end, key_matches)
-        except Diverged as exc:
-            _write_diverged(params, info, variant, seed, out_dir, epochs, exc)
-            raise
-
-
-def _write_diverged(params, info, variant, seed, out_dir, epochs, exc) -> None:
-    records.write_json(
-        out_dir / records.RECORD,
-        make_record(
-            preset=params.name,
-            dataset=info.name,
-            variant=variant,
-            seed=seed,
-            backend=parse_variant(variant).backend,
-            positions=list(parse_variant(variant).positions),
-            status="diverged",
-            message=str(exc),
-            key=runs.run_key(params, info.name, variant, seed, epochs),
-            config=runs.run_config(params, info.name, variant, epochs),
-        ),
+def _end_epoch(state: _State, row: dict, run: Run, path: Path, device, precision: str, rank_fields: dict) -> None:
+    """Record the epoch: history, best weights, the checkpoint (atomically) and history.csv."""
+    state.history.append(row)
+    state.epoch = row["epoch"]
+    if row["val_acc"] > state.best["val_acc"]:
+        state.best = {
+            "val_acc": row["val_acc"],
+            "epoch": row["epoch"],
+            "state": {k: v.detach().cpu().clone() for k, v in state.model.state_dict().items()},
+        }
+    checkpoint = {
+        "key": run.key,
+        "epoch": row["epoch"],
+        "model": state.model.state_dict(),
+        "optimizer": state.optimizer.state_dict(),
+        "scheduler": state.scheduler.state_dict(),
+        "generator": state.generator.get_state(),
+        "device_type": device.type,
+        "precision": precision,
+        "rng": _rng_state(device),
+        "history": state.history,
+        "best": state.best,
+        **rank_fields,
+    }
+    records.save_checkpoint(path, checkpoint)
+    records.write_csv(path.parent / records.HISTORY, state.history)
+    print(
+        f"[{run.label}] epoch {row['epoch']}/{run.train_config.epochs} "
+        f"train loss {row['train_loss']:.4f} acc {row['train_acc']:.4f} | "
+        f"val loss {row['val_loss']:.4f} acc {row['val_acc']:.4f} | {row['seconds']:.1f}s",
+        flush=True,
     )
 
 
-def _train_run_distributed(
-    params, dataset, variant, seed, out_dir, epochs, resume, progress, on_epoch_end, key_matches
-) -> dict:
-    """train_run under torchrun: rank 0 holds the lock and decides (already done / train); every rank
-    trains; rank 0 writes. Ranks > 0 return {"status": "trained", "rank": r} (no record) and raise
-    PeerFailed where rank 0 raises (rank 0 prints the error)."""
-    info = dataset.info
-    if not distributed.is_main():
-        decision, payload = distributed.broadcast_object()
-        if decision == "done":
-            return payload
-        if decision == "error":
-            raise distributed.PeerFailed(code=payload)
-        try:
-            _train(params, dataset, variant, seed, out_dir, epochs, resume, progress, None, key_matches)
-        except Diverged:
-            raise distributed.PeerFailed(code=1) from None
-        return {"status": "trained", "rank": distributed.rank()}
-    decided = False
-    try:
-        with records.RunLock(out_dir):
-            records.clean_temporary(out_dir)
-            existing = records.read_record(out_dir)
-            if existing is not None and key_matches(existing.get("key")):
-                print(
-                    f"[{variant} | {info.name} | seed {seed}] already {existing['status']}: {out_dir / records.RECORD}"
-                )
-                distributed.broadcast_object(("done", existing))
-                decided = True
-                return existing
-            if existing is not None:
-                records.supersede(out_dir, "other settings than the preset has now")
-            distributed.broadcast_object(("train", None))
-            decided = True
-            try:
-                return _train(
-                    params, dataset, variant, seed, out_dir, epochs, resume, progress, on_epoch_end, key_matches
-                )
-            except Diverged as exc:
-                _write_diverged(params, info, variant, seed, out_dir, epochs, exc)
-                raise
-    except BaseException as exc:
-        if not decided:  # the others wait for the decision: tell them rank 0 failed
-            distributed.broadcast_object(("error", 2 if isinstance(exc, UserError) else 1))
-        raise
+# --------------------------------------------------------------------------------------------
+# the epoch loop
 
 
-def _train(params, dataset, variant, seed, out_dir, epochs, resume, progress, on_epoch_end, key_matches) -> dict:
-    with deterministic(runs.train_config_for(params, epochs).deterministic):
-        return _train_here(params, dataset, variant, seed, out_dir, epochs, resume, progress, on_epoch_end, key_matches)
-
-
-def _train_here(params, dataset, variant, seed, out_dir, epochs, resume, progress, on_epoch_end, key_matches) -> dict:
-    info = dataset.info
-    label = f"{variant} | {info.name} | seed {seed}"
-    model_cfg, train_cfg = runs.model_config_for(params, info.name), runs.train_config_for(params, epochs)
-    key = runs.run_key(params, info.name, variant, seed, epochs)
-    device = resolve_device(train_cfg.device)
-    recipe = data_lib.recipe_for(info, params.data.augment)
-    ddp = distributed.active()  # torchrun: this rank trains on its shard of every global batch
-    main = distributed.is_main()
-    if ddp:
-        device = distributed.device_for(device)
-
-    torch.manual_seed(seed)
-    model = build_model(variant, model_cfg, seed=seed).to(device)
-    if ddp:
-        distributed.seed_other_ranks(seed)
-    optimizer = torch.optim.AdamW(param_groups(model, train_cfg.weight_decay), lr=train_cfg.lr)
-    steps_per_epoch = data_lib.num_batches(len(dataset.train), train_cfg.batch_size)
-    schedule = warmup_cosine(
-        max(1, round(train_cfg.warmup_epochs * steps_per_epoch)),
-        train_cfg.epochs * steps_per_epoch,
-        train_cfg.lr,
-        train_cfg.min_lr,
-    )
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
-    generator = torch.Generator(device=device).manual_seed(seed)  # augmentation + order, on the device
-    history: list[dict] = []
-    best = {"val_acc": -1.0, "epoch": 0, "state": None}
-    start_epoch = 0
-
-    checkpoint_path = out_dir / records.CHECKPOINT
-    if ddp:
-        checkpoint = _distributed_checkpoint(checkpoint_path, key_matches, label) if resume else None
-    else:
-        checkpoint = _checkpoint_state(checkpoint_path, key_matches, label) if resume else None
-    precision = "bf16" if uses_bf16(device, train_cfg.amp) else "fp32"
-    if checkpoint is not None:
-        _check_precision(checkpoint, precision, train_cfg.amp, checkpoint_path)
-        model.load_state_dict(checkpoint["model"])
-        optimizer.load_state_dict(checkpoint["optimizer"])
-        scheduler.load_state_dict(checkpoint["scheduler"])
-        _restore_generator(generator, checkpoint, device, seed, label)
-        if not ddp:
-            _set_rng_state(checkpoint["rng"], device)
-        else:  # each rank its own stream; ranks a checkpoint has none for (more ranks now) keep theirs
-            rank_states = checkpoint.get("rng_ranks") or [checkpoint["rng"]]
-            if distributed.rank() < len(rank_states):
-                _set_rng_state(rank_states[distributed.rank()], device)
-        history, best, start_epoch = checkpoint["history"], checkpoint["best"], checkpoint["epoch"]
-        if main:
-            print(f"[{label}] resuming after epoch {start_epoch}", flush=True)
-
-    compiled = compiles(train_cfg, device)
-    if ddp:
-        sample = data_lib.normalize(dataset.train.images[:1].float() / 255, info).to(device)
-        trainer = distributed.wrap(model, device, sample)
-        if main:
-            print(
-                f"[{label}] data-parallel over {distributed.world_size()} processes, global batch "
-                f"{train_cfg.batch_size}",
-                flush=True,
-            )
-    else:
-        trainer = model
-    forward = torch.compile(trainer) if compiled else trainer
-    compile_seconds = 0.0
-    if compiled and start_epoch < train_cfg.epochs:
-        last = len(dataset.train) % train_cfg.batch_size
-        sizes = [train_cfg.batch_size] + ([last] if last else [])
-        compile_seconds = _compile_ahead(forward, model, dataset, sizes, device, train_cfg.amp, ddp)
+def _train_epoch(state: _State, forward, run: Run, dataset, device, epoch: int, progress: bool, replica):
+    """One pass over the training set: (loss sum, correct, images seen, first non-finite step or −1,
+    seconds), the numbers over the global batches of every process."""
+    train_cfg, info, model = run.train_config, dataset.info, state.model
     # CPU: reading the flag each step costs nothing; CUDA: once per epoch, so no step waits on the host
     check_every_step = device.type == "cpu"
-    metrics.reset_peak_memory(device)
-    for epoch in range(start_epoch, train_cfg.epochs):
-        model.train()
-        loss_sum, correct, seen = torch.zeros((), device=device), torch.zeros((), device=device), 0
-        first_bad_step = torch.full((), -1, device=device)
-        batch_iter = data_lib.batches(
-            dataset.train, info, train_cfg.batch_size, shuffle=True, generator=generator, recipe=recipe
-        )
-        if progress and main:
-            from tqdm.auto import tqdm
+    model.train()
+    loss_sum, correct, seen = torch.zeros((), device=device), torch.zeros((), device=device), 0
+    first_bad_step = torch.full((), -1, device=device)
+    batch_iter = data_lib.batches(
+        dataset.train, info, train_cfg.batch_size, shuffle=True, generator=state.generator, recipe=state.recipe
+    )
+    if progress and replica.is_main:
+        from tqdm.auto import tqdm
 
-            batch_iter = tqdm(
-                batch_iter,
-                total=steps_per_epoch,
-                leave=False,
-                desc=f"{variant} {info.name} epoch {epoch + 1}/{train_cfg.epochs}",
-            )
-        with metrics.Timer(device) as timer:
-            for step, (x, y) in enumerate(batch_iter):
-                if ddp:  # this rank's shard; the weight makes DDP's mean the global-batch gradient
-                    x, y, rows, weight = distributed.shard(x, y)
-                with autocast(device, train_cfg.amp):
-                    logits = forward(x)
-                loss = F.cross_entropy(logits.float(), y, label_smoothing=train_cfg.label_smoothing)
-                bad = ~torch.isfinite(loss)
-                if ddp and check_every_step:  # every rank stops at the same step
-                    bad = distributed.any_rank(bad)
-                first_bad_step = torch.where(bad & (first_bad_step < 0), step, first_bad_step)
-                if check_every_step and bad:
-                    break
-                optimizer.zero_grad(set_to_none=True)
-                if ddp:
-                    (loss if weight == 1.0 else loss * weight).backward()
-                else:
-                    loss.backward()
-                if train_cfg.grad_clip:
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), train_cfg.grad_clip)
-                optimizer.step()
-                scheduler.step()
-                model.count_training_step()  # outside the compiled forward: FAVOR+ redraws
-                if ddp and rows == 0:
-                    continue  # a stand-in row (empty shard): no data of this rank in this step
-                loss_sum += loss.detach() * len(y)
-                correct += (logits.argmax(-1) == y).sum()
-                seen += len(y)
-        if ddp:  # the global batch's numbers: sums over ranks, the earliest bad step of any rank
-            first_bad_step = distributed.first_step(first_bad_step)
-            loss_sum, correct, seen = distributed.all_reduce_sum(loss_sum, correct, torch.tensor(seen, device=device))
-            seen = int(seen)
-        if int(first_bad_step) >= 0:
-            kept = (
-                f"the last good checkpoint (epoch {epoch}) is kept at {checkpoint_path}"
-                if epoch
-                else "no epoch had finished, so no checkpoint was written"
-            )
-            raise Diverged(
-                f"{variant} on {info.name} (seed {seed}): non-finite loss at epoch {epoch + 1}, "
-                f"step {int(first_bad_step) + 1}; {kept}."
-            )
-        if ddp:
-            distributed.check_replicas(model)
-            rank_states = distributed.all_gather_object(_rng_state(device))
-            if not main:
-                continue  # rank 0 validates and writes; the others go on to the next epoch
-        val_logits, val_labels = predict(model, dataset.val, info, train_cfg.eval_batch_size, device, train_cfg.amp)
-        row = {
-            "epoch": epoch + 1,
-            "train_loss": loss_sum.item() / seen,
-            "train_acc": correct.item() / seen,
-            "val_loss": F.cross_entropy(val_logits, val_labels).item(),
-            "val_acc": (val_logits.argmax(-1) == val_labels).float().mean().item(),
-            "lr": optimizer.param_groups[0]["lr"],
-            "seconds": timer.seconds,
-        }
-        history.append(row)
-        if row["val_acc"] > best["val_acc"]:
-            best = {
-                "val_acc": row["val_acc"],
-                "epoch": epoch + 1,
-                "state": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()},
-            }
-        state = {
-            "key": key,
-            "epoch": epoch + 1,
-            "model": model.state_dict(),
-            "optimizer": optimizer.state_dict(),
-            "scheduler": scheduler.state_dict(),
-            "generator": generator.get_state(),
-            "device_type": device.type,
-            "precision": precision,
-            "rng": _rng_state(device),
-            "history": history,
-            "best": best,
-        }
-        if ddp:
-            state["rng_ranks"] = rank_states
-        records.save_checkpoint(checkpoint_path, state)
-        records.write_csv(out_dir / records.HISTORY, history)
-        print(
-            f"[{label}] epoch {epoch + 1}/{train_cfg.epochs} "
-            f"train loss {row['train_loss']:.4f} acc {row['train_acc']:.4f} | "
-            f"val loss {row['val_loss']:.4f} acc {row['val_acc']:.4f} | {row['seconds']:.1f}s",
-            flush=True,
+        batch_iter = tqdm(
+            batch_iter,
+            total=state.steps_per_epoch,
+            leave=False,
+            desc=f"{run.variant} {info.name} epoch {epoch + 1}/{train_cfg.epochs}",
         )
-        if on_epoch_end is not None:
-            on_epoch_end(row)
-    if not main:
-        return {"status": "trained", "rank": distributed.rank()}
+    with metrics.Timer(device) as timer:
+        for step, (x, y) in enumerate(batch_iter):
+            # this process's shard; the weight makes DDP's mean the global-batch gradient
+            x, y, rows, weight = replica.shard(x, y)
+            with autocast(device, train_cfg.amp):
+                logits = forward(x)
+            loss = F.cross_entropy(logits.float(), y, label_smoothing=train_cfg.label_smoothing)
+            bad = ~torch.isfinite(loss)
+            if check_every_step:
+                bad = replica.any(bad)  # every process stops at the same step
+            first_bad_step = torch.where(bad & (first_bad_step < 0), step, first_bad_step)
+            if check_every_step and bad:
+                break
+            state.optimizer.zero_grad(set_to_none=True)
+            (loss if weight == 1.0 else loss * weight).backward()
+            if train_cfg.grad_clip:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), train_cfg.grad_clip)
+            state.optimizer.step()
+            state.scheduler.step()
+            model.count_training_step()  # outside the compiled forward: FAVOR+ redraws
+            if rows == 0:
+                continue  # a stand-in row (empty shard): no data of this process in this step
+            loss_sum += loss.detach() * len(y)
+            correct += (logits.argmax(-1) == y).sum()
+            seen += len(y)
+    # the global batch's numbers: sums over processes, the earliest bad step of any
+    first_bad_step = replica.first(first_bad_step)
+    loss_sum, correct, seen = replica.totals(loss_sum, correct, seen)
+    return loss_sum, correct, seen, first_bad_step, timer.seconds
+
+
+def _validation(model, dataset, train_cfg, device) -> dict:
+    """Loss and accuracy on the validation split."""
+    val_logits, val_labels = predict(model, dataset.val, dataset.info, train_cfg.eval_batch_size, device, train_cfg.amp)
+    return {
+        "val_loss": F.cross_entropy(val_logits, val_labels).item(),
+        "val_acc": (val_logits.argmax(-1) == val_labels).float().mean().item(),
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# test and record
+
+
+def _test_and_record(
+    run: Run, dataset, state: _State, out_dir: Path, device, precision: str, compiled: bool, compile_seconds, replica
+) -> dict:
+    """Test the best-validation weights, count FLOPs, time inference and write the run's record."""
+    train_cfg, info, model, history, best = run.train_config, dataset.info, state.model, state.history, state.best
     train_peak_mb = metrics.peak_memory_mb(device)
     records.write_csv(out_dir / records.HISTORY, history)  # complete even if a kill came before its last write
 
     print(
-        f"[{label}] testing the best-validation weights (epoch {best['epoch']}), counting FLOPs, timing inference",
+        f"[{run.label}] testing the best-validation weights (epoch {best['epoch']}), counting FLOPs, timing inference",
         flush=True,
     )
     model.load_state_dict(best["state"])
@@ -483,14 +492,14 @@ def _train_here(params, dataset, variant, seed, out_dir, epochs, resume, progres
     epoch_seconds = [row["seconds"] for row in history]
     record = make_record(
         **{
-            "preset": params.name,
-            "dataset": info.name,
-            "variant": variant,
-            "backend": parse_variant(variant).backend,
-            "positions": list(parse_variant(variant).positions),
-            "seed": seed,
+            "preset": run.params.name,
+            "dataset": run.dataset,
+            "variant": run.variant,
+            "backend": run.parsed.backend,
+            "positions": list(run.parsed.positions),
+            "seed": run.seed,
             "status": "finished",
-            "key": key,
+            "key": run.key,
             "epochs": train_cfg.epochs,
             "best_epoch": best["epoch"],
             "best_val_acc": best["val_acc"],
@@ -518,10 +527,10 @@ def _train_here(params, dataset, variant, seed, out_dir, epochs, resume, progres
             "compile_seconds": compile_seconds,
             "torch": torch.__version__,
             "data_source": dataset.source,
-            "augment": recipe,
-            "config": runs.run_config(params, info.name, variant, epochs),
+            "augment": state.recipe,
+            "config": run.config,
             "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            **({"world_size": distributed.world_size()} if ddp and "world_size" in _RECORD_FIELDS else {}),
+            "world_size": replica.world_size,
         }
     )
     records.write_json(out_dir / records.RECORD, record)

@@ -73,19 +73,25 @@ def resumed_like_straight(params, dataset, variant: str, tmp_path, epochs: int =
     import pytest
 
     from rpevit import records
+    from rpevit.run import Run
     from rpevit.train import train_run
 
-    straight = train_run(params, dataset, variant, 0, tmp_path / "a", epochs=epochs)
+    straight = train_run(Run(params, dataset.info.name, variant, 0, epochs=epochs), dataset, tmp_path / "a")
 
     def stop_after_first(row):
         if row["epoch"] == 1:
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        train_run(params, dataset, variant, 0, tmp_path / "b", epochs=epochs, on_epoch_end=stop_after_first)
+        train_run(
+            Run(params, dataset.info.name, variant, 0, epochs=epochs),
+            dataset,
+            tmp_path / "b",
+            on_epoch_end=stop_after_first,
+        )
     assert not (tmp_path / "b" / records.RECORD).exists()
     assert records.load_checkpoint(tmp_path / "b" / records.CHECKPOINT)["epoch"] == 1
-    resumed = train_run(params, dataset, variant, 0, tmp_path / "b", epochs=epochs, resume=True)
+    resumed = train_run(Run(params, dataset.info.name, variant, 0, epochs=epochs), dataset, tmp_path / "b", resume=True)
     histories = [
         [{k: v for k, v in row.items() if k != "seconds"} for row in records.read_history(tmp_path / run)]
         for run in "ab"

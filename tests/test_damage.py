@@ -14,6 +14,7 @@ import pytest
 from rpevit import cell, records, study
 from rpevit.data import Dataset, Split
 from rpevit.params import EvaluateConfig
+from rpevit.run import Run
 from rpevit.schema import result_view
 from rpevit.train import train_run
 
@@ -71,7 +72,7 @@ def tiny(tmp_path_factory, request):
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        train_run(params, data, "softmax+ape", 0, unfinished, on_epoch_end=stop)
+        train_run(Run(params, "mnist5k", "softmax+ape", 0), data, unfinished, on_epoch_end=stop)
     return params, data, root
 
 
@@ -139,7 +140,14 @@ def test_run_history_of_a_truncated_history_is_empty_not_a_traceback(tiny, tmp_p
     shutil.copytree(root / "finished" / "reports", tmp_path / "reports")
     files = _paths(tmp_path / "elsewhere", tmp_path / "reports")  # a fresh clone: only the kept copy
     files["kept history"].write_bytes(files["kept history"].read_bytes()[:-30])  # the last row cut short
-    assert study.run_history(params, "mnist5k", "softmax+ape", 0, tmp_path / "elsewhere", tmp_path / "reports") == []
+    assert (
+        study.run_history(
+            Run(
+                params, "mnist5k", "softmax+ape", 0, runs_root=tmp_path / "elsewhere", reports_root=tmp_path / "reports"
+            )
+        )
+        == []
+    )
     assert "history.csv" in capsys.readouterr().out and list(files["kept history"].parent.glob("history.csv.damaged-*"))
 
 

@@ -9,6 +9,7 @@ import pytest
 from rpevit import design, study
 from rpevit.errors import UserError
 from rpevit.params import load_params
+from rpevit.run import Run
 
 PRIMARY = ["softmax+ape", "favor+ape", "softmax+rope_mixed", "favor+rope_mixed"]
 HEADER = f"""datasets: [mnist5k]
@@ -118,10 +119,9 @@ def test_bad_designs_are_one_error(tmp_path, text, message):
 
 
 def test_a_design_leaves_run_keys_alone(tmp_path):
-    from rpevit import runs
 
     designed, plain = preset(tmp_path), preset(tmp_path, design_text="")
-    assert runs.run_key(designed, "mnist5k", "favor+ape", 0) == runs.run_key(plain, "mnist5k", "favor+ape", 0)
+    assert Run(designed, "mnist5k", "favor+ape", 0).key == Run(plain, "mnist5k", "favor+ape", 0).key
     assert not plain.design.active and study.grid(plain)[:2] == [
         ("mnist5k", "softmax+ape", 0),
         ("mnist5k", "softmax+ape", 1),

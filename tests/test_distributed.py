@@ -19,6 +19,7 @@ import torch
 
 from rpevit import records, runs
 from rpevit.params import load_params
+from rpevit.run import Run
 from rpevit.train import train_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -111,12 +112,12 @@ def test_two_processes_train_the_one_process_parameters(setup, straight, tmp_pat
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        single = train_run(params, runs.dataset_for(params), VARIANT, 0, tmp_path)
+        single = train_run(Run(params, "mnist5k", VARIANT, 0), runs.dataset_for(params), tmp_path)
     finally:
         torch.set_num_threads(threads)
     ddp_state, single_state = checkpoint(straight)["model"], checkpoint(tmp_path)["model"]
     assert ddp_state.keys() == single_state.keys()
-    start = runs.untrained_model(params, "mnist5k", VARIANT).state_dict()
+    start = runs.untrained_model(Run(params, "mnist5k", VARIANT, 0)).state_dict()
     moved = max((single_state[k] - start[k]).abs().max().item() for k in start if start[k].is_floating_point())
     assert moved > 1e-3  # the comparison below is about trained weights, not the init
     for name, value in single_state.items():

@@ -11,6 +11,7 @@ from rpevit import records, runs, study
 from rpevit.errors import UserError
 from rpevit.evaluate import evaluate_resolutions, position_modes, resize_split
 from rpevit.params import EvaluateConfig
+from rpevit.run import Run
 
 
 def test_resize_split_antialiases_and_keeps_labels(tiny_dataset):
@@ -40,8 +41,8 @@ def test_study_evaluates_resolutions_into_the_record(tiny_params, tiny_dataset, 
     rows = {(r["resolution"], r["mode"]): r["top1"] for r in record["resolution_eval"]}
     assert set(rows) == {(20, "extrapolate"), (28, "extrapolate"), (36, "extrapolate")}
     assert rows[(28, "extrapolate")] == pytest.approx(record["top1"])  # native resolution = the test score
-    assert not study.needs_resolution_eval(params, "mnist5k", "softmax+ape", 0, tmp_path)
+    assert not study.needs_resolution_eval(Run(params, "mnist5k", "softmax+ape", 0, runs_root=tmp_path))
     with pytest.raises(UserError, match=r"resolutions \[30\] are not positive multiples of the patch size 4"):
-        evaluate_resolutions(params, tiny_dataset, "softmax+ape", 0, [30], tmp_path)
+        evaluate_resolutions(Run(params, "mnist5k", "softmax+ape", 0, runs_root=tmp_path), tiny_dataset, [30])
     with pytest.raises(UserError, match="no finished run of softmax\\+none"):
-        evaluate_resolutions(params, tiny_dataset, "softmax+none", 0, [28], tmp_path)
+        evaluate_resolutions(Run(params, "mnist5k", "softmax+none", 0, runs_root=tmp_path), tiny_dataset, [28])

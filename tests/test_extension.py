@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from rpevit import report, runs
+from rpevit import report
 from rpevit.attention import BACKENDS, Backend
 from rpevit.attention.layer import MultiHeadAttention
 from rpevit.checks import dense_reference_error, relative_violation
@@ -22,6 +22,7 @@ from rpevit.options import NoOptions
 from rpevit.params import load_params, model_config
 from rpevit.position import POSITIONS, PROTOCOLS, PositionMethod
 from rpevit.position.relative import RelativeBias, offset_axes
+from rpevit.run import Run
 from rpevit.variants import list_variants
 
 
@@ -89,9 +90,7 @@ def test_toy_backend_and_method_join_every_registry_derived_place(registered, ca
     style = report.variant_styles(["softmax+ape", "cosine+row_decay", "favor+row_decay"])
     assert style["cosine+row_decay"] != style["favor+row_decay"] != style["softmax+ape"]
     params = load_params("smoke")
-    assert runs.run_key(params, "mnist5k", "cosine+row_decay", 0) != runs.run_key(
-        params, "mnist5k", "softmax+row_decay", 0
-    )
+    assert Run(params, "mnist5k", "cosine+row_decay", 0).key != Run(params, "mnist5k", "softmax+row_decay", 0).key
 
 
 @pytest.mark.parametrize("backend", ["cosine", "softmax", "favor", "relu"])

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from rpevit import runs
 from rpevit.errors import UserError
 from rpevit.params import list_presets, load_params
+from rpevit.run import Run
 
 
 def write(tmp_path, text):
@@ -82,18 +82,18 @@ def test_missing_preset_lists_available():
 
 def test_run_key_tracks_results_not_paths():
     params = load_params("smoke")
-    base = runs.run_key(params, "mnist5k", "softmax+ape", 0)
+    base = Run(params, "mnist5k", "softmax+ape", 0).key
     moved = dataclasses.replace(params, data=dataclasses.replace(params.data, root="/elsewhere"))
-    assert runs.run_key(moved, "mnist5k", "softmax+ape", 0) == base
+    assert Run(moved, "mnist5k", "softmax+ape", 0).key == base
     measured = dataclasses.replace(params, train=dataclasses.replace(params.train, timing_images=8, device="cpu"))
-    assert runs.run_key(measured, "mnist5k", "softmax+ape", 0) == base
-    assert runs.run_key(params, "mnist5k", "softmax+ape", 0, epochs=99) != base
-    assert runs.run_key(params, "mnist5k", "softmax+ape", 1) != base
+    assert Run(measured, "mnist5k", "softmax+ape", 0).key == base
+    assert Run(params, "mnist5k", "softmax+ape", 0, epochs=99).key != base
+    assert Run(params, "mnist5k", "softmax+ape", 1).key != base
     # a setting added later (stochastic depth) leaves the key alone at its default, changes it when set
     unset = dataclasses.replace(params, model=dataclasses.replace(params.model, drop_path=0.0))
-    assert runs.run_key(unset, "mnist5k", "softmax+ape", 0) == base
+    assert Run(unset, "mnist5k", "softmax+ape", 0).key == base
     dropping = dataclasses.replace(params, model=dataclasses.replace(params.model, drop_path=0.1))
-    assert runs.run_key(dropping, "mnist5k", "softmax+ape", 0) != base
+    assert Run(dropping, "mnist5k", "softmax+ape", 0).key != base
 
 
 def test_every_kept_record_still_matches_its_preset():
@@ -107,7 +107,7 @@ def test_every_kept_record_still_matches_its_preset():
         preset_file = next(Path(__file__).resolve().parent.parent.glob(f"params/**/{record['preset']}.yaml"))
         params = load_params(preset_file)
         epochs = record["epochs"] if record["epochs"] != params.train.epochs else None
-        assert runs.matches(record["key"], params, record["dataset"], record["variant"], record["seed"], epochs), path
+        assert Run(params, record["dataset"], record["variant"], record["seed"], epochs).key == record["key"], path
 
 
 def test_nested_options_in_presets(tmp_path):
@@ -150,14 +150,14 @@ def test_option_added_to_one_method_leaves_other_variants_keys_unchanged(monkeyp
 
     params = load_params("smoke")
     variants = ["softmax+ape", "favor+krpe", "relu+rope_mixed", "favor+rope_axial", "relu+string_circulant"]
-    before = {v: runs.run_key(params, "mnist5k", v, 0) for v in variants}
+    before = {v: Run(params, "mnist5k", v, 0).key for v in variants}
 
     @dataclasses.dataclass(frozen=True)
     class ExtendedOptions(ThetaOptions):
         scale: float = 1.0  # a new option with a default, for RoPE-Axial only
 
     monkeypatch.setattr(POSITIONS["rope_axial"].build, "Options", ExtendedOptions)
-    after = {v: runs.run_key(params, "mnist5k", v, 0) for v in variants}
+    after = {v: Run(params, "mnist5k", v, 0).key for v in variants}
     assert {v: after[v] for v in variants if "rope_axial" not in v} == {
         v: before[v] for v in variants if "rope_axial" not in v
     }
@@ -176,28 +176,28 @@ def test_options_of_other_methods_do_not_enter_a_key(tmp_path):
             " weight_decay: 0.05, device: cpu}\n",
         )
     )
-    assert runs.run_key(tuned, "mnist5k", "softmax+ape", 0) == runs.run_key(base, "mnist5k", "softmax+ape", 0)
-    assert runs.run_key(tuned, "mnist5k", "favor+ape", 0) != runs.run_key(base, "mnist5k", "favor+ape", 0)
-    assert runs.run_key(tuned, "mnist5k", "relu+ape", 0) == runs.run_key(base, "mnist5k", "relu+ape", 0)
+    assert Run(tuned, "mnist5k", "softmax+ape", 0).key == Run(base, "mnist5k", "softmax+ape", 0).key
+    assert Run(tuned, "mnist5k", "favor+ape", 0).key != Run(base, "mnist5k", "favor+ape", 0).key
+    assert Run(tuned, "mnist5k", "relu+ape", 0).key == Run(base, "mnist5k", "relu+ape", 0).key
 
 
-# keys rpevit 0.1 (one flat hash of every model option) gave these runs, computed by that version
-LEGACY_KEYS = {
-    ("smoke", "mnist5k", "softmax+ape", 0, None): "softmax+ape|mnist5k|0|98a4af54d447",
-    ("smoke", "mnist5k", "favor+krpe", 1, 1): "favor+krpe|mnist5k|1|92e5671d68fd",
-    ("fashion_mnist", "fashion_mnist", "relu+krpe", 0, None): "relu+krpe|fashion_mnist|0|06cff1b8eea4",
-    ("seed001_mnist", "mnist", "favor+rope_axial+ape", 0, None): "favor+rope_axial+ape|mnist|0|06cff1b8eea4",
+# keys of these runs as rpevit computed them before `Run` (runs.run_key): the key scheme must not change
+PINNED_KEYS = {
+    ("smoke", "mnist5k", "softmax+ape", 0, None): "softmax+ape|mnist5k|0|v2-c8b6823ce2a5",
+    ("smoke", "mnist5k", "favor+krpe", 1, 1): "favor+krpe|mnist5k|1|v2-1ce3196a1470",
+    ("fashion_mnist", "fashion_mnist", "relu+krpe", 0, None): "relu+krpe|fashion_mnist|0|v2-79fe27e16e3e",
+    ("seed001_mnist", "mnist", "favor+rope_axial+ape", 0, None): "favor+rope_axial+ape|mnist|0|v2-77d0e41e974b",
 }
 
 
-@pytest.mark.parametrize("case", list(LEGACY_KEYS), ids=lambda c: "/".join(map(str, c)))
-def test_records_of_the_old_key_scheme_are_recognised(case):
+@pytest.mark.parametrize("case", list(PINNED_KEYS), ids=lambda c: "/".join(map(str, c)))
+def test_run_keys_are_pinned(case):
     preset, dataset, variant, seed, epochs = case
     params = load_params(preset)
-    assert runs.legacy_run_key(params, dataset, variant, seed, epochs) == LEGACY_KEYS[case]
-    assert runs.matches(LEGACY_KEYS[case], params, dataset, variant, seed, epochs)
+    run = Run(params, dataset, variant, seed, epochs)
+    assert run.key == PINNED_KEYS[case] and run.matches({"key": PINNED_KEYS[case]})
     other = dataclasses.replace(params, train=dataclasses.replace(params.train, lr=params.train.lr / 2))
-    assert not runs.matches(LEGACY_KEYS[case], other, dataset, variant, seed, epochs)
+    assert not Run(other, dataset, variant, seed, epochs).matches({"key": PINNED_KEYS[case]})
 
 
 def test_evaluate_variants_choose_which_runs_are_evaluated(tmp_path):

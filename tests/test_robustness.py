@@ -19,6 +19,7 @@ from rpevit import paths, records, runs, schema, study
 from rpevit.cli import main
 from rpevit.errors import UserError
 from rpevit.params import load_params
+from rpevit.run import Run
 from rpevit.train import train_run
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,7 +46,7 @@ def preset(tmp_path):
 def roots(tmp_path, monkeypatch):
     """Runs and reports in tmp_path for the in-process CLI and study runner."""
     monkeypatch.setattr(records, "RUNS_ROOT", tmp_path / "runs")
-    monkeypatch.setattr(study, "REPORTS_ROOT", tmp_path / "reports")
+    monkeypatch.setattr(records, "REPORTS_ROOT", tmp_path / "reports")
     return tmp_path / "runs", tmp_path / "reports"
 
 
@@ -82,7 +83,7 @@ def test_damaged_checkpoint_of_interrupted_run_resumes_from_the_previous_one(pre
     dataset = runs.dataset_for(params)
     directory = run_dir(roots)
     with pytest.raises(KeyboardInterrupt):  # killed after epoch 2's checkpoint, before the record
-        train_run(params, dataset, "softmax+ape", 0, directory, on_epoch_end=_stop_at(2))
+        train_run(Run(params, "mnist5k", "softmax+ape", 0), dataset, directory, on_epoch_end=_stop_at(2))
     checkpoint = directory / records.CHECKPOINT
     blob = checkpoint.read_bytes()
     checkpoint.write_bytes(b"" if damage == "empty" else blob[: len(blob) // 2])
@@ -136,11 +137,11 @@ def test_history_is_completed_from_the_checkpoint(preset, roots, reference):
     dataset = runs.dataset_for(params)
     directory = run_dir(roots)
     with pytest.raises(KeyboardInterrupt):
-        train_run(params, dataset, "softmax+ape", 0, directory, on_epoch_end=_stop_at(2))
+        train_run(Run(params, "mnist5k", "softmax+ape", 0), dataset, directory, on_epoch_end=_stop_at(2))
     history = (directory / records.HISTORY).read_text().splitlines()
     (directory / records.HISTORY).write_text("\n".join(history[:2]) + "\n")  # killed before epoch 2's row
     (directory / ".checkpoint.pt.abc123.tmp").write_bytes(b"half-written")
-    record = train_run(params, dataset, "softmax+ape", 0, directory)
+    record = train_run(Run(params, "mnist5k", "softmax+ape", 0), dataset, directory)
     assert [row["epoch"] for row in records.read_history(directory)] == [1.0, 2.0]
     assert not list(directory.glob(".*.tmp"))  # leftovers of interrupted writes are cleaned
     assert results(record) == results(reference["softmax+ape"])

@@ -11,6 +11,7 @@ import torch
 from rpevit import rotary_analysis as ra
 from rpevit import runs
 from rpevit.grid import Grid
+from rpevit.run import Run
 
 
 @pytest.fixture
@@ -76,8 +77,8 @@ def test_reconstruction_is_exact_for_a_matching_frequency():
 
 
 def test_learned_layers_and_rows(tiny_params):
-    model = runs.untrained_model(tiny_params, "mnist5k", "softmax+rope_mixed", seed=0)
-    initial = runs.untrained_model(tiny_params, "mnist5k", "softmax+rope_mixed", seed=0)
+    model = runs.untrained_model(Run(tiny_params, "mnist5k", "softmax+rope_mixed", 0))
+    initial = runs.untrained_model(Run(tiny_params, "mnist5k", "softmax+rope_mixed", 0))
     layers = ra.learned_layers(model, initial)
     assert [layer["layer"] for layer in layers] == list(range(tiny_params.model.depth))
     assert all(layer["change"] == 0.0 and layer["site"] == "pre" for layer in layers)
@@ -89,7 +90,7 @@ def test_learned_layers_and_rows(tiny_params):
     record = {"variant": "softmax+rope_mixed", "dataset": "mnist5k", "seed": 0}
     rows = ra.learned_rows(record, layers, ra.Reconstruction(7))
     assert rows[0]["parameter change"] == "10.00%" and "→" in rows[0]["radial bump: init → trained"]
-    axial = runs.untrained_model(tiny_params, "mnist5k", "softmax+rope_axial")
+    axial = runs.untrained_model(Run(tiny_params, "mnist5k", "softmax+rope_axial", 0))
     assert ra.learned_layers(axial, axial) == []  # fixed frequencies: nothing learned
-    ape = runs.untrained_model(tiny_params, "mnist5k", "softmax+ape")
+    ape = runs.untrained_model(Run(tiny_params, "mnist5k", "softmax+ape", 0))
     assert ra.learned_layers(ape, ape) == []

@@ -9,6 +9,7 @@ import pytest
 
 from rpevit import cell, records, runs, study
 from rpevit import train as train_module
+from rpevit.run import Run
 from rpevit.train import Diverged, train_run
 
 
@@ -28,11 +29,11 @@ def counted(monkeypatch, tiny_dataset):
     calls = []
     state = {"crash_on": None}
 
-    def fake_train(params, dataset, variant, seed, out_dir=None, **kwargs):
-        calls.append((variant, seed))
+    def fake_train(run, dataset, out_dir=None, **kwargs):
+        calls.append((run.variant, run.seed))
         if len(calls) == state["crash_on"]:
             raise KeyboardInterrupt  # the machine died mid-grid
-        return train_run(params, dataset, variant, seed, out_dir, **kwargs)
+        return train_run(run, dataset, out_dir, **kwargs)
 
     monkeypatch.setattr(runs, "dataset_for", lambda *a, **k: tiny_dataset)
     monkeypatch.setattr(cell, "train_run", fake_train)
@@ -81,7 +82,7 @@ def test_diverged_run_is_recorded_not_retried(grid_params, monkeypatch, tiny_dat
     monkeypatch.setattr(train_module, "_train", diverge)
     results = study.run_study(one, runs_root=tmp_path, reports_root=tmp_path)
     assert results[0]["status"] == "diverged" and "epoch 1, step 3" in results[0]["message"]
-    assert study.is_finished(one, "mnist5k", "softmax+ape", 0, tmp_path)
+    assert study.is_finished(Run(one, "mnist5k", "softmax+ape", 0, runs_root=tmp_path))
     assert "| diverged |" in (tmp_path / "tiny" / "summary.md").read_text()
 
 
@@ -98,7 +99,9 @@ def test_kept_records_let_a_fresh_clone_skip_training(grid_params, counted, tmp_
     assert calls == [] and again == first
     # the histories come from the kept copies too; the weights do not travel
     variant = again[0]["variant"]
-    history = study.run_history(kept, "mnist5k", variant, 0, tmp_path / "elsewhere", tmp_path / "reports")
+    history = study.run_history(
+        Run(kept, "mnist5k", variant, 0, runs_root=tmp_path / "elsewhere", reports_root=tmp_path / "reports")
+    )
     assert len(history) == kept.train.epochs and history[-1]["epoch"] == kept.train.epochs
     assert not runs.weights_here(kept, again[0], tmp_path / "elsewhere")
     assert runs.weights_here(kept, again[0], tmp_path / "runs")
@@ -116,7 +119,9 @@ def test_retime_times_only_busy_runs_again_and_keeps_them(grid_params, counted, 
         records.write_json(directory / records.RECORD, {**record, "load_average": load, "ms_per_image_batched": 1e6})
     (retimed,) = study.retime_study(kept, **roots)
     assert retimed["variant"] == loaded["variant"] and 0 < retimed["ms_per_image_batched"] < 1e6
-    kept_copy = records.read_record(study.kept_dir(kept, "mnist5k", loaded["variant"], 0, roots["reports_root"]))
+    kept_copy = records.read_record(
+        Run(kept, "mnist5k", loaded["variant"], 0, reports_root=roots["reports_root"]).kept_dir
+    )
     assert kept_copy["ms_per_image_batched"] == retimed["ms_per_image_batched"]
     assert study.retime_study(kept, runs_root=tmp_path / "elsewhere", reports_root=roots["reports_root"]) == []
 

@@ -9,6 +9,7 @@ import torch
 
 from rpevit import records
 from rpevit.model import build_model
+from rpevit.run import Run
 from rpevit.train import Diverged, param_groups, train_run, warmup_cosine
 
 from helpers import resumed_like_straight
@@ -34,7 +35,7 @@ RECORD_KEYS = {
 
 
 def test_tiny_run_learns_and_writes_record(tiny_params, tiny_dataset, tmp_path):
-    record = train_run(tiny_params, tiny_dataset, "softmax+ape", 0, tmp_path, epochs=4)
+    record = train_run(Run(tiny_params, "mnist5k", "softmax+ape", 0, epochs=4), tiny_dataset, tmp_path)
     history = records.read_history(tmp_path)
     assert [row["epoch"] for row in history] == [1, 2, 3, 4]
     assert history[-1]["train_loss"] < history[0]["train_loss"] - 0.1
@@ -71,7 +72,7 @@ def test_non_finite_loss_stops_with_message_and_keeps_checkpoint(tiny_params, ti
         match=r"softmax\+ape on mnist5k \(seed 0\): non-finite loss at epoch 2, "
         r"step 1; the last good checkpoint \(epoch 1\) is kept",
     ):
-        train_run(tiny_params, tiny_dataset, "softmax+ape", 0, tmp_path, epochs=3, on_epoch_end=corrupt)
+        train_run(Run(tiny_params, "mnist5k", "softmax+ape", 0, epochs=3), tiny_dataset, tmp_path, on_epoch_end=corrupt)
     kept = records.load_checkpoint(tmp_path / "checkpoint.pt")
     assert kept["epoch"] == 1
     assert all(torch.isfinite(t).all() for t in kept["model"].values())
@@ -96,7 +97,7 @@ def _stopped_after_one_epoch(params, dataset, out_dir):
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        train_run(params, dataset, "softmax+ape", 0, out_dir, epochs=2, on_epoch_end=stop)
+        train_run(Run(params, dataset.info.name, "softmax+ape", 0, epochs=2), dataset, out_dir, on_epoch_end=stop)
     return out_dir / records.CHECKPOINT
 
 
@@ -111,7 +112,7 @@ def test_cross_device_resume_restores_or_refuses_one_clear_error(tiny_params, ti
     state["generator"] = torch.zeros(16, dtype=torch.uint8)  # as a CUDA generator's state is
     state["device_type"] = "cuda"
     torch.save(state, path)
-    record = train_run(tiny_params, tiny_dataset, "softmax+ape", 0, tmp_path / "run", epochs=2)
+    record = train_run(Run(tiny_params, "mnist5k", "softmax+ape", 0, epochs=2), tiny_dataset, tmp_path / "run")
     assert record["status"] == "finished" and "reseeded" in capsys.readouterr().out
 
     path = _stopped_after_one_epoch(tiny_params, tiny_dataset, tmp_path / "bf16")
@@ -119,7 +120,7 @@ def test_cross_device_resume_restores_or_refuses_one_clear_error(tiny_params, ti
     state["precision"] = "bf16"  # as if trained under bf16 autocast on a GPU
     torch.save(state, path)
     with pytest.raises(UserError, match=r"trained in bf16.*would continue in fp32"):
-        train_run(tiny_params, tiny_dataset, "softmax+ape", 0, tmp_path / "bf16", epochs=2)
+        train_run(Run(tiny_params, "mnist5k", "softmax+ape", 0, epochs=2), tiny_dataset, tmp_path / "bf16")
     assert path.is_file()  # kept for a resume where it was trained
 
 
@@ -156,7 +157,7 @@ def test_compile_time_is_reported_apart_and_inference_is_timed_as_recorded(
     monkeypatch.setattr(train_module, "compiles", lambda train_cfg, device: train_cfg.compile)
     monkeypatch.setattr(metrics, "inference_timing", spy)
     params = dataclasses.replace(tiny_params, train=dataclasses.replace(tiny_params.train, compile=True, amp="bf16"))
-    record = train_run(params, tiny_dataset, "softmax+ape", 0, tmp_path, epochs=2)
+    record = train_run(Run(params, "mnist5k", "softmax+ape", 0, epochs=2), tiny_dataset, tmp_path)
     history = records.read_history(tmp_path)
     assert record["compiled"] and record["amp"] == "bf16"
     assert record["compile_seconds"] >= 2.0 and history[0]["seconds"] < history[1]["seconds"] + 1.5
@@ -169,19 +170,14 @@ def test_deterministic_on_request_and_restored_after(tiny_params, tiny_dataset, 
     import dataclasses
     import os
 
-    from rpevit import runs
-
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
     seen = []
     params = dataclasses.replace(tiny_params, train=dataclasses.replace(tiny_params.train, deterministic=True))
-    assert runs.run_key(params, "mnist5k", "softmax+ape", 0) == runs.run_key(tiny_params, "mnist5k", "softmax+ape", 0)
+    assert Run(params, "mnist5k", "softmax+ape", 0).key == Run(tiny_params, "mnist5k", "softmax+ape", 0).key
     record = train_run(
-        params,
+        Run(params, "mnist5k", "softmax+ape", 0, epochs=1),
         tiny_dataset,
-        "softmax+ape",
-        0,
         tmp_path,
-        epochs=1,
         on_epoch_end=lambda row: seen.append(torch.are_deterministic_algorithms_enabled()),
     )
     assert record["status"] == "finished" and seen == [True]
