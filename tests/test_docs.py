@@ -3,6 +3,7 @@ the README and docs/ resolves, and every "docs/<page>.md §N" citation names a s
 
 from __future__ import annotations
 
+import ast
 import re
 import shutil
 import subprocess
@@ -89,3 +90,54 @@ def test_section_citations_name_existing_sections():
             if number not in known.get(page, set()):
                 wrong.append(f"{path.relative_to(ROOT)}: docs/{page}.md §{number}")
     assert not wrong, "citations of sections that do not exist:\n" + "\n".join(sorted(set(wrong)))
+
+
+# --- docs/architecture.md §1: the layer table is the import rule -------------------------------------
+
+LAYER_ROW = re.compile(r"^\| (\d+) \| [^|]+ \| ([^|]+) \|", re.M)
+# Upward imports the page lists under "Exceptions to the one-way flow" (importing module → imported).
+UPWARD_EXCEPTIONS = {("report", "study")}
+
+
+def layers() -> dict[str, int]:
+    """Top-level module or subpackage of rpevit → its layer number, read from the page's table."""
+    table = {}
+    for number, cell in LAYER_ROW.findall((DOCS / "architecture.md").read_text()):
+        for name in re.findall(r"`([^`]+)`", re.sub(r"\([^)]*\)", "", cell)):
+            table["__init__" if name == "rpevit/__init__.py" else name.rstrip("/")] = int(number)
+    return table
+
+
+def package_imports():
+    """(importing top-level name, imported top-level name) for every relative import in rpevit/."""
+    package = ROOT / "rpevit"
+    for path in sorted(package.rglob("*.py")):
+        parts = list(path.relative_to(package).with_suffix("").parts)
+        here = parts[:-1]  # the package the file belongs to (its own for an __init__.py)
+        source = parts[0] if len(parts) > 1 or parts[0] != "__init__" else "__init__"
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                base = here[: len(here) - (node.level - 1)]
+                names = [node.module.split(".")] if node.module else [[alias.name] for alias in node.names]
+                for name in names:
+                    target = [*base, *name]
+                    yield source, target[0] if target else "__init__"
+
+
+def test_every_module_is_in_the_layer_table():
+    table = layers()
+    package = ROOT / "rpevit"
+    tops = {p.relative_to(package).parts[0].removesuffix(".py") for p in package.rglob("*.py")}
+    assert tops - set(table) == set(), "modules missing from docs/architecture.md §1's table"
+    assert set(table) - tops == set(), "the table names modules that do not exist"
+
+
+def test_imports_flow_down_the_layer_table():
+    table = layers()
+    upward = {(a, b) for a, b in package_imports() if a != b and table[b] > table[a]}
+    assert upward - UPWARD_EXCEPTIONS == set(), "imports up the layers not listed as exceptions"
+    assert UPWARD_EXCEPTIONS - upward == set(), "listed exceptions the code no longer has: drop them"
+    page = (DOCS / "architecture.md").read_text()
+    listed = page[page.index("Exceptions to the one-way flow") :].split("\n\n")[1]
+    for a, b in UPWARD_EXCEPTIONS:
+        assert f"`{a}`" in listed and f"`{b}." in listed, (a, b)
