@@ -125,7 +125,7 @@ def training_curves(histories: list[tuple[str, int, list[dict]]], title: str = "
         axis.set_xlabel("epoch")
         axis.xaxis.set_major_locator(MaxNLocator(integer=True))
         axis.grid(alpha=0.3)
-    seeds = max(len({s for v2, s, _ in histories if v2 == v}) for v in variants)
+    seeds = max(line["seeds"] for line in bands["val_acc"].values())
     variant_legend(fig, variants, loc="outside right upper", title=SEED_BAND if seeds > 1 else None, title_fontsize=7)
     fig.suptitle(title)
     return fig
@@ -226,6 +226,11 @@ def _label_points(axis, items: list[tuple[float, float, str]], x_span: float, y_
         )
 
 
+def _point_label(point: dict, with_dataset: bool) -> str:
+    """A point's label inside its backend's column: its positional methods (and dataset if several)."""
+    return positions_key(point["variant"]) + (f" · {point['dataset']}" if with_dataset else "")
+
+
 def accuracy_vs_cost(points: list[dict], title: str = "", no_bench: str = ""):
     """Test top-1 % against each cost (rows: MFLOPs and, with a speed benchmark, inference and
     training time), one column per backend; each point a variant labelled with its positions, its
@@ -242,12 +247,14 @@ def accuracy_vs_cost(points: list[dict], title: str = "", no_bench: str = ""):
         squeeze=False,
         layout="constrained",
     )
+    several = len({p["dataset"] for p in points}) > 1
     spans = {key: _span([p[key] for p in points if key in p]) for key, _ in axes_used}
     y_span = _span([p["low"] for p in points] + [p["high"] for p in points])
     for row, (key, label) in enumerate(axes_used):
         for column, backend in enumerate(backends):
             axis = axes[row, column]
-            for p in (p for p in points if p["backend"] == backend and key in p):
+            mine = [p for p in points if p["backend"] == backend and key in p]
+            for p in mine:
                 style = variant_style(p["variant"])
                 axis.errorbar(
                     p[key],
@@ -260,8 +267,7 @@ def accuracy_vs_cost(points: list[dict], title: str = "", no_bench: str = ""):
                     capsize=2,
                     linestyle="none",
                 )
-            mine = [p for p in points if p["backend"] == backend and key in p]
-            _label_points(axis, [(p[key], p["top-1 %"], positions_key(p["variant"])) for p in mine], spans[key], y_span)
+            _label_points(axis, [(p[key], p["top-1 %"], _point_label(p, several)) for p in mine], spans[key], y_span)
             axis.grid(alpha=0.3)
             axis.set_xlabel(label, fontsize=8)
             if row == 0:
@@ -283,6 +289,7 @@ def accuracy_vs_cost_interactive(points: list[dict], title: str = ""):
     key, label = (
         ("ms_per_image_batched", COST_AXES[1][1]) if all("ms_per_image_batched" in p for p in points) else COST_AXES[0]
     )
+    several = len({p["dataset"] for p in points}) > 1
     fig = go.Figure()
     for p in points:
         look = plotly_style(variant_style(p["variant"]))
@@ -290,10 +297,7 @@ def accuracy_vs_cost_interactive(points: list[dict], title: str = ""):
             go.Scatter(
                 x=[p[key]],
                 y=[p["top-1 %"]],
-                mode="markers+text",
-                text=[p["variant"]],
-                textposition="top center",
-                textfont={"size": 9, "color": look["marker"]["color"]},
+                mode="markers",
                 marker={**look["marker"], "size": 11},
                 error_y={
                     "type": "data",
@@ -301,7 +305,7 @@ def accuracy_vs_cost_interactive(points: list[dict], title: str = ""):
                     "array": [p["high"] - p["top-1 %"]],
                     "arrayminus": [p["top-1 %"] - p["low"]],
                 },
-                name=p["variant"],
+                name=p["variant"] + (f" · {p['dataset']}" if several else ""),
                 hovertemplate=(
                     f"{p['variant']} · {p['dataset']}<br>top-1 %{{y:.2f}}% (mean of {p['seeds']} seeds, "
                     f"{p['low']:.2f}…{p['high']:.2f})<br>%{{x:.3f}} {label}<br>"
@@ -334,15 +338,16 @@ def resolution_figure(found: list[dict], title: str = ""):
     plt = _mpl()
     fig, axes = plt.subplots(1, 2, figsize=(14, 4.6), sharey=True, layout="constrained")
     trained = found[0]["resolution_eval"][0]["trained_resolution"]
+    seeds = 1
     for axis, mode in zip(axes, ("extrapolate", "interpolate")):
         for variant, line in resolution_bands(found, mode).items():
             _band(axis, line, variant_style(variant))
+            seeds = max(seeds, line["seeds"])
         axis.axvline(trained, color="grey", linewidth=0.8)
         axis.set_title(mode)
         axis.set_xlabel("input resolution (pixels)")
         axis.grid(alpha=0.3)
     axes[0].set_ylabel("test top-1 %")
-    seeds = max(len([r for r in found if r["variant"] == v]) for v in {r["variant"] for r in found})
     grey = (plt.Line2D([], [], color="grey", linewidth=0.8), f"training resolution ({trained} px)")
     variant_legend(
         fig,

@@ -120,3 +120,12 @@ def test_resolution_legend_names_every_variant():
     markers = [h.get_marker() for h in legend.legend_handles[: len(VARIANTS)]]
     assert markers == [variant_style(v)["marker"] for v in VARIANTS]
     plt.close(fig)
+
+
+def test_accuracy_vs_cost_names_the_dataset_when_there_are_several():
+    done = [_record("softmax+ape", 0, 0.8), {**_record("softmax+ape", 0, 0.9), "dataset": "mnist5k"}]
+    points = plots.accuracy_cost_points(done, None)
+    assert len(points) == 2
+    fig = plots.accuracy_vs_cost(points, "t")
+    assert {t.get_text() for t in fig.axes[0].texts} == {"ape · fashion_mnist", "ape · mnist5k"}
+    plt.close(fig)
