@@ -161,13 +161,28 @@ class MapSource:
         images, raw, labels = self.images(label, index, 1)
         maps, grid, predictions = self.maps(label, images)
         picture = (raw[0] * 255).round().to(torch.uint8).permute(1, 2, 0).expand(-1, -1, 3).numpy()
+        info = self.dataset(label).info
         return {
             "maps": [m[0].numpy() for m in maps],
             "grid": grid,
             "picture": picture,
             "truth": int(labels[0]),
             "prediction": int(predictions[0]),
+            "truth_name": info.class_name(int(labels[0])),
+            "prediction_name": info.class_name(int(predictions[0])),
+            "trained": self.targets[label]["record"] is not None,
         }
+
+    def banner(self, label: str) -> str:
+        """HTML for the explorer's widget area: a red UNTRAINED banner when the run's weights are its
+        init (nothing once trained weights are shown)."""
+        if self.targets[label]["record"] is not None:
+            return ""
+        return (
+            '<div style="background:#b00020;color:white;font-weight:bold;padding:6px 10px;border-radius:4px">'
+            "UNTRAINED: random init weights (no finished run with its checkpoint here) — these maps show the "
+            "architecture's prior, not what a model learned.</div>"
+        )
 
 
 # --------------------------------------------------------------------------- maps of a model
@@ -448,9 +463,30 @@ def describe_query(grid, query: int) -> str:
     return f"patch {query - grid.prefix} (row {row}, col {col})"
 
 
+UNIFORM_OCTAVES = 4  # the colour scale of attention spans 1/N × 2^±this (uniform attention 1/N in the middle)
+
+
+def uniform_scale(num_keys: int, octaves: int = UNIFORM_OCTAVES) -> dict:
+    """A fixed colour scale for non-negative attention weights, centred on uniform attention 1/N
+    (N keys): log₂(weight · N) from −octaves to +octaves, white at 0 (= 1/N), with the colour bar's
+    ticks in weights and the uniform level named. The same for every model, trained or not, so a
+    near-uniform map reads as near-uniform."""
+    ticks = list(range(-octaves, octaves + 1, 2))
+    labels = [f"{2.0**t / num_keys:.2g}" + (f" = 1/{num_keys} (uniform)" if t == 0 else "") for t in ticks]
+    return dict(
+        colorscale="RdBu",
+        reversescale=True,
+        zmin=-octaves,
+        zmax=octaves,
+        colorbar=dict(title="weight", tickvals=ticks, ticktext=labels),
+    )
+
+
 def query_figure(view: dict, layer: int, head: int, query: int, title: str = "", image_index: int | None = None):
     """Plotly figure: the image (query patch outlined) beside the query's attention over the patch
-    grid, for one `MapSource.image_maps` view; signed weights on a diverging scale centred at 0."""
+    grid, for one `MapSource.image_maps` view. Non-negative weights on the fixed `uniform_scale`
+    (log ratio to 1/N); signed weights (post-map rotations) on a linear scale centred at 0 that
+    reaches at least ±2/N, with 1/N marked. An untrained view says UNTRAINED in its title."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
@@ -458,30 +494,41 @@ def query_figure(view: dict, layer: int, head: int, query: int, title: str = "",
     weights = maps[layer][head, query]  # (T,)
     patches = weights[grid.prefix :].reshape(grid.height, grid.width)
     signed = bool((maps[layer][head] < 0).any())
-    limit = float(np.abs(patches).max()) or 1.0
-    colours = (
-        dict(colorscale="RdBu", reversescale=True, zmid=0, zmin=-limit, zmax=limit)
-        if signed
-        else dict(colorscale="Inferno")
-    )
+    uniform = 1.0 / grid.num_tokens
+    if signed:
+        limit = max(float(np.abs(patches).max()), 2 * uniform)
+        z = patches
+        colours = dict(
+            colorscale="RdBu",
+            reversescale=True,
+            zmid=0,
+            zmin=-limit,
+            zmax=limit,
+            colorbar=dict(
+                title="weight",
+                tickvals=[-limit, 0, uniform, limit],
+                ticktext=[f"{-limit:.2g}", "0", f"1/{grid.num_tokens} (uniform)", f"{limit:.2g}"],
+            ),
+        )
+        hover = "row %{y}, col %{x}<br>weight %{z:.4f}<extra></extra>"
+    else:
+        z = np.log2(np.maximum(patches, uniform * 2.0**-UNIFORM_OCTAVES) / uniform)
+        colours = uniform_scale(grid.num_tokens)
+        hover = "row %{y}, col %{x}<br>weight %{customdata:.4f}<br>log₂(weight · N) %{z:.2f}<extra></extra>"
     which = f"test #{image_index}: " if image_index is not None else ""
+    truth, prediction = view.get("truth_name", view["truth"]), view.get("prediction_name", view["prediction"])
     fig = make_subplots(
         rows=1,
         cols=2,
         horizontal_spacing=0.08,
         subplot_titles=(
-            f"{which}label {view['truth']}, predicted {view['prediction']}",
+            f"{which}true {truth}, predicted {prediction}",
             f"layer {layer}, head {head}, query {describe_query(grid, query)}",
         ),
     )
     fig.add_trace(go.Image(z=picture, hoverinfo="skip"), row=1, col=1)
     fig.add_trace(
-        go.Heatmap(
-            z=patches,
-            hovertemplate="row %{y}, col %{x}<br>weight %{z:.4f}<extra></extra>",
-            colorbar=dict(title="weight"),
-            **colours,
-        ),
+        go.Heatmap(z=z, customdata=patches, hovertemplate=hover, **colours),
         row=1,
         col=2,
     )
@@ -515,8 +562,9 @@ def query_figure(view: dict, layer: int, head: int, query: int, title: str = "",
     fig.update_xaxes(title_text="patch column", row=1, col=2)
     fig.update_yaxes(title_text="patch row", row=1, col=2)
     extra = f"; weight on the CLS key {weights[0]:.4f}" if grid.prefix else ""
+    untrained = "" if view.get("trained", True) else '<span style="color:#b00020"><b>UNTRAINED</b></span> '
     fig.update_layout(
-        title=dict(text=f"{title}{extra}", font=dict(size=13)),
+        title=dict(text=f"{untrained}{title}{extra}", font=dict(size=13)),
         width=900,
         height=460,
         margin=dict(l=20, r=20, t=90, b=40),

@@ -160,8 +160,42 @@ def test_map_source_and_query_figure(tiny_params):
     assert [t.type for t in fig.data] == ["image", "heatmap", "scatter"]
     assert "patch 8 (row 1, col 1)" in fig.layout.annotations[1].text
     assert am.describe_query(grid, 0) == "CLS"
+    # class names, not integers; untrained weights say so in the figure and above the controls
+    assert view["truth_name"] == str(view["truth"]) and f"true {view['truth_name']}," in fig.layout.annotations[0].text
+    assert not view["trained"] and "UNTRAINED" in fig.layout.title.text
+    assert "UNTRAINED" in source.banner(label)
+    # the fixed scale centred on uniform attention 1/N, named on the colour bar
+    heatmap = fig.data[1]
+    assert (heatmap.zmin, heatmap.zmax) == (-am.UNIFORM_OCTAVES, am.UNIFORM_OCTAVES)
+    assert "0.02 = 1/50 (uniform)" in heatmap.colorbar.ticktext
     signed = am.query_figure(source.image_maps(list(source.targets)[1], 0), 0, 0, 0)
     assert signed.data[1].zmid == 0  # relu + post-map rotation: signed weights
+    assert signed.data[1].zmax >= 2 / 50 and "1/50 (uniform)" in signed.data[1].colorbar.ticktext
+
+
+def test_a_near_uniform_map_is_not_stretched_over_its_own_range():
+    """Issue 22: the colour bar auto-scaled 0.0198–0.0206 around 1/50, so an untrained, nearly
+    uniform map showed strong patterns. On the fixed scale it stays at the uniform level's colour."""
+    grid = Grid(7, 7, cls=True)
+    tokens = grid.num_tokens
+    weights = np.full((1, tokens, tokens), 1 / tokens) * (1 + 0.02 * np.random.default_rng(0).standard_normal(tokens))
+    view = {"maps": [weights], "grid": grid, "picture": np.zeros((28, 28, 3), np.uint8), "truth": 1, "prediction": 2}
+    heatmap = am.query_figure(view, 0, 0, 0).data[1]
+    assert np.abs(np.asarray(heatmap.z)).max() < 0.1  # |log2(w·N)|: within 7 % of uniform
+    assert (heatmap.zmin, heatmap.zmax) == (-4, 4)
+    peaked = np.zeros_like(weights)
+    peaked[0, :, 5] = 1.0
+    assert np.asarray(am.query_figure({**view, "maps": [peaked]}, 0, 0, 0).data[1].z).max() >= 4
+
+
+def test_datasets_name_their_classes():
+    from rpevit.data import DATASETS
+
+    assert DATASETS["fashion_mnist"].class_name(0) == "T-shirt/top"
+    assert DATASETS["fashion_mnist"].class_name(9) == "Ankle boot"
+    assert DATASETS["cifar10"].class_name(3) == "cat" and DATASETS["mnist5k"].class_name(7) == "7"
+    for info in DATASETS.values():
+        assert len(info.class_names) == info.num_classes
 
 
 def test_show_map_colour_bar_on_signed_maps():

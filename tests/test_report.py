@@ -15,6 +15,9 @@ import pytest  # noqa: E402
 
 from rpevit import report  # noqa: E402
 from rpevit.attention import BACKENDS, SoftmaxAttention  # noqa: E402
+from rpevit.errors import UserError  # noqa: E402
+from rpevit.params import PRESETS_DIR, PROJECT_ROOT, load_params  # noqa: E402
+from rpevit.position import POSITIONS  # noqa: E402
 from rpevit.report import (  # noqa: E402
     Report,
     begin_notebook,
@@ -23,6 +26,7 @@ from rpevit.report import (  # noqa: E402
     plotly_bundle,
     prune,
     read_manifest,
+    store,  # noqa: E402
     variant_style,
     variant_styles,
     write_index,
@@ -195,18 +199,37 @@ def test_plotly_bundle_is_offline():
     assert "cdn" not in html.lower() and "https://" not in html
 
 
-def test_styles_distinct_for_the_smoke_grid_and_every_variant():
+def test_styles_distinct_for_the_smoke_grid_and_every_preset():
     styles = variant_styles(SMOKE)
-    keys = {(s["color"], s["marker"], s["linestyle"]) for s in styles.values()}
-    assert len(keys) == 12
+    assert len({tuple(s.values()) for s in styles.values()}) == 12
     assert len({s["color"] for s in styles.values()}) == 4  # colour = positions
     assert len({(s["marker"], s["linestyle"]) for s in styles.values()}) == 3  # marker, line = backend
     assert styles["softmax+krpe"]["color"] == styles["relu+krpe"]["color"]
     assert styles["softmax+krpe"]["marker"] == styles["softmax+ape"]["marker"]
-    every = variant_styles(list_variants())
-    assert len({(s["color"], s["marker"], s["linestyle"]) for s in every.values()}) == len(list_variants())
-    assert variant_style("softmax+ape")["color"] != variant_style("softmax+rope_mixed")["color"]
-    assert variant_style("favor+krpe", SMOKE) == styles["favor+krpe"]
+    for preset in sorted(PRESETS_DIR.rglob("*.yaml")):
+        variants = load_params(preset).variants
+        looks = [tuple(map(str, variant_style(v).values())) for v in variants]
+        assert len(set(looks)) == len(variants), f"{preset.name}: two variants look alike"
+
+
+def test_a_variant_looks_the_same_in_every_figure():
+    """Issue 22: alibi2d was green in one notebook and orange in another, because colours were handed
+    out among the variants of each figure. A variant's look depends on the variant alone."""
+    alone = variant_style("softmax+alibi2d")
+    assert variant_styles(["softmax+alibi2d", "favor+ape"])["softmax+alibi2d"] == alone
+    assert variant_styles(list_variants())["softmax+alibi2d"] == alone
+    assert variant_style("favor+rope_axial")["color"] == variant_style("softmax+rope_axial")["color"]
+    # colour from the fixed list ("none", *POSITIONS); marker and line from BACKENDS
+    for index, method in enumerate(["none", *POSITIONS]):
+        assert report.method_colour(method) == report.METHOD_COLOURS[index]
+    assert len(set(report.METHOD_COLOURS)) == len(report.METHOD_COLOURS) == len(POSITIONS) + 1
+    assert [variant_style(f"{b}+ape")["marker"] for b in BACKENDS] == ["o", "s", "^"]
+    # an added method keeps the leading method's colour and marker, hollow
+    added, plain = variant_style("favor+rope_mixed+ape"), variant_style("favor+rope_mixed")
+    assert added["color"] == plain["color"] and added["marker"] == plain["marker"]
+    assert added["markerfacecolor"] == "white" != plain["markerfacecolor"]
+    assert report.plotly_style(added)["marker"]["symbol"] == "square-open"
+    assert report.plotly_style(plain)["marker"] == {"color": plain["color"], "symbol": "square"}
 
 
 def test_styles_follow_the_backend_registry(monkeypatch):
@@ -221,23 +244,27 @@ def test_plotly_style_and_encoding_legend():
     assert style["marker"]["symbol"] == "square" and style["line"]["dash"] == "dash"
     assert style["marker"]["color"].startswith("#")
     fig, axis = plt.subplots()
-    legend = report.encoding_legend(axis, SMOKE)
+    legend = report.encoding_legend(axis, SMOKE + ["favor+rope_mixed+ape"])
     labels = [t.get_text() for t in legend.get_texts()]
-    assert labels == ["ape", "krpe", "rope_mixed", "string_circulant", "softmax", "favor", "relu"]
+    assert labels == ["ape", "krpe", "rope_mixed", "string_circulant", "softmax", "favor", "relu", "hollow: + ape"]
     assert "colour" in legend.get_title().get_text()
+    every = report.variant_legend(axis, ["softmax+ape", "favor+ape", "relu+ape"])
+    assert [t.get_text() for t in every.get_texts()] == ["softmax+ape", "favor+ape", "relu+ape"]
+    assert [h.get_marker() for h in every.legend_handles] == ["o", "s", "^"]
     plt.close(fig)
 
 
 def test_report_directory_relative_to_the_project(monkeypatch, tmp_path):
-    monkeypatch.setattr(report, "PROJECT_ROOT", tmp_path)
+    monkeypatch.setattr(store, "PROJECT_ROOT", tmp_path)
     rep = Report("reports/p", "10_train")
     assert rep.directory == tmp_path / "reports" / "p" and (tmp_path / "reports" / "p" / "manifest.json").is_file()
 
 
-@pytest.mark.parametrize("count", [3, 12, 25])
-def test_palette_sizes(count):
-    colours = report._palette(count)
-    assert len(set(colours)) == count
+def test_methods_registered_later_get_distinct_colours(monkeypatch):
+    from rpevit.report.styles import _colour
+
+    colours = [_colour(i) for i in range(40)]
+    assert len(set(colours)) == 40 and all(c.startswith("#") for c in colours)
 
 
 def test_plain_log_ticks():
@@ -266,14 +293,14 @@ def test_generated_texts_head_the_index_and_fill_the_readme_findings(tmp_path):
     assert "[45_answer.md](reports/p/45_answer.md)" in text
     assert not report.sync_findings(readme, "p", root=tmp_path)  # idempotent
     readme.write_text("# no block\n")
-    with pytest.raises(report.UserError, match="no Findings block"):
+    with pytest.raises(UserError, match="no Findings block"):
         report.sync_findings(readme, "p", root=tmp_path)
-    with pytest.raises(report.UserError, match="no generated texts"):
+    with pytest.raises(UserError, match="no generated texts"):
         report.findings_markdown("empty", root=tmp_path)
 
 
 def test_readme_findings_are_the_committed_claims_report():
     """The README's Findings say what the converged study's report (or, while it trains, its kept
     records) computed, word for word (refresh with `python -m rpevit findings`)."""
-    readme = (report.PROJECT_ROOT / "README.md").read_text()
+    readme = (PROJECT_ROOT / "README.md").read_text()
     assert report.findings_markdown() in readme

@@ -53,8 +53,9 @@ and the steps along the rows need a transposed copy; blocked (chunkwise) recurre
 16-wide intra-block GEMMs were no faster than the 64×64 GEMMs either.
 
 CLS stays the rank-one border (kernel_sums.normalize_with_cls). Numerics follow toeplitz.py and
-kernel_sums.py — compute dtype max(float32, inputs), autocast off, denominator clamped at DENOMINATOR_EPS — but the shift
-that keeps exp(b) ≤ 1 is per query, not per head: for query i the patch logits r[Δrow] + c[Δcol]
+kernel_sums.py — compute dtype max(float32, inputs), autocast off, denominator clamped at
+DENOMINATOR_EPS — but the shift that keeps exp(b) ≤ 1 is per query, not per head: for query i the
+patch logits r[Δrow] + c[Δcol]
 peak at M_i = max_j r[rj − ri] + max_j c[cj − ci] (a row max of R's and of C's logits), and with a
 CLS token M_i also covers the patch→CLS term (the CLS query uses max of its two terms). Each M_i
 is detached and cancels in its own row's ratio, so R = exp(r − row max) ≤ 1, C ≤ 1, every row's

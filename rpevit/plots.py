@@ -1,0 +1,428 @@
+"""The notebooks' figures: each function takes computed rows (records, histories, check results,
+benchmark rows) and returns one figure; the notebooks narrate and hand it to `report.Report.figure`.
+
+Every variant is drawn in its one look (`rpevit.report.styles`), accuracy is always in %, and
+curves over seeds are drawn as the mean with a band from the lowest to the highest seed.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import numpy as np
+
+from .report.styles import plotly_style, positions_key, variant_legend, variant_style
+from .variants import parse_variant
+
+BAND_ALPHA = 0.15
+SEED_BAND = "line: mean over seeds; band: lowest … highest seed"
+
+
+def _mpl():
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def over_seeds(series: dict) -> dict[str, dict]:
+    """{variant: [{x: y} per seed]} → {variant: {"x", "mean", "low", "high", "seeds"}}: at each x, the
+    mean and the range over the seeds that have it (x sorted)."""
+    out = {}
+    for variant, seeds in series.items():
+        xs = sorted({x for seed in seeds for x in seed})
+        values = [[seed[x] for seed in seeds if x in seed] for x in xs]
+        out[variant] = {
+            "x": xs,
+            "mean": [statistics.fmean(v) for v in values],
+            "low": [min(v) for v in values],
+            "high": [max(v) for v in values],
+            "seeds": len(seeds),
+        }
+    return out
+
+
+def _band(axis, line: dict, style: dict, **kwargs) -> None:
+    """The mean of `line` (from over_seeds) in the variant's style, its seed range as a band."""
+    axis.plot(line["x"], line["mean"], **{**style, **kwargs})
+    if line["seeds"] > 1:
+        axis.fill_between(line["x"], line["low"], line["high"], color=style["color"], alpha=BAND_ALPHA, lw=0)
+
+
+def _rgba(colour: str, alpha: float) -> str:
+    from matplotlib.colors import to_rgb
+
+    red, green, blue = (round(255 * c) for c in to_rgb(colour))
+    return f"rgba({red},{green},{blue},{alpha})"
+
+
+def _plotly_band(fig, line: dict, style: dict, name: str, row=None, col=None, showlegend=True) -> None:
+    """The plotly counterpart of _band: a mean trace in the variant's look and a filled seed range."""
+    import plotly.graph_objects as go
+
+    where = {} if row is None else {"row": row, "col": col}
+    look = plotly_style(style)
+    if line["seeds"] > 1:
+        fig.add_trace(
+            go.Scatter(
+                x=line["x"] + line["x"][::-1],
+                y=line["high"] + line["low"][::-1],
+                fill="toself",
+                fillcolor=_rgba(look["line"]["color"], BAND_ALPHA),
+                line={"width": 0},
+                hoverinfo="skip",
+                showlegend=False,
+                legendgroup=name,
+            ),
+            **where,
+        )
+    fig.add_trace(
+        go.Scatter(
+            x=line["x"],
+            y=line["mean"],
+            mode="lines+markers",
+            name=name,
+            legendgroup=name,
+            showlegend=showlegend,
+            **look,
+        ),
+        **where,
+    )
+
+
+# --------------------------------------------------------------------------- 10: training curves
+
+CURVE_PANELS = (
+    ("train_loss", "train loss", 1),
+    ("val_loss", "validation loss", 1),
+    ("val_acc", "validation top-1 %", 100),
+)
+
+
+def curve_bands(histories: list[tuple[str, int, list[dict]]]) -> dict[str, dict[str, dict]]:
+    """{panel key: over_seeds(...)} of (variant, seed, history rows) triples, accuracy in %."""
+    panels = {}
+    for key, _, scale in CURVE_PANELS:
+        series: dict[str, list[dict]] = {}
+        for variant, _, history in histories:
+            series.setdefault(variant, []).append({int(row["epoch"]): scale * row[key] for row in history})
+        panels[key] = over_seeds(series)
+    return panels
+
+
+def training_curves(histories: list[tuple[str, int, list[dict]]], title: str = ""):
+    """Train loss, validation loss and validation top-1 % vs epoch: per variant the mean over its
+    seeds with the seed range as a band, integer epochs, one legend entry per variant."""
+    from matplotlib.ticker import MaxNLocator
+
+    plt = _mpl()
+    bands = curve_bands(histories)
+    variants = list(dict.fromkeys(v for v, _, _ in histories))
+    fig, axes = plt.subplots(1, len(CURVE_PANELS), figsize=(15, 4.6), layout="constrained")
+    for axis, (key, label, _) in zip(axes, CURVE_PANELS):
+        for variant in variants:
+            _band(axis, bands[key][variant], variant_style(variant), markersize=3.5, linewidth=1.2)
+        axis.set_title(label)
+        axis.set_xlabel("epoch")
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+        axis.grid(alpha=0.3)
+    seeds = max(line["seeds"] for line in bands["val_acc"].values())
+    variant_legend(fig, variants, loc="outside right upper", title=SEED_BAND if seeds > 1 else None, title_fontsize=7)
+    fig.suptitle(title)
+    return fig
+
+
+def training_curves_interactive(histories: list[tuple[str, int, list[dict]]], title: str = ""):
+    """The plotly version of `training_curves` (hover for values; click a legend entry to hide it)."""
+    from plotly.subplots import make_subplots
+
+    bands = curve_bands(histories)
+    variants = list(dict.fromkeys(v for v, _, _ in histories))
+    fig = make_subplots(rows=1, cols=len(CURVE_PANELS), subplot_titles=[label for _, label, _ in CURVE_PANELS])
+    for column, (key, _, _) in enumerate(CURVE_PANELS, start=1):
+        for variant in variants:
+            _plotly_band(fig, bands[key][variant], variant_style(variant), variant, 1, column, showlegend=column == 1)
+        fig.update_xaxes(title_text="epoch", tickformat="d", row=1, col=column)
+    fig.update_layout(height=480, title=f"{title} ({SEED_BAND})", legend={"font": {"size": 10}})
+    return fig
+
+
+# --------------------------------------------------------------------------- 40: accuracy vs cost
+
+
+def bench_costs(speed: list[dict] | None) -> dict[str, dict[str, float]]:
+    """{variant: {"ms_per_image_batched", "train_ms_per_image"}}: medians over the rounds of a
+    speed benchmark (`claims.read_speed` rows); {} without one."""
+    costs: dict[str, dict[str, list[float]]] = {}
+    for row in speed or []:
+        entry = costs.setdefault(parse_variant(row["variant"]).name, {"ms_per_image_batched": [], "train_ms": []})
+        entry["ms_per_image_batched"].append(row["ms_per_image_batched"])
+        entry["train_ms"].append(1000 * row["train_seconds_per_image"])
+    return {
+        v: {
+            "ms_per_image_batched": statistics.median(c["ms_per_image_batched"]),
+            "train_ms_per_image": statistics.median(c["train_ms"]),
+        }
+        for v, c in costs.items()
+    }
+
+
+COST_AXES = (
+    ("mflops", "matmul MFLOPs / image"),
+    ("ms_per_image_batched", "inference ms / image (batched; speed benchmark)"),
+    ("train_ms_per_image", "training ms / image (speed benchmark)"),
+)
+
+
+def accuracy_cost_points(done: list[dict], speed: list[dict] | None) -> list[dict]:
+    """One point per variant (and dataset): mean test top-1 % over its seeds with the seed range, its
+    matmul MFLOPs per image (from the records: counted, not timed) and, from the speed benchmark
+    only, its inference and training time per image (never the runs' own timings)."""
+    bench = bench_costs(speed)
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in done:
+        groups.setdefault((r["dataset"], parse_variant(r["variant"]).name), []).append(r)
+    points = []
+    for (dataset, variant), runs in groups.items():
+        top1 = [100 * r["top1"] for r in runs]
+        points.append(
+            {
+                "dataset": dataset,
+                "variant": variant,
+                "backend": parse_variant(variant).backend,
+                "top-1 %": statistics.fmean(top1),
+                "low": min(top1),
+                "high": max(top1),
+                "seeds": len(runs),
+                "mflops": runs[0]["flops_per_image"] / 1e6,
+                **bench.get(variant, {}),
+            }
+        )
+    return points
+
+
+def _span(values: list[float]) -> float:
+    return (max(values) - min(values)) or 1.0 if values else 1.0
+
+
+def _label_points(axis, items: list[tuple[float, float, str]], x_span: float, y_span: float) -> None:
+    """Label each (x, y, text) to the right of its point, in dark grey;
+    a label that would overlap a higher one nearby moves down, with a thin leader line."""
+    gap, near = 0.05 * y_span, 0.2 * x_span
+    placed: list[tuple[float, float]] = []
+    for x, y, text in sorted(items, key=lambda item: -item[1]):
+        ty = y
+        while any(abs(px - x) < near and abs(py - ty) < gap for px, py in placed):
+            ty -= gap / 2
+        placed.append((x, ty))
+        axis.annotate(
+            text,
+            (x, y),
+            xytext=(x + 0.04 * x_span, ty),
+            textcoords="data",
+            fontsize=7,
+            va="center",
+            color="0.2",
+            arrowprops={"arrowstyle": "-", "color": "0.6", "lw": 0.5} if ty != y else None,
+        )
+
+
+def _point_label(point: dict, with_dataset: bool) -> str:
+    """A point's label inside its backend's column: its positional methods (and dataset if several)."""
+    return positions_key(point["variant"]) + (f" · {point['dataset']}" if with_dataset else "")
+
+
+def accuracy_vs_cost(points: list[dict], title: str = "", no_bench: str = ""):
+    """Test top-1 % against each cost (rows: MFLOPs and, with a speed benchmark, inference and
+    training time), one column per backend; each point a variant labelled with its positions, its
+    bar the range over seeds. `no_bench`: the sentence shown instead of the time rows."""
+    plt = _mpl()
+    axes_used = [(key, label) for key, label in COST_AXES if any(key in p for p in points)]
+    backends = list(dict.fromkeys(p["backend"] for p in points))
+    fig, axes = plt.subplots(
+        len(axes_used),
+        len(backends),
+        figsize=(4.4 * len(backends), 3.3 * len(axes_used) + 0.6),
+        sharey=True,
+        sharex="row",
+        squeeze=False,
+        layout="constrained",
+    )
+    several = len({p["dataset"] for p in points}) > 1
+    spans = {key: _span([p[key] for p in points if key in p]) for key, _ in axes_used}
+    y_span = _span([p["low"] for p in points] + [p["high"] for p in points])
+    for row, (key, label) in enumerate(axes_used):
+        for column, backend in enumerate(backends):
+            axis = axes[row, column]
+            mine = [p for p in points if p["backend"] == backend and key in p]
+            for p in mine:
+                style = variant_style(p["variant"])
+                axis.errorbar(
+                    p[key],
+                    p["top-1 %"],
+                    yerr=[[p["top-1 %"] - p["low"]], [p["high"] - p["top-1 %"]]],
+                    color=style["color"],
+                    marker=style["marker"],
+                    markerfacecolor=style["markerfacecolor"],
+                    markersize=7,
+                    capsize=2,
+                    linestyle="none",
+                )
+            _label_points(axis, [(p[key], p["top-1 %"], _point_label(p, several)) for p in mine], spans[key], y_span)
+            axis.grid(alpha=0.3)
+            axis.set_xlabel(label, fontsize=8)
+            if row == 0:
+                axis.set_title(backend)
+            axis.margins(x=0.25)
+        axes[row, 0].set_ylabel("test top-1 %")
+    if no_bench:
+        fig.text(0.5, -0.02, no_bench, ha="center", va="top", fontsize=8, wrap=True)
+    seeds = max((p["seeds"] for p in points), default=1)
+    fig.suptitle(title + (f"\n(point: mean over {seeds} seeds; bar: lowest … highest seed)" if seeds > 1 else ""))
+    return fig
+
+
+def accuracy_vs_cost_interactive(points: list[dict], title: str = ""):
+    """Plotly: test top-1 % against the benchmark's inference time (MFLOPs without a benchmark), one
+    trace per variant in its look, the seed range as an error bar."""
+    import plotly.graph_objects as go
+
+    key, label = (
+        ("ms_per_image_batched", COST_AXES[1][1]) if all("ms_per_image_batched" in p for p in points) else COST_AXES[0]
+    )
+    several = len({p["dataset"] for p in points}) > 1
+    fig = go.Figure()
+    for p in points:
+        look = plotly_style(variant_style(p["variant"]))
+        fig.add_trace(
+            go.Scatter(
+                x=[p[key]],
+                y=[p["top-1 %"]],
+                mode="markers",
+                marker={**look["marker"], "size": 11},
+                error_y={
+                    "type": "data",
+                    "symmetric": False,
+                    "array": [p["high"] - p["top-1 %"]],
+                    "arrayminus": [p["top-1 %"] - p["low"]],
+                },
+                name=p["variant"] + (f" · {p['dataset']}" if several else ""),
+                hovertemplate=(
+                    f"{p['variant']} · {p['dataset']}<br>top-1 %{{y:.2f}}% (mean of {p['seeds']} seeds, "
+                    f"{p['low']:.2f}…{p['high']:.2f})<br>%{{x:.3f}} {label}<br>"
+                    f"{p['mflops']:.2f} MFLOPs / image<extra></extra>"
+                ),
+            )
+        )
+    fig.update_layout(title=title, xaxis_title=label, yaxis_title="test top-1 %", height=560)
+    return fig
+
+
+# --------------------------------------------------------------------------- 50: resolution
+
+
+def resolution_bands(found: list[dict], mode: str) -> dict[str, dict]:
+    """over_seeds of test top-1 % vs input resolution in one position mode; a variant without
+    positions to rebuild has one mode only, which stands for both."""
+    series: dict[str, list[dict]] = {}
+    for r in found:
+        evaluations = [e for e in r["resolution_eval"] if e["mode"] == mode] or r["resolution_eval"]
+        series.setdefault(parse_variant(r["variant"]).name, []).append(
+            {e["resolution"]: 100 * e["top1"] for e in evaluations}
+        )
+    return over_seeds(series)
+
+
+def resolution_figure(found: list[dict], title: str = ""):
+    """Test top-1 % vs input resolution, extrapolated and interpolated positions side by side; the
+    training resolution marked; a legend entry for every variant."""
+    plt = _mpl()
+    fig, axes = plt.subplots(1, 2, figsize=(14, 4.6), sharey=True, layout="constrained")
+    trained = found[0]["resolution_eval"][0]["trained_resolution"]
+    seeds = 1
+    for axis, mode in zip(axes, ("extrapolate", "interpolate")):
+        for variant, line in resolution_bands(found, mode).items():
+            _band(axis, line, variant_style(variant))
+            seeds = max(seeds, line["seeds"])
+        axis.axvline(trained, color="grey", linewidth=0.8)
+        axis.set_title(mode)
+        axis.set_xlabel("input resolution (pixels)")
+        axis.grid(alpha=0.3)
+    axes[0].set_ylabel("test top-1 %")
+    grey = (plt.Line2D([], [], color="grey", linewidth=0.8), f"training resolution ({trained} px)")
+    variant_legend(
+        fig,
+        [r["variant"] for r in found],
+        extra=[grey],
+        loc="outside right upper",
+        title=SEED_BAND if seeds > 1 else None,
+        title_fontsize=7,
+    )
+    fig.suptitle(title)
+    return fig
+
+
+# --------------------------------------------------------------------------- 00: derivation checks
+
+
+def relative_offsets_figure(maps: dict, violations: dict, grid):
+    """A[i, i+Δ]/A[i, i] by offset Δ for each case of `maps` ({label: offset_maps(...)}): top, the
+    mean over queries (log ratio, or the ratio for signed weights); bottom, log₁₀ of the spread
+    over queries on one shared scale (docs/methods.md §5)."""
+    from matplotlib.ticker import MaxNLocator
+
+    plt = _mpl()
+    labels = list(maps)
+    high = max(1.0, max(np.nanmax(spread) for _, spread, _ in maps.values()))
+    fig, axes = plt.subplots(2, len(labels), figsize=(2.9 * len(labels), 5.4), squeeze=False, layout="constrained")
+    extent = (-(grid.width - 1) - 0.5, grid.width - 0.5, grid.height - 0.5, -(grid.height - 1) - 0.5)
+    bottom = None
+    for column, label in enumerate(labels):
+        mean, spread, signed = maps[label]
+        top = axes[0, column].imshow(mean, cmap="viridis", extent=extent)
+        fig.colorbar(top, ax=axes[0, column], shrink=0.8)
+        bottom = axes[1, column].imshow(spread, cmap="magma", extent=extent, vmin=-17, vmax=high)
+        kind = "ratio (signed weights)" if signed else "log ratio"
+        axes[0, column].set_title(f"{label}\n{kind}\nviolation {violations[label]:.0e}", fontsize=7.5)
+        axes[1, column].set_xlabel("Δcol")
+    if bottom is not None:
+        fig.colorbar(bottom, ax=axes[1, :].tolist(), shrink=0.8, label="log₁₀ spread")
+    for axis in axes.flat:
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+        axis.yaxis.set_major_locator(MaxNLocator(integer=True))
+    axes[0, 0].set_ylabel("mean over queries\nΔrow")
+    axes[1, 0].set_ylabel("spread over queries\nΔrow")
+    fig.suptitle("A[i, i+Δ] / A[i, i] by offset Δ (identical tokens, head 0)", fontsize=10)
+    return fig
+
+
+def favor_error_figure(rows: list[dict], slopes: dict[str, float], head_dim: int):
+    """FAVOR+ mean relative error of φ(q)ᵀφ(k) against the number of features m (log-log), orthogonal
+    and i.i.d. ω with their fitted slopes, and a 1/√m reference through the first i.i.d. point."""
+    from matplotlib.ticker import FixedLocator, NullLocator
+
+    plt = _mpl()
+    fig, axis = plt.subplots(figsize=(5.6, 4.0), layout="constrained")
+    for kind, marker in (("orthogonal", "o"), ("iid", "s")):
+        mine = [r for r in rows if r["features"] == kind]
+        axis.loglog(
+            [r["m"] for r in mine],
+            [r["mean relative error"] for r in mine],
+            marker=marker,
+            label=f"{kind} ω (slope {slopes[kind]:.2f})",
+        )
+    ms = np.array(sorted({r["m"] for r in rows}), dtype=float)
+    anchor = next(r["mean relative error"] for r in rows if r["features"] == "iid")
+    axis.loglog(ms, anchor * np.sqrt(ms[0] / ms), "k--", lw=1, label="∝ 1/√m")
+    errors = [r["mean relative error"] for r in rows]
+    axis.xaxis.set_major_locator(FixedLocator(ms))
+    axis.xaxis.set_major_formatter(lambda value, _: f"{value:g}")
+    axis.yaxis.set_major_locator(FixedLocator(np.geomspace(min(errors), max(errors), 5)))
+    axis.yaxis.set_major_formatter(lambda value, _: f"{value:.2g}")
+    axis.xaxis.set_minor_locator(NullLocator())
+    axis.yaxis.set_minor_locator(NullLocator())
+    axis.set_xlabel("number of features m")
+    axis.set_ylabel("mean relative error of φ(q)ᵀφ(k)")
+    axis.grid(alpha=0.3)
+    axis.set_title(f"FAVOR+ estimator error, d = {head_dim}", fontsize=10)
+    axis.legend(fontsize=8)
+    return fig

@@ -1,0 +1,96 @@
+"""Report outputs of the notebooks, in three concerns:
+
+- `store`: figures (PNG for matplotlib, offline HTML for plotly), tables (CSV + Markdown) and texts
+  written into reports/<preset>/ with a per-notebook manifest (`Report`, `show`, `report_dir`);
+- `index` and `findings`: the index reports/<preset>/README.md (headline, guide, every output) and
+  the README's Findings block copied from a preset's report;
+- `styles`: one look per variant (colour, marker, line, fill) shared by every figure.
+
+The figures themselves are drawn by `rpevit.plots`. Every name is importable from `rpevit.report`.
+"""
+
+from .findings import (
+    FINDINGS_END,
+    FINDINGS_PRESET,
+    findings_begin,
+    findings_markdown,
+    study_status,
+    sync_findings,
+)
+from .index import headline, report_texts, write_index
+from .store import (
+    MANIFEST,
+    NO_ROWS,
+    PLOTLY_JS,
+    PROTECTED,
+    Report,
+    begin_notebook,
+    columns_of,
+    ensure_plotly_js,
+    figure_png,
+    markdown_table,
+    plotly_bundle,
+    prune,
+    read_manifest,
+    report_dir,
+    reports_root,
+    show,
+    tracked_files,
+    write_manifest,
+)
+from .styles import (
+    METHOD_COLOURS,
+    added_methods,
+    encoding_legend,
+    leading_method,
+    method_colour,
+    method_names,
+    plain_log_ticks,
+    plotly_style,
+    positions_key,
+    variant_legend,
+    variant_style,
+    variant_styles,
+)
+
+__all__ = [
+    "FINDINGS_END",
+    "FINDINGS_PRESET",
+    "MANIFEST",
+    "METHOD_COLOURS",
+    "NO_ROWS",
+    "PLOTLY_JS",
+    "PROTECTED",
+    "Report",
+    "added_methods",
+    "begin_notebook",
+    "columns_of",
+    "encoding_legend",
+    "ensure_plotly_js",
+    "figure_png",
+    "findings_begin",
+    "findings_markdown",
+    "headline",
+    "leading_method",
+    "markdown_table",
+    "method_colour",
+    "method_names",
+    "plain_log_ticks",
+    "plotly_bundle",
+    "plotly_style",
+    "positions_key",
+    "prune",
+    "read_manifest",
+    "report_dir",
+    "report_texts",
+    "reports_root",
+    "show",
+    "study_status",
+    "sync_findings",
+    "tracked_files",
+    "variant_legend",
+    "variant_style",
+    "variant_styles",
+    "write_index",
+    "write_manifest",
+]

@@ -1,0 +1,106 @@
+"""The README's Findings block: the texts a preset's report generated (copied word for word by
+`python -m rpevit findings`), or, while a designed study trains, how far it is."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .. import records
+from ..errors import UserError
+from .index import report_texts
+from .store import report_dir
+
+FINDINGS_PRESET = "fmnist_converged"
+FINDINGS_END = "<!-- /findings -->"
+
+
+def findings_begin(preset: str) -> str:
+    return (
+        f"<!-- findings: copied from reports/{preset}/ by `python -m rpevit findings {preset}`; do not edit by hand -->"
+    )
+
+
+def findings_markdown(preset: str = FINDINGS_PRESET, root=None) -> str:
+    """The README's Findings block: the texts a preset's report generated from its tables (notebook 45's
+    answer and speed claim), each with a link to its report and the claims table."""
+    directory = report_dir(preset, root)
+    texts = report_texts(directory)
+    if not texts and _designed(preset):
+        return "\n".join([findings_begin(preset), study_status(preset, root), FINDINGS_END])
+    if not texts:
+        raise UserError(
+            f"reports/{preset}/ has no generated texts yet; run `make study PRESET={preset}` "
+            f"(or `python -m rpevit notebooks {preset}`) first."
+        )
+    link = f"reports/{preset}"
+    lines = [
+        findings_begin(preset),
+        f"From [{link}/]({link}/README.md) — the [claims table]({link}/45_claims.md) (effects, intervals, "
+        f"Holm-adjusted p, verdicts) and its [forest plot]({link}/45_forest.png).",
+    ]
+    for output, body in texts:
+        lines += ["", f"**{output['caption']}** ([{output['files'][0]}]({link}/{output['files'][0]})):", "", body]
+    return "\n".join([*lines, FINDINGS_END])
+
+
+def _designed(preset: str) -> bool:
+    from ..params import load_params
+
+    try:
+        return load_params(preset).design.active
+    except UserError:
+        return False
+
+
+def study_status(preset: str, root=None) -> str:
+    """Markdown: how far a designed study is (finished runs of its primary and secondary variants, from
+    the kept records) while its report has not been generated yet."""
+    from ..params import load_params
+    from ..study import grid, study_records
+
+    params = load_params(preset)
+    found = [r for r in study_records(params, reports_root=root) if r.get("status") == "finished"]
+    primary = set(params.design.primary)
+    done_primary = sum(r["variant"] in primary for r in found)
+    seeds = params.design.stopping
+    hours = sum(r.get("train_seconds_per_epoch", 0) * r.get("epochs", 0) for r in found) / 3600
+    return (
+        f"**The converged study `{preset}` is in progress** ([params/{preset}.yaml](params/{preset}.yaml): design, "
+        f"recipe and stopping rule fixed before its first run): {done_primary} primary runs finished "
+        f"({len(primary)} variants × {seeds.min_seeds}–{seeds.max_seeds} seeds by the stopping rule), "
+        f"{len(found) - done_primary} secondary, of at most {len(grid(params))} runs; {hours:.1f} training hours so "
+        f"far. Its answer — the Performer–softmax gap at convergence and whether RoPE closes it, with intervals — "
+        f"appears here when `make study PRESET={preset}` regenerates its report. The recipe's pilot: "
+        f"[reports/fmnist_pilot/](reports/fmnist_pilot/README.md)." + _early_study_note(root)
+    )
+
+
+def _early_study_note(root=None, preset: str = "cpu_claims") -> str:
+    """One sentence on the early-training claims study, computed from its kept records."""
+    from ..params import load_params
+    from ..study import study_records
+
+    try:
+        found = [r for r in study_records(load_params(preset), reports_root=root) if r.get("status") == "finished"]
+    except UserError:
+        return ""
+    if not found:
+        return ""
+    last = sum(r.get("best_epoch") == r.get("epochs") for r in found)
+    return (
+        f" The earlier claims study ([reports/{preset}/](reports/{preset}/README.md), "
+        f"{found[0]['epochs']} epochs) is an early-training study: {last} of its {len(found)} runs had their best "
+        "validation epoch at the last one, so it measures how fast variants start, not the converged gap."
+    )
+
+
+def sync_findings(readme: Path, preset: str = FINDINGS_PRESET, root=None) -> bool:
+    """Replace the Findings block of `readme` by findings_markdown(preset); True if it changed."""
+    text = readme.read_text()
+    start, end = text.find("<!-- findings:"), text.find(FINDINGS_END)
+    if start < 0 or end < start:
+        raise UserError(f"{readme} has no Findings block (<!-- findings: … --> … {FINDINGS_END}) to fill.")
+    new = text[:start] + findings_markdown(preset, root) + text[end + len(FINDINGS_END) :]
+    if new != text:
+        records.write_text(readme, new)
+    return new != text

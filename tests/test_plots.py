@@ -1,0 +1,131 @@
+"""The notebooks' figures (rpevit.plots): seed bands, accuracy in %, integer epochs, one look per
+variant in matplotlib and plotly alike, accuracy vs cost faceted by backend with its time axes
+from the speed benchmark only, and a resolution legend naming every variant."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pytest  # noqa: E402
+
+from rpevit import plots  # noqa: E402
+from rpevit.report import variant_style  # noqa: E402
+
+VARIANTS = ["softmax+ape", "favor+rope_mixed", "favor+rope_mixed+ape", "relu+krpe"]
+
+
+def _history(seed: int, epochs: int = 3):
+    return [
+        {"epoch": e, "train_loss": 1.0 / e + seed, "val_loss": 1.2 / e, "val_acc": 0.5 + 0.1 * e + 0.01 * seed}
+        for e in range(1, epochs + 1)
+    ]
+
+
+def _record(variant: str, seed: int, top1: float):
+    return {
+        "dataset": "fashion_mnist",
+        "variant": variant,
+        "seed": seed,
+        "top1": top1,
+        "flops_per_image": 2e7 if variant.startswith("softmax") else 1.5e7,
+        "train_seconds_per_epoch": 99.0,  # a busy machine's timing: must never reach the figure
+        "ms_per_image_batched": 99.0,
+        "resolution_eval": [
+            {"resolution": r, "mode": m, "trained_resolution": 28, "top1": top1 - abs(r - 28) / 100}
+            for r in (20, 28, 36)
+            for m in ("extrapolate", "interpolate")
+        ],
+    }
+
+
+def test_over_seeds_mean_and_range():
+    line = plots.over_seeds({"a": [{1: 1.0, 2: 2.0}, {1: 3.0, 2: 4.0}, {1: 2.0}]})["a"]
+    assert line == {"x": [1, 2], "mean": [2.0, 3.0], "low": [1.0, 2.0], "high": [3.0, 4.0], "seeds": 3}
+
+
+def test_training_curves_band_percent_integer_epochs_and_one_entry_per_variant():
+    histories = [(v, s, _history(s)) for v in VARIANTS for s in (0, 1, 2)]
+    bands = plots.curve_bands(histories)
+    accuracy = bands["val_acc"]["softmax+ape"]
+    assert accuracy["mean"][0] == pytest.approx(61.0) and accuracy["low"][0] == pytest.approx(60.0)  # in %
+    fig = plots.training_curves(histories, "t")
+    axes = fig.axes
+    assert len(axes[0].lines) == len(VARIANTS)  # one mean line per variant, not one per run
+    assert len(axes[0].collections) == len(VARIANTS)  # and its seed band
+    fig.canvas.draw()
+    ticks = [t for t in axes[0].get_xticks() if 1 <= t <= 3]
+    assert ticks and all(float(t).is_integer() for t in ticks)
+    assert axes[2].get_title() == "validation top-1 %"
+    legend = fig.legends[0]
+    assert [t.get_text() for t in legend.get_texts()] == VARIANTS
+    assert "band" in legend.get_title().get_text()
+    plt.close(fig)
+
+
+def test_plotly_figures_use_each_variants_one_look():
+    histories = [(v, s, _history(s)) for v in VARIANTS for s in (0, 1)]
+    fig = plots.training_curves_interactive(histories, "t")
+    means = {t.name: t for t in fig.data if t.mode == "lines+markers" and t.showlegend}
+    assert list(means) == VARIANTS
+    for variant, trace in means.items():
+        style = variant_style(variant)
+        assert trace.marker.color == trace.line.color == style["color"]
+    assert means["favor+rope_mixed+ape"].marker.symbol == "square-open"
+    assert means["favor+rope_mixed"].marker.symbol == "square" and means["relu+krpe"].marker.symbol == "triangle-up"
+    assert fig.layout.xaxis.tickformat == "d"
+    assert sum(t.fill == "toself" for t in fig.data) == 3 * len(VARIANTS)  # a band per variant and panel
+
+
+def test_accuracy_vs_cost_faceted_by_backend_with_benchmark_times_only():
+    done = [_record(v, s, 0.8 + 0.01 * s) for v in VARIANTS for s in (0, 1, 2)]
+    speed = [
+        {"variant": v, "round": r, "ms_per_image_batched": 0.5 + r, "train_seconds_per_image": 0.001}
+        for v in VARIANTS
+        for r in (0, 1, 2)
+    ]
+    points = plots.accuracy_cost_points(done, speed)
+    assert len(points) == len(VARIANTS)  # one point per variant, not per run
+    point = next(p for p in points if p["variant"] == "softmax+ape")
+    assert point["top-1 %"] == pytest.approx(81.0) and (point["low"], point["high"]) == pytest.approx((80.0, 82.0))
+    assert point["ms_per_image_batched"] == 1.5 and point["train_ms_per_image"] == pytest.approx(1.0)  # medians
+    fig = plots.accuracy_vs_cost(points, "t")
+    titles = [a.get_title() for a in fig.axes if a.get_title()]
+    assert titles == ["softmax", "favor", "relu"] and len(fig.axes) == 9  # 3 costs × 3 backends
+    labels = {t.get_text() for a in fig.axes for t in a.texts}
+    assert {"ape", "rope_mixed", "rope_mixed+ape", "krpe"} <= labels
+    for axis in fig.axes:
+        for line in axis.lines:
+            assert 99.0 not in list(line.get_xdata())  # the runs' own timings never plotted
+    plt.close(fig)
+
+    bare = plots.accuracy_cost_points(done, None)
+    assert all("ms_per_image_batched" not in p for p in bare)
+    fig = plots.accuracy_vs_cost(bare, "t", no_bench="No speed benchmark for p")
+    assert len(fig.axes) == 3 and {a.get_xlabel() for a in fig.axes} == {"matmul MFLOPs / image"}
+    assert any("No speed benchmark" in t.get_text() for t in fig.texts)
+    plt.close(fig)
+    interactive = plots.accuracy_vs_cost_interactive(bare, "t")
+    assert interactive.layout.xaxis.title.text == "matmul MFLOPs / image"
+    trace = next(t for t in interactive.data if t.name == "relu+krpe")
+    assert trace.marker.color == variant_style("relu+krpe")["color"] and trace.marker.symbol == "triangle-up"
+
+
+def test_resolution_legend_names_every_variant():
+    found = [_record(v, s, 0.8) for v in VARIANTS for s in (0, 1)]
+    fig = plots.resolution_figure(found, "t")
+    legend = fig.legends[0]
+    assert [t.get_text() for t in legend.get_texts()] == VARIANTS + ["training resolution (28 px)"]
+    markers = [h.get_marker() for h in legend.legend_handles[: len(VARIANTS)]]
+    assert markers == [variant_style(v)["marker"] for v in VARIANTS]
+    plt.close(fig)
+
+
+def test_accuracy_vs_cost_names_the_dataset_when_there_are_several():
+    done = [_record("softmax+ape", 0, 0.8), {**_record("softmax+ape", 0, 0.9), "dataset": "mnist5k"}]
+    points = plots.accuracy_cost_points(done, None)
+    assert len(points) == 2
+    fig = plots.accuracy_vs_cost(points, "t")
+    assert {t.get_text() for t in fig.axes[0].texts} == {"ape · fashion_mnist", "ape · mnist5k"}
+    plt.close(fig)
