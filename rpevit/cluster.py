@@ -35,7 +35,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import design, records, runs, study
+from . import catalog, design, records, runs, study
 from .cell import cells, failure_row, run_cell, settle
 from .errors import UserError
 from .params import Params
@@ -289,11 +289,11 @@ def run_study_ray(
         dataclasses.replace(task_params, train=dataclasses.replace(task_params.train, device="cpu")), runs_root=root
     )  # the driver needs no GPU: the workers check their device
     records.recovered.clear()
-    grid = cells(task_params, study.grid(params), root, Path(reports_root or records.REPORTS_ROOT).resolve())
+    grid = cells(task_params, catalog.grid(params), root, Path(reports_root or records.REPORTS_ROOT).resolve())
     states = [settle(run, repair=False) for run in grid]
     todo = [run for run, state in zip(grid, states) if state.work]
     if params.design.active:  # the stopping rule and the budget, on the records finished at submission
-        finished = study.study_records(params, root, reports_root)
+        finished = catalog.study_records(params, root, reports_root)
         held = {
             run.place
             for run, state in zip(grid, states)
@@ -403,7 +403,7 @@ def _outcome(ray, ref, run: Run):
     status = row.get("status")
     if status in ("failed", "skipped", "diverged"):
         return status, row.get("message", ""), {**info, "row": row}
-    if study.current_record(run) is None:
+    if catalog.current_record(run) is None:
         message = (
             f"the worker on {result.get('host')} finished the run but its record is not in {run.runs_root} as "
             "the driver sees it: every node must see the runs directory at the same path (a shared filesystem)"

@@ -335,7 +335,7 @@ def execute_notebooks(
         done.append(output)
     if not only:
         prune(out_dir, [nb.stem for nb in available])
-    from .study import study_records
+    from .catalog import study_records
 
     write_index(params.name, [nb.name for nb in available], reports_root, found=study_records(params))
     return done

@@ -31,8 +31,8 @@ def recipe_text(params) -> str:
 
 def pilot_runs(presets: list[str], runs_root=None, reports_root=None) -> list[dict]:
     """One row per finished (or still training) run of the pilot presets, with its learning curve."""
+    from .catalog import grid, run_history, study_records
     from .run import Run
-    from .study import grid, run_history, study_records
 
     rows = []
     for name in presets:

@@ -15,6 +15,7 @@ import math
 from pathlib import Path
 
 from . import design, records, runs
+from .catalog import current_record, grid, study_records
 from .cell import State, cells, needs_evaluation, run_cell, settle
 from .params import Params
 from .paths import inside
@@ -22,43 +23,6 @@ from .progress import Progress, label
 from .run import Run
 from .schema import SUMMARY_COLUMNS
 from .tables import markdown_table
-from .variants import parse_variant
-
-
-def grid(params: Params) -> list[tuple[str, str, int]]:
-    """The (dataset, canonical variant, seed) triples of a preset, in training order (a preset with
-    a design: every run it may train, primary seed-major first; rpevit.design)."""
-    if params.design.active:
-        return design.ordered_runs(params)
-    return [(d, parse_variant(v).name, s) for d in params.datasets for v in params.variants for s in params.seeds]
-
-
-def _current(run: Run):
-    """(record, its directory) of the run's current record — from runs/, else the copy kept in
-    reports/ — if it was made with the preset's current settings, else None."""
-    run = run.rooted()
-    for directory in (run.dir, run.kept_dir if run.params.keep_records else None):
-        record = None if directory is None else records.read_record(directory)
-        if run.matches(record):
-            return record, directory
-    return None
-
-
-def current_record(run: Run) -> dict | None:
-    """The run's record (from runs/, else the copy kept in reports/) if it was made with the preset's
-    current settings, else None."""
-    found = _current(run)
-    return None if found is None else found[0]
-
-
-def run_history(run: Run) -> list[dict]:
-    """Per-epoch history rows of the run whose record is current (beside that record), [] if none or
-    if the history is damaged (then moved aside and named, like a damaged record)."""
-    found = _current(run)
-    if found is None:
-        return []
-    record, directory = found
-    return records.read_history(directory, record["epochs"] if record.get("status") == "finished" else None)
 
 
 def _keep(run: Run) -> None:
@@ -67,11 +31,6 @@ def _keep(run: Run) -> None:
         run = run.rooted()
         with records.RunLock(run.dir):
             records.keep(run.dir, run.kept_dir)
-
-
-def is_finished(run: Run) -> bool:
-    """True if the run has a record (finished or diverged) made with the preset's current settings."""
-    return current_record(run) is not None
 
 
 def loader_cache(params: Params, dataset_loader=None):
@@ -157,13 +116,6 @@ def summarise(params: Params, grid_cells: list[Run], rows: dict, notes: list[str
 def needs_resolution_eval(run: Run) -> bool:
     """True if a finished run lacks the preset's multi-resolution evaluation."""
     return needs_evaluation(run.params, current_record(run))
-
-
-def study_records(params: Params, runs_root=None, reports_root=None) -> list[dict]:
-    """The current records of the preset's grid, in grid order."""
-    roots = {"runs_root": runs_root, "reports_root": reports_root}
-    found = (current_record(Run(params, *place, **roots)) for place in grid(params))
-    return [record for record in found if record is not None]
 
 
 def retime_study(params: Params, everything: bool = False, runs_root=None, reports_root=None) -> list[dict]:

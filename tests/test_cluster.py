@@ -19,7 +19,7 @@ import types
 import pytest
 import torch
 
-from rpevit import cluster, records, runs, study
+from rpevit import catalog, cluster, records, runs, study
 from rpevit.data import Dataset, Split
 from rpevit.errors import UserError
 from rpevit.progress import Progress
@@ -300,6 +300,7 @@ def test_ray_submits_only_the_runs_the_design_wants(tiny_params, tmp_path, monke
         due=lambda params, run, finished: (False, "the stopping rule needs 0 primary seeds"),
     )
     monkeypatch.setattr(study, "design", fake)
+    monkeypatch.setattr(catalog, "design", fake)
     monkeypatch.setattr(cluster, "design", fake)
     designed = dataclasses.replace(tiny_params, design=types.SimpleNamespace(active=True))
     # nothing is due, so no task is submitted and no cluster is started

@@ -11,7 +11,7 @@ import shutil
 
 import pytest
 
-from rpevit import cell, records, study
+from rpevit import catalog, cell, records, study
 from rpevit.data import Dataset, Split
 from rpevit.params import EvaluateConfig
 from rpevit.run import Run
@@ -141,7 +141,7 @@ def test_run_history_of_a_truncated_history_is_empty_not_a_traceback(tiny, tmp_p
     files = _paths(tmp_path / "elsewhere", tmp_path / "reports")  # a fresh clone: only the kept copy
     files["kept history"].write_bytes(files["kept history"].read_bytes()[:-30])  # the last row cut short
     assert (
-        study.run_history(
+        catalog.run_history(
             Run(
                 params, "mnist5k", "softmax+ape", 0, runs_root=tmp_path / "elsewhere", reports_root=tmp_path / "reports"
             )
@@ -173,7 +173,7 @@ def test_settle_without_repair_only_looks(tiny, tmp_path):
     shutil.copytree(root / "unfinished", tmp_path / "unfinished")
 
     def look(where):
-        (run,) = cell.cells(params, study.grid(params), tmp_path / where / "runs", tmp_path / where / "reports")
+        (run,) = cell.cells(params, catalog.grid(params), tmp_path / where / "runs", tmp_path / where / "reports")
         return cell.settle(run, repair=False)
 
     assert look("finished").kind == "finished" and not look("finished").work

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from rpevit import design, study
+from rpevit import catalog, design
 from rpevit.errors import UserError
 from rpevit.params import load_params
 from rpevit.run import Run
@@ -37,7 +37,7 @@ def preset(tmp_path, design_text=DESIGN, header=HEADER):
 
 def test_primary_runs_seed_major_then_secondary(tmp_path):
     params = preset(tmp_path)
-    order = study.grid(params)
+    order = catalog.grid(params)
     assert order[:4] == [("mnist5k", v, 0) for v in PRIMARY]  # every primary variant's seed 0 first
     assert order[4:8] == [("mnist5k", v, 1) for v in PRIMARY]
     assert [run[2] for run in order[:16]] == [0] * 4 + [1] * 4 + [2] * 4 + [3] * 4  # up to max_seeds
@@ -122,7 +122,7 @@ def test_a_design_leaves_run_keys_alone(tmp_path):
 
     designed, plain = preset(tmp_path), preset(tmp_path, design_text="")
     assert Run(designed, "mnist5k", "favor+ape", 0).key == Run(plain, "mnist5k", "favor+ape", 0).key
-    assert not plain.design.active and study.grid(plain)[:2] == [
+    assert not plain.design.active and catalog.grid(plain)[:2] == [
         ("mnist5k", "softmax+ape", 0),
         ("mnist5k", "softmax+ape", 1),
     ]

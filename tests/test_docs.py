@@ -95,8 +95,6 @@ def test_section_citations_name_existing_sections():
 # --- docs/architecture.md §1: the layer table is the import rule -------------------------------------
 
 LAYER_ROW = re.compile(r"^\| (\d+) \| [^|]+ \| ([^|]+) \|", re.M)
-# Upward imports the page lists under "Exceptions to the one-way flow" (importing module → imported).
-UPWARD_EXCEPTIONS = {("report", "study")}
 
 
 def layers() -> dict[str, int]:
@@ -135,9 +133,4 @@ def test_every_module_is_in_the_layer_table():
 def test_imports_flow_down_the_layer_table():
     table = layers()
     upward = {(a, b) for a, b in package_imports() if a != b and table[b] > table[a]}
-    assert upward - UPWARD_EXCEPTIONS == set(), "imports up the layers not listed as exceptions"
-    assert UPWARD_EXCEPTIONS - upward == set(), "listed exceptions the code no longer has: drop them"
-    page = (DOCS / "architecture.md").read_text()
-    listed = page[page.index("Exceptions to the one-way flow") :].split("\n\n")[1]
-    for a, b in UPWARD_EXCEPTIONS:
-        assert f"`{a}`" in listed and f"`{b}." in listed, (a, b)
+    assert upward == set(), "imports up the layers of docs/architecture.md §1"

@@ -7,7 +7,7 @@ import types
 
 import pytest
 
-from rpevit import cell, records, runs, study
+from rpevit import catalog, cell, records, runs, study
 from rpevit import train as train_module
 from rpevit.run import Run
 from rpevit.train import Diverged, train_run
@@ -82,7 +82,7 @@ def test_diverged_run_is_recorded_not_retried(grid_params, monkeypatch, tiny_dat
     monkeypatch.setattr(train_module, "_train", diverge)
     results = study.run_study(one, runs_root=tmp_path, reports_root=tmp_path)
     assert results[0]["status"] == "diverged" and "epoch 1, step 3" in results[0]["message"]
-    assert study.is_finished(Run(one, "mnist5k", "softmax+ape", 0, runs_root=tmp_path))
+    assert catalog.is_finished(Run(one, "mnist5k", "softmax+ape", 0, runs_root=tmp_path))
     assert "| diverged |" in (tmp_path / "tiny" / "summary.md").read_text()
 
 
@@ -99,7 +99,7 @@ def test_kept_records_let_a_fresh_clone_skip_training(grid_params, counted, tmp_
     assert calls == [] and again == first
     # the histories come from the kept copies too; the weights do not travel
     variant = again[0]["variant"]
-    history = study.run_history(
+    history = catalog.run_history(
         Run(kept, "mnist5k", variant, 0, runs_root=tmp_path / "elsewhere", reports_root=tmp_path / "reports")
     )
     assert len(history) == kept.train.epochs and history[-1]["epoch"] == kept.train.epochs
@@ -142,6 +142,7 @@ def test_a_design_that_does_not_want_a_run_yet_leaves_it_unstarted(grid_params, 
         due=lambda params, run, finished: (False, "the stopping rule needs 0 primary seeds"),
     )
     monkeypatch.setattr(study, "design", fake)
+    monkeypatch.setattr(catalog, "design", fake)
     designed = dataclasses.replace(grid_params, design=types.SimpleNamespace(active=True))
     assert study.run_study(designed, runs_root=tmp_path, reports_root=tmp_path) == [] and calls == []
     assert (

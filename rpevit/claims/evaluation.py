@@ -147,7 +147,7 @@ def mark_unplanned(rows: list[dict], variants) -> list[dict]:
 
 def missing_runs(records: list[dict], expected) -> list[dict]:
     """Per (dataset, variant) of the grid `expected` ((dataset, variant, seed) triples, e.g.
-    study.grid(params)): the seeds without a finished run, as a tuple."""
+    catalog.grid(params)): the seeds without a finished run, as a tuple."""
     done = {(r["dataset"], r["variant"], r["seed"]) for r in finished(records)}
     missing: dict[tuple[str, str], list[int]] = {}
     for dataset, variant, seed in expected:

@@ -55,8 +55,8 @@ def _designed(preset: str) -> bool:
 def study_status(preset: str, root=None) -> str:
     """Markdown: how far a designed study is (finished runs of its primary and secondary variants, from
     the kept records) while its report has not been generated yet."""
+    from ..catalog import grid, study_records
     from ..params import load_params
-    from ..study import grid, study_records
 
     params = load_params(preset)
     found = [r for r in study_records(params, reports_root=root) if r.get("status") == "finished"]
@@ -77,8 +77,8 @@ def study_status(preset: str, root=None) -> str:
 
 def _early_study_note(root=None, preset: str = "cpu_claims") -> str:
     """One sentence on the early-training claims study, computed from its kept records."""
+    from ..catalog import study_records
     from ..params import load_params
-    from ..study import study_records
 
     try:
         found = [r for r in study_records(load_params(preset), reports_root=root) if r.get("status") == "finished"]

@@ -1,0 +1,62 @@
+"""The catalog of a preset's runs: its grid in training order and the current record of each run.
+
+A record is current when its key matches the preset's present settings (run.Run.key); it is read
+from the run's directory under runs/, else from the copy kept under reports/<preset>/records/
+(presets with keep_records), so a fresh clone without runs/ sees every kept run. Read-only: the
+study runner (rpevit.study, rpevit.cell) writes what this reads.
+"""
+
+from __future__ import annotations
+
+from . import design, records
+from .params import Params
+from .run import Run
+from .variants import parse_variant
+
+
+def grid(params: Params) -> list[tuple[str, str, int]]:
+    """The (dataset, canonical variant, seed) triples of a preset, in training order (a preset with
+    a design: every run it may train, primary seed-major first; rpevit.design)."""
+    if params.design.active:
+        return design.ordered_runs(params)
+    return [(d, parse_variant(v).name, s) for d in params.datasets for v in params.variants for s in params.seeds]
+
+
+def _current(run: Run):
+    """(record, its directory) of the run's current record — from runs/, else the copy kept in
+    reports/ — if it was made with the preset's current settings, else None."""
+    run = run.rooted()
+    for directory in (run.dir, run.kept_dir if run.params.keep_records else None):
+        record = None if directory is None else records.read_record(directory)
+        if run.matches(record):
+            return record, directory
+    return None
+
+
+def current_record(run: Run) -> dict | None:
+    """The run's record (from runs/, else the copy kept in reports/) if it was made with the preset's
+    current settings, else None."""
+    found = _current(run)
+    return None if found is None else found[0]
+
+
+def run_history(run: Run) -> list[dict]:
+    """Per-epoch history rows of the run whose record is current (beside that record), [] if none or
+    if the history is damaged (then moved aside and named, like a damaged record)."""
+    found = _current(run)
+    if found is None:
+        return []
+    record, directory = found
+    return records.read_history(directory, record["epochs"] if record.get("status") == "finished" else None)
+
+
+def is_finished(run: Run) -> bool:
+    """True if the run has a record (finished or diverged) made with the preset's current settings."""
+    return current_record(run) is not None
+
+
+def study_records(params: Params, runs_root=None, reports_root=None) -> list[dict]:
+    """The current records of the preset's grid, in grid order."""
+    roots = {"runs_root": runs_root, "reports_root": reports_root}
+    found = (current_record(Run(params, *place, **roots)) for place in grid(params))
+    return [record for record in found if record is not None]
