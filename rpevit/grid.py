@@ -50,6 +50,12 @@ class Grid:
         trained_h, trained_w = self.trained
         return (min(1.0, trained_h / self.height), min(1.0, trained_w / self.width))
 
+    @property
+    def table_key(self) -> tuple:
+        """What a relative table over this grid depends on (for cache keys): its size and, when
+        interpolating, its scale."""
+        return self.height, self.width, self.interpolate and self.scale()
+
     def coords(self, device=None, dtype=torch.float32) -> torch.Tensor:
         """Positions r_i = (row, col) of the patches, row-major, scaled if interpolating: (N, 2)."""
         # scaled by Python numbers: a tensor built from host data would be a host→device copy per call

@@ -229,15 +229,7 @@ class Alibi2D(RelativeBias):
             distance = torch.sqrt(rows[:, None] ** 2 + cols[None, :] ** 2)  # (2H−1, 2W−1)
             return -self.slopes[:, None, None] * distance.to(self.slopes.dtype)
 
-        key = (
-            "alibi2d",
-            self.heads,
-            grid.height,
-            grid.width,
-            grid.interpolate and grid.scale(),
-            self.slopes.device,
-            self.slopes.dtype,
-        )
+        key = ("alibi2d", self.heads, *grid.table_key, self.slopes.device, self.slopes.dtype)
         return grid_cached(key, build)
 
 
@@ -302,14 +294,7 @@ class IRPE(RelativeBias):
             side = math.floor(self.BETA)
             return (self.index(rows)[:, None] + side) * (2 * side + 1) + self.index(cols)[None, :] + side
 
-        key = (
-            "irpe",
-            self.method,
-            grid.height,
-            grid.width,
-            grid.interpolate and grid.scale(),
-            self.bucket_table.device,
-        )
+        key = ("irpe", self.method, *grid.table_key, self.bucket_table.device)
         return grid_cached(key, build)
 
     def table(self, grid):
