@@ -257,14 +257,20 @@ def cmd_pilot(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    """Benchmarks: throughput of training and of the data pipeline (ratios in one run)."""
-    from .bench import run_bench
-
+    """Benchmarks: throughput of training and of the data pipeline, engines (ratios in one run)."""
     print(
         "command: python -m rpevit " + " ".join(sys.argv[1:])
         if sys.argv[0].endswith("__main__.py")
-        else f"command: rpevit bench {args.what}"
+        else f"command: rpevit bench {args.what}",
+        flush=True,
     )
+    if args.what == "engines":  # whole studies: orchestration layer, not rpevit.bench
+        from .bench_engines import run_engines_bench
+
+        run_engines_bench(args)
+        return 0
+    from .bench import run_bench
+
     run_bench(args.what, args)
     return 0
 
@@ -372,7 +378,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="throughput benchmarks")
     bench.add_argument(
-        "what", choices=["train", "data", "levers", "speed", "attention", "bias", "patches"], help="what to measure"
+        "what",
+        choices=["train", "data", "levers", "speed", "attention", "bias", "patches", "engines"],
+        help="what to measure",
     )
     bench.add_argument(
         "--sides",
@@ -396,6 +404,13 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--no-compile", action="store_true", help="levers: leave torch.compile out")
     bench.add_argument("--steps", type=int, help="timed steps per measurement (train/data 20, attention 5)")
     bench.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    bench.add_argument(
+        "--workers", type=int, default=2, help="engines: Ray tasks at once (a local cluster of workers × cpus-per-run)"
+    )
+    bench.add_argument("--cpus-per-run", type=int, default=1, help="engines: CPUs (torch threads) per Ray task")
+    bench.add_argument("--variants", help="engines: comma-separated variants (default: the preset's)")
+    bench.add_argument("--epochs", type=int, help="engines: override train.epochs (a quicker check)")
+    bench.add_argument("--root", help="engines: directory for both runs trees (default: a new temporary directory)")
     return parser
 
 

@@ -18,20 +18,16 @@ Ray Core tasks, not Ray Tune: a run is already a complete, checkpointed job writ
 record; Tune would add its own trial directories, state and checkpoints beside them (two sources
 of truth), and its search and early-stopping schedulers have nothing to do in a fixed grid.
 Ray is an optional extra (`pip install -e '.[cluster]'`); nothing here imports it before a
-study on Ray is asked for.
-
-Benchmark (sequential runner vs Ray workers, one run, as a ratio):
-    python -m rpevit.cluster compare smoke --workers 2 --cpus-per-run 1
+study on Ray is asked for. The engine benchmark (sequential vs Ray) is `python -m rpevit bench
+engines` (rpevit.bench_engines).
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 import socket
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -412,116 +408,3 @@ def _outcome(ray, ref, run: Run):
     top1, seconds = row.get("top1"), result.get("seconds", 0.0)
     message = (f"top-1 {100 * top1:.2f}%, " if top1 is not None else "") + f"{seconds:.0f} s on {result.get('host')}"
     return "done", message, {**info, "row": row}
-
-
-# --------------------------------------------------------------------------------------------
-# benchmark: sequential runner vs Ray workers, in one run
-
-
-def compare_engines(params: Params, *, workers: int = 2, cpus_per_run: int = 1, root=None, dataset_loader=None) -> dict:
-    """Wall time of the preset's whole grid with the sequential runner and with Ray (`workers`
-    tasks of `cpus_per_run` threads at once on a local cluster started here, or as many as an
-    already initialised Ray's CPUs hold), both from scratch in fresh runs
-    directories under `root` (default: a temporary directory), measured one after the other in
-    this process. Prints a Markdown table and returns the numbers."""
-    import torch
-
-    ray = import_ray()
-    root = Path(root or tempfile.mkdtemp(prefix="rpevit-compare-"))
-    threads = torch.get_num_threads()
-    start = time.perf_counter()
-    sequential = study.run_study(
-        params,
-        runs_root=root / "sequential" / "runs",
-        reports_root=root / "sequential" / "reports",
-        dataset_loader=dataset_loader,
-    )
-    sequential_s = time.perf_counter() - start
-    start = time.perf_counter()
-    started_ray = not ray.is_initialized()
-    if started_ray:
-        ray.init(address="local", num_cpus=workers * cpus_per_run, include_dashboard=False)
-    else:  # reuse the caller's cluster: as many workers as its CPUs hold runs
-        workers = int(ray.cluster_resources().get("CPU", 0)) // cpus_per_run
-    init_s = time.perf_counter() - start
-    try:
-        start = time.perf_counter()
-        on_ray = run_study_ray(
-            params,
-            cpus_per_run=cpus_per_run,
-            runs_root=root / "ray" / "runs",
-            reports_root=root / "ray" / "reports",
-            progress=False,
-            dataset_loader=dataset_loader,
-        )
-        ray_s = time.perf_counter() - start
-    finally:
-        if started_ray:
-            ray.shutdown()
-    same = sum(result_fields(a) == result_fields(b) for a, b in zip(sequential, on_ray))
-    result = {
-        "runs": len(sequential),
-        "sequential_seconds": sequential_s,
-        "sequential_threads": threads,
-        "ray_seconds": ray_s,
-        "ray_start_seconds": init_s,
-        "workers": workers,
-        "cpus_per_run": cpus_per_run,
-        "ratio": sequential_s / ray_s,
-        "ratio_with_start": sequential_s / (ray_s + init_s),
-        "identical_results": same,
-        "cores": os.cpu_count(),
-        "root": str(root),
-    }
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(
-        f"\n{params.name}: {len(sequential)} runs on {os.cpu_count()} cores (1-min load {load:.2f}), "
-        f"torch {torch.__version__}, ray {ray.__version__}\n\n"
-        "| engine | processes × threads | wall s |\n|---|---|---|\n"
-        f"| sequential (`study`) | 1 × {threads} | {sequential_s:.1f} |\n"
-        f"| ray (`study --engine ray`) | {workers} × {cpus_per_run} | {ray_s:.1f} "
-        f"(+ {init_s:.1f} cluster start) |\n\n"
-        f"sequential / ray: {result['ratio']:.2f}× ({result['ratio_with_start']:.2f}× counting the cluster start); "
-        f"identical result fields in {same} of {len(sequential)} runs"
-        + (
-            ""
-            if threads == cpus_per_run
-            else f" (the runners used {threads} vs {cpus_per_run} torch threads; float sums may round differently)"
-        ),
-        flush=True,
-    )
-    return result
-
-
-def main(argv=None) -> int:
-    """python -m rpevit.cluster compare PRESET [--workers 2] [--cpus-per-run 1] [--variants …] [--epochs N]"""
-    from .params import load_params
-
-    parser = argparse.ArgumentParser(prog="python -m rpevit.cluster", description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    compare = sub.add_parser("compare", help="wall time of a preset's grid: sequential runner vs Ray workers")
-    compare.add_argument("params", help="preset name or YAML path")
-    compare.add_argument(
-        "--workers", type=int, default=2, help="Ray tasks at once (a local cluster of workers × cpus-per-run CPUs)"
-    )
-    compare.add_argument("--cpus-per-run", type=int, default=1, help="CPUs (torch threads) per Ray task")
-    compare.add_argument("--variants", help="comma-separated variants (default: the preset's)")
-    compare.add_argument("--epochs", type=int, help="override train.epochs (a quicker check)")
-    compare.add_argument("--root", help="directory for both runs trees (default: a new temporary directory)")
-    args = parser.parse_args(argv)
-    try:
-        params = load_params(args.params)
-        if args.variants:
-            params = dataclasses.replace(params, variants=tuple(args.variants.split(",")))
-        if args.epochs:
-            params = dataclasses.replace(params, train=dataclasses.replace(params.train, epochs=args.epochs))
-        print("command: python -m rpevit.cluster " + " ".join(sys.argv[1:] if argv is None else argv), flush=True)
-        compare_engines(params, workers=args.workers, cpus_per_run=args.cpus_per_run, root=args.root)
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -38,3 +38,28 @@ def test_levers_time_every_setting_and_ratio_to_fp32_eager(small):
     rows = bench.training_levers(small, ["relu+ape"], "cpu", batches=(4, 8), repeats=2, steps=1, compile_model=False)
     assert [(r["batch"], r["amp"]) for r in rows] == [(4, "fp32"), (4, "bf16"), (8, "fp32"), (8, "bf16")]
     assert rows[0]["ratio"] == 1.0 and all(r["images/s"] > 0 for r in rows)
+
+
+def test_bench_engines_reads_its_options_from_the_command_line():
+    """`python -m rpevit bench engines` (moved from `python -m rpevit.cluster compare`): the preset with
+    --variants and --epochs applied, the Ray options passed through."""
+    from rpevit.bench_engines import engines_params
+    from rpevit.cli import build_parser
+
+    args = build_parser().parse_args(
+        ["bench", "engines", "--params", "smoke", "--variants", "softmax+ape, relu+ape", "--epochs", "1"]
+        + ["--workers", "3", "--cpus-per-run", "2", "--root", "/tmp/x"]
+    )
+    params = engines_params(args)
+    assert params.name == "smoke" and params.variants == ("softmax+ape", "relu+ape") and params.train.epochs == 1
+    assert (args.workers, args.cpus_per_run, args.root) == (3, 2, "/tmp/x")
+    default = engines_params(build_parser().parse_args(["bench", "engines"]))
+    assert default.variants == load_params("smoke").variants and default.train == load_params("smoke").train
+
+
+def test_bench_engines_with_an_unknown_preset_is_one_error_line(capsys):
+    from rpevit.cli import main
+
+    assert main(["bench", "engines", "--params", "no_such_preset"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error:") and "no_such_preset" in err and "\n" not in err

@@ -19,7 +19,7 @@ import types
 import pytest
 import torch
 
-from rpevit import catalog, cluster, records, runs, study
+from rpevit import bench_engines, catalog, cluster, records, runs, study
 from rpevit.data import Dataset, Split
 from rpevit.errors import UserError
 from rpevit.progress import Progress
@@ -249,17 +249,19 @@ def test_killed_worker_is_retried_and_the_run_resumes(ray_cluster, tiny_params, 
     assert len(records.read_history(run_dir)) == 4
 
 
-def test_compare_engines_reports_a_ratio(ray_cluster, tiny_params, tmp_path, capsys):
+def test_compare_engines_reports_a_ratio(ray_cluster, tiny_params, one_thread, tmp_path, capsys):
+    """bench engines (rpevit.bench_engines) on the caller's data loader: both engines, same results."""
     params = dataclasses.replace(
         tiny_params,
         variants=("softmax+none", "softmax+ape"),
         train=dataclasses.replace(tiny_params.train, epochs=1),
         evaluate=dataclasses.replace(tiny_params.evaluate, resolutions=()),
     )
-    result = cluster.compare_engines(
+    result = bench_engines.compare_engines(
         params, cpus_per_run=1, root=tmp_path, dataset_loader=functools.partial(tiny_loader, n_train=128)
     )
     assert result["runs"] == 2 and result["workers"] == 2 and result["ratio"] > 0
+    assert result["identical_results"] == 2  # one torch thread in both engines (one_thread)
     assert "sequential / ray:" in capsys.readouterr().out
 
 
