@@ -1,6 +1,7 @@
-"""Attention inspection (rpevit.attention_maps): maps and distances of models, single-layer
-matrices for the relative-property check, offset maps, FAVOR+ estimator error, the dense
-reference of the FFT path, runs to inspect and the explorer's figure."""
+"""Attention inspection (rpevit.inspection, attention_measures, layer_probes, map_figures and the
+FAVOR+ / FFT checks of rpevit.checks): maps and distances of models, single-layer matrices for the
+relative-property check, offset maps, FAVOR+ estimator error, the dense reference of the FFT path,
+runs to inspect and the explorer's figure."""
 
 from __future__ import annotations
 
@@ -14,8 +15,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from rpevit import attention_maps as am  # noqa: E402
-from rpevit import runs  # noqa: E402
+from rpevit import attention_measures, checks, inspection, layer_probes, map_figures, runs  # noqa: E402
 from rpevit.attention import BACKENDS  # noqa: E402
 from rpevit.checks import relative_violation  # noqa: E402
 from rpevit.grid import Grid  # noqa: E402
@@ -31,34 +31,38 @@ def _uniform(grid, batch=2, heads=3):
 
 def test_query_maps_cls_row_and_mean_received():
     weights = torch.rand(2, 3, GRID.num_tokens, GRID.num_tokens)
-    (cls_map,) = am.query_maps([weights], GRID)
+    (cls_map,) = attention_measures.query_maps([weights], GRID)
     assert cls_map.shape == (2, 3, 3, 4) and torch.equal(cls_map.flatten(2), weights[:, :, 0, 1:])
     grid = Grid(3, 4, cls=False)
     weights = torch.rand(2, 3, 12, 12)
-    (received,) = am.query_maps([weights], grid)
+    (received,) = attention_measures.query_maps([weights], grid)
     assert torch.allclose(received.flatten(2), weights.mean(dim=2))
 
 
 def test_mean_attention_distance_uniform_and_local():
-    uniform = am.mean_attention_distance(_uniform(GRID), GRID)
+    uniform = attention_measures.mean_attention_distance(_uniform(GRID), GRID)
     assert uniform.shape == (2, 3)
-    assert torch.allclose(uniform, torch.full((2, 3), am.uniform_attention_distance(GRID), dtype=uniform.dtype))
+    assert torch.allclose(
+        uniform, torch.full((2, 3), attention_measures.uniform_attention_distance(GRID), dtype=uniform.dtype)
+    )
     local = torch.zeros(1, 1, GRID.num_tokens, GRID.num_tokens)
     local[0, 0, 0, 0] = 1.0
     local[0, 0, 1:, 1:] = torch.eye(GRID.num_patches)  # each patch attends to itself: distance 0
-    assert am.mean_attention_distance(local, GRID).item() == pytest.approx(0.0)
+    assert attention_measures.mean_attention_distance(local, GRID).item() == pytest.approx(0.0)
     signed = _uniform(GRID) * torch.where(torch.rand(GRID.num_tokens) > 0.5, 1.0, -1.0)
-    per_head, is_signed = am.attention_distance([signed, _uniform(GRID)], GRID)
+    per_head, is_signed = attention_measures.attention_distance([signed, _uniform(GRID)], GRID)
     assert per_head.shape == (2, 3) and is_signed  # |A|: the same distances as uniform
-    assert torch.allclose(per_head, torch.full((2, 3), am.uniform_attention_distance(GRID), dtype=per_head.dtype))
+    assert torch.allclose(
+        per_head, torch.full((2, 3), attention_measures.uniform_attention_distance(GRID), dtype=per_head.dtype)
+    )
 
 
 def test_rotation_sites_and_config(tiny_params):
-    assert am.rotation_sites("softmax") == ("pre",)
-    assert set(am.rotation_sites("favor")) == {"pre", "post"}
-    config = am.with_rotation_site(tiny_params.model, "favor", "post")
+    assert layer_probes.rotation_sites("softmax") == ("pre",)
+    assert set(layer_probes.rotation_sites("favor")) == {"pre", "post"}
+    config = layer_probes.with_rotation_site(tiny_params.model, "favor", "post")
     assert config.options_for("favor").rotation_site == "post"
-    assert am.with_rotation_site(tiny_params.model, "softmax", "post") is tiny_params.model
+    assert layer_probes.with_rotation_site(tiny_params.model, "softmax", "post") is tiny_params.model
 
 
 def test_layer_attention_relative_property(tiny_params):
@@ -71,34 +75,36 @@ def test_layer_attention_relative_property(tiny_params):
         ("softmax", "ape", "pre", False),
         ("favor", None, "auto", True),
     ):
-        weights = am.layer_attention(config, grid, backend, method, site)
+        weights = layer_probes.layer_attention(config, grid, backend, method, site)
         assert weights.shape == (config.heads, grid.num_tokens, grid.num_tokens) and weights.dtype == torch.float64
         violation = relative_violation(weights, grid)
         assert (violation < 1e-9) if relative else (violation > 1e-3), (backend, method, violation)
-    again = am.layer_attention(config, grid, "softmax", "rope_mixed", "pre")
-    assert torch.equal(again, am.layer_attention(config, grid, "softmax", "rope_mixed", "pre"))
+    again = layer_probes.layer_attention(config, grid, "softmax", "rope_mixed", "pre")
+    assert torch.equal(again, layer_probes.layer_attention(config, grid, "softmax", "rope_mixed", "pre"))
 
 
 def test_cases_cover_the_registries():
-    cases = am.relative_property_cases()
+    cases = layer_probes.relative_property_cases()
     assert {m for b, m, _ in cases if b == "softmax"} == set(POSITIONS) | {None}
     for backend in BACKENDS:
         if backend != "softmax":
             assert (backend, None, "auto") in cases
-            assert {m for b, m, s in cases if b == backend and s == "post"} == set(am.methods_of("rotary"))
-    assert all(site == "pre" and b != "softmax" for b, _, site in am.premap_cases())
-    assert am.case_label("relu", "rope_axial", "post") == "relu+rope_axial (post-map)"
-    assert am.case_label("favor", "rope_axial", "pre") == "favor+rope_axial (pre-map)"
-    assert am.case_label("softmax", None, "pre") == "softmax+none"
+            assert {m for b, m, s in cases if b == backend and s == "post"} == set(layer_probes.methods_of("rotary"))
+    assert all(site == "pre" and b != "softmax" for b, _, site in layer_probes.premap_cases())
+    assert layer_probes.case_label("relu", "rope_axial", "post") == "relu+rope_axial (post-map)"
+    assert layer_probes.case_label("favor", "rope_axial", "pre") == "favor+rope_axial (pre-map)"
+    assert layer_probes.case_label("softmax", None, "pre") == "softmax+none"
 
 
 def test_offset_maps_relative_vs_absolute(tiny_params):
     config = runs.model_config_for(tiny_params, "mnist5k")
     grid = Grid(3, 4, cls=True)
-    mean, spread, signed = am.offset_maps(am.layer_attention(config, grid, "softmax", "rope_axial"), grid)
+    mean, spread, signed = layer_probes.offset_maps(
+        layer_probes.layer_attention(config, grid, "softmax", "rope_axial"), grid
+    )
     assert mean.shape == spread.shape == (5, 7) and not signed
     assert np.nanmax(spread) < -9 and mean[2, 3] == pytest.approx(0.0)  # Δ = 0: log 1
-    _, spread_ape, _ = am.offset_maps(am.layer_attention(config, grid, "softmax", "ape"), grid)
+    _, spread_ape, _ = layer_probes.offset_maps(layer_probes.layer_attention(config, grid, "softmax", "ape"), grid)
     assert np.nanmax(spread_ape) > -3
 
 
@@ -106,21 +112,21 @@ def test_perturb_parameters_is_reproducible():
     a, b = torch.nn.Linear(3, 2), torch.nn.Linear(3, 2)
     b.load_state_dict(a.state_dict())
     before = a.weight.detach().clone()
-    am.perturb_parameters(a, 0.5, seed=3)
-    am.perturb_parameters(b, 0.5, seed=3)
+    layer_probes.perturb_parameters(a, 0.5, seed=3)
+    layer_probes.perturb_parameters(b, 0.5, seed=3)
     assert torch.equal(a.weight, b.weight) and not torch.equal(a.weight, before)
 
 
 def test_favor_estimator_error_falls_like_inverse_sqrt_m():
-    rows = am.favor_estimator_error(8, [1, 4, 16], pairs=400, draws=4, qk_scale=0.5, seed=0)
+    rows = checks.favor_estimator_error(8, [1, 4, 16], pairs=400, draws=4, qk_scale=0.5, seed=0)
     assert [(r["features"], r["m"]) for r in rows] == [(k, m) for m in (8, 32, 128) for k in ("orthogonal", "iid")]
     for kind in ("orthogonal", "iid"):
-        assert -0.75 < am.loglog_slope(rows, kind) < -0.3
+        assert -0.75 < checks.loglog_slope(rows, kind) < -0.3
     assert all(abs(r["mean signed error (bias)"]) < 5 * r["bias standard error"] + 1e-3 for r in rows)
 
 
 def test_fft_path_matches_both_dense_references():
-    rows = am.fft_vs_dense(Grid(3, 4, cls=True), heads=2, head_dim=4, num_features=6, seed=1)
+    rows = checks.fft_vs_dense(Grid(3, 4, cls=True), heads=2, head_dim=4, num_features=6, seed=1)
     assert len(rows) == 4
     for row in rows:
         tol = 1e-10 if row["dtype"] == "float64" else 1e-5
@@ -128,15 +134,15 @@ def test_fft_path_matches_both_dense_references():
 
 
 def test_inspection_targets_untrained_then_finished(tiny_params):
-    untrained = am.inspection_targets(tiny_params, [], seed=2)
+    untrained = inspection.inspection_targets(tiny_params, [], seed=2)
     assert [t["variant"] for t in untrained] == [v for v in tiny_params.variants]
     assert all(t["record"] is None and t["seed"] == 2 and "untrained" in t["label"] for t in untrained)
     record = {"variant": "favor+krpe", "dataset": "mnist5k", "seed": 0, "status": "finished", "top1": 0.5, "epochs": 3}
     found = [record, {**record, "status": "diverged"}, {**record, "seed": 1}]
-    (target,) = am.inspection_targets(tiny_params, found, has_weights=lambda r: True)  # one seed per variant
+    (target,) = inspection.inspection_targets(tiny_params, found, has_weights=lambda r: True)  # one seed per variant
     assert target["record"] is record and "test top-1 50.0%, 3 ep" in target["label"]
     # a kept record without its checkpoint on this machine: the untrained models, and a note naming the run
-    assert all(t["record"] is None for t in am.inspection_targets(tiny_params, found))
+    assert all(t["record"] is None for t in inspection.inspection_targets(tiny_params, found))
     note = runs.weightless_note(tiny_params, found)
     assert note.startswith("2 finished run(s)") and "--variant favor+krpe --dataset mnist5k --seed 0" in note
     assert runs.weightless_note(tiny_params, found, has_weights=lambda r: True) == ""
@@ -144,7 +150,7 @@ def test_inspection_targets_untrained_then_finished(tiny_params):
 
 def test_map_source_and_query_figure(tiny_params):
     params = dataclasses.replace(tiny_params, variants=("softmax+ape", "relu+rope_axial"))
-    source = am.MapSource(params, [], seed=0)
+    source = inspection.MapSource(params, [], seed=0)
     assert not source.trained and len(source.targets) == 2
     label = next(iter(source.targets))
     images, raw, labels = source.images(label, 3, 2)
@@ -156,19 +162,19 @@ def test_map_source_and_query_figure(tiny_params):
     assert view["picture"].shape == (28, 28, 3) and view["picture"].dtype == np.uint8
     assert source.image_maps(label, 3) is view  # cached
     assert torch.allclose(torch.from_numpy(view["maps"][0]), maps[0][0])
-    fig = am.query_figure(view, layer=1, head=0, query=9, title="t", image_index=3)
+    fig = map_figures.query_figure(view, layer=1, head=0, query=9, title="t", image_index=3)
     assert [t.type for t in fig.data] == ["image", "heatmap", "scatter"]
     assert "patch 8 (row 1, col 1)" in fig.layout.annotations[1].text
-    assert am.describe_query(grid, 0) == "CLS"
+    assert map_figures.describe_query(grid, 0) == "CLS"
     # class names, not integers; untrained weights say so in the figure and above the controls
     assert view["truth_name"] == str(view["truth"]) and f"true {view['truth_name']}," in fig.layout.annotations[0].text
     assert not view["trained"] and "UNTRAINED" in fig.layout.title.text
     assert "UNTRAINED" in source.banner(label)
     # the fixed scale centred on uniform attention 1/N, named on the colour bar
     heatmap = fig.data[1]
-    assert (heatmap.zmin, heatmap.zmax) == (-am.UNIFORM_OCTAVES, am.UNIFORM_OCTAVES)
+    assert (heatmap.zmin, heatmap.zmax) == (-map_figures.UNIFORM_OCTAVES, map_figures.UNIFORM_OCTAVES)
     assert "0.02 = 1/50 (uniform)" in heatmap.colorbar.ticktext
-    signed = am.query_figure(source.image_maps(list(source.targets)[1], 0), 0, 0, 0)
+    signed = map_figures.query_figure(source.image_maps(list(source.targets)[1], 0), 0, 0, 0)
     assert signed.data[1].zmid == 0  # relu + post-map rotation: signed weights
     assert signed.data[1].zmax >= 2 / 50 and "1/50 (uniform)" in signed.data[1].colorbar.ticktext
 
@@ -180,12 +186,12 @@ def test_a_near_uniform_map_is_not_stretched_over_its_own_range():
     tokens = grid.num_tokens
     weights = np.full((1, tokens, tokens), 1 / tokens) * (1 + 0.02 * np.random.default_rng(0).standard_normal(tokens))
     view = {"maps": [weights], "grid": grid, "picture": np.zeros((28, 28, 3), np.uint8), "truth": 1, "prediction": 2}
-    heatmap = am.query_figure(view, 0, 0, 0).data[1]
+    heatmap = map_figures.query_figure(view, 0, 0, 0).data[1]
     assert np.abs(np.asarray(heatmap.z)).max() < 0.1  # |log2(w·N)|: within 7 % of uniform
     assert (heatmap.zmin, heatmap.zmax) == (-4, 4)
     peaked = np.zeros_like(weights)
     peaked[0, :, 5] = 1.0
-    assert np.asarray(am.query_figure({**view, "maps": [peaked]}, 0, 0, 0).data[1].z).max() >= 4
+    assert np.asarray(map_figures.query_figure({**view, "maps": [peaked]}, 0, 0, 0).data[1].z).max() >= 4
 
 
 def test_datasets_name_their_classes():
@@ -200,11 +206,13 @@ def test_datasets_name_their_classes():
 
 def test_show_map_colour_bar_on_signed_maps():
     fig, (a, b) = plt.subplots(1, 2)
-    am.show_map(a, np.array([[0.1, 0.2], [0.3, 0.4]]))
-    am.show_map(b, np.array([[-0.1, 0.2], [0.3, 0.4]]), image=np.zeros((8, 8)))
+    map_figures.show_map(a, np.array([[0.1, 0.2], [0.3, 0.4]]))
+    map_figures.show_map(b, np.array([[-0.1, 0.2], [0.3, 0.4]]), image=np.zeros((8, 8)))
     assert len(fig.axes) == 3  # one colour bar, for the signed map
     plt.close(fig)
-    assert am.as_picture(torch.zeros(1, 4, 5)).shape == (4, 5) and am.as_picture(torch.zeros(3, 4, 5)).shape == (
+    assert map_figures.as_picture(torch.zeros(1, 4, 5)).shape == (4, 5) and map_figures.as_picture(
+        torch.zeros(3, 4, 5)
+    ).shape == (
         4,
         5,
         3,
