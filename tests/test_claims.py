@@ -189,7 +189,7 @@ def test_protocol_reads_the_preset_and_the_records():
     assert abs(row["training hours (sum over runs)"] - 16.0 * 5 / 3600) < 1e-12
     assert "no finished run" in claims.protocol_rows(params, [])[0]["test images"]
     text = claims.protocol_text(params)
-    assert f"±{claims.MARGIN_POINTS:g} point" in text and f"±{claims.MARGIN_TIME_PCT:g} %" in text
+    assert f"±{claims.registry.MARGIN_POINTS:g} point" in text and f"±{claims.registry.MARGIN_TIME_PCT:g} %" in text
     assert f"{len(claims.CLAIMS)} claims" in text and "Performer − softmax (positive = Performer ahead)" in text
 
 

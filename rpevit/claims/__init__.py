@@ -7,6 +7,8 @@ with an interval and a verdict (notebook 45_claims; docs/statistics.md).
 - speed:      time claims from the side-by-side speed benchmark, seed 000's speed crossover
 - narration:  effects and verdicts in words, the report's tables and answer
 - figures:    the forest plot and the speedup sweep
+
+The margins and α of the seeds' claims: `rpevit.claims.registry` (ALPHA, MARGIN_POINTS, MARGIN_TIME_PCT).
 """
 
 from .evaluation import correctness, evaluate_claims, mark_unplanned, missing_runs
@@ -32,12 +34,9 @@ from .narration import (
     verdict_text,
 )
 from .registry import (
-    ALPHA,
     CLAIMS,
     CONTRADICTED,
     INCONCLUSIVE,
-    MARGIN_POINTS,
-    MARGIN_TIME_PCT,
     NO_DATA,
     NOT_PLANNED,
     NOT_TESTABLE,
@@ -60,15 +59,12 @@ from .registry import (
 from .speed import BUSY, CROSSOVER_TOKENS, crossover_rows, read_speed, speedups
 
 __all__ = [
-    "ALPHA",
     "BUSY",
     "CLAIMS",
     "CONTRADICTED",
     "CROSSOVER_TOKENS",
     "EFFECT_HEADER",
     "INCONCLUSIVE",
-    "MARGIN_POINTS",
-    "MARGIN_TIME_PCT",
     "NOT_PLANNED",
     "NOT_TESTABLE",
     "NO_DATA",
