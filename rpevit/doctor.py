@@ -6,7 +6,7 @@ One line per check, `ok`, `FAIL` or `skip`, then the path of the benchmark repor
 - cuda tests: tests/test_gpu.py (every variant trains in bf16; fast paths and cuFFT against the
   dense N×N path in fp32; SDPA finds a fused kernel; compile == eager; an exact resume);
 - sync-free steps: SYNC_STEPS training steps of every variant under
-  `torch.cuda.set_sync_debug_mode("warn")`, counting the host syncs it reports (want 0);
+  `torch.cuda.set_sync_debug_mode("error")`; each host sync is named by its line in rpevit (want none);
 - torchrun nccl: a 2-process data-parallel training over NCCL (needs 2 GPUs);
 - ray study: a tiny study with `--engine ray --gpus-per-run 0.5` (two runs share the GPU);
 - bench: training images/s in bf16 with MFU against the GPU's stated dense bf16 peak, and
@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 import warnings
 from pathlib import Path
 
@@ -100,14 +101,28 @@ def check_cuda_tests(root: Path) -> bool:
     tests = root / "tests" / "test_gpu.py"
     if not tests.is_file():
         return _line("skip", "cuda tests", f"{tests} is not here (run from a clone of the repository)")
-    code, output = _run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tests)])
-    summary = _tail(output)
-    return _line("ok" if code == 0 and "skipped" not in summary else "FAIL", "cuda tests", summary)
+    code, output = _run([sys.executable, "-m", "pytest", "-q", "-rfEs", "-p", "no:cacheprovider", str(tests)])
+    ok = _line("ok" if code == 0 and "skipped" not in _tail(output) else "FAIL", "cuda tests", _tail(output))
+    for line in output.splitlines():  # pytest's short summary: one line per failed, erroring or skipped test
+        if line.startswith(("FAILED", "ERROR", "SKIPPED")):
+            print(f"      {line[:300]}", flush=True)
+    return ok
 
 
-def _sync_warnings(variant: str, device: torch.device) -> list[str]:
-    """Host syncs reported in SYNC_STEPS bf16 training steps of a tiny model of `variant` (one
-    untimed step first: caches are built once; FAVOR+ redraws, outside the step, are allowed)."""
+def _sync_site(error: BaseException) -> str:
+    """Where a host sync happened: the innermost rpevit frame of its traceback (file:line function)."""
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if f"{os.sep}rpevit{os.sep}" in f.filename]
+    if not frames:
+        return "outside rpevit"
+    frame = frames[-1]
+    return f"{Path(frame.filename).parent.name}/{Path(frame.filename).name}:{frame.lineno} {frame.name}"
+
+
+def _first_sync(variant: str, device: torch.device) -> str | None:
+    """The site of the first host sync in SYNC_STEPS bf16 training steps of a tiny model of `variant`,
+    or None. `set_sync_debug_mode("error")` makes every synchronizing CUDA call raise, so the
+    traceback names the line (one untimed step first: caches are built once; FAVOR+ redraws, outside
+    the step, are allowed)."""
     from .model import build_model
 
     torch.manual_seed(0)
@@ -127,33 +142,40 @@ def _sync_warnings(variant: str, device: torch.device) -> list[str]:
 
     step(0)
     model.count_training_step()
-    reported = []
+    # torch notes once that the sync debug mode is a prototype: said in the README, not per run
+    warnings.filterwarnings("ignore", message="Synchronization debug mode is a prototype")
     for i in range(1, SYNC_STEPS + 1):
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            torch.cuda.set_sync_debug_mode("warn")
-            try:
-                step(i)
-            finally:
-                torch.cuda.set_sync_debug_mode("default")
-        reported += [str(w.message).splitlines()[0] for w in caught]
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            step(i)
+        except RuntimeError as error:
+            if "synchroniz" not in str(error):
+                raise
+            return _sync_site(error)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
         model.count_training_step()
-    return reported
+    return None
 
 
 def check_sync_free(device: torch.device) -> bool:
+    """Every variant's training step without a host sync; the sites found, most frequent first."""
     from .variants import list_variants
 
-    offenders = {}
+    sites: dict[str, list[str]] = {}
     for variant in list_variants():
-        reported = _sync_warnings(variant, device)
-        if reported:
-            offenders[variant] = reported[0]
-    detail = f"{len(list_variants())} variants × {SYNC_STEPS} bf16 steps, {len(offenders)} with host syncs"
-    if offenders:
-        first = next(iter(offenders.items()))
-        detail += f" (first: {first[0]}: {first[1][:160]})"
-    return _line("FAIL" if offenders else "ok", "sync-free steps", detail)
+        site = _first_sync(variant, device)
+        if site:
+            sites.setdefault(site, []).append(variant)
+    count = sum(len(v) for v in sites.values())
+    ok = _line(
+        "FAIL" if sites else "ok",
+        "sync-free steps",
+        f"{len(list_variants())} variants × {SYNC_STEPS} bf16 steps, {count} with a host sync",
+    )
+    for site, variants in sorted(sites.items(), key=lambda item: -len(item[1])):
+        print(f"      {site}: {len(variants)} variants, e.g. {', '.join(variants[:3])}", flush=True)
+    return ok
 
 
 def _preset(directory: Path) -> Path:

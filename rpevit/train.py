@@ -222,6 +222,7 @@ def _train(run: Run, dataset, out_dir: Path, resume: bool, progress: bool, on_ep
     train_cfg = run.train_config
     with deterministic(train_cfg.deterministic):
         device = replica.device(resolve_device(train_cfg.device))
+        dataset = data_lib.on_device(dataset, device)
         state = _start(run, dataset, device, replica)
         checkpoint_path = out_dir / records.CHECKPOINT
         precision = "bf16" if uses_bf16(device, train_cfg.amp) else "fp32"

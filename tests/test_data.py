@@ -680,3 +680,16 @@ def test_val_and_test_splits_are_not_ordered_by_class():
     data = load_dataset("mnist5k")
     for split in (data.val, data.test):
         assert len(set(split.labels[:50].tolist())) >= 8  # any prefix is a fair sample
+
+
+def test_on_device_moves_every_split_once(tiny_dataset):
+    """train_run moves a dataset to the training device (under torchrun: each rank's GPU); one
+    already there is returned as it is."""
+    assert data.on_device(tiny_dataset, torch.device("cpu")) is tiny_dataset
+    moved = data.on_device(tiny_dataset, torch.device("meta"))
+    for name in ("train", "val", "test"):
+        split, original = getattr(moved, name), getattr(tiny_dataset, name)
+        assert split.images.device.type == "meta" and split.labels.device.type == "meta"
+        assert split.images.shape == original.images.shape and split.images.dtype == torch.uint8
+    assert moved.info == tiny_dataset.info and moved.source == tiny_dataset.source
+    assert data.on_device(moved, torch.device("meta")) is moved

@@ -334,3 +334,24 @@ def test_models_run_on_other_image_sizes(name):
     assert model(torch.randn(2, 1, 28, 28)).shape == (2, 10)
     assert model(torch.randn(2, 1, 56, 40)).shape == (2, 10)
     assert torch.isfinite(model(torch.randn(2, 1, 56, 56), interpolate=True)).all()
+
+
+def test_cayley_basis_is_the_checked_solve_without_its_host_sync():
+    """P from solve_ex (no error check: the check reads the solver's status on the host, a sync per
+    step on CUDA) equals linalg.solve's, value and gradient, float64; a bf16 request is solved in
+    float32 (no bf16 solver) and returned in bf16."""
+    module = make("string_cayley")
+    a = module.skew
+    s = a - a.transpose(-2, -1)
+    eye = torch.eye(DIM, dtype=F64)
+    reference = torch.linalg.solve(eye + s, eye - s)
+    basis = module.basis(F64)
+    torch.testing.assert_close(basis, reference, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(basis.transpose(-2, -1) @ basis, eye.expand_as(basis), rtol=0, atol=1e-12)
+    weights = torch.randn_like(basis)
+    (grad,) = torch.autograd.grad((basis * weights).sum(), a)
+    (grad_reference,) = torch.autograd.grad((reference * weights).sum(), a)
+    torch.testing.assert_close(grad, grad_reference, rtol=1e-10, atol=1e-12)
+    assert grad.abs().max() > 1e-3
+    half = make("string_cayley", dtype=torch.float32).basis(torch.bfloat16)
+    assert half.dtype == torch.bfloat16

@@ -40,6 +40,7 @@ __all__ = [
     "load_dataset",
     "normalize",
     "num_batches",
+    "on_device",
     "recipe_for",
     "search_roots",
     "training_images",
@@ -100,6 +101,18 @@ def _subset(
         for c in range(info.num_classes)
     ]
     return torch.cat(chosen).sort().values
+
+
+def on_device(dataset: Dataset, device: torch.device) -> Dataset:
+    """`dataset` with every split on `device` (the same object when it is there already): the batch
+    pipeline indexes, augments and normalizes where the split lives, so a split must sit on the
+    training device (under torchrun each rank's own GPU, not the one the data was loaded on)."""
+    device = torch.device(device)
+    splits = (dataset.train, dataset.val, dataset.test)
+    if all(split.images.device == device and split.labels.device == device for split in splits):
+        return dataset
+    moved = [_to_device(split.images, split.labels, device) for split in splits]
+    return Dataset(dataset.info, *moved, dataset.source)
 
 
 def _to_device(images: torch.Tensor, labels: torch.Tensor, device: torch.device) -> Split:

@@ -283,10 +283,14 @@ class CayleyString(RotaryPosition):
 
     def basis(self, dtype: torch.dtype) -> torch.Tensor:
         """The orthogonal P = (I + S)⁻¹(I − S) = (I − S)(I + S)⁻¹ (they commute): (heads, dim, dim)."""
-        a = self.skew.to(dtype)
+        # solved in float32 at least (no bf16 solver); solve_ex without its error check, which
+        # would read the solver's status on the host (a sync each step): I + S is never singular,
+        # its eigenvalues are 1 + iλ for the skew-symmetric S
+        work = compute_dtype(dtype)
+        a = self.skew.to(work)
         s = a - a.transpose(-2, -1)
-        eye = torch.eye(self.dim, dtype=dtype, device=a.device)
-        return torch.linalg.solve(eye + s, eye - s)
+        eye = torch.eye(self.dim, dtype=work, device=a.device)
+        return torch.linalg.solve_ex(eye + s, eye - s, check_errors=False).result.to(dtype)
 
     def rotate(self, z, coords):
         """RoPE-Mixed(r_n)(P z_n)."""
