@@ -102,7 +102,8 @@ def check_cuda_tests(root: Path) -> bool:
     if not tests.is_file():
         return _line("skip", "cuda tests", f"{tests} is not here (run from a clone of the repository)")
     code, output = _run([sys.executable, "-m", "pytest", "-q", "-rfEs", "-p", "no:cacheprovider", str(tests)])
-    ok = _line("ok" if code == 0 and "skipped" not in _tail(output) else "FAIL", "cuda tests", _tail(output))
+    summary = _tail(output)
+    ok = _line("ok" if code == 0 and "skipped" not in summary else "FAIL", "cuda tests", summary)
     for line in output.splitlines():  # pytest's short summary: one line per failed, erroring or skipped test
         if line.startswith(("FAILED", "ERROR", "SKIPPED")):
             print(f"      {line[:300]}", flush=True)
@@ -142,8 +143,6 @@ def _first_sync(variant: str, device: torch.device) -> str | None:
 
     step(0)
     model.count_training_step()
-    # torch notes once that the sync debug mode is a prototype: said in the README, not per run
-    warnings.filterwarnings("ignore", message="Synchronization debug mode is a prototype")
     for i in range(1, SYNC_STEPS + 1):
         torch.cuda.set_sync_debug_mode("error")
         try:
@@ -162,16 +161,20 @@ def check_sync_free(device: torch.device) -> bool:
     """Every variant's training step without a host sync; the sites found, most frequent first."""
     from .variants import list_variants
 
+    variants = list_variants()
     sites: dict[str, list[str]] = {}
-    for variant in list_variants():
-        site = _first_sync(variant, device)
-        if site:
-            sites.setdefault(site, []).append(variant)
+    with warnings.catch_warnings():
+        # torch notes once that the sync debug mode is a prototype: said in the README, not per run
+        warnings.filterwarnings("ignore", message="Synchronization debug mode is a prototype")
+        for variant in variants:
+            site = _first_sync(variant, device)
+            if site:
+                sites.setdefault(site, []).append(variant)
     count = sum(len(v) for v in sites.values())
     ok = _line(
         "FAIL" if sites else "ok",
         "sync-free steps",
-        f"{len(list_variants())} variants × {SYNC_STEPS} bf16 steps, {count} with a host sync",
+        f"{len(variants)} variants × {SYNC_STEPS} bf16 steps, {count} with a host sync",
     )
     for site, variants in sorted(sites.items(), key=lambda item: -len(item[1])):
         print(f"      {site}: {len(variants)} variants, e.g. {', '.join(variants[:3])}", flush=True)
