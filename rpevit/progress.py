@@ -34,11 +34,14 @@ class Progress:
         return f"{self.done + self.diverged}/{self.todo} done, {len(self.running)} running, {self.failed} failed{extra}"
 
     def _eta(self) -> str:
-        ended = self.done + self.diverged + self.failed + self.skipped
-        if not ended or ended >= self.todo:
+        """Mean time of the runs this process trained × the runs left. A skipped run (another process
+        trains it) is neither a timing sample nor left: counting its ~0 s would shrink the estimate."""
+        trained = self.done + self.diverged + self.failed
+        left = self.todo - trained - self.skipped
+        if not trained or left <= 0:
             return ""
         elapsed = time.perf_counter() - self.started
-        return f"; ETA {minutes(elapsed / ended * (self.todo - ended))} for the remaining runs"
+        return f"; ETA {minutes(elapsed / trained * left)} for the remaining runs"
 
     def _refresh(self) -> None:
         if self.bar is not None:

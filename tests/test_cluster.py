@@ -19,7 +19,7 @@ import types
 import pytest
 import torch
 
-from rpevit import bench_engines, catalog, cluster, records, runs, study
+from rpevit import bench_engines, catalog, cluster, progress, records, runs, study
 from rpevit.data import Dataset, Split
 from rpevit.errors import UserError
 from rpevit.progress import Progress
@@ -121,6 +121,19 @@ def test_progress_lines(capsys):
     assert lines[2].startswith("[1/2 done, 0 running, 0 failed] done: softmax+ape on mnist5k, seed 0 — top-1")
     assert lines[3] == "[1/2 done, 0 running, 1 failed] failed: favor+ape on mnist5k, seed 0 — RuntimeError: boom"
     assert [e["kind"] for e in seen] == ["running", "running", "done", "failed"]
+
+
+def test_progress_eta_ignores_skipped_runs(capsys, monkeypatch):
+    clock = iter([0.0, 600.0])  # the meter starts; one 10-minute run later the next one starts
+    monkeypatch.setattr(progress, "time", types.SimpleNamespace(perf_counter=lambda: next(clock)))
+    meter = Progress(4, tty=False)
+    meter.event("skipped", ("mnist5k", "softmax+ape", 1), "busy")
+    meter.event("running", ("mnist5k", "favor+ape", 1))
+    meter.event("done", ("mnist5k", "favor+ape", 1))
+    meter.event("running", ("mnist5k", "relu+ape", 1))
+    lines = capsys.readouterr().out.splitlines()
+    assert "ETA" not in lines[1]  # nothing trained yet: no estimate from the skipped run's 0 s
+    assert lines[3].endswith("running: relu+ape on mnist5k, seed 1; ETA 20.0 min for the remaining runs")
 
 
 def test_ray_grid_equals_sequential_and_runs_only_what_is_missing(ray_cluster, grid_params, one_thread, tmp_path):
