@@ -137,14 +137,21 @@ def test_inspection_targets_untrained_then_finished(tiny_params):
     untrained = inspection.inspection_targets(tiny_params, [], seed=2)
     assert [t["variant"] for t in untrained] == [v for v in tiny_params.variants]
     assert all(t["record"] is None and t["seed"] == 2 and "untrained" in t["label"] for t in untrained)
-    record = {"variant": "favor+krpe", "dataset": "mnist5k", "seed": 0, "status": "finished", "top1": 0.5, "epochs": 3}
+    record = {
+        "variant": "favor+rope_mixed",
+        "dataset": "mnist5k",
+        "seed": 0,
+        "status": "finished",
+        "top1": 0.5,
+        "epochs": 3,
+    }
     found = [record, {**record, "status": "diverged"}, {**record, "seed": 1}]
     (target,) = inspection.inspection_targets(tiny_params, found, has_weights=lambda r: True)  # one seed per variant
     assert target["record"] is record and "test top-1 50.0%, 3 ep" in target["label"]
     # a kept record without its checkpoint on this machine: the untrained models, and a note naming the run
     assert all(t["record"] is None for t in inspection.inspection_targets(tiny_params, found))
     note = runs.weightless_note(tiny_params, found)
-    assert note.startswith("2 finished run(s)") and "--variant favor+krpe --dataset mnist5k --seed 0" in note
+    assert note.startswith("2 finished run(s)") and "--variant favor+rope_mixed --dataset mnist5k --seed 0" in note
     assert runs.weightless_note(tiny_params, found, has_weights=lambda r: True) == ""
 
 

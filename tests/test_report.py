@@ -33,7 +33,9 @@ from rpevit.report import (  # noqa: E402
 )
 from rpevit.variants import list_variants  # noqa: E402
 
-SMOKE = [f"{b}+{p}" for b in ("softmax", "favor", "relu") for p in ("ape", "rope_mixed", "string_circulant", "krpe")]
+SEED002_GRID = [
+    f"{b}+{p}" for b in ("softmax", "favor", "relu") for p in ("ape", "rope_mixed", "string_circulant", "krpe")
+]
 
 
 def _line_figure():
@@ -199,8 +201,8 @@ def test_plotly_bundle_is_offline():
     assert "cdn" not in html.lower() and "https://" not in html
 
 
-def test_styles_distinct_for_the_smoke_grid_and_every_preset():
-    styles = variant_styles(SMOKE)
+def test_styles_distinct_for_the_seed002_grid_and_every_preset():
+    styles = variant_styles(SEED002_GRID)
     assert len({tuple(s.values()) for s in styles.values()}) == 12
     assert len({s["color"] for s in styles.values()}) == 4  # colour = positions
     assert len({(s["marker"], s["linestyle"]) for s in styles.values()}) == 3  # marker, line = backend
@@ -234,17 +236,17 @@ def test_a_variant_looks_the_same_in_every_figure():
 
 def test_styles_follow_the_backend_registry(monkeypatch):
     monkeypatch.setitem(BACKENDS, "toy", SoftmaxAttention)
-    styles = variant_styles(SMOKE + ["toy+ape"])
-    assert styles["toy+ape"]["marker"] not in {styles[v]["marker"] for v in SMOKE}
+    styles = variant_styles(SEED002_GRID + ["toy+ape"])
+    assert styles["toy+ape"]["marker"] not in {styles[v]["marker"] for v in SEED002_GRID}
     assert styles["toy+ape"]["color"] == styles["softmax+ape"]["color"]
 
 
 def test_plotly_style_and_encoding_legend():
-    style = report.plotly_style(variant_styles(SMOKE)["favor+krpe"])
+    style = report.plotly_style(variant_styles(SEED002_GRID)["favor+krpe"])
     assert style["marker"]["symbol"] == "square" and style["line"]["dash"] == "dash"
     assert style["marker"]["color"].startswith("#")
     fig, axis = plt.subplots()
-    legend = report.encoding_legend(axis, SMOKE + ["favor+rope_mixed+ape"])
+    legend = report.encoding_legend(axis, SEED002_GRID + ["favor+rope_mixed+ape"])
     labels = [t.get_text() for t in legend.get_texts()]
     assert labels == ["ape", "krpe", "rope_mixed", "string_circulant", "softmax", "favor", "relu", "hollow: + ape"]
     assert "colour" in legend.get_title().get_text()
