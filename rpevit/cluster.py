@@ -132,11 +132,12 @@ def _clear_stale_foreign_lock(out_dir: Path) -> None:
 
 
 def _tell(ray, board, event: dict) -> None:
-    """Tell the driver's board (waiting until it has the event); progress never fails a run."""
+    """Tell the driver's board (waiting up to a minute until it has the event: a board still starting
+    gets it later); progress never fails a run."""
     try:
         ray.get(board.put.remote(event), timeout=60)
     except Exception as exc:
-        print(f"(progress event not delivered: {type(exc).__name__})", flush=True)
+        print(f"(progress event not confirmed: {type(exc).__name__})", flush=True)
 
 
 def _run_task(
@@ -318,6 +319,7 @@ def run_study_ray(
             f"{f' + {gpus_per_run:g} GPU' if gpus_per_run else ''})",
         )
         board = ray.remote(num_cpus=0)(_Board).remote()
+        news = BoardNews(ray, board)
         task = remote_task(ray, gpus_per_run)
         for run in todo:
             ref = task.options(
@@ -333,9 +335,7 @@ def run_study_ray(
         attempts: dict = {}
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.5)
-            events = _drain(ray, board) if board is not None else []
-            if events is None:  # the board is gone: no more running events, results still come
-                board, events = None, []
+            events = news.take(complete=bool(ready))  # a run that ended: its running event first
             for event in events:  # in the order they happened, before the results
                 key = tuple(event["run"])
                 if event["kind"] == "ended":
@@ -371,13 +371,40 @@ def run_study_ray(
     return results + [rows[run.place] for run in grid if rows.get(run.place, {}).get("status") in ("failed", "skipped")]
 
 
-def _drain(ray, board) -> list | None:
-    """The board's new events, or None if it cannot answer (progress display only: results are unaffected)."""
-    try:
-        return ray.get(board.drain.remote(), timeout=60)
-    except (ray.exceptions.RayError, TimeoutError) as exc:
-        print(f"(running events unavailable from now on: {type(exc).__name__}; results still follow)", flush=True)
-        return None
+class BoardNews:
+    """The board's events for the driver's loop, one drain call in flight at a time. A slow board (a
+    loaded machine: its actor may take a minute to start) only delays the running lines; events
+    are never dropped, and only a board that is gone, or silent for `patience` seconds when a
+    result waits on it, ends them (progress display only: results are unaffected)."""
+
+    def __init__(self, ray, board, patience: float = 600.0):
+        self.ray, self.board, self.patience, self.call = ray, board, patience, None
+
+    def take(self, complete: bool = False) -> list:
+        """New events: whatever the board has answered so far, or — `complete` — everything it
+        holds now (the in-flight answer and one more drain), waiting for it."""
+        if self.board is None:
+            return []
+        events = []
+        for _ in range(2 if complete else 1):
+            if self.call is None:
+                self.call = self.board.drain.remote()
+            ready, _ = self.ray.wait([self.call], timeout=self.patience if complete else 0)
+            if not ready:
+                if complete:
+                    self._give_up(f"no answer in {self.patience:g} s")
+                return events
+            call, self.call = self.call, None
+            try:
+                events += self.ray.get(call)
+            except self.ray.exceptions.RayError as exc:
+                self._give_up(type(exc).__name__)
+                return events
+        return events
+
+    def _give_up(self, why: str) -> None:
+        print(f"(running events unavailable from now on: {why}; results still follow)", flush=True)
+        self.board = None
 
 
 def _outcome(ray, ref, run: Run):

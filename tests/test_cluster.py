@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import math
 import os
 import shutil
 import signal
@@ -134,6 +135,55 @@ def test_progress_eta_ignores_skipped_runs(capsys, monkeypatch):
     lines = capsys.readouterr().out.splitlines()
     assert "ETA" not in lines[1]  # nothing trained yet: no estimate from the skipped run's 0 s
     assert lines[3].endswith("running: relu+ape on mnist5k, seed 1; ETA 20.0 min for the remaining runs")
+
+
+class _FakeBoard:
+    """Ray and the board in one fake: a drain call answers after `delay` polls (a board still starting
+    on a loaded machine; math.inf: never), or raises when the board is `dead`."""
+
+    def __init__(self, delay=0, dead=False):
+        self.events, self.delay, self.dead, self.calls = [], delay, dead, 0
+        self.exceptions = types.SimpleNamespace(RayError=RuntimeError)
+        self.drain = types.SimpleNamespace(remote=self._call)
+
+    def _call(self):
+        self.calls += 1
+        return {"polls left": self.delay}
+
+    def wait(self, refs, timeout):
+        (ref,) = refs
+        if ref["polls left"] == math.inf:
+            return [], refs
+        if ref["polls left"] > 0 and not timeout:
+            ref["polls left"] -= 1
+            return [], refs
+        return refs, []
+
+    def get(self, ref):
+        if self.dead:
+            raise RuntimeError("the board's actor died")
+        events, self.events = self.events, []
+        return events
+
+
+def test_board_news_waits_for_a_slow_board_and_loses_no_event(capsys):
+    """Under load the board's actor once took over a minute to answer and the driver gave its running
+    events up for the whole study; now a slow board only delays them."""
+    board = _FakeBoard(delay=2)
+    news = cluster.BoardNews(board, board, patience=5)
+    board.events.append("running a")
+    assert news.take() == [] and news.take() == []  # still starting: nothing yet, not given up
+    assert news.take() == ["running a"] and board.calls == 1  # the same call answered: nothing lost
+    board.events.append("running b")
+    assert news.take(complete=True) == ["running b"]  # a result waits: all the board holds now
+    dead = _FakeBoard(dead=True)
+    news = cluster.BoardNews(dead, dead)
+    assert news.take() == [] and news.board is None and news.take() == []
+    silent = _FakeBoard(delay=math.inf)
+    news = cluster.BoardNews(silent, silent, patience=5)
+    assert news.take(complete=True) == [] and news.board is None
+    out = capsys.readouterr().out
+    assert "unavailable from now on: RuntimeError" in out and "unavailable from now on: no answer in 5 s" in out
 
 
 def test_ray_grid_equals_sequential_and_runs_only_what_is_missing(ray_cluster, grid_params, one_thread, tmp_path):
