@@ -386,7 +386,8 @@ class BoardNews:
         if self.board is None:
             return []
         events = []
-        for _ in range(2 if complete else 1):
+        # complete: the in-flight call may predate the latest events, so then one more drain after it
+        for _ in range(2 if complete and self.call is not None else 1):
             if self.call is None:
                 self.call = self.board.drain.remote()
             ready, _ = self.ray.wait([self.call], timeout=self.patience if complete else 0)

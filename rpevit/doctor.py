@@ -176,8 +176,8 @@ def check_sync_free(device: torch.device) -> bool:
         "sync-free steps",
         f"{len(variants)} variants × {SYNC_STEPS} bf16 steps, {count} with a host sync",
     )
-    for site, variants in sorted(sites.items(), key=lambda item: -len(item[1])):
-        print(f"      {site}: {len(variants)} variants, e.g. {', '.join(variants[:3])}", flush=True)
+    for site, names in sorted(sites.items(), key=lambda item: -len(item[1])):
+        print(f"      {site}: {len(names)} variants, e.g. {', '.join(names[:3])}", flush=True)
     return ok
 
 
