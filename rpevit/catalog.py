@@ -55,6 +55,12 @@ def is_finished(run: Run) -> bool:
     return current_record(run) is not None
 
 
+def in_flight(params: Params, runs_root=None) -> set[tuple[str, str, int]]:
+    """The places of the preset's grid that another live process is training now (their run lock)."""
+    runs = {place: Run(params, *place, runs_root=runs_root).rooted() for place in grid(params)}
+    return {place for place, run in runs.items() if records.RunLock(run.dir).holder()}
+
+
 def study_records(params: Params, runs_root=None, reports_root=None) -> list[dict]:
     """The current records of the preset's grid, in grid order."""
     roots = {"runs_root": runs_root, "reports_root": reports_root}

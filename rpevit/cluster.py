@@ -241,6 +241,28 @@ def _task_params(params: Params, gpus_per_run: float) -> Params:
     return dataclasses.replace(params, train=dataclasses.replace(params.train, device=device))
 
 
+def held_by_design(params, grid, states, runs_root, reports_root) -> set[tuple[str, str, int]]:
+    """The places the design does not train in this submission (said, one line each): its stopping
+    rule and budget on the records finished now, with the runs submitted together counted as in
+    flight — so a later primary seed, or a secondary run, waits for the seeds submitted before it."""
+    finished, busy, held = (
+        catalog.study_records(params, runs_root, reports_root),
+        catalog.in_flight(params, runs_root),
+        set(),
+    )
+    for run, state in zip(grid, states):
+        if not (state.work and state.train):
+            continue
+        verdict, why = design.decide(params, run.place, finished, busy)
+        if verdict == "train":
+            busy.add(run.place)
+            continue
+        held.add(run.place)
+        again = "; run the study again once those finish" if verdict == "wait" else ""
+        print(f"not started: {label(*run.place)} ({why}{again})", flush=True)
+    return held
+
+
 def run_study_ray(
     params: Params,
     *,
@@ -289,16 +311,8 @@ def run_study_ray(
     grid = cells(task_params, catalog.grid(params), root, Path(reports_root or records.REPORTS_ROOT).resolve())
     states = [settle(run, repair=False) for run in grid]
     todo = [run for run, state in zip(grid, states) if state.work]
-    if params.design.active:  # the stopping rule and the budget, on the records finished at submission
-        finished = catalog.study_records(params, root, reports_root)
-        held = {
-            run.place
-            for run, state in zip(grid, states)
-            if state.work and state.train and not design.due(params, run.place, finished)[0]
-        }
-        for run in todo:
-            if run.place in held:
-                print(f"not started: {label(*run.place)} (the design does not want it yet)", flush=True)
+    if params.design.active:
+        held = held_by_design(params, grid, states, root, reports_root)
         todo = [run for run in todo if run.place not in held]
     if not todo:  # nothing for Ray to do: no cluster needed
         study.announce(params, states)

@@ -116,11 +116,8 @@ def check_design(design: Design, variants, seeds) -> None:
 
 def ordered_runs(params) -> list[tuple[str, str, int]]:
     """Every run the design may train, in training order: primary seed-major, then secondary."""
-    from .variants import parse_variant
-
     design = params.design
-    primary = [parse_variant(v).name for v in design.primary]
-    secondary = [parse_variant(v).name for v in design.secondary]
+    primary, secondary = _names(design.primary), _names(design.secondary)
     runs = []
     for dataset in params.datasets:
         runs += [(dataset, v, s) for s in params.seeds[: design.stopping.max_seeds] for v in primary]
@@ -150,39 +147,64 @@ def half_widths(design: Design, accuracy: dict) -> dict[str, float]:
     return widths
 
 
-def primary_seeds_needed(params, accuracy: dict) -> int:
-    """How many primary seeds the stopping rule asks for, given the finished runs' accuracies:
-    min_seeds, then one more while a contrast's half-width is above the target, up to max_seeds."""
+def primary_progress(params, accuracy: dict) -> tuple[int, int]:
+    """(complete, needed): the primary seeds with every primary variant finished (counted from the
+    first seed up), and how many the stopping rule asks for given them — min_seeds, then one more
+    while a contrast's half-width is above the target, up to max_seeds."""
     design, rule = params.design, params.design.stopping
-    from .variants import parse_variant
-
-    primary = [parse_variant(v).name for v in design.primary]
+    primary = _names(design.primary)
     complete = 0
     for seed in params.seeds[: rule.max_seeds]:
         if not all((v, seed) in accuracy for v in primary):
             break
         complete += 1
     if complete < rule.min_seeds:
-        return rule.min_seeds
+        return complete, rule.min_seeds
     done = {k: a for k, a in accuracy.items() if k[0] not in primary or k[1] in params.seeds[:complete]}
     wide = [name for name, w in half_widths(design, done).items() if w > rule.half_width]
-    return min(rule.max_seeds, complete + 1) if wide else complete
+    return complete, (min(rule.max_seeds, complete + 1) if wide else complete)
 
 
-def due(params, run: tuple[str, str, int], finished: list[dict]) -> tuple[bool, str]:
-    """Whether the design trains `run` now, and why not: the stopping rule, or the budget."""
-    from .variants import parse_variant
+def primary_seeds_needed(params, accuracy: dict) -> int:
+    """How many primary seeds the stopping rule asks for, given the finished runs' accuracies."""
+    return primary_progress(params, accuracy)[1]
 
+
+def decide(params, run: tuple[str, str, int], finished: list[dict], busy=frozenset()) -> tuple[str, str]:
+    """What the design does with `run` now: ("train", ""); ("wait", why) while runs that another
+    process is training (`busy`: their places) decide whether it trains; ("skip", why) when the
+    stopping rule or the budget rules it out.
+
+    A primary run beyond the seeds the stopping rule needs waits for earlier primary seeds still in
+    flight. A secondary run waits while the primary grid is unsettled (the rule wants more seeds
+    than are complete) and primary runs are in flight: primary seeds train first, so the budget
+    goes to them first."""
     dataset, variant, seed = run
     design = params.design
     mine = [r for r in finished if r.get("dataset") == dataset and r.get("status") == "finished"]
     if design.budget_hours is not None:
         spent = sum(r.get("train_seconds_per_epoch", 0) * r.get("epochs", 0) for r in mine) / 3600
         if spent >= design.budget_hours:
-            return False, f"the design's budget of {design.budget_hours:g} training hours is spent ({spent:.1f} h)"
-    if variant in {parse_variant(v).name for v in design.primary}:
-        accuracy = {(r["variant"], r["seed"]): r["top1"] for r in mine}
-        needed = primary_seeds_needed(params, accuracy)
-        if params.seeds.index(seed) >= needed:
-            return False, f"the stopping rule needs {needed} primary seeds"
-    return True, ""
+            return "skip", f"the design's budget of {design.budget_hours:g} training hours is spent ({spent:.1f} h)"
+    primary = _names(design.primary)
+    complete, needed = primary_progress(params, {(r["variant"], r["seed"]): r["top1"] for r in mine})
+    flying = sorted((params.seeds.index(s), v) for d, v, s in busy if d == dataset and v in primary)
+    if variant in primary:
+        index = params.seeds.index(seed)
+        if index < needed:
+            return "train", ""
+        earlier = [(i, v) for i, v in flying if i < index]
+        if earlier:
+            i, v = earlier[0]
+            return "wait", f"{v} seed {params.seeds[i]} is in flight; the stopping rule decides after it"
+        return "skip", f"the stopping rule needs {needed} primary seeds"
+    if complete < needed and flying:
+        i, v = flying[0]
+        return "wait", f"the primary grid comes first ({v} seed {params.seeds[i]} is in flight)"
+    return "train", ""
+
+
+def _names(variants) -> list[str]:
+    from .variants import parse_variant
+
+    return [parse_variant(v).name for v in variants]

@@ -281,13 +281,10 @@ class RunLock:
             try:
                 fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666 & ~_UMASK)
             except FileExistsError:
-                try:
-                    pid, host = self.path.read_text().split()
-                except (OSError, ValueError):
-                    pid, host = "0", socket.gethostname()  # unreadable: its writer died mid-write
-                if host != socket.gethostname() or (int(pid) != os.getpid() and pid_alive(int(pid))):
+                holder = self.holder()
+                if holder:
                     raise RunBusy(
-                        f"{self.path.parent} is being trained by process {pid} on {host}; "
+                        f"{self.path.parent} is being trained by process {holder}; "
                         "skipping it (delete the .lock file if that process is gone)"
                     ) from None
                 self.path.unlink(missing_ok=True)  # stale: its process is gone
@@ -296,6 +293,18 @@ class RunLock:
                 handle.write(me)
             return
         raise RunBusy(f"could not take the lock {self.path}")
+
+    def holder(self) -> str | None:
+        """ "PID on HOST" of another live process holding this lock, else None (no lock, a stale one
+        of a dead process on this host, or this process's own)."""
+        try:
+            text, host = self.path.read_text().split()
+            pid = int(text)
+        except (OSError, ValueError):
+            return None  # no lock, or an unreadable one (its writer died mid-write)
+        if host != socket.gethostname() or (pid != os.getpid() and pid_alive(pid)):
+            return f"{pid} on {host}"
+        return None
 
     def __exit__(self, *exc_info) -> None:
         self._held[self.path] -= 1

@@ -4,7 +4,9 @@ Everything checkable is checked before the first run starts (runs.preflight). Fi
 record whose key matches the preset's settings: run.Run.key) are skipped
 and interrupted runs resume from their last good checkpoint, so a study stopped at any point
 continues where it stopped and nothing finished is recomputed. A run another live process is
-training is skipped with a message; a diverged run is recorded as such, not retried. Each grid
+training is skipped with a message; a diverged run is recorded as such, not retried. A preset with
+a design (rpevit.design) trains only what its stopping rule and budget want, and waits (polling)
+while another process trains the runs that decide the next one. Each grid
 cell goes through cell.run_cell (the run's state from runs/ and its kept copy, repairs, training,
 evaluation, keeping), as on Ray; the summary says what was recovered and repaired.
 """
@@ -12,10 +14,11 @@ evaluation, keeping), as on Ray; the summary says what was recovered and repaire
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 
 from . import design, records, runs
-from .catalog import current_record, grid, study_records
+from .catalog import current_record, grid, in_flight, study_records
 from .cell import State, cells, needs_evaluation, run_cell, settle
 from .params import Params
 from .paths import inside
@@ -23,6 +26,8 @@ from .progress import Progress, label
 from .run import Run
 from .schema import SUMMARY_COLUMNS
 from .tables import markdown_table
+
+POLL_SECONDS = 60  # how often a waiting study looks again at the runs other processes train
 
 
 def _keep(run: Run) -> None:
@@ -84,8 +89,8 @@ def run_study(
     meter, rows = Progress(len(todo)), {}
     for run, before in todo:
         if before.train and params.design.active:  # the stopping rule and the budget decide as runs finish
-            now, why = design.due(params, run.place, study_records(params, run.runs_root, run.reports_root))
-            if not now:
+            verdict, why = settle_decision(params, run)
+            if verdict == "skip":
                 print(f"not started: {label(*run.place)} ({why})", flush=True)
                 continue
         meter.event("running", run.place)
@@ -93,6 +98,21 @@ def run_study(
         kind, message = outcome(rows[run.place], before)
         meter.event(kind, run.place, message)
     return summarise(params, grid_cells, rows, records.recovered)
+
+
+def settle_decision(params: Params, run: Run) -> tuple[str, str]:
+    """The design's "train" or "skip" for `run`, polling every POLL_SECONDS while it says "wait"
+    (another process trains the runs that decide it)."""
+    said = False
+    while True:
+        finished = study_records(params, run.runs_root, run.reports_root)
+        verdict, why = design.decide(params, run.place, finished, in_flight(params, run.runs_root))
+        if verdict != "wait":
+            return verdict, why
+        if not said:
+            print(f"waiting: {label(*run.place)} ({why})", flush=True)
+            said = True
+        time.sleep(POLL_SECONDS)
 
 
 def summarise(params: Params, grid_cells: list[Run], rows: dict, notes: list[str]) -> list[dict]:

@@ -21,8 +21,10 @@ import pytest
 import torch
 
 from rpevit import bench_engines, catalog, cluster, progress, records, runs, study
+from rpevit.cell import cells, settle
 from rpevit.data import Dataset, Split
 from rpevit.errors import UserError
+from rpevit.params import load_params
 from rpevit.progress import Progress
 
 DATASET_FOR = runs.dataset_for  # the real loader
@@ -362,7 +364,7 @@ def test_ray_submits_only_the_runs_the_design_wants(tiny_params, tmp_path, monke
     pytest.importorskip("ray", reason=NO_RAY)
     fake = types.SimpleNamespace(
         ordered_runs=lambda params: [("mnist5k", "softmax+ape", 0)],
-        due=lambda params, run, finished: (False, "the stopping rule needs 0 primary seeds"),
+        decide=lambda params, run, finished, busy: ("skip", "the stopping rule needs 0 primary seeds"),
     )
     monkeypatch.setattr(study, "design", fake)
     monkeypatch.setattr(catalog, "design", fake)
@@ -370,4 +372,26 @@ def test_ray_submits_only_the_runs_the_design_wants(tiny_params, tmp_path, monke
     designed = dataclasses.replace(tiny_params, design=types.SimpleNamespace(active=True))
     # nothing is due, so no task is submitted and no cluster is started
     assert cluster.run_study_ray(designed, runs_root=tmp_path, reports_root=tmp_path) == []
-    assert "not started: softmax+ape on mnist5k, seed 0 (the design does not want it yet)" in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert "not started: softmax+ape on mnist5k, seed 0 (the stopping rule needs 0 primary seeds)" in said
+
+
+def test_ray_submission_holds_back_what_the_runs_submitted_with_it_decide(tmp_path, capsys):
+    """Submitted together, the first primary seeds count as in flight: the seed after them and the
+    secondary variants wait for them instead of training beside them."""
+    path = tmp_path / "designed.yaml"
+    path.write_text(
+        "datasets: [mnist5k]\nvariants: [softmax+ape, favor+ape, softmax+krpe]\nseeds: [0, 1, 2, 3]\n"
+        "design:\n  primary: [softmax+ape, favor+ape]\n  secondary: [softmax+krpe]\n"
+        "  contrasts: [{name: gap, kind: equal, terms: {favor+ape: 1, softmax+ape: -1}}]\n"
+        "  stopping: {min_seeds: 2, max_seeds: 3}\n  secondary_seeds: 1\n"
+    )
+    designed = load_params(path)
+    grid = cells(designed, catalog.grid(designed), tmp_path / "runs", tmp_path / "reports")
+    states = [settle(run, repair=False) for run in grid]
+    held = cluster.held_by_design(designed, grid, states, tmp_path / "runs", tmp_path / "reports")
+    primary_first = {("mnist5k", v, s) for v in ("softmax+ape", "favor+ape") for s in (0, 1)}
+    assert {run.place for run in grid} - held == primary_first  # min_seeds 2: seeds 0 and 1 go now
+    out = capsys.readouterr().out
+    assert "not started: softmax+krpe on mnist5k, seed 0 (the primary grid comes first" in out
+    assert "run the study again once those finish" in out

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+import socket
+import subprocess
+import sys
 
 import pytest
 
-from rpevit import catalog, design
+from rpevit import catalog, design, records
 from rpevit.errors import UserError
 from rpevit.params import load_params
 from rpevit.run import Run
@@ -78,28 +82,72 @@ def _accuracies(seeds, spread):
 def test_stopping_rule_adds_seeds_while_intervals_are_wide_and_stops_when_narrow(tmp_path):
     params = preset(tmp_path)
     run = ("mnist5k", "favor+ape", 2)
-    assert design.due(params, ("mnist5k", "softmax+ape", 1), _finished(_accuracies([0], 0.0))) == (True, "")
+    assert design.decide(params, ("mnist5k", "softmax+ape", 1), _finished(_accuracies([0], 0.0))) == ("train", "")
     # two seeds whose contrast differs by 2 points: the 95 % half-width is far above 0.5 → a third seed
     wide = _finished(_accuracies([0, 1], 1.0))
     assert design.primary_seeds_needed(params, {(r["variant"], r["seed"]): r["top1"] for r in wide}) == 3
-    assert design.due(params, run, wide)[0]
+    assert design.decide(params, run, wide) == ("train", "")
     # identical contrasts in both seeds: half-width 0 → the rule is met at min_seeds, seed 2 is not started
     narrow = _finished(_accuracies([0, 1], 0.0))
-    due, why = design.due(params, run, narrow)
-    assert not due and "stopping rule needs 2 primary seeds" in why
+    verdict, why = design.decide(params, run, narrow)
+    assert verdict == "skip" and "stopping rule needs 2 primary seeds" in why
     # wide at every seed: stops at max_seeds (4)
     wide4 = _finished(_accuracies([0, 1, 2, 3], 1.0))
-    assert not design.due(params, ("mnist5k", "favor+ape", 4), wide4)[0]
-    # secondary variants are not held back by the stopping rule
-    assert design.due(params, ("mnist5k", "softmax+krpe", 1), narrow) == (True, "")
+    assert design.decide(params, ("mnist5k", "favor+ape", 4), wide4)[0] == "skip"
+    # secondary variants train once the primary grid is settled
+    assert design.decide(params, ("mnist5k", "softmax+krpe", 1), narrow) == ("train", "")
+
+
+def test_runs_the_seeds_in_flight_decide_wait_for_them(tmp_path):
+    """Two processes side by side: the one that finishes first neither starts the next primary seed
+    nor jumps to a secondary variant while the other still trains the seed that decides both."""
+    params = preset(tmp_path)  # min_seeds 2
+    accuracy = _accuracies([0, 1, 2], 1.0)
+    del accuracy[("favor+rope_mixed", 2)]
+    partial, flying = _finished(accuracy), {("mnist5k", "favor+rope_mixed", 2)}
+    verdict, why = design.decide(params, ("mnist5k", "softmax+ape", 3), partial, flying)
+    assert verdict == "wait" and "favor+rope_mixed seed 2 is in flight" in why
+    verdict, why = design.decide(params, ("mnist5k", "softmax+krpe", 0), partial, flying)
+    assert verdict == "wait" and "primary grid comes first" in why
+    # the seed's last run finished: wide → seed 3 trains, and the secondary waits for it in turn
+    wide = _finished(_accuracies([0, 1, 2], 1.0))
+    assert design.decide(params, ("mnist5k", "softmax+ape", 3), wide) == ("train", "")
+    assert design.decide(params, ("mnist5k", "softmax+krpe", 0), wide, {("mnist5k", "softmax+ape", 3)})[0] == "wait"
+    # narrow → seed 3 is not needed, and the secondary trains beside any leftover primary run
+    narrow = _finished(_accuracies([0, 1, 2], 0.0))
+    assert design.decide(params, ("mnist5k", "softmax+ape", 3), narrow)[0] == "skip"
+    assert design.decide(params, ("mnist5k", "softmax+krpe", 0), narrow, flying) == ("train", "")
+    # nothing in flight (the missing run failed): no waiting for what will not come
+    assert design.decide(params, ("mnist5k", "softmax+ape", 3), partial)[0] == "skip"
+    assert design.decide(params, ("mnist5k", "softmax+krpe", 0), partial) == ("train", "")
+    # a run in flight of a later seed, or of another dataset, decides nothing here
+    for elsewhere in (("mnist5k", "softmax+ape", 4), ("other", "favor+rope_mixed", 2)):
+        assert design.decide(params, ("mnist5k", "softmax+ape", 3), partial, {elsewhere})[0] == "skip"
 
 
 def test_budget_stops_new_runs_once_spent(tmp_path):
     params = preset(tmp_path)
     params = dataclasses.replace(params, design=dataclasses.replace(params.design, budget_hours=1.0))
     spent = _finished(_accuracies([0, 1], 1.0), seconds=3600 / 16, epochs=2)  # 8 runs × 0.125 h = 1 h
-    due, why = design.due(params, ("mnist5k", "softmax+krpe", 0), spent)
-    assert not due and "budget of 1 training hours is spent (1.0 h)" in why
+    verdict, why = design.decide(params, ("mnist5k", "softmax+krpe", 0), spent)
+    assert verdict == "skip" and "budget of 1 training hours is spent (1.0 h)" in why
+
+
+def test_in_flight_names_the_runs_another_live_process_holds(tmp_path):
+    params = preset(tmp_path)
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        runs = {place: Run(params, *place, runs_root=tmp_path).rooted() for place in catalog.grid(params)[:3]}
+        held, own, stale = runs.values()
+        for run, pid in ((held, other.pid), (own, os.getpid()), (stale, 2**22 + 1)):
+            run.dir.mkdir(parents=True)
+            (run.dir / records.LOCK).write_text(f"{pid} {socket.gethostname()}")
+        assert records.RunLock(held.dir).holder() == f"{other.pid} on {socket.gethostname()}"
+        assert catalog.in_flight(params, tmp_path) == {held.place}  # not this process's own, not a dead one
+    finally:
+        other.kill()
+        other.wait()
+    assert catalog.in_flight(params, tmp_path) == set()
 
 
 @pytest.mark.parametrize(

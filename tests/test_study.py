@@ -139,7 +139,7 @@ def test_a_design_that_does_not_want_a_run_yet_leaves_it_unstarted(grid_params, 
     calls, _ = counted
     fake = types.SimpleNamespace(
         ordered_runs=lambda params: [("mnist5k", "softmax+ape", 0)],
-        due=lambda params, run, finished: (False, "the stopping rule needs 0 primary seeds"),
+        decide=lambda params, run, finished, busy: ("skip", "the stopping rule needs 0 primary seeds"),
     )
     monkeypatch.setattr(study, "design", fake)
     monkeypatch.setattr(catalog, "design", fake)
@@ -149,3 +149,26 @@ def test_a_design_that_does_not_want_a_run_yet_leaves_it_unstarted(grid_params, 
         "not started: softmax+ape on mnist5k, seed 0 (the stopping rule needs 0 primary seeds)"
         in capsys.readouterr().out
     )
+
+
+def test_a_study_waits_while_another_process_trains_what_decides_its_next_run(
+    grid_params, counted, tmp_path, capsys, monkeypatch
+):
+    calls, _ = counted
+    wait = ("wait", "favor+ape seed 2 is in flight; the stopping rule decides after it")
+    answers = iter([wait, wait, ("train", "")])
+    asked = []
+
+    def decide(params, run, finished, busy):
+        asked.append(busy)
+        return next(answers)
+
+    fake = types.SimpleNamespace(ordered_runs=lambda params: [("mnist5k", "softmax+ape", 0)], decide=decide)
+    monkeypatch.setattr(study, "design", fake)
+    monkeypatch.setattr(catalog, "design", fake)
+    monkeypatch.setattr(study, "POLL_SECONDS", 0)
+    designed = dataclasses.replace(grid_params, design=types.SimpleNamespace(active=True))
+    study.run_study(designed, runs_root=tmp_path, reports_root=tmp_path)
+    assert calls == [("softmax+ape", 0)] and len(asked) == 3 and asked[0] == set()
+    out = capsys.readouterr().out
+    assert out.count("waiting: softmax+ape on mnist5k, seed 0 (favor+ape seed 2 is in flight") == 1
