@@ -7,8 +7,11 @@ study interrupted at any point stays balanced; then the secondary variants, seed
 Stopping rule (evaluated after each complete block of primary seeds, from `min_seeds` on): stop
 adding primary seeds when every primary contrast's 95 % t-interval over per-seed values has a
 half-width ≤ `half_width` points, or at `max_seeds`. Secondary variants train `secondary_seeds`
-seeds. Runs beyond `budget_hours` of summed training time (finished runs' epochs × seconds per
-epoch) are not started: secondary variants give way first because they come last.
+seeds. Budget (summed training time: finished runs' epochs × seconds per epoch): a primary seed is
+trained whole — a new one starts only while `budget_hours` covers the mean cost of the complete
+seeds —, secondary runs stop at `budget_hours`, or at `secondary_budget_hours` when that is set
+(then `budget_hours` counts primary runs only); secondary variants give way first because they
+come last. The analysis uses the complete primary seeds (complete_seed_records).
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ class Design:
     stopping: StoppingRule = field(default_factory=StoppingRule)
     secondary_seeds: int = 3
     budget_hours: float | None = None
+    secondary_budget_hours: float | None = None  # set: budget_hours counts primary runs only
 
     @property
     def active(self) -> bool:
@@ -112,6 +116,12 @@ def check_design(design: Design, variants, seeds) -> None:
         raise UserError("design: half_width > 0, 0 < confidence < 1 and 0 < alpha < 0.5 are required.")
     if design.margin_points <= 0 or design.margin_time_pct <= 0:
         raise UserError("design: margins must be > 0.")
+    for name in ("budget_hours", "secondary_budget_hours"):
+        hours = getattr(design, name)
+        if hours is not None and not (isinstance(hours, (int, float)) and hours > 0):
+            raise UserError(f"design.{name}: {hours!r}; give a number of training hours > 0, or leave it out.")
+    if design.secondary_budget_hours is not None and design.budget_hours is None:
+        raise UserError("design.secondary_budget_hours needs budget_hours (the primary runs' budget) beside it.")
 
 
 def ordered_runs(params) -> list[tuple[str, str, int]]:
@@ -176,32 +186,79 @@ def decide(params, run: tuple[str, str, int], finished: list[dict], busy=frozens
     stopping rule or the budget rules it out.
 
     A primary run beyond the seeds the stopping rule needs waits for earlier primary seeds still in
-    flight. A secondary run waits while the primary grid is unsettled (the rule wants more seeds
-    than are complete) and primary runs are in flight: primary seeds train first, so the budget
-    goes to them first."""
+    flight. A primary seed is trained whole: a new one starts only while the budget left covers the
+    mean cost of the complete ones, and a started one is finished. A secondary run waits while the
+    primary grid is unsettled (the rule wants more seeds than are complete) and primary runs are in
+    flight: primary seeds train first, so the budget goes to them first."""
     dataset, variant, seed = run
     design = params.design
-    mine = [r for r in finished if r.get("dataset") == dataset and r.get("status") == "finished"]
-    if design.budget_hours is not None:
-        spent = sum(r.get("train_seconds_per_epoch", 0) * r.get("epochs", 0) for r in mine) / 3600
-        if spent >= design.budget_hours:
-            return "skip", f"the design's budget of {design.budget_hours:g} training hours is spent ({spent:.1f} h)"
     primary = _names(design.primary)
+    mine = [r for r in finished if r.get("dataset") == dataset and r.get("status") == "finished"]
     complete, needed = primary_progress(params, {(r["variant"], r["seed"]): r["top1"] for r in mine})
     flying = sorted((params.seeds.index(s), v) for d, v, s in busy if d == dataset and v in primary)
     if variant in primary:
         index = params.seeds.index(seed)
-        if index < needed:
-            return "train", ""
-        earlier = [(i, v) for i, v in flying if i < index]
-        if earlier:
-            i, v = earlier[0]
-            return "wait", f"{v} seed {params.seeds[i]} is in flight; the stopping rule decides after it"
-        return "skip", f"the stopping rule needs {needed} primary seeds"
+        if index >= needed:
+            earlier = [(i, v) for i, v in flying if i < index]
+            if earlier:
+                i, v = earlier[0]
+                return "wait", f"{v} seed {params.seeds[i]} is in flight; the stopping rule decides after it"
+            return "skip", f"the stopping rule needs {needed} primary seeds"
+        started = any(r["variant"] in primary and r["seed"] == seed for r in mine) or any(i == index for i, _ in flying)
+        return ("train", "") if started else _affordable(params, mine, complete)
+    if design.secondary_budget_hours is not None:
+        spent = _hours(r for r in mine if r["variant"] not in primary)
+        if spent >= design.secondary_budget_hours:
+            return (
+                "skip",
+                f"the secondary budget of {design.secondary_budget_hours:g} training hours is spent ({spent:.1f} h)",
+            )
+    elif design.budget_hours is not None and _hours(mine) >= design.budget_hours:
+        return "skip", f"the design's budget of {design.budget_hours:g} training hours is spent ({_hours(mine):.1f} h)"
     if complete < needed and flying:
         i, v = flying[0]
         return "wait", f"the primary grid comes first ({v} seed {params.seeds[i]} is in flight)"
     return "train", ""
+
+
+def _hours(records) -> float:
+    """Summed training hours of finished runs (epochs × seconds per epoch)."""
+    return sum(r.get("train_seconds_per_epoch", 0) * r.get("epochs", 0) for r in records) / 3600
+
+
+def _affordable(params, mine: list[dict], complete: int) -> tuple[str, str]:
+    """Whether a new primary seed may start: the budget's hours so far (every run's, or the primary
+    runs' when secondary variants have their own budget) plus the mean cost of a complete primary
+    seed stay within budget_hours."""
+    design = params.design
+    if design.budget_hours is None:
+        return "train", ""
+    primary = _names(design.primary)
+    counted = mine if design.secondary_budget_hours is None else [r for r in mine if r["variant"] in primary]
+    spent = _hours(counted)
+    seeds = set(params.seeds[:complete])
+    per_seed = _hours(r for r in mine if r["variant"] in primary and r["seed"] in seeds) / complete if complete else 0.0
+    if spent + per_seed > design.budget_hours or spent >= design.budget_hours:
+        return "skip", (
+            f"the budget left ({design.budget_hours - spent:.1f} of {design.budget_hours:g} training hours) "
+            f"does not cover another primary seed (≈ {per_seed:.1f} h each so far)"
+        )
+    return "train", ""
+
+
+def complete_seed_records(params, records: list[dict]) -> list[dict]:
+    """The records a design's analysis uses: a primary variant's runs only of the complete primary
+    seeds (every primary variant finished; the seeds the stopping rule counts), so every primary
+    contrast rests on the same balanced seeds. Without a design, all of them."""
+    if not params.design.active:
+        return list(records)
+    primary = set(_names(params.design.primary))
+    by_dataset = {}
+    for dataset in {r.get("dataset") for r in records}:
+        done = [r for r in records if r.get("dataset") == dataset and r.get("status") == "finished"]
+        complete, _ = primary_progress(params, {(r["variant"], r["seed"]): r["top1"] for r in done})
+        by_dataset[dataset] = set(params.seeds[:complete])
+    return [r for r in records if r.get("variant") not in primary or r.get("seed") in by_dataset[r.get("dataset")]]
 
 
 def _names(variants) -> list[str]:

@@ -133,6 +133,56 @@ def test_budget_stops_new_runs_once_spent(tmp_path):
     assert verdict == "skip" and "budget of 1 training hours is spent (1.0 h)" in why
 
 
+def _budgeted(tmp_path, **budgets):
+    params = preset(tmp_path)
+    return dataclasses.replace(params, design=dataclasses.replace(params.design, **budgets))
+
+
+def test_a_primary_seed_starts_only_if_the_budget_covers_it_and_a_started_one_is_finished(tmp_path):
+    # two complete primary seeds, 4 runs × 0.25 h each: 1 h per seed, 2 h spent
+    wide = _finished(_accuracies([0, 1], 1.0), seconds=450, epochs=2)
+    roomy, tight = _budgeted(tmp_path, budget_hours=3.0), _budgeted(tmp_path, budget_hours=2.9)
+    assert design.decide(roomy, ("mnist5k", "softmax+ape", 2), wide) == ("train", "")
+    verdict, why = design.decide(tight, ("mnist5k", "softmax+ape", 2), wide)
+    assert verdict == "skip" and "budget left (0.9 of 2.9 training hours) does not cover another primary seed" in why
+    # seed 2 started (one run finished, or one in flight): its other runs train even past the budget
+    started = wide + _finished({("softmax+ape", 2): 0.9}, seconds=3600, epochs=2)
+    assert design.decide(tight, ("mnist5k", "favor+ape", 2), started) == ("train", "")
+    flying = {("mnist5k", "softmax+ape", 2)}
+    assert design.decide(tight, ("mnist5k", "favor+ape", 2), wide, flying) == ("train", "")
+
+
+def test_secondary_variants_can_have_their_own_budget(tmp_path):
+    narrow = _finished(_accuracies([0, 1], 0.0), seconds=3600, epochs=2)  # primary settled, 16 h spent
+    shared, own = (
+        _budgeted(tmp_path, budget_hours=16.0),
+        _budgeted(tmp_path, budget_hours=16.0, secondary_budget_hours=2.0),
+    )
+    assert design.decide(shared, ("mnist5k", "softmax+krpe", 0), narrow)[0] == "skip"  # one budget: spent by primary
+    assert design.decide(own, ("mnist5k", "softmax+krpe", 0), narrow) == ("train", "")
+    secondary = narrow + _finished({("softmax+krpe", 0): 0.9}, seconds=3600, epochs=2)
+    verdict, why = design.decide(own, ("mnist5k", "softmax+krpe", 1), secondary)
+    assert verdict == "skip" and "secondary budget of 2 training hours is spent (2.0 h)" in why
+    # secondary hours do not count against the primary budget: a new primary seed still fits
+    wide = _finished(_accuracies([0, 1], 1.0), seconds=450, epochs=2)
+    heavy = wide + _finished({("softmax+krpe", 0): 0.9}, seconds=36000, epochs=2)
+    roomy = _budgeted(tmp_path, budget_hours=3.0, secondary_budget_hours=50.0)
+    assert design.decide(roomy, ("mnist5k", "softmax+ape", 2), heavy) == ("train", "")
+
+
+def test_the_analysis_uses_the_complete_primary_seeds(tmp_path):
+    params = preset(tmp_path)
+    runs = _finished(_accuracies([0, 1], 1.0)) + _finished({("softmax+ape", 2): 0.9, ("favor+ape", 2): 0.9})
+    runs += _finished({("softmax+krpe", 2): 0.9})  # a secondary run: kept whatever its seed
+    kept = design.complete_seed_records(params, runs)
+    assert {(r["variant"], r["seed"]) for r in runs} - {(r["variant"], r["seed"]) for r in kept} == {
+        ("softmax+ape", 2),
+        ("favor+ape", 2),
+    }
+    plain = preset(tmp_path, design_text="")
+    assert design.complete_seed_records(plain, runs) == runs
+
+
 def test_in_flight_names_the_runs_another_live_process_holds(tmp_path):
     params = preset(tmp_path)
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
@@ -159,6 +209,8 @@ def test_in_flight_names_the_runs_another_live_process_holds(tmp_path):
         (DESIGN.replace("favor+ape: 1, softmax", "relu+ape: 1, softmax"), "relu\\+ape is not one of this preset"),
         (DESIGN.replace("max_seeds: 4", "max_seeds: 9"), "max_seeds \\(9\\) ≤ the 5 seeds"),
         (DESIGN.replace("secondary: [softmax+krpe]", "secondary: [softmax+krpe, favor+ape]"), "both primary"),
+        (DESIGN + "  secondary_budget_hours: 5\n", "secondary_budget_hours needs budget_hours"),
+        (DESIGN + "  budget_hours: -1\n", "design.budget_hours: -1"),
     ],
 )
 def test_bad_designs_are_one_error(tmp_path, text, message):

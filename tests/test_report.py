@@ -306,3 +306,29 @@ def test_readme_findings_are_the_committed_claims_report():
     records) computed, word for word (refresh with `python -m rpevit findings`)."""
     readme = (PROJECT_ROOT / "README.md").read_text()
     assert report.findings_markdown() in readme
+
+
+def test_study_status_counts_complete_primary_seeds_and_each_budget(monkeypatch):
+    from rpevit import catalog
+    from rpevit.report import findings
+
+    params = load_params("fmnist_converged")
+
+    def run(variant, seed, hours):
+        return {
+            "dataset": "fashion_mnist",
+            "variant": variant,
+            "seed": seed,
+            "status": "finished",
+            "top1": 0.9,
+            "train_seconds_per_epoch": 3600 * hours / 26,
+            "epochs": 26,
+        }
+
+    runs = [run(v, s, 1.0) for s in (1, 2) for v in params.design.primary] + [run("softmax+ape", 3, 0.5)]
+    runs.append(run("softmax+krpe", 1, 2.0))
+    monkeypatch.setattr(catalog, "study_records", lambda params, reports_root=None: runs)
+    text = findings.study_status("fmnist_converged")
+    assert "13 primary runs finished, 2 complete primary seeds (6 variants × 3–10 seeds" in text
+    assert "1 secondary run, of at most 102 runs" in text
+    assert "12.5 of the primary budget's 40 training hours and 2.0 of the secondary budget's 45 spent" in text

@@ -53,24 +53,46 @@ def _designed(preset: str) -> bool:
 
 
 def study_status(preset: str, root=None) -> str:
-    """Markdown: how far a designed study is (finished runs of its primary and secondary variants, from
-    the kept records) while its report has not been generated yet."""
+    """Markdown: how far a designed study is (finished runs of its primary and secondary variants,
+    complete primary seeds, hours against its budgets, from the kept records) while its report has not
+    been generated yet."""
     from ..catalog import grid, study_records
+    from ..design import primary_progress
     from ..params import load_params
 
     params = load_params(preset)
+    design = params.design
     found = [r for r in study_records(params, reports_root=root) if r.get("status") == "finished"]
-    primary = set(params.design.primary)
-    done_primary = sum(r["variant"] in primary for r in found)
-    seeds = params.design.stopping
-    hours = sum(r.get("train_seconds_per_epoch", 0) * r.get("epochs", 0) for r in found) / 3600
+    primary = set(design.primary)
+    done = {
+        "primary": [r for r in found if r["variant"] in primary],
+        "secondary": [r for r in found if r["variant"] not in primary],
+    }
+    hours = {
+        part: sum(r.get("train_seconds_per_epoch", 0) * r.get("epochs", 0) for r in rs) / 3600
+        for part, rs in done.items()
+    }
+    complete = min(
+        primary_progress(params, {(r["variant"], r["seed"]): r["top1"] for r in found if r["dataset"] == d})[0]
+        for d in params.datasets
+    )
+    if design.secondary_budget_hours is not None:
+        budget = (
+            f"{hours['primary']:.1f} of the primary budget's {design.budget_hours:g} training hours and "
+            f"{hours['secondary']:.1f} of the secondary budget's {design.secondary_budget_hours:g} spent"
+        )
+    else:
+        cap = "" if design.budget_hours is None else f" of a {design.budget_hours:g}-hour budget"
+        budget = f"{hours['primary'] + hours['secondary']:.1f} training hours{cap} spent"
+    rule, secondary = design.stopping, len(done["secondary"])
     return (
         f"**The converged study `{preset}` is in progress** ([params/{preset}.yaml](params/{preset}.yaml): design, "
-        f"recipe and stopping rule fixed before its first run): {done_primary} primary runs finished "
-        f"({len(primary)} variants × {seeds.min_seeds}–{seeds.max_seeds} seeds by the stopping rule), "
-        f"{len(found) - done_primary} secondary, of at most {len(grid(params))} runs; {hours:.1f} training hours so "
-        f"far. Its answer — the Performer–softmax gap at convergence and whether RoPE closes it, with intervals — "
-        f"appears here when `make study PRESET={preset}` regenerates its report. The recipe's pilot: "
+        f"recipe and stopping rule fixed before its first run; amendments declared there before the runs they "
+        f"concern): {len(done['primary'])} primary runs finished, {complete} complete primary seed"
+        f"{'s' * (complete != 1)} ({len(primary)} variants × {rule.min_seeds}–{rule.max_seeds} seeds by the stopping "
+        f"rule), {secondary} secondary run{'s' * (secondary != 1)}, of at most {len(grid(params))} runs; {budget}. Its "
+        f"answer — the Performer–softmax gap at convergence and whether RoPE closes it, with intervals — appears "
+        f"here when `make study PRESET={preset}` regenerates its report. The recipe's pilot: "
         f"[reports/fmnist_pilot/](reports/fmnist_pilot/README.md)." + _early_study_note(root)
     )
 
