@@ -18,8 +18,9 @@ class Progress:
     """Done / running / failed as they change: one line per event, or a tqdm bar on a terminal.
     `on_event(dict)` is called for every event (kind, dataset, variant, seed, message, host, pid, …)."""
 
-    def __init__(self, todo: int, tty: bool = False, on_event=None, name: str = "study"):
+    def __init__(self, todo: int, tty: bool = False, on_event=None, name: str = "study", wanted=None):
         self.todo, self.on_event, self.started = todo, on_event, time.perf_counter()
+        self.wanted = wanted  # a designed study: () -> runs left that its design wants now
         self.done = self.failed = self.diverged = self.skipped = 0
         self.running: dict = {}  # run -> (host, pid)
         self.bar = None
@@ -35,13 +36,15 @@ class Progress:
 
     def _eta(self) -> str:
         """Mean time of the runs this process trained × the runs left. A skipped run (another process
-        trains it) is neither a timing sample nor left: counting its ~0 s would shrink the estimate."""
+        trains it) is neither a timing sample nor left: counting its ~0 s would shrink the estimate.
+        A designed study counts only the runs its design wants now (the stopping rule may add seeds)."""
         trained = self.done + self.diverged + self.failed
-        left = self.todo - trained - self.skipped
+        left = self.todo - trained - self.skipped if self.wanted is None else self.wanted()
         if not trained or left <= 0:
             return ""
         elapsed = time.perf_counter() - self.started
-        return f"; ETA {minutes(elapsed / trained * left)} for the remaining runs"
+        what = "the remaining runs" if self.wanted is None else f"the {left} runs the design wants now"
+        return f"; ETA {minutes(elapsed / trained * left)} for {what}"
 
     def _refresh(self) -> None:
         if self.bar is not None:

@@ -13,6 +13,7 @@ evaluation, keeping), as on Ray; the summary says what was recovered and repaire
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from pathlib import Path
@@ -87,17 +88,33 @@ def run_study(
     load = loader_cache(params, dataset_loader)
     todo = [(c, s) for c, s in zip(grid_cells, states) if s.work]
     meter, rows = Progress(len(todo)), {}
-    for run, before in todo:
+    for index, (run, before) in enumerate(todo):
         if before.train and params.design.active:  # the stopping rule and the budget decide as runs finish
             verdict, why = settle_decision(params, run)
             if verdict == "skip":
                 print(f"not started: {label(*run.place)} ({why})", flush=True)
                 continue
+            meter.wanted = functools.partial(wanted_left, params, todo[index:])  # the ETA's runs left
         meter.event("running", run.place)
         rows[run.place] = run_cell(run, lambda run=run: load(run.dataset), progress=progress)
         kind, message = outcome(rows[run.place], before)
         meter.event(kind, run.place, message)
     return summarise(params, grid_cells, rows, records.recovered)
+
+
+def wanted_left(params: Params, todo: list[tuple[Run, State]]) -> int:
+    """Of `todo` (this process's runs not yet reached, the current one first), those the design would
+    train on the records finished now (the primary seeds the stopping rule wants so far, the secondary
+    runs within budget) that no other process is training: what the ETA counts."""
+    if not todo:
+        return 0
+    first = todo[0][0]
+    finished, busy = study_records(params, first.runs_root, first.reports_root), in_flight(params, first.runs_root)
+    return sum(
+        run.place not in busy and design.decide(params, run.place, finished)[0] == "train"
+        for run, state in todo
+        if state.train
+    )
 
 
 def settle_decision(params: Params, run: Run) -> tuple[str, str]:

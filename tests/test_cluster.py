@@ -139,6 +139,17 @@ def test_progress_eta_ignores_skipped_runs(capsys, monkeypatch):
     assert lines[3].endswith("running: relu+ape on mnist5k, seed 1; ETA 20.0 min for the remaining runs")
 
 
+def test_progress_eta_of_a_designed_study_counts_the_runs_its_design_wants(capsys, monkeypatch):
+    clock = iter([0.0, 600.0])
+    monkeypatch.setattr(progress, "time", types.SimpleNamespace(perf_counter=lambda: next(clock)))
+    meter = Progress(90, tty=False, wanted=lambda: 3)  # 90 runs in the grid, 3 wanted by the design now
+    meter.event("running", ("mnist5k", "favor+ape", 1))
+    meter.event("done", ("mnist5k", "favor+ape", 1))
+    meter.event("running", ("mnist5k", "relu+ape", 1))
+    line = capsys.readouterr().out.splitlines()[-1]
+    assert line.endswith("running: relu+ape on mnist5k, seed 1; ETA 30.0 min for the 3 runs the design wants now")
+
+
 class _FakeBoard:
     """Ray and the board in one fake: a drain call answers after `delay` polls (a board still starting
     on a loaded machine; math.inf: never), or raises when the board is `dead`."""
