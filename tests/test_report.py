@@ -332,3 +332,22 @@ def test_study_status_counts_complete_primary_seeds_and_each_budget(monkeypatch)
     assert "13 primary runs finished, 2 complete primary seeds (6 variants × 3–10 seeds" in text
     assert "1 secondary run, of at most 102 runs" in text
     assert "12.5 of the primary budget's 40 training hours and 2.0 of the secondary budget's 45 spent" in text
+
+
+def test_each_backend_has_one_colour_in_every_speed_figure():
+    from matplotlib.colors import to_hex
+
+    from rpevit.claims import speedup_figure
+    from rpevit.report import METHOD_COLOURS, backend_colour
+
+    colours = [backend_colour(b) for b in BACKENDS]
+    assert len(set(colours)) == len(colours) and not set(colours) & set(METHOD_COLOURS)
+    rows = [
+        {"backend": b, "tokens": t, "speedup ×": 1.5, "low": 1.2, "high": 1.8}
+        for b in ("relu", "favor")
+        for t in (16, 64)
+    ]
+    fig = speedup_figure(rows)  # relu drawn first: its colour is still relu's, not the first in a cycle
+    drawn = {bars.get_label(): to_hex(bars.lines[0].get_color()) for bars in fig.axes[0].containers}
+    assert drawn == {"favor": backend_colour("favor"), "relu": backend_colour("relu")}
+    plt.close(fig)

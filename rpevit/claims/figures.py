@@ -141,10 +141,10 @@ def speedup_figure(speedup_rows: list[dict], tokens: int = CROSSOVER_TOKENS, tit
     crossover marked. Returns the matplotlib figure."""
     import matplotlib.pyplot as plt
 
-    from ..report import plain_log_ticks, variant_style
+    from ..report import backend_colour, plain_log_ticks, variant_style
 
     fig, axis = plt.subplots(figsize=(7.5, 4.5), layout="constrained")
-    for index, backend in enumerate(dict.fromkeys(r["backend"] for r in speedup_rows)):
+    for backend in dict.fromkeys(r["backend"] for r in speedup_rows):
         mine = sorted((r for r in speedup_rows if r["backend"] == backend), key=lambda r: r["tokens"])
         y = np.array([r["speedup ×"] for r in mine])
         errors = [y - [r["low"] for r in mine], [r["high"] for r in mine] - y]
@@ -154,7 +154,7 @@ def speedup_figure(speedup_rows: list[dict], tokens: int = CROSSOVER_TOKENS, tit
             yerr=errors,
             capsize=3,
             label=backend,
-            color=f"C{index}",  # the colour of notebook 60's patch sweep
+            color=backend_colour(backend),  # as in notebook 60's patch sweep
             marker=variant_style(f"{backend}+ape")["marker"],
         )
     axis.axhline(1.0, color="black", lw=0.8)

@@ -41,6 +41,7 @@ from .store import (
 from .styles import (
     METHOD_COLOURS,
     added_methods,
+    backend_colour,
     encoding_legend,
     leading_method,
     method_colour,
@@ -75,6 +76,7 @@ __all__ = [
     "markdown_table",
     "method_colour",
     "method_names",
+    "backend_colour",
     "plain_log_ticks",
     "plotly_bundle",
     "plotly_style",

@@ -38,6 +38,9 @@ METHOD_COLOURS = (
     "#9467bd",
     "#e7ba52",
 )
+# figures whose lines are backends alone (same positions on every line, e.g. the speed sweeps): one
+# colour per entry of BACKENDS, in registry order, apart from the method colours above
+BACKEND_COLOURS = ("#000000", "#d95f02", "#1b9e77", "#7570b3", "#e7298a", "#66a61e")
 HOLLOW = "white"  # the face of a marker whose variant adds methods to its leading one
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 LINESTYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1)), (0, (1, 3)))
@@ -71,6 +74,11 @@ def _colour(index: int) -> str:
 def method_colour(method: str) -> str:
     """The colour of a positional method (or `none`), as a hex string."""
     return _colour(method_names().index(method))
+
+
+def backend_colour(backend: str) -> str:
+    """The colour of a backend in figures whose lines differ by backend alone, the same in every one."""
+    return BACKEND_COLOURS[list(BACKENDS).index(backend) % len(BACKEND_COLOURS)]
 
 
 def positions_key(variant: str) -> str:
