@@ -55,10 +55,22 @@ def is_finished(run: Run) -> bool:
     return current_record(run) is not None
 
 
+def lock_path(params: Params, place: tuple[str, str, int], runs_root=None):
+    """The lock file of a run of the preset's grid."""
+    return records.RunLock(Run(params, *place, runs_root=runs_root).rooted().dir).path
+
+
 def in_flight(params: Params, runs_root=None) -> set[tuple[str, str, int]]:
-    """The places of the preset's grid that another live process is training now (their run lock)."""
-    runs = {place: Run(params, *place, runs_root=runs_root).rooted() for place in grid(params)}
-    return {place for place, run in runs.items() if records.RunLock(run.dir).holder()}
+    """The places of the preset's grid that another process is training now (their run lock: held by
+    a live process, or not yet readable)."""
+    return {place for place in grid(params) if records.RunLock(lock_path(params, place, runs_root).parent).holder()}
+
+
+def in_flight_and_records(params: Params, runs_root=None, reports_root=None) -> tuple[set, list[dict]]:
+    """(in_flight, study_records), read in that order: a run that finishes between the two reads is
+    then seen as in flight and finished (harmless), never as neither (its seed would look abandoned)."""
+    busy = in_flight(params, runs_root)
+    return busy, study_records(params, runs_root, reports_root)
 
 
 def study_records(params: Params, runs_root=None, reports_root=None) -> list[dict]:

@@ -245,11 +245,7 @@ def held_by_design(params, grid, states, runs_root, reports_root) -> set[tuple[s
     """The places the design does not train in this submission (said, one line each): its stopping
     rule and budget on the records finished now, with the runs submitted together counted as in
     flight — so a later primary seed, or a secondary run, waits for the seeds submitted before it."""
-    finished, busy, held = (
-        catalog.study_records(params, runs_root, reports_root),
-        catalog.in_flight(params, runs_root),
-        set(),
-    )
+    (busy, finished), held = catalog.in_flight_and_records(params, runs_root, reports_root), set()
     for run, state in zip(grid, states):
         if not (state.work and state.train):
             continue

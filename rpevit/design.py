@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from .errors import UserError
 
@@ -130,7 +131,7 @@ def ordered_runs(params) -> list[tuple[str, str, int]]:
     primary, secondary = _names(design.primary), _names(design.secondary)
     runs = []
     for dataset in params.datasets:
-        runs += [(dataset, v, s) for s in params.seeds[: design.stopping.max_seeds] for v in primary]
+        runs += [(dataset, v, s) for s in params.seeds for v in primary]  # spare seeds stand in for lost ones
         runs += [(dataset, v, s) for s in params.seeds[: design.secondary_seeds] for v in secondary]
     return runs
 
@@ -157,27 +158,38 @@ def half_widths(design: Design, accuracy: dict) -> dict[str, float]:
     return widths
 
 
-def primary_progress(params, accuracy: dict) -> tuple[int, int]:
-    """(complete, needed): the primary seeds with every primary variant finished (counted from the
-    first seed up), and how many the stopping rule asks for given them — min_seeds, then one more
-    while a contrast's half-width is above the target, up to max_seeds."""
+class PrimaryProgress(NamedTuple):
+    """Where the primary grid of one dataset stands: `usable` seeds in order (the preset's seeds less
+    the `lost` ones, whose primary run diverged), how many of them are `complete` (every primary
+    variant finished, counted from the first up) and how many the stopping rule `needed`."""
+
+    complete: int
+    needed: int
+    usable: tuple
+    lost: dict  # seed → the primary variant that diverged
+
+
+def primary_progress(params, records: list[dict]) -> PrimaryProgress:
+    """The primary grid's progress from one dataset's current records (finished and diverged): the
+    stopping rule asks for min_seeds, then one more while a contrast's half-width is above the target,
+    up to max_seeds. A seed whose primary run diverged is lost (not retried): the rule and the
+    analysis go on with the next seed, seeds being exchangeable."""
     design, rule = params.design, params.design.stopping
     primary = _names(design.primary)
+    lost = {r["seed"]: r["variant"] for r in records if r.get("status") == "diverged" and r["variant"] in primary}
+    accuracy = {(r["variant"], r["seed"]): r["top1"] for r in records if r.get("status") == "finished"}
+    usable = tuple(seed for seed in params.seeds if seed not in lost)
     complete = 0
-    for seed in params.seeds[: rule.max_seeds]:
+    for seed in usable[: rule.max_seeds]:
         if not all((v, seed) in accuracy for v in primary):
             break
         complete += 1
     if complete < rule.min_seeds:
-        return complete, rule.min_seeds
-    done = {k: a for k, a in accuracy.items() if k[0] not in primary or k[1] in params.seeds[:complete]}
+        return PrimaryProgress(complete, min(rule.min_seeds, len(usable)), usable, lost)
+    done = {k: a for k, a in accuracy.items() if k[0] not in primary or k[1] in usable[:complete]}
     wide = [name for name, w in half_widths(design, done).items() if w > rule.half_width]
-    return complete, (min(rule.max_seeds, complete + 1) if wide else complete)
-
-
-def primary_seeds_needed(params, accuracy: dict) -> int:
-    """How many primary seeds the stopping rule asks for, given the finished runs' accuracies."""
-    return primary_progress(params, accuracy)[1]
+    needed = min(rule.max_seeds, complete + 1, len(usable)) if wide else complete
+    return PrimaryProgress(complete, needed, usable, lost)
 
 
 def decide(params, run: tuple[str, str, int], finished: list[dict], busy=frozenset()) -> tuple[str, str]:
@@ -193,19 +205,22 @@ def decide(params, run: tuple[str, str, int], finished: list[dict], busy=frozens
     dataset, variant, seed = run
     design = params.design
     primary = _names(design.primary)
-    mine = [r for r in finished if r.get("dataset") == dataset and r.get("status") == "finished"]
-    complete, needed = primary_progress(params, {(r["variant"], r["seed"]): r["top1"] for r in mine})
-    flying = sorted((params.seeds.index(s), v) for d, v, s in busy if d == dataset and v in primary)
+    current = [r for r in finished if r.get("dataset") == dataset]
+    mine = [r for r in current if r.get("status") == "finished"]
+    complete, needed, usable, lost = primary_progress(params, current)
+    flying = sorted((usable.index(s), v) for d, v, s in busy if d == dataset and v in primary and s in usable)
     if variant in primary:
-        index = params.seeds.index(seed)
+        if seed in lost:
+            return "skip", f"seed {seed} is lost: {lost[seed]} diverged there, so the next seed stands in"
+        index = usable.index(seed)
         if index >= needed:
             earlier = [(i, v) for i, v in flying if i < index]
             if earlier:
                 i, v = earlier[0]
-                return "wait", f"{v} seed {params.seeds[i]} is in flight; the stopping rule decides after it"
+                return "wait", f"{v} seed {usable[i]} is in flight; the stopping rule decides after it"
             return "skip", f"the stopping rule needs {needed} primary seeds"
         started = any(r["variant"] in primary and r["seed"] == seed for r in mine) or any(i == index for i, _ in flying)
-        return ("train", "") if started else _affordable(params, mine, complete)
+        return ("train", "") if started else _affordable(params, mine, usable[:complete])
     if design.secondary_budget_hours is not None:
         spent = _hours(r for r in mine if r["variant"] not in primary)
         if spent >= design.secondary_budget_hours:
@@ -217,7 +232,7 @@ def decide(params, run: tuple[str, str, int], finished: list[dict], busy=frozens
         return "skip", f"the design's budget of {design.budget_hours:g} training hours is spent ({_hours(mine):.1f} h)"
     if complete < needed and flying:
         i, v = flying[0]
-        return "wait", f"the primary grid comes first ({v} seed {params.seeds[i]} is in flight)"
+        return "wait", f"the primary grid comes first ({v} seed {usable[i]} is in flight)"
     return "train", ""
 
 
@@ -226,18 +241,17 @@ def _hours(records) -> float:
     return sum(r.get("train_seconds_per_epoch", 0) * r.get("epochs", 0) for r in records) / 3600
 
 
-def _affordable(params, mine: list[dict], complete: int) -> tuple[str, str]:
+def _affordable(params, mine: list[dict], complete: tuple) -> tuple[str, str]:
     """Whether a new primary seed may start: the budget's hours so far (every run's, or the primary
     runs' when secondary variants have their own budget) plus the mean cost of a complete primary
-    seed stay within budget_hours."""
+    seed (`complete`: the complete seeds) stay within budget_hours."""
     design = params.design
     if design.budget_hours is None:
         return "train", ""
     primary = _names(design.primary)
     counted = mine if design.secondary_budget_hours is None else [r for r in mine if r["variant"] in primary]
     spent = _hours(counted)
-    seeds = set(params.seeds[:complete])
-    per_seed = _hours(r for r in mine if r["variant"] in primary and r["seed"] in seeds) / complete if complete else 0.0
+    per_seed = _hours(r for r in mine if r["variant"] in primary and r["seed"] in complete) / max(1, len(complete))
     if spent + per_seed > design.budget_hours or spent >= design.budget_hours:
         return "skip", (
             f"the budget left ({design.budget_hours - spent:.1f} of {design.budget_hours:g} training hours) "
@@ -255,9 +269,8 @@ def complete_seed_records(params, records: list[dict]) -> list[dict]:
     primary = set(_names(params.design.primary))
     by_dataset = {}
     for dataset in {r.get("dataset") for r in records}:
-        done = [r for r in records if r.get("dataset") == dataset and r.get("status") == "finished"]
-        complete, _ = primary_progress(params, {(r["variant"], r["seed"]): r["top1"] for r in done})
-        by_dataset[dataset] = set(params.seeds[:complete])
+        progress = primary_progress(params, [r for r in records if r.get("dataset") == dataset])
+        by_dataset[dataset] = set(progress.usable[: progress.complete])
     return [r for r in records if r.get("variant") not in primary or r.get("seed") in by_dataset[r.get("dataset")]]
 
 

@@ -295,13 +295,20 @@ class RunLock:
         raise RunBusy(f"could not take the lock {self.path}")
 
     def holder(self) -> str | None:
-        """ "PID on HOST" of another live process holding this lock, else None (no lock, a stale one
-        of a dead process on this host, or this process's own)."""
+        """Who else holds this lock — "PID on HOST" of another live process — else None (no lock, a
+        stale one of a dead process on this host, or this process's own). A lock whose content cannot
+        be read counts as held: its writer may be between creating it and writing its name."""
         try:
-            text, host = self.path.read_text().split()
+            content = self.path.read_text()
+        except FileNotFoundError:
+            return None
+        except OSError:
+            return "unknown (unreadable lock)"
+        try:
+            text, host = content.split()
             pid = int(text)
-        except (OSError, ValueError):
-            return None  # no lock, or an unreadable one (its writer died mid-write)
+        except ValueError:
+            return "unknown (lock not written yet, or its writer died mid-write)"
         if host != socket.gethostname() or (pid != os.getpid() and pid_alive(pid)):
             return f"{pid} on {host}"
         return None

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from . import design, records, runs
-from .catalog import current_record, grid, in_flight, study_records
+from .catalog import current_record, grid, in_flight_and_records, lock_path, study_records
 from .cell import State, cells, needs_evaluation, run_cell, settle
 from .params import Params
 from .paths import inside
@@ -109,7 +109,7 @@ def wanted_left(params: Params, todo: list[tuple[Run, State]]) -> int:
     if not todo:
         return 0
     first = todo[0][0]
-    finished, busy = study_records(params, first.runs_root, first.reports_root), in_flight(params, first.runs_root)
+    busy, finished = in_flight_and_records(params, first.runs_root, first.reports_root)
     return sum(
         run.place not in busy and design.decide(params, run.place, finished)[0] == "train"
         for run, state in todo
@@ -122,12 +122,17 @@ def settle_decision(params: Params, run: Run) -> tuple[str, str]:
     (another process trains the runs that decide it)."""
     said = False
     while True:
-        finished = study_records(params, run.runs_root, run.reports_root)
-        verdict, why = design.decide(params, run.place, finished, in_flight(params, run.runs_root))
+        busy, finished = in_flight_and_records(params, run.runs_root, run.reports_root)
+        verdict, why = design.decide(params, run.place, finished, busy)
         if verdict != "wait":
             return verdict, why
         if not said:
-            print(f"waiting: {label(*run.place)} ({why})", flush=True)
+            locks = ", ".join(str(lock_path(params, place, run.runs_root)) for place in sorted(busy))
+            print(
+                f"waiting: {label(*run.place)} ({why}); runs in flight hold {locks} — if a holder is gone "
+                "(another machine, a reused process id), delete its lock file",
+                flush=True,
+            )
             said = True
         time.sleep(POLL_SECONDS)
 

@@ -22,7 +22,7 @@ def test_rows_measure_each_run_and_leave_out_unfinished_or_historyless_runs():
     )
     assert [(r["variant"], r["best epoch"], r["plateau met"]) for r in rows] == [("a", 6, True), ("b", 10, False)]
     assert rows[0]["val gain over last 20% (points)"] == pytest.approx(0.0)  # best 90.1 % already at epoch 6
-    assert rows[1]["val gain over last 20% (points)"] == pytest.approx(0.9)  # 90.5 − 89.6 (best before the 2-epoch window)
+    assert rows[1]["val gain over last 20% (points)"] == pytest.approx(0.9)  # 90.5 − 89.6, the best before the window
 
 
 def test_the_text_calls_a_study_converged_only_when_nine_in_ten_runs_meet_the_rule():

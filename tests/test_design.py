@@ -44,8 +44,8 @@ def test_primary_runs_seed_major_then_secondary(tmp_path):
     order = catalog.grid(params)
     assert order[:4] == [("mnist5k", v, 0) for v in PRIMARY]  # every primary variant's seed 0 first
     assert order[4:8] == [("mnist5k", v, 1) for v in PRIMARY]
-    assert [run[2] for run in order[:16]] == [0] * 4 + [1] * 4 + [2] * 4 + [3] * 4  # up to max_seeds
-    assert order[16:] == [("mnist5k", "softmax+krpe", 0), ("mnist5k", "softmax+krpe", 1)]
+    assert [run[2] for run in order[:20]] == [0] * 4 + [1] * 4 + [2] * 4 + [3] * 4 + [4] * 4  # spare seed 4 too
+    assert order[20:] == [("mnist5k", "softmax+krpe", 0), ("mnist5k", "softmax+krpe", 1)]
 
 
 def _finished(accuracies: dict, seconds=10.0, epochs=2):
@@ -85,7 +85,7 @@ def test_stopping_rule_adds_seeds_while_intervals_are_wide_and_stops_when_narrow
     assert design.decide(params, ("mnist5k", "softmax+ape", 1), _finished(_accuracies([0], 0.0))) == ("train", "")
     # two seeds whose contrast differs by 2 points: the 95 % half-width is far above 0.5 → a third seed
     wide = _finished(_accuracies([0, 1], 1.0))
-    assert design.primary_seeds_needed(params, {(r["variant"], r["seed"]): r["top1"] for r in wide}) == 3
+    assert design.primary_progress(params, wide)[:2] == (2, 3)
     assert design.decide(params, run, wide) == ("train", "")
     # identical contrasts in both seeds: half-width 0 → the rule is met at min_seeds, seed 2 is not started
     narrow = _finished(_accuracies([0, 1], 0.0))
@@ -198,6 +198,17 @@ def test_in_flight_names_the_runs_another_live_process_holds(tmp_path):
         other.kill()
         other.wait()
     assert catalog.in_flight(params, tmp_path) == set()
+    # a lock just created and not yet written, or one of another machine, is held; no lock is not
+    (own.dir / records.LOCK).write_text("")
+    (stale.dir / records.LOCK).write_text("123 some-other-host")
+    assert "not written yet" in records.RunLock(own.dir).holder()
+    assert records.RunLock(stale.dir).holder() == "123 on some-other-host"
+    assert catalog.in_flight(params, tmp_path) == {own.place, stale.place}
+    with pytest.raises(records.RunBusy, match="not written yet"):
+        records.RunLock(own.dir).__enter__()  # never deleted from under its writer
+    assert (own.dir / records.LOCK).read_text() == ""
+    (held.dir / records.LOCK).unlink()
+    assert records.RunLock(held.dir).holder() is None
 
 
 @pytest.mark.parametrize(
@@ -246,3 +257,47 @@ def test_the_eta_counts_the_runs_the_design_wants_and_no_other_process_trains(tm
     finally:
         other.kill()
         other.wait()
+
+
+def test_seed_values_are_not_their_positions(tmp_path):
+    """Seeds 11-15: a rule that confused a seed's value with its place in the list would fail here."""
+    params = preset(tmp_path, header=HEADER.replace("seeds: [0, 1, 2, 3, 4]", "seeds: [11, 12, 13, 14, 15]"))
+
+    def accuracies(seeds, spread):
+        return {(v, 11 + s): a for (v, s), a in _accuracies([s - 11 for s in seeds], spread).items()}
+
+    wide = _finished(accuracies([11, 12], 1.0), seconds=450, epochs=2)  # 1 h per seed
+    assert design.decide(params, ("mnist5k", "softmax+ape", 13), wide) == ("train", "")
+    assert design.decide(params, ("mnist5k", "softmax+ape", 14), wide)[0] == "skip"
+    partial = [r for r in wide if (r["variant"], r["seed"]) != ("favor+rope_mixed", 12)]
+    verdict, why = design.decide(params, ("mnist5k", "softmax+ape", 13), partial, {("mnist5k", "favor+rope_mixed", 12)})
+    assert verdict == "wait" and "favor+rope_mixed seed 12 is in flight" in why
+    # the budget: a new seed 13 does not fit in 2.9 h; once started (seed 13 in flight) it is finished
+    tight = dataclasses.replace(params, design=dataclasses.replace(params.design, budget_hours=2.9))
+    assert design.decide(tight, ("mnist5k", "softmax+ape", 13), wide)[0] == "skip"
+    assert design.decide(tight, ("mnist5k", "favor+ape", 13), wide, {("mnist5k", "softmax+ape", 13)}) == ("train", "")
+    # a shared budget counts secondary hours against a new primary seed
+    roomy = dataclasses.replace(params, design=dataclasses.replace(params.design, budget_hours=3.4))
+    with_secondary = wide + _finished({("softmax+krpe", 11): 0.9}, seconds=900, epochs=2)  # + 0.5 h
+    assert design.decide(roomy, ("mnist5k", "softmax+ape", 13), wide) == ("train", "")
+    assert design.decide(roomy, ("mnist5k", "softmax+ape", 13), with_secondary)[0] == "skip"
+    kept = design.complete_seed_records(params, wide + _finished({("softmax+ape", 13): 0.9}))
+    assert sorted({r["seed"] for r in kept}) == [11, 12]
+
+
+def test_a_seed_whose_primary_run_diverged_is_lost_and_the_next_seed_stands_in(tmp_path):
+    params = preset(tmp_path)  # seeds 0-4, min_seeds 2, max_seeds 4
+    odd = {(v, 2): a for (v, _), a in _accuracies([1], 1.0).items()}  # seed 2 differs from seed 0: wide
+    runs = _finished({**_accuracies([0], 1.0), **odd})
+    runs += [{**r, "status": "diverged"} for r in _finished({("favor+ape", 1): 0.1})]
+    runs += _finished({("softmax+ape", 1): 0.9})  # its seed-mates are set aside with it
+    progress = design.primary_progress(params, runs)
+    assert (progress.complete, progress.needed, progress.lost) == (2, 3, {1: "favor+ape"})  # seeds 0 and 2
+    verdict, why = design.decide(params, ("mnist5k", "softmax+rope_mixed", 1), runs)
+    assert verdict == "skip" and "seed 1 is lost: favor+ape diverged there" in why
+    assert design.decide(params, ("mnist5k", "softmax+ape", 3), runs) == ("train", "")  # the third usable seed
+    assert design.decide(params, ("mnist5k", "softmax+ape", 4), runs)[0] == "skip"
+    assert sorted({r["seed"] for r in design.complete_seed_records(params, runs)}) == [0, 2]
+    # every seed lost but two: the rule cannot ask for more seeds than there are
+    gone = runs + [{**r, "status": "diverged"} for r in _finished({("favor+ape", 3): 0.1, ("favor+ape", 4): 0.1})]
+    assert design.primary_progress(params, gone)[:2] == (2, 2)

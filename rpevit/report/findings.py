@@ -59,11 +59,13 @@ def study_status(preset: str, root=None) -> str:
     from ..catalog import grid, study_records
     from ..design import primary_progress
     from ..params import load_params
+    from ..variants import parse_variant
 
     params = load_params(preset)
     design = params.design
-    found = [r for r in study_records(params, reports_root=root) if r.get("status") == "finished"]
-    primary = set(design.primary)
+    current = study_records(params, reports_root=root)
+    found = [r for r in current if r.get("status") == "finished"]
+    primary = {parse_variant(v).name for v in design.primary}
     done = {
         "primary": [r for r in found if r["variant"] in primary],
         "secondary": [r for r in found if r["variant"] not in primary],
@@ -73,8 +75,7 @@ def study_status(preset: str, root=None) -> str:
         for part, rs in done.items()
     }
     complete = min(
-        primary_progress(params, {(r["variant"], r["seed"]): r["top1"] for r in found if r["dataset"] == d})[0]
-        for d in params.datasets
+        primary_progress(params, [r for r in current if r["dataset"] == d]).complete for d in params.datasets
     )
     if design.secondary_budget_hours is not None:
         budget = (
