@@ -201,7 +201,8 @@ def decide(params, run: tuple[str, str, int], finished: list[dict], busy=frozens
     flight. A primary seed is trained whole: a new one starts only while the budget left covers the
     mean cost of the complete ones, and a started one is finished. A secondary run waits while the
     primary grid is unsettled (the rule wants more seeds than are complete) and primary runs are in
-    flight: primary seeds train first, so the budget goes to them first."""
+    flight: primary seeds train first, so the budget goes to them first. A primary run of a lost seed
+    (another primary run diverged there: primary_progress) is skipped."""
     dataset, variant, seed = run
     design = params.design
     primary = _names(design.primary)
