@@ -5,8 +5,8 @@ record whose key matches the preset's settings: run.Run.key) are skipped
 and interrupted runs resume from their last good checkpoint, so a study stopped at any point
 continues where it stopped and nothing finished is recomputed. A run another live process is
 training is skipped with a message; a diverged run is recorded as such, not retried. A preset with
-a design (rpevit.design) trains only what its stopping rule and budget want, and waits (polling)
-while another process trains the runs that decide the next one. Each grid
+a design (rpevit.design) trains only what its stopping rule and budget want, choosing each next run
+afresh (designed_order) and waiting (polling) while another process trains the runs that decide it. Each grid
 cell goes through cell.run_cell (the run's state from runs/ and its kept copy, repairs, training,
 evaluation, keeping), as on Ray; the summary says what was recovered and repaired.
 """
@@ -88,13 +88,8 @@ def run_study(
     load = loader_cache(params, dataset_loader)
     todo = [(c, s) for c, s in zip(grid_cells, states) if s.work]
     meter, rows = Progress(len(todo)), {}
-    for index, (run, before) in enumerate(todo):
-        if before.train and params.design.active:  # the stopping rule and the budget decide as runs finish
-            verdict, why = settle_decision(params, run)
-            if verdict == "skip":
-                print(f"not started: {label(*run.place)} ({why})", flush=True)
-                continue
-            meter.wanted = functools.partial(wanted_left, params, todo[index:])  # the ETA's runs left
+    order = designed_order(params, todo, meter) if params.design.active else todo
+    for run, before in order:
         meter.event("running", run.place)
         rows[run.place] = run_cell(run, lambda run=run: load(run.dataset), progress=progress)
         kind, message = outcome(rows[run.place], before)
@@ -102,39 +97,63 @@ def run_study(
     return summarise(params, grid_cells, rows, records.recovered)
 
 
-def wanted_left(params: Params, todo: list[tuple[Run, State]]) -> int:
-    """Of `todo` (this process's runs not yet reached, the current one first), those the design would
-    train on the records finished now (the primary seeds the stopping rule wants so far, the secondary
-    runs within budget) that no other process is training: what the ETA counts."""
+def designed_order(params: Params, todo: list[tuple[Run, State]], meter: Progress):
+    """A designed study's runs, each chosen afresh when the last one ends: the first of `todo`
+    (design order) that the design would train now (design.decide) and that is neither finished, in
+    flight in another process, nor tried already by this one. While only runs that wait on others
+    are left, poll every POLL_SECONDS; when none is left, say which runs were not started and why.
+    Scanning from the top each time picks up a run another process left unfinished (it stopped)
+    before any later one, so secondary runs never overtake a primary seed that still lacks a run."""
     if not todo:
-        return 0
-    first = todo[0][0]
-    busy, finished = in_flight_and_records(params, first.runs_root, first.reports_root)
-    return sum(
-        run.place not in busy and design.decide(params, run.place, finished)[0] == "train"
-        for run, state in todo
-        if state.train
-    )
-
-
-def settle_decision(params: Params, run: Run) -> tuple[str, str]:
-    """The design's "train" or "skip" for `run`, polling every POLL_SECONDS while it says "wait"
-    (another process trains the runs that decide it)."""
-    said = False
+        return
+    roots, tried, said = (todo[0][0].runs_root, todo[0][0].reports_root), set(), set()
     while True:
-        busy, finished = in_flight_and_records(params, run.runs_root, run.reports_root)
-        verdict, why = design.decide(params, run.place, finished, busy)
-        if verdict != "wait":
-            return verdict, why
-        if not said:
+        busy, finished = in_flight_and_records(params, *roots)
+        done = {(r["dataset"], r["variant"], r["seed"]) for r in finished}
+        chosen, waits, skips = None, [], []
+        for run, before in todo:
+            if run.place in tried or run.place in busy or (before.train and run.place in done):
+                continue
+            verdict, why = design.decide(params, run.place, finished, busy) if before.train else ("train", "")
+            if verdict == "train":
+                chosen = (run, before)
+                break
+            (waits if verdict == "wait" else skips).append((run, why))
+        if chosen is not None:
+            meter.wanted = functools.partial(wanted_left, params, [t for t in todo if t[0].place not in tried])
+            tried.add(chosen[0].place)
+            yield chosen
+            continue
+        if not waits:
+            for run, why in skips:
+                print(f"not started: {label(*run.place)} ({why})", flush=True)
+            return
+        run, why = waits[0]
+        if run.place not in said:
             locks = ", ".join(str(lock_path(params, place, run.runs_root)) for place in sorted(busy))
             print(
                 f"waiting: {label(*run.place)} ({why}); runs in flight hold {locks} — if a holder is gone "
                 "(another machine, a reused process id), delete its lock file",
                 flush=True,
             )
-            said = True
+            said.add(run.place)
         time.sleep(POLL_SECONDS)
+
+
+def wanted_left(params: Params, todo: list[tuple[Run, State]]) -> int:
+    """Of `todo` (this process's runs not yet tried, the current one first), those the design would
+    train on the records finished now (the primary seeds the stopping rule wants so far, the secondary
+    runs within budget) that are unfinished and no other process is training: what the ETA counts."""
+    if not todo:
+        return 0
+    first = todo[0][0]
+    busy, finished = in_flight_and_records(params, first.runs_root, first.reports_root)
+    done = {(r["dataset"], r["variant"], r["seed"]) for r in finished}
+    return sum(
+        run.place not in busy | done and design.decide(params, run.place, finished)[0] == "train"
+        for run, state in todo
+        if state.train
+    )
 
 
 def summarise(params: Params, grid_cells: list[Run], rows: dict, notes: list[str]) -> list[dict]:

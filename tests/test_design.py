@@ -301,3 +301,42 @@ def test_a_seed_whose_primary_run_diverged_is_lost_and_the_next_seed_stands_in(t
     # every seed lost but two: the rule cannot ask for more seeds than there are
     gone = runs + [{**r, "status": "diverged"} for r in _finished({("favor+ape", 3): 0.1, ("favor+ape", 4): 0.1})]
     assert design.primary_progress(params, gone)[:2] == (2, 2)
+
+
+def test_a_run_left_unfinished_by_a_stopped_process_is_taken_up_before_any_later_run(tmp_path, monkeypatch, capsys):
+    from rpevit import study
+    from rpevit.cell import cells, settle
+    from rpevit.progress import Progress
+
+    params = preset(tmp_path)  # seeds 0-4, min_seeds 2
+    grid = cells(params, catalog.grid(params), tmp_path / "runs", tmp_path / "reports")
+    todo = [(run, settle(run, repair=False)) for run in grid]
+    accuracy = _accuracies([0, 1], 1.0)
+    del accuracy[("favor+rope_mixed", 1)]
+    missing = ("mnist5k", "favor+rope_mixed", 1)
+    # what this process sees at each look: the other process trains seed 1's last run, then it has stopped
+    looks = iter([({missing}, _finished(accuracy)), ({missing}, _finished(accuracy)), (set(), _finished(accuracy))])
+    monkeypatch.setattr(study, "in_flight_and_records", lambda params, *roots: next(looks))
+    monkeypatch.setattr(study, "POLL_SECONDS", 0)
+    order = study.designed_order(params, todo, Progress(len(todo)))
+    run, _ = next(order)
+    assert run.place == missing  # not seed 2 (the rule decides after seed 1) nor softmax+krpe (primary first)
+    out = capsys.readouterr().out
+    assert out.count("waiting: softmax+ape on mnist5k, seed 2 (favor+rope_mixed seed 1 is in flight") == 1
+    assert "runs in flight hold" in out and "favor+rope_mixed/seed1/.lock" in out
+
+
+def test_a_designed_order_ends_by_naming_what_it_did_not_start(tmp_path, monkeypatch, capsys):
+    from rpevit import study
+    from rpevit.cell import cells, settle
+    from rpevit.progress import Progress
+
+    params = preset(tmp_path)
+    grid = cells(params, catalog.grid(params), tmp_path / "runs", tmp_path / "reports")
+    todo = [(run, settle(run, repair=False)) for run in grid]
+    narrow = _finished(_accuracies([0, 1], 0.0))  # the rule is met at 2 seeds
+    monkeypatch.setattr(study, "in_flight_and_records", lambda params, *roots: (set(), narrow))
+    chosen = [run.place for run, _ in study.designed_order(params, todo, Progress(len(todo)))]
+    assert chosen == [("mnist5k", "softmax+krpe", 0), ("mnist5k", "softmax+krpe", 1)]  # the secondary runs
+    out = capsys.readouterr().out
+    assert out.count("not started:") == 12 and "softmax+ape on mnist5k, seed 2 (the stopping rule needs 2" in out
