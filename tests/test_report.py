@@ -328,7 +328,13 @@ def test_study_status_counts_complete_primary_seeds_and_each_budget(monkeypatch)
     runs = [run(v, s, 1.0) for s in (1, 2) for v in params.design.primary] + [run("softmax+ape", 3, 0.5)]
     runs.append(run("softmax+krpe", 1, 2.0))
     monkeypatch.setattr(catalog, "study_records", lambda params, reports_root=None: runs)
+    flat, rising = [0.90] * 10, [0.80 + 0.01 * e for e in range(10)]  # a plateau; still gaining
+    monkeypatch.setattr(
+        catalog, "run_history", lambda run: [{"val_acc": v} for v in (flat if run.seed == 1 else rising)]
+    )
     text = findings.study_status("fmnist_converged")
+    assert "So far 7 of 14 finished runs meet the plateau rule" in text  # the seed-1 runs have a flat history
+    assert "the Performer–softmax gap at the study's 26-epoch budget" in text
     assert "13 primary runs finished, 2 complete primary seeds (6 variants × 3–10 seeds" in text
     assert "1 secondary run, of at most 102 runs" in text
     assert "12.5 of the primary budget's 40 training hours and 2.0 of the secondary budget's 45 spent" in text

@@ -56,9 +56,11 @@ def study_status(preset: str, root=None) -> str:
     """Markdown: how far a designed study is (finished runs of its primary and secondary variants,
     complete primary seeds, hours against its budgets, from the kept records) while its report has not
     been generated yet."""
-    from ..catalog import grid, study_records
+    from ..catalog import grid, run_history, study_records
+    from ..convergence import convergence_rows
     from ..design import primary_progress
     from ..params import load_params
+    from ..run import Run
     from ..variants import parse_variant
 
     params = load_params(preset)
@@ -86,15 +88,24 @@ def study_status(preset: str, root=None) -> str:
         cap = "" if design.budget_hours is None else f" of a {design.budget_hours:g}-hour budget"
         budget = f"{hours['primary'] + hours['secondary']:.1f} training hours{cap} spent"
     rule, secondary = design.stopping, len(done["secondary"])
+    histories = ((r, run_history(Run(params, r["dataset"], r["variant"], r["seed"], reports_root=root))) for r in found)
+    converged = convergence_rows(histories)
+    plateau = (
+        f" So far {sum(r['plateau met'] for r in converged)} of {len(converged)} finished runs meet the plateau "
+        "rule (best validation top-1 gaining < 0.2 points over the last 20 % of epochs)."
+        if converged
+        else ""
+    )
     return (
         f"**The converged study `{preset}` is in progress** ([params/{preset}.yaml](params/{preset}.yaml): design, "
         f"recipe and stopping rule fixed before its first run; amendments declared there before the runs they "
         f"concern): {len(done['primary'])} primary runs finished, {complete} complete primary seed"
         f"{'s' * (complete != 1)} ({len(primary)} variants × {rule.min_seeds}–{rule.max_seeds} seeds by the stopping "
-        f"rule), {secondary} secondary run{'s' * (secondary != 1)}, of at most {len(grid(params))} runs; {budget}. Its "
-        f"answer — the Performer–softmax gap at convergence and whether RoPE closes it, with intervals — appears "
-        f"here when `make study PRESET={preset}` regenerates its report. The recipe's pilot: "
-        f"[reports/fmnist_pilot/](reports/fmnist_pilot/README.md)." + _early_study_note(root)
+        f"rule), {secondary} secondary run{'s' * (secondary != 1)}, of at most {len(grid(params))} runs; {budget}."
+        f"{plateau} Its answer — the Performer–softmax gap at the study's {params.train.epochs}-epoch budget and "
+        f"whether RoPE closes it, with intervals — appears here when `make study PRESET={preset}` regenerates its "
+        "report. The "
+        f"recipe's pilot: [reports/fmnist_pilot/](reports/fmnist_pilot/README.md)." + _early_study_note(root)
     )
 
 
