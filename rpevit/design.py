@@ -229,8 +229,8 @@ def decide(params, run: tuple[str, str, int], finished: list[dict], busy=frozens
                 "skip",
                 f"the secondary budget of {design.secondary_budget_hours:g} training hours is spent ({spent:.1f} h)",
             )
-    elif design.budget_hours is not None and _hours(mine) >= design.budget_hours:
-        return "skip", f"the design's budget of {design.budget_hours:g} training hours is spent ({_hours(mine):.1f} h)"
+    elif design.budget_hours is not None and (spent := _hours(mine)) >= design.budget_hours:
+        return "skip", f"the design's budget of {design.budget_hours:g} training hours is spent ({spent:.1f} h)"
     if complete < needed and flying:
         i, v = flying[0]
         return "wait", f"the primary grid comes first ({v} seed {usable[i]} is in flight)"

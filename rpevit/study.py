@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from . import design, records, runs
-from .catalog import current_record, grid, in_flight_and_records, lock_path, study_records
+from .catalog import current_record, grid, in_flight_and_records, run_lock, study_records
 from .cell import State, cells, needs_evaluation, run_cell, settle
 from .params import Params
 from .paths import inside
@@ -120,7 +120,8 @@ def designed_order(params: Params, todo: list[tuple[Run, State]], meter: Progres
                 break
             (waits if verdict == "wait" else skips).append((run, why))
         if chosen is not None:
-            meter.wanted = functools.partial(wanted_left, params, [t for t in todo if t[0].place not in tried])
+            untried = [t for t in todo if t[0].place not in tried]
+            meter.wanted = functools.partial(wanted_left, params, untried, busy, finished)  # this scan's reads
             tried.add(chosen[0].place)
             yield chosen
             continue
@@ -130,7 +131,7 @@ def designed_order(params: Params, todo: list[tuple[Run, State]], meter: Progres
             return
         run, why = waits[0]
         if run.place not in said:
-            locks = ", ".join(str(lock_path(params, place, run.runs_root)) for place in sorted(busy))
+            locks = ", ".join(str(run_lock(params, place, run.runs_root).path) for place in sorted(busy))
             print(
                 f"waiting: {label(*run.place)} ({why}); runs in flight hold {locks} — if a holder is gone "
                 "(another machine, a reused process id), delete its lock file",
@@ -140,14 +141,10 @@ def designed_order(params: Params, todo: list[tuple[Run, State]], meter: Progres
         time.sleep(POLL_SECONDS)
 
 
-def wanted_left(params: Params, todo: list[tuple[Run, State]]) -> int:
+def wanted_left(params: Params, todo: list[tuple[Run, State]], busy: set, finished: list[dict]) -> int:
     """Of `todo` (this process's runs not yet tried, the current one first), those the design would
-    train on the records finished now (the primary seeds the stopping rule wants so far, the secondary
-    runs within budget) that are unfinished and no other process is training: what the ETA counts."""
-    if not todo:
-        return 0
-    first = todo[0][0]
-    busy, finished = in_flight_and_records(params, first.runs_root, first.reports_root)
+    train on the `finished` records (the primary seeds the stopping rule wants so far, the secondary
+    runs within budget) that are unfinished and not `busy` in another process: what the ETA counts."""
     done = {(r["dataset"], r["variant"], r["seed"]) for r in finished}
     return sum(
         run.place not in busy | done and design.decide(params, run.place, finished)[0] == "train"

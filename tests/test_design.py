@@ -246,14 +246,18 @@ def test_the_eta_counts_the_runs_the_design_wants_and_no_other_process_trains(tm
     params = preset(tmp_path)  # min_seeds 2, max_seeds 4, 2 secondary seeds
     grid = cells(params, catalog.grid(params), tmp_path / "runs", tmp_path / "reports")
     todo = [(run, settle(run, repair=False)) for run in grid]
+
     # nothing finished: primary seeds 0-1 (8 runs) and the 2 secondary runs; seeds 2-3 wait on the rule
-    assert study.wanted_left(params, todo) == 10
-    assert study.wanted_left(params, todo[5:]) == 5 and study.wanted_left(params, []) == 0
+    def wanted(part):
+        return study.wanted_left(params, part, *catalog.in_flight_and_records(params, tmp_path / "runs"))
+
+    assert wanted(todo) == 10
+    assert wanted(todo[5:]) == 5 and wanted([]) == 0
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         grid[0].dir.mkdir(parents=True)
         (grid[0].dir / records.LOCK).write_text(f"{other.pid} {socket.gethostname()}")
-        assert study.wanted_left(params, todo) == 9  # another process trains the first run
+        assert wanted(todo) == 9  # another process trains the first run
     finally:
         other.kill()
         other.wait()

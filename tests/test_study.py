@@ -167,7 +167,7 @@ def test_a_study_waits_while_another_process_trains_what_decides_its_next_run(
     monkeypatch.setattr(study, "design", fake)
     monkeypatch.setattr(catalog, "design", fake)
     monkeypatch.setattr(study, "POLL_SECONDS", 0)
-    monkeypatch.setattr(study, "wanted_left", lambda params, todo: len(todo))  # the ETA's count: not under test
+    monkeypatch.setattr(study, "wanted_left", lambda params, todo, *reads: len(todo))  # the ETA's count: not tested
     designed = dataclasses.replace(grid_params, design=types.SimpleNamespace(active=True))
     study.run_study(designed, runs_root=tmp_path, reports_root=tmp_path)
     assert calls == [("softmax+ape", 0)] and len(asked) == 3 and asked[0] == set()
