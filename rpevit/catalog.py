@@ -9,7 +9,7 @@ study runner (rpevit.study, rpevit.cell) writes what this reads.
 from __future__ import annotations
 
 from . import design, records
-from .params import Params
+from .params import Params, load_params
 from .run import Run
 from .variants import parse_variant
 
@@ -78,3 +78,23 @@ def study_records(params: Params, runs_root=None, reports_root=None) -> list[dic
     roots = {"runs_root": runs_root, "reports_root": reports_root}
     found = (current_record(Run(params, *place, **roots)) for place in grid(params))
     return [record for record in found if record is not None]
+
+
+def secondary_held(params: Params, runs_root=None, reports_root=None) -> str:
+    """Why the design's secondary runs may not start yet ("" when they may): its longer-budget check
+    (design.plateau_check, a preset) still wants runs — finished neither here nor in flight. It
+    trains first; the message says how to train it."""
+    name = params.design.plateau_check
+    if not name:
+        return ""
+    check = load_params(name)
+    busy, finished = in_flight_and_records(check, runs_root, reports_root)
+    left = design.wanted_runs(check, finished, busy)
+    if not left:
+        return ""
+    flying = sum(place in busy for place in left)
+    return (
+        f"the longer-budget check {name} trains before the secondary variants and wants {len(left)} more runs"
+        + (f" ({flying} in flight)" if flying else "")
+        + f"; train it with `python -m rpevit study {name}`"
+    )

@@ -244,12 +244,14 @@ def _task_params(params: Params, gpus_per_run: float) -> Params:
 def held_by_design(params, grid, states, runs_root, reports_root) -> set[tuple[str, str, int]]:
     """The places the design does not train in this submission (said, one line each): its stopping
     rule and budget on the records finished now, with the runs submitted together counted as in
-    flight — so a later primary seed, or a secondary run, waits for the seeds submitted before it."""
+    flight — so a later primary seed, or a secondary run, waits for the seeds submitted before it;
+    secondary runs are held while the design's longer-budget check wants runs (catalog.secondary_held)."""
     (busy, finished), held = catalog.in_flight_and_records(params, runs_root, reports_root), set()
+    secondary_held = catalog.secondary_held(params, runs_root, reports_root)
     for run, state in zip(grid, states):
         if not (state.work and state.train):
             continue
-        verdict, why = design.decide(params, run.place, finished, busy)
+        verdict, why = design.decide(params, run.place, finished, busy, secondary_held=secondary_held)
         if verdict == "train":
             busy.add(run.place)
             continue

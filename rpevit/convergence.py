@@ -6,6 +6,11 @@ from __future__ import annotations
 import math
 import statistics
 
+from .catalog import grid, run_history, study_records
+from .design import half_widths, per_seed_contrast
+from .params import load_params
+from .run import Run
+
 PLATEAU_FRACTION = 0.2
 PLATEAU_TOLERANCE = 0.2  # points of validation top-1
 
@@ -78,5 +83,94 @@ def convergence_text(rows: list[dict]) -> str:
     return text + (
         f"Fewer than {CONVERGED_SHARE:.0%} of the runs are at a plateau, so the study is **not converged** by its own "
         f"rule: every comparison below holds at this fixed {budget}-epoch budget, and longer training would still "
-        "raise the accuracies; whether it would change the gaps between variants is not measured here."
+        "raise the accuracies; whether it would change the gaps between variants is not measured by these runs "
+        "(a design's longer-budget check measures it: below)."
     )
+
+
+def budget_check_rows(design, short: list[dict], long: list[dict]) -> list[dict]:
+    """The longer-budget check (a design's plateau_check), per dataset and pre-registered contrast:
+    the contrast (points, design.per_seed_contrast) on the seeds finished at both budgets, at the
+    study's epochs (`short`: its analysed records) and at the check's (`long`), the per-seed changes
+    long − short and their mean, the study's 95 % t half-width of that contrast (design.half_widths,
+    over all its analysed seeds) and the reading fixed in the check's preset: "moved" when
+    |mean change| exceeds that half-width, else "holds" ("no paired seed yet" without one)."""
+
+    def accuracy(records, dataset):
+        return {
+            (r["variant"], r["seed"]): r["top1"]
+            for r in records
+            if r.get("status") == "finished" and r.get("dataset") == dataset
+        }
+
+    rows = []
+    for dataset in sorted({r.get("dataset") for r in short} | {r.get("dataset") for r in long}):
+        at_short, at_long = accuracy(short, dataset), accuracy(long, dataset)
+        widths = half_widths(design, at_short) if design.contrasts else {}
+        for contrast in design.contrasts:
+            before, after = per_seed_contrast(contrast, at_short), per_seed_contrast(contrast, at_long)
+            seeds = sorted(set(before) & set(after))
+            changes = [after[s] - before[s] for s in seeds]
+            change = statistics.fmean(changes) if changes else math.nan
+            width = widths[contrast.name]
+            rows.append(
+                {
+                    "dataset": dataset,
+                    "contrast": contrast.name,
+                    "paired seeds": ", ".join(map(str, seeds)) or "—",
+                    "short budget (points)": statistics.fmean(before[s] for s in seeds) if seeds else math.nan,
+                    "long budget (points)": statistics.fmean(after[s] for s in seeds) if seeds else math.nan,
+                    "per-seed change (points)": ", ".join(f"{c:+.2f}" for c in changes) or "—",
+                    "mean change (points)": change,
+                    "short budget 95% half-width (points)": width,
+                    "reading": "no paired seed yet" if not seeds else ("moved" if abs(change) > width else "holds"),
+                }
+            )
+    return rows
+
+
+def budget_check_text(rows: list[dict], check_runs: list[dict], name: str, planned: int, epochs: tuple) -> str:
+    """Markdown: how far the longer-budget check `name` (`planned` runs; `epochs`: (study, check)) has
+    trained, whether its runs reach the plateau rule (`check_runs`: its convergence_rows), and which
+    contrasts its reading rule calls moved or holding (`rows`: budget_check_rows)."""
+    short, long = epochs
+    head = f"**Longer-budget check** (`{name}`: the primary variants at {long} epochs, not {short}, paired by seed)"
+    if not check_runs:
+        return (
+            f"{head}: none of its {planned} runs has finished yet, so every comparison here holds at {short} "
+            "epochs only; whether a longer budget moves it is not measured yet."
+        )
+    met = sum(r["plateau met"] for r in check_runs)
+    text = (
+        f"{head}: {len(check_runs)} of {planned} runs finished; the plateau rule is met by {met} of them "
+        f"({'at least' if met >= CONVERGED_SHARE * len(check_runs) else 'fewer than'} {CONVERGED_SHARE:.0%}). "
+    )
+    paired = [r for r in rows if r["reading"] != "no paired seed yet"]
+    if not paired:
+        return text + "No contrast has a seed finished at both budgets yet."
+    moved = [r for r in paired if r["reading"] == "moved"]
+    listed = "; ".join(f"{r['contrast']} {r['mean change (points)']:+.2f} points" for r in moved)
+    return text + (
+        f"Of {len(paired)} contrasts with paired seeds, {len(moved)} moved by more than this study's 95 % "
+        f"half-width when training ran {long} epochs"
+        + (f" ({listed})" if moved else "")
+        + f", and {len(paired) - len(moved)} held. Descriptive: the check has "
+        f"{max(len(r['paired seeds'].split(', ')) for r in paired)} paired seed(s), too few to test a change."
+    )
+
+
+def budget_check(params, analysed: list[dict], reports_root=None) -> tuple[str, list[dict]] | None:
+    """The longer-budget check of a designed study (`params.design.plateau_check`), from the check's
+    current records: (budget_check_text, budget_check_rows) against the study's `analysed` records;
+    None when the design names no check."""
+    name = params.design.plateau_check
+    if not name:
+        return None
+    check = load_params(name)
+    found = [r for r in study_records(check, reports_root=reports_root) if r.get("status") == "finished"]
+    histories = (
+        (r, run_history(Run(check, r["dataset"], r["variant"], r["seed"], reports_root=reports_root))) for r in found
+    )
+    rows = budget_check_rows(params.design, analysed, found)
+    epochs = (params.train.epochs, check.train.epochs)
+    return budget_check_text(rows, convergence_rows(histories), name, len(grid(check)), epochs), rows

@@ -12,6 +12,8 @@ trained whole — a new one starts only while `budget_hours` covers the mean cos
 seeds —, secondary runs stop at `budget_hours`, or at `secondary_budget_hours` when that is set
 (then `budget_hours` counts primary runs only); secondary variants give way first because they
 come last. The analysis uses the complete primary seeds (complete_seed_records).
+A longer-budget check (`plateau_check`: another preset training the primary variants for more epochs
+on the first seeds) trains before the secondary variants: they are skipped while it wants runs.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ class Design:
     secondary_seeds: int = 3
     budget_hours: float | None = None
     secondary_budget_hours: float | None = None  # set: budget_hours counts primary runs only
+    plateau_check: str | None = None  # a preset: the primary variants trained longer, before the secondary ones
 
     @property
     def active(self) -> bool:
@@ -111,7 +114,7 @@ def check_design(design: Design, variants, seeds) -> None:
             f"design.stopping: need 2 ≤ min_seeds ({rule.min_seeds}) ≤ max_seeds ({rule.max_seeds}) ≤ the "
             f"{len(seeds)} seeds listed in seeds."
         )
-    if not 1 <= design.secondary_seeds <= len(seeds):
+    if design.secondary and not 1 <= design.secondary_seeds <= len(seeds):
         raise UserError(f"design.secondary_seeds: {design.secondary_seeds}; it must be 1…{len(seeds)}.")
     if not (rule.half_width > 0 and 0 < rule.confidence < 1 and 0 < design.alpha < 0.5):
         raise UserError("design: half_width > 0, 0 < confidence < 1 and 0 < alpha < 0.5 are required.")
@@ -192,10 +195,13 @@ def primary_progress(params, records: list[dict]) -> PrimaryProgress:
     return PrimaryProgress(complete, needed, usable, lost)
 
 
-def decide(params, run: tuple[str, str, int], finished: list[dict], busy=frozenset()) -> tuple[str, str]:
+def decide(
+    params, run: tuple[str, str, int], finished: list[dict], busy=frozenset(), secondary_held: str = ""
+) -> tuple[str, str]:
     """What the design does with `run` now: ("train", ""); ("wait", why) while runs that another
     process is training (`busy`: their places) decide whether it trains; ("skip", why) when the
-    stopping rule or the budget rules it out.
+    stopping rule or the budget rules it out, or — for a secondary run — `secondary_held` says why
+    secondary runs may not start yet (the plateau check still wants runs: catalog.secondary_held).
 
     A primary run beyond the seeds the stopping rule needs waits for earlier primary seeds still in
     flight. A primary seed is trained whole: a new one starts only while the budget left covers the
@@ -222,6 +228,8 @@ def decide(params, run: tuple[str, str, int], finished: list[dict], busy=frozens
             return "skip", f"the stopping rule needs {needed} primary seeds"
         started = any(r["variant"] in primary and r["seed"] == seed for r in mine) or any(i == index for i, _ in flying)
         return ("train", "") if started else _affordable(params, mine, usable[:complete])
+    if secondary_held:
+        return "skip", secondary_held
     if design.secondary_budget_hours is not None:
         spent = _hours(r for r in mine if r["variant"] not in primary)
         if spent >= design.secondary_budget_hours:
@@ -235,6 +243,19 @@ def decide(params, run: tuple[str, str, int], finished: list[dict], busy=frozens
         i, v = flying[0]
         return "wait", f"the primary grid comes first ({v} seed {usable[i]} is in flight)"
     return "train", ""
+
+
+def wanted_runs(params, finished: list[dict], busy=frozenset()) -> list[tuple[str, str, int]]:
+    """The design's runs it still wants on these records: unfinished and not ruled out (decide says
+    train or wait), in training order; those in flight (`busy`) included."""
+    done = {(r["dataset"], r["variant"], r["seed"]) for r in finished if r.get("status") in ("finished", "diverged")}
+    left = []
+    for place in ordered_runs(params):
+        if place in done:
+            continue
+        if place in busy or decide(params, place, finished, busy)[0] != "skip":
+            left.append(place)
+    return left
 
 
 def _hours(records) -> float:

@@ -393,6 +393,7 @@ def _validate(params: Params) -> None:
             )
     grid = {parse_variant(v).name for v in params.variants}
     check_design(params.design, params.variants, params.seeds)
+    _check_plateau_check(params)
     strays = [v for v in params.evaluate.variants if parse_variant(v).name not in grid]
     if strays:
         raise UserError(
@@ -405,6 +406,39 @@ def _validate(params: Params) -> None:
             f"evaluate.resolutions: {bad} are not positive multiples of model.patch_size = {patch}; "
             "list image sizes divisible by the patch size."
         )
+
+
+def _check_plateau_check(params: Params) -> None:
+    """design.plateau_check names a preset that trains this design's primary variants, with the same
+    data, model and optimiser, for more epochs on some of its seeds (and has no check of its own)."""
+    from .variants import parse_variant
+
+    name = params.design.plateau_check
+    if not name:
+        return
+    where = f"design.plateau_check ({name})"
+    raw = yaml.safe_load(preset_path(name).read_text(encoding="utf-8"))
+    if isinstance(raw, dict) and (raw.get("design") or {}).get("plateau_check"):
+        raise UserError(f"{where}: that preset names a plateau check of its own; a check cannot have one.")
+    try:
+        check = load_params(name)
+    except UserError as exc:
+        raise UserError(f"{where}: {exc}") from None
+
+    def names(variants):
+        return sorted(parse_variant(v).name for v in variants)
+
+    same_recipe = (check.data, check.model, dataclasses.replace(check.train, epochs=params.train.epochs))
+    problems = [
+        (names(check.design.primary) != names(params.design.primary), "train exactly this design's primary variants"),
+        (check.datasets != params.datasets, f"use the datasets {params.datasets}"),
+        (not set(check.seeds) <= set(params.seeds), "use seeds of this preset (the runs are paired by seed)"),
+        (check.train.epochs <= params.train.epochs, f"train more than {params.train.epochs} epochs"),
+        (same_recipe != (params.data, params.model, params.train), "change nothing but train.epochs"),
+    ]
+    wrong = [what for bad, what in problems if bad]
+    if wrong:
+        raise UserError(f"{where}: a longer-budget check must {'; '.join(wrong)}.")
 
 
 def preset_path(name_or_path: str | Path) -> Path:

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from . import design, records, runs
-from .catalog import current_record, grid, in_flight_and_records, run_lock, study_records
+from .catalog import current_record, grid, in_flight_and_records, run_lock, secondary_held, study_records
 from .cell import State, cells, needs_evaluation, run_cell, settle
 from .params import Params
 from .paths import inside
@@ -109,19 +109,22 @@ def designed_order(params: Params, todo: list[tuple[Run, State]], meter: Progres
     roots, tried, said = (todo[0][0].runs_root, todo[0][0].reports_root), set(), set()
     while True:
         busy, finished = in_flight_and_records(params, *roots)
+        held = secondary_held(params, *roots)
         done = {(r["dataset"], r["variant"], r["seed"]) for r in finished}
         chosen, waits, skips = None, [], []
         for run, before in todo:
             if run.place in tried or run.place in busy or (before.train and run.place in done):
                 continue
-            verdict, why = design.decide(params, run.place, finished, busy) if before.train else ("train", "")
+            verdict, why = (
+                design.decide(params, run.place, finished, busy, secondary_held=held) if before.train else ("train", "")
+            )
             if verdict == "train":
                 chosen = (run, before)
                 break
             (waits if verdict == "wait" else skips).append((run, why))
         if chosen is not None:
             untried = [t for t in todo if t[0].place not in tried]
-            meter.wanted = functools.partial(wanted_left, params, untried, busy, finished)  # this scan's reads
+            meter.wanted = functools.partial(wanted_left, params, untried, busy, finished, held)  # this scan's reads
             tried.add(chosen[0].place)
             yield chosen
             continue
@@ -141,13 +144,14 @@ def designed_order(params: Params, todo: list[tuple[Run, State]], meter: Progres
         time.sleep(POLL_SECONDS)
 
 
-def wanted_left(params: Params, todo: list[tuple[Run, State]], busy: set, finished: list[dict]) -> int:
+def wanted_left(params: Params, todo: list[tuple[Run, State]], busy: set, finished: list[dict], held: str = "") -> int:
     """Of `todo` (this process's runs not yet tried, the current one first), those the design would
     train on the `finished` records (the primary seeds the stopping rule wants so far, the secondary
-    runs within budget) that are unfinished and not `busy` in another process: what the ETA counts."""
+    runs within budget and not `held`: design.decide) that are unfinished and not `busy` in another
+    process: what the ETA counts."""
     done = {(r["dataset"], r["variant"], r["seed"]) for r in finished}
     return sum(
-        run.place not in busy | done and design.decide(params, run.place, finished)[0] == "train"
+        run.place not in busy | done and design.decide(params, run.place, finished, secondary_held=held)[0] == "train"
         for run, state in todo
         if state.train
     )

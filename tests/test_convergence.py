@@ -34,3 +34,56 @@ def test_the_text_calls_a_study_converged_only_when_nine_in_ten_runs_meet_the_ru
     assert "1 of 2 runs had their best validation epoch at the last one (10 epochs)" in half
     assert "median of 0.45 points (range 0.00 to 0.90)" in half
     assert "cannot be judged" in convergence_text([])
+
+
+def _contrast_design():
+    from rpevit.design import Contrast, Design
+
+    gap = Contrast("gap", "equal", {"favor+ape": 1, "softmax+ape": -1})
+    return Design(primary=("softmax+ape", "favor+ape"), contrasts=(gap,))
+
+
+def _records(top1: dict, epochs: int) -> list[dict]:
+    return [
+        {"dataset": "d", "variant": v, "seed": s, "status": "finished", "top1": a, "epochs": epochs}
+        for (v, s), a in top1.items()
+    ]
+
+
+def test_the_budget_check_pairs_seeds_and_calls_a_contrast_moved_beyond_the_studys_half_width():
+    from rpevit.convergence import budget_check_rows
+    from rpevit.stats import t_interval
+
+    short = {("softmax+ape", s): 0.90 for s in (1, 2, 3)} | {("favor+ape", 1): 0.89, ("favor+ape", 2): 0.895}
+    short[("favor+ape", 3)] = 0.885  # gaps −1.0, −0.5, −1.5 points at the short budget
+    long = {("softmax+ape", 1): 0.91, ("favor+ape", 1): 0.912, ("softmax+ape", 2): 0.91, ("favor+ape", 2): 0.91}
+    long[("softmax+ape", 3)] = 0.91  # seed 3 lacks favor+ape at the long budget: not paired
+    (row,) = budget_check_rows(_contrast_design(), _records(short, 26), _records(long, 52))
+    half = t_interval([-1.0, -0.5, -1.5], 0.95)
+    assert row["short budget 95% half-width (points)"] == pytest.approx(half["high"] - half["mean"])  # 1.24
+    assert row["paired seeds"] == "1, 2" and row["per-seed change (points)"] == "+1.20, +0.50"
+    assert row["short budget (points)"] == pytest.approx(-0.75) and row["long budget (points)"] == pytest.approx(0.1)
+    assert row["mean change (points)"] == pytest.approx(0.85) and row["reading"] == "holds"  # 0.85 < 1.24
+    moved = dict(long) | {("favor+ape", 2): 0.925}  # changes +1.2, +3.0: mean 2.1 > 1.24
+    assert budget_check_rows(_contrast_design(), _records(short, 26), _records(moved, 52))[0]["reading"] == "moved"
+    (unpaired,) = budget_check_rows(_contrast_design(), _records(short, 26), [])
+    assert unpaired["reading"] == "no paired seed yet" and unpaired["paired seeds"] == "—"
+
+
+def test_the_budget_check_text_says_how_far_the_check_is_and_what_moved():
+    from rpevit.convergence import budget_check_text
+
+    rows = [
+        {"contrast": "gap A", "reading": "moved", "mean change (points)": 1.5, "paired seeds": "1, 2"},
+        {"contrast": "gap B", "reading": "holds", "mean change (points)": 0.1, "paired seeds": "1, 2"},
+        {"contrast": "gap C", "reading": "no paired seed yet", "mean change (points)": float("nan")},
+    ]
+    none = budget_check_text(rows[2:], [], "chk", 12, (26, 52))
+    assert "none of its 12 runs has finished yet" in none and "holds at 26 epochs only" in none
+    runs = convergence_rows([_run("a", s, FLAT) for s in range(3)] + [_run("b", 0, RISING)])
+    text = budget_check_text(rows, runs, "chk", 12, (26, 52))
+    assert "4 of 12 runs finished; the plateau rule is met by 3 of them (fewer than 90%)" in text
+    assert "Of 2 contrasts with paired seeds, 1 moved" in text and "(gap A +1.50 points)" in text
+    assert "and 1 held" in text and "2 paired seed(s), too few to test" in text
+    waiting = budget_check_text(rows[2:], runs, "chk", 12, (26, 52))
+    assert waiting.endswith("No contrast has a seed finished at both budgets yet.")

@@ -344,3 +344,86 @@ def test_a_designed_order_ends_by_naming_what_it_did_not_start(tmp_path, monkeyp
     assert chosen == [("mnist5k", "softmax+krpe", 0), ("mnist5k", "softmax+krpe", 1)]  # the secondary runs
     out = capsys.readouterr().out
     assert out.count("not started:") == 12 and "softmax+ape on mnist5k, seed 2 (the stopping rule needs 2" in out
+
+
+CHECK = f"""datasets: [mnist5k]
+variants: [{", ".join(PRIMARY)}]
+seeds: [0, 1]
+design:
+  primary: [{", ".join(PRIMARY)}]
+  contrasts:
+    - {{name: gap, kind: equal, terms: {{favor+ape: 1, softmax+ape: -1}}}}
+  stopping: {{min_seeds: 2, max_seeds: 2}}
+train: {{epochs: 4}}
+"""
+
+
+def checked(tmp_path, check_text=CHECK, main_train="train: {epochs: 2}\n"):
+    """A designed preset whose design names a longer-budget check (written beside it)."""
+    (tmp_path / "check.yaml").write_text(check_text)
+    linked = DESIGN + f"  plateau_check: {tmp_path / 'check.yaml'}\n"
+    return preset(tmp_path, linked + main_train)
+
+
+def test_secondary_runs_are_held_while_the_longer_budget_check_wants_runs(tmp_path, monkeypatch):
+    params = checked(tmp_path)
+    narrow = _finished(_accuracies([0, 1], 0.0))  # the primary grid is settled at 2 seeds
+    secondary = ("mnist5k", "softmax+krpe", 0)
+    assert design.decide(params, secondary, narrow) == ("train", "")
+    assert design.decide(params, secondary, narrow, secondary_held="the check first") == ("skip", "the check first")
+    assert design.decide(params, ("mnist5k", "softmax+ape", 1), [], secondary_held="x") == ("train", "")  # primary
+    roots = (tmp_path / "runs", tmp_path / "reports")
+    held = catalog.secondary_held(params, *roots)
+    assert "check.yaml trains before the secondary variants and wants 8 more runs" in held
+    assert f"python -m rpevit study {tmp_path / 'check.yaml'}" in held
+    check = load_params(tmp_path / "check.yaml")
+    one_seed = [{**r, "epochs": 4} for r in _finished(_accuracies([0], 0.0))]
+    flying = {("mnist5k", "softmax+ape", 1)}
+    monkeypatch.setattr(catalog, "in_flight_and_records", lambda params, *roots: (flying, one_seed))
+    assert design.wanted_runs(check, one_seed, flying) == [("mnist5k", v, 1) for v in PRIMARY]
+    assert "wants 4 more runs (1 in flight)" in catalog.secondary_held(params, *roots)
+    done = one_seed + [{**r, "epochs": 4} for r in _finished(_accuracies([1], 0.0))]
+    monkeypatch.setattr(catalog, "in_flight_and_records", lambda params, *roots: (set(), done))
+    assert catalog.secondary_held(params, *roots) == ""  # the check is settled: secondary runs may train
+    assert catalog.secondary_held(preset(tmp_path), *roots) == ""  # no check named
+
+
+def test_a_designed_study_skips_its_secondary_runs_while_its_check_wants_runs(tmp_path, monkeypatch, capsys):
+    from rpevit import study
+    from rpevit.cell import cells, settle
+    from rpevit.progress import Progress
+
+    params = checked(tmp_path)
+    grid = cells(params, catalog.grid(params), tmp_path / "runs", tmp_path / "reports")
+    todo = [(run, settle(run, repair=False)) for run in grid]
+    narrow = _finished(_accuracies([0, 1], 0.0))
+    monkeypatch.setattr(study, "in_flight_and_records", lambda params, *roots: (set(), narrow))
+    assert list(study.designed_order(params, todo, Progress(len(todo)))) == []
+    out = capsys.readouterr().out
+    assert "not started: softmax+krpe on mnist5k, seed 0 (the longer-budget check" in out
+
+
+@pytest.mark.parametrize(
+    "check_text, message",
+    [
+        (CHECK.replace("seeds: [0, 1]", "seeds: [0, 7]"), "use seeds of this preset"),
+        (CHECK.replace("epochs: 4", "epochs: 2"), "train more than 2 epochs"),
+        (CHECK.replace("epochs: 4}", "epochs: 4, lr: 0.01}"), "change nothing but train.epochs"),
+        (
+            CHECK.replace(", softmax+rope_mixed", ""),  # from its variants and its primary list
+            "train exactly this design's primary variants",
+        ),
+        (
+            CHECK.replace("max_seeds: 2}\n", "max_seeds: 2}\n  plateau_check: other\n"),
+            "names a plateau check of its own",
+        ),
+    ],
+)
+def test_a_longer_budget_check_that_does_not_match_its_study_is_one_error(tmp_path, check_text, message):
+    with pytest.raises(UserError, match=message):
+        checked(tmp_path, check_text)
+
+
+def test_a_missing_check_preset_is_one_error(tmp_path):
+    with pytest.raises(UserError, match="no preset file"):
+        preset(tmp_path, DESIGN + "  plateau_check: no_such_check\n")

@@ -327,7 +327,12 @@ def test_study_status_counts_complete_primary_seeds_and_each_budget(monkeypatch)
 
     runs = [run(v, s, 1.0) for s in (1, 2) for v in params.design.primary] + [run("softmax+ape", 3, 0.5)]
     runs.append(run("softmax+krpe", 1, 2.0))
-    monkeypatch.setattr(catalog, "study_records", lambda params, reports_root=None: runs)
+    checked = [{**r, "epochs": 52} for r in runs[:2]]  # the longer-budget check's records
+    monkeypatch.setattr(
+        catalog,
+        "study_records",
+        lambda params, reports_root=None: runs if params.name == "fmnist_converged" else checked,
+    )
     flat, rising = [0.90] * 10, [0.80 + 0.01 * e for e in range(10)]  # a plateau; still gaining
     monkeypatch.setattr(
         catalog, "run_history", lambda run: [{"val_acc": v} for v in (flat if run.seed == 1 else rising)]
@@ -338,6 +343,10 @@ def test_study_status_counts_complete_primary_seeds_and_each_budget(monkeypatch)
     assert "13 primary runs finished, 2 complete primary seeds (6 variants × 3–10 seeds" in text
     assert "1 secondary run, of at most 102 runs" in text
     assert "12.5 of the primary budget's 40 training hours and 2.0 of the secondary budget's 45 spent" in text
+    assert (
+        "Its longer-budget check `fmnist_plateau_check` (the primary variants at 52 epochs, trained before the "
+        "secondary ones): 2 of 12 runs finished." in text
+    )
 
 
 def test_each_backend_has_one_colour_in_every_speed_figure():

@@ -139,11 +139,14 @@ def test_a_design_that_does_not_want_a_run_yet_leaves_it_unstarted(grid_params, 
     calls, _ = counted
     fake = types.SimpleNamespace(
         ordered_runs=lambda params: [("mnist5k", "softmax+ape", 0)],
-        decide=lambda params, run, finished, busy: ("skip", "the stopping rule needs 0 primary seeds"),
+        decide=lambda params, run, finished, busy, secondary_held="": (
+            "skip",
+            "the stopping rule needs 0 primary seeds",
+        ),
     )
     monkeypatch.setattr(study, "design", fake)
     monkeypatch.setattr(catalog, "design", fake)
-    designed = dataclasses.replace(grid_params, design=types.SimpleNamespace(active=True))
+    designed = dataclasses.replace(grid_params, design=types.SimpleNamespace(active=True, plateau_check=None))
     assert study.run_study(designed, runs_root=tmp_path, reports_root=tmp_path) == [] and calls == []
     assert (
         "not started: softmax+ape on mnist5k, seed 0 (the stopping rule needs 0 primary seeds)"
@@ -159,7 +162,7 @@ def test_a_study_waits_while_another_process_trains_what_decides_its_next_run(
     answers = iter([wait, wait, ("train", "")])
     asked = []
 
-    def decide(params, run, finished, busy):
+    def decide(params, run, finished, busy, secondary_held=""):
         asked.append(busy)
         return next(answers)
 
@@ -168,7 +171,7 @@ def test_a_study_waits_while_another_process_trains_what_decides_its_next_run(
     monkeypatch.setattr(catalog, "design", fake)
     monkeypatch.setattr(study, "POLL_SECONDS", 0)
     monkeypatch.setattr(study, "wanted_left", lambda params, todo, *reads: len(todo))  # the ETA's count: not tested
-    designed = dataclasses.replace(grid_params, design=types.SimpleNamespace(active=True))
+    designed = dataclasses.replace(grid_params, design=types.SimpleNamespace(active=True, plateau_check=None))
     study.run_study(designed, runs_root=tmp_path, reports_root=tmp_path)
     assert calls == [("softmax+ape", 0)] and len(asked) == 3 and asked[0] == set()
     out = capsys.readouterr().out

@@ -96,14 +96,22 @@ def study_status(preset: str, root=None) -> str:
         if converged
         else ""
     )
+    check = ""
+    if design.plateau_check:
+        other = load_params(design.plateau_check)
+        kept = [r for r in study_records(other, reports_root=root) if r.get("status") == "finished"]
+        check = (
+            f" Its longer-budget check `{other.name}` (the primary variants at {other.train.epochs} epochs, "
+            f"trained before the secondary ones): {len(kept)} of {len(grid(other))} runs finished."
+        )
     return (
         f"**The converged study `{preset}` is in progress** ([params/{preset}.yaml](params/{preset}.yaml): design, "
         f"recipe and stopping rule fixed before its first run; amendments declared there before the runs they "
         f"concern): {len(done['primary'])} primary runs finished, {complete} complete primary seed"
         f"{'s' * (complete != 1)} ({len(primary)} variants × {rule.min_seeds}–{rule.max_seeds} seeds by the stopping "
         f"rule), {secondary} secondary run{'s' * (secondary != 1)}, of at most {len(grid(params))} runs; {budget}."
-        f"{plateau} Its answer — the Performer–softmax gap at the study's {params.train.epochs}-epoch budget and "
-        f"whether RoPE closes it, with intervals — appears here when `make study PRESET={preset}` regenerates its "
+        f"{plateau}{check} Its answer — the Performer–softmax gap at the study's {params.train.epochs}-epoch budget "
+        f"and whether RoPE closes it, with intervals — appears here when `make study PRESET={preset}` regenerates its "
         "report. The "
         f"recipe's pilot: [reports/fmnist_pilot/](reports/fmnist_pilot/README.md)." + _early_study_note(root)
     )
