@@ -93,8 +93,7 @@ def secondary_held(params: Params, runs_root=None, reports_root=None) -> str:
     if not left:
         return ""
     flying = sum(place in busy for place in left)
-    return (
-        f"the longer-budget check {name} trains before the secondary variants and wants {len(left)} more runs"
-        + (f" ({flying} in flight)" if flying else "")
-        + f"; train it with `python -m rpevit study {name}`"
-    )
+    head = f"the longer-budget check {name} trains before the secondary variants and wants {len(left)} more runs"
+    if flying == len(left):
+        return head + " (all in flight in other processes); run this study again once they finish"
+    return head + (f" ({flying} in flight)" if flying else "") + f"; train it with `python -m rpevit study {name}`"

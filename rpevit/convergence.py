@@ -1,5 +1,6 @@
 """Has a run converged? The plateau rule of the converged study (issue 18): the best validation top-1
-gains less than `tolerance` points over the last `fraction` of the epochs."""
+gains less than `tolerance` points over the last `fraction` of the epochs. And a design's longer-budget
+check (design.plateau_check): its contrasts, paired by seed, against the study's at its own budget."""
 
 from __future__ import annotations
 

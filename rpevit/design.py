@@ -13,7 +13,7 @@ seeds —, secondary runs stop at `budget_hours`, or at `secondary_budget_hours`
 (then `budget_hours` counts primary runs only); secondary variants give way first because they
 come last. The analysis uses the complete primary seeds (complete_seed_records).
 A longer-budget check (`plateau_check`: another preset training the primary variants for more epochs
-on the first seeds) trains before the secondary variants: they are skipped while it wants runs.
+on some of the study's seeds) trains before the secondary variants: they are skipped while it wants runs.
 """
 
 from __future__ import annotations

@@ -430,6 +430,7 @@ def _check_plateau_check(params: Params) -> None:
 
     same_recipe = (check.data, check.model, dataclasses.replace(check.train, epochs=params.train.epochs))
     problems = [
+        (check.name == params.name, "have a name of its own (its runs and records would overwrite this study's)"),
         (names(check.design.primary) != names(params.design.primary), "train exactly this design's primary variants"),
         (check.datasets != params.datasets, f"use the datasets {params.datasets}"),
         (not set(check.seeds) <= set(params.seeds), "use seeds of this preset (the runs are paired by seed)"),

@@ -64,7 +64,7 @@ def test_the_budget_check_pairs_seeds_and_calls_a_contrast_moved_beyond_the_stud
     assert row["paired seeds"] == "1, 2" and row["per-seed change (points)"] == "+1.20, +0.50"
     assert row["short budget (points)"] == pytest.approx(-0.75) and row["long budget (points)"] == pytest.approx(0.1)
     assert row["mean change (points)"] == pytest.approx(0.85) and row["reading"] == "holds"  # 0.85 < 1.24
-    moved = dict(long) | {("favor+ape", 2): 0.925}  # changes +1.2, +3.0: mean 2.1 > 1.24
+    moved = dict(long) | {("favor+ape", 2): 0.925}  # changes +1.2, +2.0: mean 1.6 > 1.24
     assert budget_check_rows(_contrast_design(), _records(short, 26), _records(moved, 52))[0]["reading"] == "moved"
     (unpaired,) = budget_check_rows(_contrast_design(), _records(short, 26), [])
     assert unpaired["reading"] == "no paired seed yet" and unpaired["paired seeds"] == "—"
@@ -87,3 +87,26 @@ def test_the_budget_check_text_says_how_far_the_check_is_and_what_moved():
     assert "and 1 held" in text and "2 paired seed(s), too few to test" in text
     waiting = budget_check_text(rows[2:], runs, "chk", 12, (26, 52))
     assert waiting.endswith("No contrast has a seed finished at both budgets yet.")
+
+
+def test_budget_check_reads_the_checks_records_and_histories(tmp_path, monkeypatch):
+    """convergence.budget_check on a designed preset linked to its check: the check's planned runs,
+    both budgets' epochs, its runs' plateau and the paired rows; None without a check."""
+    from test_design import PRIMARY, checked, preset
+
+    from rpevit import convergence
+
+    params = checked(tmp_path)  # the study: 2 epochs; its check: 4 epochs, seeds 0-1, 8 runs
+    assert convergence.budget_check(preset(tmp_path), []) is None
+    short = {(v, s): 0.90 - 0.01 * ("favor" in v) * s for v in PRIMARY for s in (0, 1, 2)}  # gap 0, −1, −2 points
+    long = {(v, 0): 0.92 for v in PRIMARY}  # seed 0 finished at the long budget: gap 0
+    as_records = [{**r, "dataset": "mnist5k"} for r in _records(long, 4)]
+    monkeypatch.setattr(convergence, "study_records", lambda params, reports_root=None: as_records)
+    monkeypatch.setattr(convergence, "run_history", lambda run: [{"val_acc": v} for v in FLAT])
+    text, rows = convergence.budget_check(params, [{**r, "dataset": "mnist5k"} for r in _records(short, 2)])
+    assert "at 4 epochs, not 2" in text and "4 of 8 runs finished; the plateau rule is met by 4 of them" in text
+    gap, closed = rows  # the study's two contrasts
+    assert closed["contrast"] == "closed" and closed["reading"] == "holds"  # (a−b)−(c−d): 0 at both budgets
+    assert gap["paired seeds"] == "0" and gap["mean change (points)"] == pytest.approx(0.0)
+    assert gap["short budget 95% half-width (points)"] == pytest.approx(2.484, abs=1e-3)  # t(0.975, 2) · 1 / √3
+    assert gap["reading"] == "holds"

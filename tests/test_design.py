@@ -382,6 +382,11 @@ def test_secondary_runs_are_held_while_the_longer_budget_check_wants_runs(tmp_pa
     monkeypatch.setattr(catalog, "in_flight_and_records", lambda params, *roots: (flying, one_seed))
     assert design.wanted_runs(check, one_seed, flying) == [("mnist5k", v, 1) for v in PRIMARY]
     assert "wants 4 more runs (1 in flight)" in catalog.secondary_held(params, *roots)
+    everything = {("mnist5k", v, 1) for v in PRIMARY}  # the check's last runs all train elsewhere
+    monkeypatch.setattr(catalog, "in_flight_and_records", lambda params, *roots: (everything, one_seed))
+    assert catalog.secondary_held(params, *roots).endswith(
+        "(all in flight in other processes); run this study again once they finish"
+    )
     done = one_seed + [{**r, "epochs": 4} for r in _finished(_accuracies([1], 0.0))]
     monkeypatch.setattr(catalog, "in_flight_and_records", lambda params, *roots: (set(), done))
     assert catalog.secondary_held(params, *roots) == ""  # the check is settled: secondary runs may train
@@ -409,6 +414,10 @@ def test_a_designed_study_skips_its_secondary_runs_while_its_check_wants_runs(tm
         (CHECK.replace("seeds: [0, 1]", "seeds: [0, 7]"), "use seeds of this preset"),
         (CHECK.replace("epochs: 4", "epochs: 2"), "train more than 2 epochs"),
         (CHECK.replace("epochs: 4}", "epochs: 4, lr: 0.01}"), "change nothing but train.epochs"),
+        (CHECK + "model: {dim: 32}\n", "change nothing but train.epochs"),
+        (CHECK + "data: {augment: flip}\n", "change nothing but train.epochs"),
+        (CHECK.replace("datasets: [mnist5k]", "datasets: [fashion_mnist]"), "use the datasets"),
+        (CHECK + "name: designed\n", "have a name of its own"),
         (
             CHECK.replace(", softmax+rope_mixed", ""),  # from its variants and its primary list
             "train exactly this design's primary variants",
