@@ -409,3 +409,19 @@ def test_ray_submission_holds_back_what_the_runs_submitted_with_it_decide(tmp_pa
     out = capsys.readouterr().out
     assert "not started: softmax+krpe on mnist5k, seed 0 (the primary grid comes first" in out
     assert "run the study again once those finish" in out
+
+
+def test_ray_submission_holds_the_secondary_runs_while_the_longer_budget_check_wants_runs(
+    tmp_path, capsys, monkeypatch
+):
+    from test_design import _accuracies, _finished, checked
+
+    designed = checked(tmp_path)  # the check (4 epochs, seeds 0-1) is linked by path
+    settled = _finished(_accuracies([0, 1], 0.0))  # the primary grid is settled at 2 seeds
+    reads = {designed.name: (set(), settled)}
+    monkeypatch.setattr(catalog, "in_flight_and_records", lambda params, *roots: reads.get(params.name, (set(), [])))
+    grid = cells(designed, catalog.grid(designed), tmp_path / "runs", tmp_path / "reports")
+    states = [settle(run, repair=False) for run in grid]
+    held = cluster.held_by_design(designed, grid, states, tmp_path / "runs", tmp_path / "reports")
+    assert {("mnist5k", "softmax+krpe", 0), ("mnist5k", "softmax+krpe", 1)} <= held
+    assert "not started: softmax+krpe on mnist5k, seed 0 (the longer-budget check" in capsys.readouterr().out
