@@ -105,8 +105,8 @@ def study_status(preset: str, root=None) -> str:
             f"trained before the secondary ones): {len(kept)} of {len(grid(other))} runs finished."
         )
     return (
-        f"**The converged study `{preset}` is in progress** ([params/{preset}.yaml](params/{preset}.yaml): design, "
-        f"recipe and stopping rule fixed before its first run; amendments declared there before the runs they "
+        f"**The pre-registered study `{preset}` is in progress** ([params/{preset}.yaml](params/{preset}.yaml): "
+        f"design, recipe and stopping rule fixed before its first run; amendments declared there before the runs they "
         f"concern): {len(done['primary'])} primary runs finished, {complete} complete primary seed"
         f"{'s' * (complete != 1)} ({len(primary)} variants × {rule.min_seeds}–{rule.max_seeds} seeds by the stopping "
         f"rule), {secondary} secondary run{'s' * (secondary != 1)}, of at most {len(grid(params))} runs; {budget}."
