@@ -60,6 +60,15 @@ def convergence_rows(runs) -> list[dict]:
     return rows
 
 
+def finished_convergence(params, found: list[dict], reports_root=None) -> list[dict]:
+    """convergence_rows of a preset's finished runs among `found` (its records), each read with the
+    history beside its current record."""
+    done = [r for r in found if r.get("status") == "finished"]
+    return convergence_rows(
+        (r, run_history(Run(params, r["dataset"], r["variant"], r["seed"], reports_root=reports_root))) for r in done
+    )
+
+
 def convergence_text(rows: list[dict]) -> str:
     """Markdown: how many runs met the plateau rule, how much they still gained, and what that means
     for reading the comparisons (all computed from `convergence_rows`)."""
@@ -107,7 +116,7 @@ def budget_check_rows(design, short: list[dict], long: list[dict]) -> list[dict]
     rows = []
     for dataset in sorted({r.get("dataset") for r in short} | {r.get("dataset") for r in long}):
         at_short, at_long = accuracy(short, dataset), accuracy(long, dataset)
-        widths = half_widths(design, at_short) if design.contrasts else {}
+        widths = half_widths(design, at_short)
         for contrast in design.contrasts:
             before, after = per_seed_contrast(contrast, at_short), per_seed_contrast(contrast, at_long)
             seeds = sorted(set(before) & set(after))
@@ -168,10 +177,8 @@ def budget_check(params, analysed: list[dict], reports_root=None) -> tuple[str, 
     if not name:
         return None
     check = load_params(name)
-    found = [r for r in study_records(check, reports_root=reports_root) if r.get("status") == "finished"]
-    histories = (
-        (r, run_history(Run(check, r["dataset"], r["variant"], r["seed"], reports_root=reports_root))) for r in found
-    )
+    found = study_records(check, reports_root=reports_root)
     rows = budget_check_rows(params.design, analysed, found)
     epochs = (params.train.epochs, check.train.epochs)
-    return budget_check_text(rows, convergence_rows(histories), name, len(grid(check)), epochs), rows
+    runs = finished_convergence(check, found, reports_root)
+    return budget_check_text(rows, runs, name, len(grid(check)), epochs), rows

@@ -248,7 +248,7 @@ def decide(
 def wanted_runs(params, finished: list[dict], busy=frozenset()) -> list[tuple[str, str, int]]:
     """The design's runs it still wants on these records: unfinished and not ruled out (decide says
     train or wait), in training order; those in flight (`busy`) included."""
-    done = {(r["dataset"], r["variant"], r["seed"]) for r in finished if r.get("status") in ("finished", "diverged")}
+    done = {(r["dataset"], r["variant"], r["seed"]) for r in finished}  # finished or diverged: not retried
     left = []
     for place in ordered_runs(params):
         if place in done:

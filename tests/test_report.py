@@ -309,7 +309,7 @@ def test_readme_findings_are_the_committed_claims_report():
 
 
 def test_study_status_counts_complete_primary_seeds_and_each_budget(monkeypatch):
-    from rpevit import catalog
+    from rpevit import catalog, convergence
     from rpevit.report import findings
 
     params = load_params("fmnist_converged")
@@ -335,7 +335,7 @@ def test_study_status_counts_complete_primary_seeds_and_each_budget(monkeypatch)
     )
     flat, rising = [0.90] * 10, [0.80 + 0.01 * e for e in range(10)]  # a plateau; still gaining
     monkeypatch.setattr(
-        catalog, "run_history", lambda run: [{"val_acc": v} for v in (flat if run.seed == 1 else rising)]
+        convergence, "run_history", lambda run: [{"val_acc": v} for v in (flat if run.seed == 1 else rising)]
     )
     text = findings.study_status("fmnist_converged")
     assert "So far 7 of 14 finished runs meet the plateau rule" in text  # the seed-1 runs have a flat history

@@ -56,11 +56,10 @@ def study_status(preset: str, root=None) -> str:
     """Markdown: how far a designed study is (finished runs of its primary and secondary variants,
     complete primary seeds, hours against its budgets, from the kept records) while its report has not
     been generated yet."""
-    from ..catalog import grid, run_history, study_records
-    from ..convergence import convergence_rows
+    from ..catalog import grid, study_records
+    from ..convergence import finished_convergence
     from ..design import primary_progress
     from ..params import load_params
-    from ..run import Run
     from ..variants import parse_variant
 
     params = load_params(preset)
@@ -88,8 +87,7 @@ def study_status(preset: str, root=None) -> str:
         cap = "" if design.budget_hours is None else f" of a {design.budget_hours:g}-hour budget"
         budget = f"{hours['primary'] + hours['secondary']:.1f} training hours{cap} spent"
     rule, secondary = design.stopping, len(done["secondary"])
-    histories = ((r, run_history(Run(params, r["dataset"], r["variant"], r["seed"], reports_root=root))) for r in found)
-    converged = convergence_rows(histories)
+    converged = finished_convergence(params, found, root)
     plateau = (
         f" So far {sum(r['plateau met'] for r in converged)} of {len(converged)} finished runs meet the plateau "
         "rule (best validation top-1 gaining < 0.2 points over the last 20 % of epochs)."
