@@ -205,6 +205,7 @@ def cmd_notebooks(args) -> int:
         only=args.only.split(",") if args.only else None,
         kernel=args.kernel,
         cell_timeout=args.cell_timeout,
+        train=not args.no_train,
     )
     print(f"{len(outputs)} notebooks executed; index: {outputs[0].parent / 'README.md' if outputs else '—'}")
     return 0
@@ -355,6 +356,12 @@ def build_parser() -> argparse.ArgumentParser:
         "(default $RPEVIT_CELL_TIMEOUT or 900; training cells "
         "are exempt)",
     )
+    notebooks.add_argument(
+        "--no-train",
+        action="store_true",
+        help="report only the runs that have finished; train none of the missing ones "
+        "(an interim report of a study still training elsewhere)",
+    )
 
     retime = sub.add_parser("retime", help="time finished runs' inference again (those timed on a busy machine)")
     retime.add_argument("params", help="preset name or YAML path")
@@ -420,6 +427,7 @@ EXAMPLES = """examples:
   python -m rpevit train --params smoke --variant favor+rope_mixed --epochs 1
   python -m rpevit evaluate --params smoke --variant softmax+ape --resolutions 20,28,36
   python -m rpevit notebooks smoke                   regenerate reports/smoke/ from the run records
+  python -m rpevit notebooks fmnist_converged --no-train   an interim report: finished runs only, none trained
   python -m rpevit findings                          copy the converged study's answer into README.md
   python -m rpevit bench attention                   time and memory of one layer vs tokens
   python -m rpevit doctor --gpu                      the GPU acceptance run (README: On a GPU)

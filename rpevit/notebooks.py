@@ -187,11 +187,15 @@ def project_relative(path) -> str:
         return str(path)
 
 
-def notebook_parameters(preset: str, notebook: Path | None = None, report_folder=None) -> dict:
+TRAIN_PARAMETER = "train_missing"  # notebook 10: train the grid's missing runs before plotting
+
+
+def notebook_parameters(preset: str, notebook: Path | None = None, report_folder=None, train: bool = True) -> dict:
     """The parameters a preset passes to a notebook: its YAML keys, `name` (a preset of params/ by
-    its name, any other YAML file by its path, relative to the project when inside it) and
-    `report_dir` (relative to the project) — only the names the notebook's parameters cell declares
-    when `notebook` is given."""
+    its name, any other YAML file by its path, relative to the project when inside it), `report_dir`
+    (relative to the project) and, with `train=False`, `train_missing = False` (report what has
+    finished, train nothing) — only the names the notebook's parameters cell declares when
+    `notebook` is given."""
     load_params(preset)  # fail here, with one clear message, on a bad preset
     path = preset_path(preset)
     raw = yaml.safe_load(path.read_text()) or {}
@@ -199,6 +203,8 @@ def notebook_parameters(preset: str, notebook: Path | None = None, report_folder
     parameters = {**raw, "name": path.stem if shipped else project_relative(path)}
     if report_folder is not None:
         parameters["report_dir"] = project_relative(report_folder)
+    if not train:
+        parameters[TRAIN_PARAMETER] = False
     if notebook is None:
         return parameters
     declared = declared_parameters(notebook)
@@ -308,16 +314,18 @@ def execute_notebooks(
     reports_root=None,
     cell_timeout: float | None = None,
     notebooks_dir=None,
+    train: bool = True,
 ) -> list[Path]:
     """Run the notebooks (all, or those whose names start with an entry of `only`) for a preset
-    into reports/<preset>/, then write its README.md. Returns the executed copies."""
+    into reports/<preset>/, then write its README.md. Returns the executed copies. `train=False`
+    reports what has finished and trains nothing (an interim report of a study still training)."""
     params = load_params(preset)
     available = list_notebooks(notebooks_dir)
     chosen = [nb for nb in available if not only or any(nb.stem.startswith(o) for o in only)]
     if only and not chosen:
         raise UserError(f"no notebook matches {only}; notebooks: {', '.join(nb.stem for nb in available)}.")
     for notebook in chosen:  # what each notebook would be passed, checked before anything runs or is written
-        check_passed(notebook, notebook_parameters(preset, notebook))
+        check_passed(notebook, notebook_parameters(preset, notebook, train=train))
     out_dir = report_dir(params.name, reports_root)
     done = []
     for index, notebook in enumerate(chosen, start=1):
@@ -326,7 +334,7 @@ def execute_notebooks(
         begin_notebook(out_dir, notebook.stem)
         try:
             seconds = execute_notebook(
-                notebook, output, notebook_parameters(preset, notebook, out_dir), kernel, cell_timeout
+                notebook, output, notebook_parameters(preset, notebook, out_dir, train), kernel, cell_timeout
             )
         except BaseException:
             print(" failed", flush=True)

@@ -28,6 +28,7 @@ from rpevit.notebooks import (
     KERNEL_NAME,
     NotebookFailed,
     assignments,
+    check_passed,
     execute_notebooks,
     list_notebooks,
     notebook_parameters,
@@ -154,6 +155,17 @@ def test_only_declared_parameters_are_passed():
     everything = notebook_parameters("smoke")
     assert {"name", "datasets", "variants"} <= set(everything) and "report_dir" not in everything
     assert notebook_parameters(str(PROJECT_ROOT / "params" / "smoke.yaml"), path)["name"] == "smoke"
+
+
+def test_no_train_reaches_only_the_training_notebook():
+    training = next(p for p in NOTEBOOKS if p.stem.startswith("10"))
+    results = next(p for p in NOTEBOOKS if p.stem.startswith("40"))
+    assert "train_missing" not in notebook_parameters("smoke", training)  # its default (True) trains
+    assert notebook_parameters("smoke", training, train=False)["train_missing"] is False
+    assert "train_missing" not in notebook_parameters("smoke", results, train=False)
+    check_passed(training, notebook_parameters("smoke", training, train=False))  # a value its cell accepts
+    with pytest.raises(UserError, match="train_missing"):
+        check_passed(training, {"name": "smoke", "train_missing": "no"})
 
 
 def test_project_relative():
