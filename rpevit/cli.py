@@ -246,6 +246,18 @@ def cmd_findings(args) -> int:
     return 0
 
 
+def cmd_keep_weights(args) -> int:
+    """Keep one finished run's tested weights per variant beside a preset's kept records."""
+    from .catalog import study_records
+    from .runs import keep_weights
+
+    params = _params(args)
+    for line in keep_weights(params, study_records(params)):
+        print(line)
+    print(f"git add reports/{params.name}/records to commit them with the records")
+    return 0
+
+
 def cmd_pilot(args) -> int:
     """Write a recipe pilot's report (learning curves, table, decision) from its presets' records."""
     from pathlib import Path
@@ -368,6 +380,12 @@ def build_parser() -> argparse.ArgumentParser:
     retime.add_argument("--all", action="store_true", help="every finished run, not only those timed when busy")
     add_common(retime)
 
+    keep = sub.add_parser(
+        "keep-weights",
+        help="keep one run's tested weights per variant beside a preset's kept records (for a fresh clone's maps)",
+    )
+    keep.add_argument("params", help="preset name or YAML path (keep_records: true)")
+
     findings = sub.add_parser("findings", help="copy a report's generated answer into the README's Findings")
     findings.add_argument(
         "params", nargs="?", default="fmnist_converged", help="preset whose report to copy (fmnist_converged)"
@@ -441,6 +459,7 @@ COMMANDS = {
     "notebooks": cmd_notebooks,
     "retime": cmd_retime,
     "findings": cmd_findings,
+    "keep-weights": cmd_keep_weights,
     "bench": cmd_bench,
     "pilot": cmd_pilot,
     "doctor": cmd_doctor,

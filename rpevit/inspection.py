@@ -1,8 +1,8 @@
-"""Runs to inspect: a preset's finished runs whose weights are on this machine (one per variant and
-dataset), or — before any — its variants at their untrained init (`inspection_targets`); their
-datasets, models, test images and per-image attention maps (`MapSource`). Performer backends never
-form the N×N matrix when they run; these maps are the matrices they imply (`ViT.attention_maps`),
-exactly what multiplies v."""
+"""Runs to inspect: a preset's finished runs whose weights are on this machine or kept in the
+repository (one per variant and dataset), or — before any — its variants at their untrained init
+(`inspection_targets`); their datasets, models, test images and per-image attention maps
+(`MapSource`). Performer backends never form the N×N matrix when they run; these maps are the
+matrices they imply (`ViT.attention_maps`), exactly what multiplies v."""
 
 from __future__ import annotations
 
@@ -85,7 +85,7 @@ class MapSource:
         target = self.targets[label]
         run = Run(self.params, target["dataset"], target["variant"], target["seed"])
         if target["record"] is not None:
-            model, _ = self._runs.trained_model(run, device=self.device)
+            model, _ = self._runs.inspected_model(run, device=self.device)
             return model
         return self._runs.untrained_model(run, device=self.device)
 

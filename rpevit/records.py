@@ -1,13 +1,13 @@
 """Run records on disk, written atomically (temporary file, then rename), never lost.
 
 Layout: runs/<preset>/<dataset>/<variant>/seed<k>[-e<epochs>]/{record.json, history.csv,
-checkpoint.pt, checkpoint.prev.pt}. A record exists only for a finished (or diverged) run; a
-checkpoint without a record is an interrupted run. The previous epoch's checkpoint is kept until
-the next one is safely written, so one damaged file costs at most one epoch. A damaged file is
-moved aside (kept, renamed `<name>.damaged-<time>`) and named in a message; results made with
-other settings are moved to `superseded/` rather than overwritten. A lock file marks a run that a
-live process is training.
-"""
+checkpoint.pt, checkpoint.prev.pt}; a preset with keep_records keeps record.json and history.csv
+(and, asked to, one run's tested weights per variant: weights.pt) under reports/<preset>/records/. A
+record exists only for a finished (or diverged) run; a checkpoint without a record is an interrupted
+run. The previous epoch's checkpoint is kept until the next one is safely written, so one damaged
+file costs at most one epoch. A damaged file is moved aside (kept, renamed `<name>.damaged-<time>`)
+and named in a message; results made with other settings are moved to `superseded/` rather than
+overwritten. A lock file marks a run that a live process is training."""
 
 from __future__ import annotations
 
@@ -239,6 +239,36 @@ def keep(run_directory: Path, kept_directory: Path) -> list[str]:
             write_bytes(target, source.read_bytes())
             written.append(name)
     return written
+
+
+KEPT_WEIGHTS = "weights.pt"  # beside a kept record: its run's tested weights (`rpevit keep-weights`)
+
+
+def save_kept_weights(kept_directory: Path, record: dict, state: dict) -> Path:
+    """Atomically write a finished run's tested (best-validation) weights beside its kept record,
+    marked with the record's key and best epoch so that they are never read for another result."""
+    path = Path(kept_directory) / KEPT_WEIGHTS
+    kept = {"key": record["key"], "best_epoch": record["best_epoch"], "state": state}
+    _atomic_write(path, lambda handle: torch.save(kept, handle))
+    return path
+
+
+def load_kept_weights(kept_directory: Path, record: dict | None) -> dict | None:
+    """The weights kept beside `record` (a state dict), or None: none kept, unreadable, or made for
+    another result (key or best epoch differ). A tracked file: loaded with weights_only, never moved."""
+    path = Path(kept_directory) / KEPT_WEIGHTS
+    if record is None or not path.is_file() or checkpoint_problem(path) is not None:
+        return None
+    try:
+        kept = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception:  # truncated or foreign file: not usable, and not ours to move
+        return None
+    if not isinstance(kept, dict) or (kept.get("key"), kept.get("best_epoch")) != (
+        record.get("key"),
+        record.get("best_epoch"),
+    ):
+        return None
+    return kept.get("state")
 
 
 class RunBusy(RuntimeError):

@@ -135,29 +135,104 @@ def weights_here(params: Params, record: dict, runs_root=None) -> bool:
     return (out_dir / records.RECORD).is_file() and (out_dir / records.CHECKPOINT).is_file()
 
 
+def kept_weights(run: Run) -> dict | None:
+    """The tested weights kept in the repository beside a finished run's kept record (a state dict),
+    or None (none kept, or kept for another result)."""
+    if not run.params.keep_records:
+        return None
+    record = records.read_record(run.kept_dir)
+    if not run.matches(record) or record.get("status") != "finished":
+        return None
+    return records.load_kept_weights(run.kept_dir, record)
+
+
+def inspectable_here(params: Params, record: dict) -> bool:
+    """True if a finished run's tested weights can be loaded here: its checkpoint is on this
+    machine (weights_here) or the repository keeps them (kept_weights)."""
+    return weights_here(params, record) or kept_weights(Run.of(params, record)) is not None
+
+
+def inspected_model(run: Run, device=None):
+    """(model with the run's tested weights in eval mode, its record): from its checkpoint where the
+    run is here (trained_model), else from the weights the repository keeps for it."""
+    record = records.read_record(run.dir)
+    if run.matches(record) and (run.dir / records.CHECKPOINT).is_file():
+        return trained_model(run, device)
+    state = kept_weights(run)
+    if state is None:
+        raise UserError(
+            f"the weights of {run.label} are neither here nor kept in {run.kept_dir}; run "
+            f"`python -m rpevit keep-weights {run.params.name}` where it was trained, or train it again."
+        )
+    model = build_model(run.variant, run.model_config, seed=run.seed)
+    model.load_state_dict(state)
+    return model.to(device or resolve_device(run.params.train.device)).eval(), records.read_record(run.kept_dir)
+
+
+def keep_weights(params: Params, found: list[dict], runs_root=None, reports_root=None) -> list[str]:
+    """Keep, beside the kept records of a keep_records preset, the tested weights of one finished run
+    per variant and dataset — its lowest seed whose weights are here or already kept — so that a fresh
+    clone inspects trained models (notebooks 20, 30, 90). Returns one line per variant and dataset."""
+    if not params.keep_records:
+        raise UserError(
+            f"preset {params.name} does not keep its records (keep_records: false), so it keeps no weights; "
+            "its notebooks inspect the runs whose checkpoints are on this machine."
+        )
+    lines, chosen = [], {}
+    for r in sorted((r for r in found if r.get("status") == "finished"), key=lambda r: r["seed"]):
+        run = Run.of(params, r, runs_root=runs_root, reports_root=reports_root)
+        if (r["dataset"], r["variant"]) not in chosen and (
+            kept_weights(run) is not None or weights_here(params, r, runs_root)
+        ):
+            chosen[r["dataset"], r["variant"]] = run
+    for run in chosen.values():
+        kept = records.read_record(run.kept_dir)
+        if kept_weights(run) is not None:
+            lines.append(f"{run.label}: weights already kept")
+        elif not run.matches(kept) or kept != records.read_record(run.dir):
+            lines.append(f"{run.label}: its kept record differs from runs/; run `python -m rpevit study {params.name}`")
+        else:
+            checkpoint = tested_weights(run.dir, kept)
+            if checkpoint is None:
+                lines.append(f"{run.label}: its tested weights are lost; run `python -m rpevit study {params.name}`")
+                continue
+            path = records.save_kept_weights(run.kept_dir, kept, checkpoint["best"]["state"])
+            lines.append(f"{run.label}: kept {path} ({path.stat().st_size / 2**20:.1f} MiB)")
+    missing = sorted({(r["dataset"], r["variant"]) for r in found if r.get("status") == "finished"} - set(chosen))
+    lines += [f"{v} | {d}: no finished run has its weights here" for d, v in missing]
+    return lines
+
+
 def inspectable(params: Params, found: list[dict], has_weights=None) -> list[dict]:
-    """One finished run per variant and dataset (its lowest seed) among `found` whose weights are on
-    this machine (`has_weights(record)`, default weights_here)."""
-    has_weights = has_weights or (lambda record: weights_here(params, record))
+    """One finished run per variant and dataset (its lowest seed) among `found` whose weights can be
+    loaded here (`has_weights(record)`, default inspectable_here: a checkpoint here or kept weights),
+    in the preset's order of datasets and variants."""
+    has_weights = has_weights or (lambda record: inspectable_here(params, record))
     first: dict[tuple[str, str], dict] = {}
     for r in sorted((r for r in found if r.get("status") == "finished"), key=lambda r: r["seed"]):
         if has_weights(r):
             first.setdefault((r["dataset"], r["variant"]), r)
-    return list(first.values())
+    order = {place: i for i, place in enumerate((d, v) for d in params.datasets for v in params.variants)}
+    return sorted(first.values(), key=lambda r: order.get((r["dataset"], r["variant"]), len(order)))  # preset order
 
 
 def weightless_note(params, found: list[dict], has_weights=None) -> str:
-    """A line on the finished runs whose weights are not on this machine (only their kept record is),
-    or '' when there are none."""
-    has_weights = has_weights or (lambda record: weights_here(params, record))
-    missing = [r for r in found if r.get("status") == "finished" and not has_weights(r)]
-    if not missing:
+    """A line naming the variants (per dataset) with finished runs none of whose weights can be loaded
+    here (`has_weights`, default inspectable_here), or '' when every finished variant has one."""
+    has_weights = has_weights or (lambda record: inspectable_here(params, record))
+    finished = [r for r in found if r.get("status") == "finished"]
+    loadable = {(r["dataset"], r["variant"]) for r in finished if has_weights(r)}
+    missing = [r for r in sorted(finished, key=lambda r: r["seed"]) if (r["dataset"], r["variant"]) not in loadable]
+    places = list(dict.fromkeys(f"{r['variant']} · {r['dataset']}" for r in missing))
+    if not places:
         return ""
+    first = missing[0]
     return (
-        f"{len(missing)} finished run(s) of preset '{params.name}' have only their kept record on this machine "
-        "(checkpoints stay where a run was trained), so their models cannot be inspected here; train one "
-        f"again to inspect it: `python -m rpevit train --params {params.name} --variant "
-        f"{missing[0]['variant']} --dataset {missing[0]['dataset']} --seed {missing[0]['seed']}`."
+        f"{len(places)} variant(s) of preset '{params.name}' have finished runs but none whose weights can be "
+        f"loaded here ({', '.join(places)}): checkpoints stay where a run was trained, and `python -m rpevit "
+        f"keep-weights {params.name}` run there keeps one seed's weights per variant in the repository. To "
+        f"inspect one here, train it again: `python -m rpevit train --params {params.name} --variant "
+        f"{first['variant']} --dataset {first['dataset']} --seed {first['seed']}`."
     )
 
 

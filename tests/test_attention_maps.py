@@ -148,10 +148,12 @@ def test_inspection_targets_untrained_then_finished(tiny_params):
     found = [record, {**record, "status": "diverged"}, {**record, "seed": 1}]
     (target,) = inspection.inspection_targets(tiny_params, found, has_weights=lambda r: True)  # one seed per variant
     assert target["record"] is record and "test top-1 50.0%, 3 ep" in target["label"]
-    # a kept record without its checkpoint on this machine: the untrained models, and a note naming the run
+    # a kept record without its checkpoint on this machine: the untrained models, and a note naming the variant
     assert all(t["record"] is None for t in inspection.inspection_targets(tiny_params, found))
     note = runs.weightless_note(tiny_params, found)
-    assert note.startswith("2 finished run(s)") and "--variant favor+rope_mixed --dataset mnist5k --seed 0" in note
+    assert note.startswith("1 variant(s)") and "(favor+rope_mixed · mnist5k)" in note
+    assert "keep-weights" in note and "--variant favor+rope_mixed --dataset mnist5k --seed 0" in note
+    assert runs.weightless_note(tiny_params, found, has_weights=lambda r: r["seed"] == 1) == ""  # one seed suffices
     assert runs.weightless_note(tiny_params, found, has_weights=lambda r: True) == ""
 
 

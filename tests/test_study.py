@@ -6,9 +6,11 @@ import dataclasses
 import types
 
 import pytest
+import torch
 
 from rpevit import catalog, cell, records, runs, study
 from rpevit import train as train_module
+from rpevit.errors import UserError
 from rpevit.run import Run
 from rpevit.train import Diverged, train_run
 
@@ -105,6 +107,42 @@ def test_kept_records_let_a_fresh_clone_skip_training(grid_params, counted, tmp_
     assert len(history) == kept.train.epochs and history[-1]["epoch"] == kept.train.epochs
     assert not runs.weights_here(kept, again[0], tmp_path / "elsewhere")
     assert runs.weights_here(kept, again[0], tmp_path / "runs")
+
+
+def test_kept_weights_let_a_fresh_clone_inspect_trained_models(grid_params, counted, tmp_path, monkeypatch):
+    """keep-weights keeps one run's tested weights per variant (its lowest seed) beside the kept records;
+    with runs/ gone they load into the same model, and weights of another result are never used."""
+    kept = dataclasses.replace(grid_params, keep_records=True)
+    trained, reports = tmp_path / "runs", tmp_path / "reports"
+    monkeypatch.setattr(records, "REPORTS_ROOT", reports)
+    monkeypatch.setattr(records, "RUNS_ROOT", trained)
+    found = study.run_study(kept, runs_root=trained, reports_root=reports)
+    lines = runs.keep_weights(kept, found)
+    assert len(lines) == 2 and all("seed 0: kept" in line for line in lines)
+    assert sorted(p.parent.name for p in (reports / "tiny" / "records").rglob(records.KEPT_WEIGHTS)) == ["seed0"] * 2
+    assert all("already kept" in line for line in runs.keep_weights(kept, found))
+    run = Run(kept, "mnist5k", "softmax+ape", 0)
+    here, _ = runs.trained_model(run, "cpu")
+
+    monkeypatch.setattr(records, "RUNS_ROOT", tmp_path / "elsewhere")  # a fresh clone: kept records only
+    again = catalog.study_records(kept)
+    shown = runs.inspectable(kept, list(reversed(again)))
+    assert [(r["variant"], r["seed"]) for r in shown] == [(v, 0) for v in kept.variants]  # preset order, lowest seed
+    assert runs.weightless_note(kept, again) == ""
+    model, record = runs.inspected_model(run, "cpu")
+    assert record["key"] == run.key
+    for name, tensor in here.state_dict().items():
+        assert torch.equal(model.state_dict()[name], tensor), name
+    with pytest.raises(UserError, match="keep-weights tiny"):
+        runs.inspected_model(Run(kept, "mnist5k", "softmax+ape", 1), "cpu")
+
+    path = run.kept_dir / records.KEPT_WEIGHTS
+    stale = torch.load(path, weights_only=True)
+    torch.save({**stale, "best_epoch": stale["best_epoch"] + 1}, path)  # weights of another result
+    assert runs.kept_weights(run) is None and not runs.inspectable_here(kept, record)
+    assert "softmax+ape · mnist5k" in runs.weightless_note(kept, again)
+    with pytest.raises(UserError, match="keep_records: false"):
+        runs.keep_weights(grid_params, found)
 
 
 def test_retime_times_only_busy_runs_again_and_keeps_them(grid_params, counted, tmp_path):
