@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -437,3 +439,76 @@ def test_a_speed_sweep_on_a_busy_machine_gives_no_verdict():
     quiet = claims.crossover_rows(claims.speedups(sweep))
     loaded = claims.crossover_rows(claims.speedups(sweep), busy_machine=True)
     assert quiet[0]["verdict"] == "supported" and claims.verdict_text(loaded[0]) == "undecided: busy machine"
+
+
+def _designed_study(rng, plan: dict[str, float], seeds=(1, 2, 3, 4, 5), n=20000):
+    """fmnist_converged's design on dataset 'toy': primary records with planted accuracies."""
+    import dataclasses
+
+    from rpevit.params import load_params
+
+    params = dataclasses.replace(load_params("fmnist_converged"), datasets=("toy",))
+    found = []
+    for variant, accuracy in plan.items():
+        for seed in seeds:
+            rec = record(variant, accuracy, seed, rng, n=n)
+            rec.update(train_seconds_per_epoch=60.0, epochs=26, num_params=1234)
+            found.append(rec)
+    return params, found
+
+
+def _speed(times: dict[str, float], rounds: int = 4) -> list[dict]:
+    return [
+        {
+            "round": k,
+            "variant": v,
+            "ms_per_image_batched": t * (1 + 0.01 * k),
+            "train_seconds_per_image": t * (1 + 0.02 * k) / 500,
+        }
+        for k in range(rounds)
+        for v, t in times.items()
+    ]
+
+
+def test_the_pre_registered_answer_states_scope_gaps_closing_cost_and_limits():
+    plan = {"softmax+ape": 0.90, "favor+ape": 0.80, "relu+ape": 0.90}
+    plan |= {"softmax+rope_mixed": 0.90, "favor+rope_mixed": 0.90, "relu+rope_mixed": 0.90}
+    params, found = _designed_study(np.random.default_rng(3), plan)
+    rows = evaluate_claims(found, claims.design_claims(params), datasets=params.datasets)
+    speed = _speed(
+        {
+            "softmax+ape": 1.0,
+            "favor+ape": 2.0,
+            "relu+ape": 0.9,
+            "softmax+rope_mixed": 1.2,
+            "favor+rope_mixed": 2.4,
+            "relu+rope_mixed": 1.2,
+        }
+    )
+    flat = [{"dataset": "toy", "plateau met": False}] * len(found)
+    text = claims.design_answer_text(params, rows, found, flat, speed)
+    assert text.startswith("**Scope.** `toy` with the recipe of `params/fmnist_converged.yaml`")
+    assert "(1,234 parameters), 26 epochs; 5 complete primary seeds (1, 2, 3, 4, 5)" in text
+    assert "**not converged** by its own rule (0 of 30 runs reach a plateau" in text
+    lines = text.splitlines()
+    favor_ape = next(line for line in lines if line.startswith("- FAVOR+ gap with APE:"))
+    assert re.search(r"softmax ahead by (9\.[5-9]|10\.[0-4])\d points", favor_ape)  # a 10-point gap, margin 1
+    assert "**contradicted**" in favor_ape
+    assert "**supported**" in next(line for line in lines if line.startswith("- ReLU gap with APE:"))
+    closes = next(line for line in lines if line.startswith("- RoPE-Mixed closes the FAVOR+ gap:"))
+    assert "**supported**" in closes and "(95 % interval, 5 seeds)" in closes
+    assert "- `favor+ape` vs `softmax+ape`: inference 2.00× [" in text
+    assert "- `relu+rope_mixed` vs `softmax+rope_mixed`: inference 1.00× [" in text
+    assert "whether the gaps hold at convergence" in text and "`fmnist_plateau_check`" in text
+
+    converged = [{"dataset": "toy", "plateau met": True}] * len(found)
+    quiet = claims.design_answer_text(params, rows, found, converged, None)
+    assert "converged by its own rule (30 of 30" in quiet and "whether the gaps hold" not in quiet
+    assert "- not measured: no side-by-side speed benchmark of `fmnist_converged`" in quiet
+
+    early = [r for r in found if r["seed"] <= 2]  # before the stopping rule's first 3 seeds
+    text = claims.design_answer_text(params, evaluate_claims(early, claims.design_claims(params), ["toy"]), early, [])
+    assert (
+        "2 complete primary seeds (1, 2), fewer than the stopping rule's first 3: the study is still training" in text
+    )
+    assert "no finished run to judge convergence by" in text

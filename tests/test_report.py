@@ -163,6 +163,9 @@ def test_headline_best_per_backend_gap_interval_date_and_device():
     one_seed = "\n".join(headline([_record("softmax+ape", 0, 0.9), _record("favor+ape", 0, 0.8)]))
     assert "one seed, so no interval" in one_seed
     assert "No finished runs yet" in headline([])[0]
+    designed = "\n".join(headline(found, designed=True))  # a pre-registered study picks no best variant
+    assert "best test top-1 per backend" not in designed and "best Performer" not in designed
+    assert "pre-registered contrasts below" in designed and "8 finished runs" in designed
 
 
 def test_index_opens_with_headline_and_lists_each_output_once_by_notebook(tmp_path):

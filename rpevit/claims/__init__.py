@@ -6,11 +6,13 @@ with an interval and a verdict (notebook 45_claims; docs/statistics.md).
 - evaluation: one row per (claim, dataset) from per-seed contrasts (rpevit.stats), one Holm family
 - speed:      time claims from the side-by-side speed benchmark, seed 000's speed crossover
 - narration:  effects and verdicts in words, the report's tables and answer
+- design_answer: a designed study's pre-registered answer (scope, gaps, closing, cost, limits) in words
 - figures:    the forest plot and the speedup sweep
 
 The margins and α of the seeds' claims: `rpevit.claims.registry` (ALPHA, MARGIN_POINTS, MARGIN_TIME_PCT).
 """
 
+from .design_answer import design_answer_text
 from .evaluation import correctness, evaluate_claims, mark_unplanned, missing_runs
 from .figures import VERDICT_STYLES, forest_figure, speedup_figure
 from .narration import (
@@ -92,6 +94,7 @@ __all__ = [
     "correctness",
     "crossover_rows",
     "crossover_table",
+    "design_answer_text",
     "design_claims",
     "effect_words",
     "evaluate_claims",

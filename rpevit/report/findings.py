@@ -7,7 +7,7 @@ from pathlib import Path
 
 from .. import records
 from ..errors import UserError
-from .index import report_texts
+from .index import designed, report_texts
 from .store import report_dir
 
 FINDINGS_PRESET = "fmnist_converged"
@@ -25,7 +25,7 @@ def findings_markdown(preset: str = FINDINGS_PRESET, root=None) -> str:
     answer and speed claim), each with a link to its report and the claims table."""
     directory = report_dir(preset, root)
     texts = report_texts(directory)
-    if not texts and _designed(preset):
+    if not texts and designed(preset):
         return "\n".join([findings_begin(preset), study_status(preset, root), FINDINGS_END])
     if not texts:
         raise UserError(
@@ -41,15 +41,6 @@ def findings_markdown(preset: str = FINDINGS_PRESET, root=None) -> str:
     for output, body in texts:
         lines += ["", f"**{output['caption']}** ([{output['files'][0]}]({link}/{output['files'][0]})):", "", body]
     return "\n".join([*lines, FINDINGS_END])
-
-
-def _designed(preset: str) -> bool:
-    from ..params import load_params
-
-    try:
-        return load_params(preset).design.active
-    except UserError:
-        return False
 
 
 def study_status(preset: str, root=None) -> str:

@@ -12,10 +12,12 @@ from .. import records
 from .store import PLOTLY_JS, read_manifest, report_dir
 
 
-def headline(found: list[dict], preset: str = "<preset>") -> list[str]:
+def headline(found: list[dict], preset: str = "<preset>", designed: bool = False) -> list[str]:
     """Markdown lines: per dataset, the best variant of each backend (mean test top-1 over seeds),
     the gap of the best Performer to the best softmax variant (with a Student-t interval over the
-    seeds both share, when rpevit.stats is available and there are ≥ 2), and the runs' dates and devices."""
+    seeds both share, when rpevit.stats is available and there are ≥ 2), and the runs' dates and devices.
+    A `designed` preset (a pre-registered design) shows no best variant, a choice made after the results:
+    its headline is its pre-registered answer (notebook 45's first text)."""
     from ..attention import exact_backends
     from ..variants import parse_variant
 
@@ -26,7 +28,12 @@ def headline(found: list[dict], preset: str = "<preset>") -> list[str]:
             f"`python -m rpevit notebooks {preset}`)."
         ]
     lines = []
-    for dataset in dict.fromkeys(r["dataset"] for r in done):
+    if designed:
+        lines.append(
+            "- A pre-registered study: its answer is the pre-registered contrasts below (no best variant per "
+            "backend is picked after the results)."
+        )
+    for dataset in dict.fromkeys(r["dataset"] for r in done if not designed):
         by_variant: dict[str, dict[int, float]] = {}
         for r in done:
             if r["dataset"] == dataset:
@@ -68,6 +75,17 @@ def headline(found: list[dict], preset: str = "<preset>") -> list[str]:
     )
     lines.append(f"- {len(done)} finished runs, trained {when} on {', '.join(devices)}.")
     return lines
+
+
+def designed(preset: str) -> bool:
+    """True for a preset with a pre-registered design (False for one that does not load)."""
+    from ..errors import UserError
+    from ..params import load_params
+
+    try:
+        return load_params(preset).design.active
+    except UserError:
+        return False
 
 
 def _interval(gaps: list[float]) -> str:
@@ -112,7 +130,7 @@ def write_index(preset: str, notebooks: list[str], root=None, found: list[dict] 
     texts = report_texts(directory, executed)
     lines = (
         [f"# Report: {preset}", "", "## Headline", ""]
-        + headline(found or [], preset)
+        + headline(found or [], preset, designed=designed(preset))
         + [line for output, body in texts for line in ("", f"### {output['caption']}", "", body)]
         + [
             "",
