@@ -447,6 +447,7 @@ EXAMPLES = """examples:
   python -m rpevit notebooks smoke                   regenerate reports/smoke/ from the run records
   python -m rpevit notebooks fmnist_converged --no-train   an interim report: finished runs only, none trained
   python -m rpevit findings                          copy the converged study's answer into README.md
+  python -m rpevit keep-weights fmnist_converged     one seed's tested weights per variant beside its kept records
   python -m rpevit bench attention                   time and memory of one layer vs tokens
   python -m rpevit doctor --gpu                      the GPU acceptance run (README: On a GPU)
 """

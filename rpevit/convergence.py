@@ -37,6 +37,12 @@ def plateau_met(val_acc: list[float], tolerance: float = PLATEAU_TOLERANCE, frac
 CONVERGED_SHARE = 0.9  # a study is called converged when at least this share of its runs meet the plateau rule
 
 
+def converged(rows: list[dict]) -> bool:
+    """A study's runs (convergence_rows) count as converged when at least CONVERGED_SHARE of them meet
+    the plateau rule; no runs: not converged."""
+    return bool(rows) and sum(bool(r["plateau met"]) for r in rows) >= CONVERGED_SHARE * len(rows)
+
+
 def convergence_rows(runs) -> list[dict]:
     """Per finished run, from (record, history rows) pairs: its best validation epoch, the points its
     best validation top-1 gained over the last `PLATEAU_FRACTION` of epochs, and whether it met the
@@ -86,7 +92,7 @@ def convergence_text(rows: list[dict]) -> str:
         f"{gains[0]:.2f} to {gains[-1]:.2f}), and {last} of {len(rows)} runs had their best validation epoch at "
         f"the last one ({budget} epochs). "
     )
-    if met >= CONVERGED_SHARE * len(rows):
+    if converged(rows):
         return (
             text + f"At least {CONVERGED_SHARE:.0%} of the runs are at a plateau: the comparisons are near convergence."
         )
@@ -153,7 +159,7 @@ def budget_check_text(rows: list[dict], check_runs: list[dict], name: str, plann
     met = sum(r["plateau met"] for r in check_runs)
     text = (
         f"{head}: {len(check_runs)} of {planned} runs finished; the plateau rule is met by {met} of them "
-        f"({'at least' if met >= CONVERGED_SHARE * len(check_runs) else 'fewer than'} {CONVERGED_SHARE:.0%}). "
+        f"({'at least' if converged(check_runs) else 'fewer than'} {CONVERGED_SHARE:.0%}). "
     )
     paired = [r for r in rows if r["reading"] != "no paired seed yet"]
     if not paired:

@@ -18,7 +18,8 @@ from .variants import parse_variant
 
 def inspection_targets(params, found: list[dict], seed: int = 0, has_weights=None) -> list[dict]:
     """What to inspect: one finished run per variant and dataset (its lowest seed) among `found`
-    whose weights are on this machine (`has_weights(record)`, default runs.weights_here), or — when
+    whose weights can be loaded here (`has_weights(record)`, default runs.inspectable_here: a checkpoint
+    here or weights kept in the repository), or — when
     there is none — every variant × dataset of the preset at init (seed `seed`). Each target:
     variant, dataset, seed, record (None: untrained) and a label naming it."""
     from .runs import inspectable

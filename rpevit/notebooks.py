@@ -345,5 +345,11 @@ def execute_notebooks(
         prune(out_dir, [nb.stem for nb in available])
     from .catalog import study_records
 
-    write_index(params.name, [nb.name for nb in available], reports_root, found=study_records(params))
+    write_index(
+        params.name,
+        [nb.name for nb in available],
+        reports_root,
+        found=study_records(params),
+        designed_study=params.design.active,
+    )
     return done

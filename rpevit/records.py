@@ -242,20 +242,26 @@ def keep(run_directory: Path, kept_directory: Path) -> list[str]:
 
 
 KEPT_WEIGHTS = "weights.pt"  # beside a kept record: its run's tested weights (`rpevit keep-weights`)
+WEIGHTS_MARK = (
+    "key",
+    "best_epoch",
+    "top1",
+    "finished_at",
+)  # the result kept weights belong to (a retrained run differs)
 
 
 def save_kept_weights(kept_directory: Path, record: dict, state: dict) -> Path:
     """Atomically write a finished run's tested (best-validation) weights beside its kept record,
-    marked with the record's key and best epoch so that they are never read for another result."""
+    marked with the record's result (`WEIGHTS_MARK`) so that they are never read for another one."""
     path = Path(kept_directory) / KEPT_WEIGHTS
-    kept = {"key": record["key"], "best_epoch": record["best_epoch"], "state": state}
+    kept = {**{k: record.get(k) for k in WEIGHTS_MARK}, "state": state}
     _atomic_write(path, lambda handle: torch.save(kept, handle))
     return path
 
 
 def load_kept_weights(kept_directory: Path, record: dict | None) -> dict | None:
     """The weights kept beside `record` (a state dict), or None: none kept, unreadable, or made for
-    another result (key or best epoch differ). A tracked file: loaded with weights_only, never moved."""
+    another result (a field of WEIGHTS_MARK differs). A tracked file: loaded with weights_only, never moved."""
     path = Path(kept_directory) / KEPT_WEIGHTS
     if record is None or not path.is_file() or checkpoint_problem(path) is not None:
         return None
@@ -263,10 +269,7 @@ def load_kept_weights(kept_directory: Path, record: dict | None) -> dict | None:
         kept = torch.load(path, map_location="cpu", weights_only=True)
     except Exception:  # truncated or foreign file: not usable, and not ours to move
         return None
-    if not isinstance(kept, dict) or (kept.get("key"), kept.get("best_epoch")) != (
-        record.get("key"),
-        record.get("best_epoch"),
-    ):
+    if not isinstance(kept, dict) or any(kept.get(k) != record.get(k) for k in WEIGHTS_MARK):
         return None
     return kept.get("state")
 

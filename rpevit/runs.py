@@ -25,6 +25,7 @@ from .model import ViT, build_model
 from .params import Params, TrainConfig
 from .run import Run, model_config_for
 from .sizing import check_fits
+from .variants import parse_variant
 
 
 def dataset_for(params: Params, name: str | None = None, device=None) -> Dataset:
@@ -154,11 +155,15 @@ def inspectable_here(params: Params, record: dict) -> bool:
 
 def inspected_model(run: Run, device=None):
     """(model with the run's tested weights in eval mode, its record): from its checkpoint where the
-    run is here (trained_model), else from the weights the repository keeps for it."""
-    record = records.read_record(run.dir)
-    if run.matches(record) and (run.dir / records.CHECKPOINT).is_file():
-        return trained_model(run, device)
+    run is here (trained_model), else — or when that checkpoint lost them — from the weights the
+    repository keeps for it."""
     state = kept_weights(run)
+    if run.matches(records.read_record(run.dir)) and (run.dir / records.CHECKPOINT).is_file():
+        try:
+            return trained_model(run, device)
+        except UserError:
+            if state is None:
+                raise
     if state is None:
         raise UserError(
             f"the weights of {run.label} are neither here nor kept in {run.kept_dir}; run "
@@ -178,14 +183,16 @@ def keep_weights(params: Params, found: list[dict], runs_root=None, reports_root
             f"preset {params.name} does not keep its records (keep_records: false), so it keeps no weights; "
             "its notebooks inspect the runs whose checkpoints are on this machine."
         )
-    lines, chosen = [], {}
-    for r in sorted((r for r in found if r.get("status") == "finished"), key=lambda r: r["seed"]):
-        run = Run.of(params, r, runs_root=runs_root, reports_root=reports_root)
-        if (r["dataset"], r["variant"]) not in chosen and (
-            kept_weights(run) is not None or weights_here(params, r, runs_root)
-        ):
-            chosen[r["dataset"], r["variant"]] = run
-    for run in chosen.values():
+
+    def loadable(record: dict) -> bool:
+        run = Run.of(params, record, runs_root=runs_root, reports_root=reports_root)
+        return kept_weights(run) is not None or weights_here(params, record, runs_root)
+
+    chosen = [
+        Run.of(params, r, runs_root=runs_root, reports_root=reports_root) for r in inspectable(params, found, loadable)
+    ]
+    lines = []
+    for run in chosen:
         kept = records.read_record(run.kept_dir)
         if kept_weights(run) is not None:
             lines.append(f"{run.label}: weights already kept")
@@ -198,7 +205,8 @@ def keep_weights(params: Params, found: list[dict], runs_root=None, reports_root
                 continue
             path = records.save_kept_weights(run.kept_dir, kept, checkpoint["best"]["state"])
             lines.append(f"{run.label}: kept {path} ({path.stat().st_size / 2**20:.1f} MiB)")
-    missing = sorted({(r["dataset"], r["variant"]) for r in found if r.get("status") == "finished"} - set(chosen))
+    places = {(run.dataset, run.variant) for run in chosen}
+    missing = sorted({(r["dataset"], r["variant"]) for r in found if r.get("status") == "finished"} - places)
     lines += [f"{v} | {d}: no finished run has its weights here" for d, v in missing]
     return lines
 
@@ -212,7 +220,8 @@ def inspectable(params: Params, found: list[dict], has_weights=None) -> list[dic
     for r in sorted((r for r in found if r.get("status") == "finished"), key=lambda r: r["seed"]):
         if has_weights(r):
             first.setdefault((r["dataset"], r["variant"]), r)
-    order = {place: i for i, place in enumerate((d, v) for d in params.datasets for v in params.variants)}
+    places = ((d, parse_variant(v).name) for d in params.datasets for v in params.variants)
+    order = {place: i for i, place in enumerate(places)}
     return sorted(first.values(), key=lambda r: order.get((r["dataset"], r["variant"]), len(order)))  # preset order
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import numpy as np
@@ -443,8 +444,6 @@ def test_a_speed_sweep_on_a_busy_machine_gives_no_verdict():
 
 def _designed_study(rng, plan: dict[str, float], seeds=(1, 2, 3, 4, 5), n=20000):
     """fmnist_converged's design on dataset 'toy': primary records with planted accuracies."""
-    import dataclasses
-
     from rpevit.params import load_params
 
     params = dataclasses.replace(load_params("fmnist_converged"), datasets=("toy",))
@@ -475,40 +474,66 @@ def test_the_pre_registered_answer_states_scope_gaps_closing_cost_and_limits():
     plan |= {"softmax+rope_mixed": 0.90, "favor+rope_mixed": 0.90, "relu+rope_mixed": 0.90}
     params, found = _designed_study(np.random.default_rng(3), plan)
     rows = evaluate_claims(found, claims.design_claims(params), datasets=params.datasets)
-    speed = _speed(
-        {
-            "softmax+ape": 1.0,
-            "favor+ape": 2.0,
-            "relu+ape": 0.9,
-            "softmax+rope_mixed": 1.2,
-            "favor+rope_mixed": 2.4,
-            "relu+rope_mixed": 1.2,
-        }
-    )
+    times = {"softmax+ape": 1.0, "favor+ape": 2.0, "relu+ape": 0.9}
+    speed = _speed(times | {"softmax+rope_mixed": 1.2, "favor+rope_mixed": 2.4, "relu+rope_mixed": 1.2})
     flat = [{"dataset": "toy", "plateau met": False}] * len(found)
     text = claims.design_answer_text(params, rows, found, flat, speed)
     assert text.startswith("**Scope.** `toy` with the recipe of `params/fmnist_converged.yaml`")
     assert "(1,234 parameters), 26 epochs; 5 complete primary seeds (1, 2, 3, 4, 5)" in text
-    assert "**not converged** by its own rule (0 of 30 runs reach a plateau" in text
+    assert "The study is **not converged** by its own rule (0 of 30 runs reach a plateau" in text
     lines = text.splitlines()
     favor_ape = next(line for line in lines if line.startswith("- FAVOR+ gap with APE:"))
     assert re.search(r"softmax ahead by (9\.[5-9]|10\.[0-4])\d points", favor_ape)  # a 10-point gap, margin 1
-    assert "**contradicted**" in favor_ape
+    assert "(90 % interval, 5 seeds) — **contradicted**" in favor_ape
     assert "**supported**" in next(line for line in lines if line.startswith("- ReLU gap with APE:"))
     closes = next(line for line in lines if line.startswith("- RoPE-Mixed closes the FAVOR+ gap:"))
     assert "**supported**" in closes and "(95 % interval, 5 seeds)" in closes
-    assert "- `favor+ape` vs `softmax+ape`: inference 2.00× [" in text
+    assert "- `favor+ape` vs `softmax+ape`: inference 2.00× [2.00, 2.00], training 2.00× [" in text
     assert "- `relu+rope_mixed` vs `softmax+rope_mixed`: inference 1.00× [" in text
     assert "whether the gaps hold at convergence" in text and "`fmnist_plateau_check`" in text
+    assert "1 dataset (toy)" in text and "####" not in text
 
     converged = [{"dataset": "toy", "plateau met": True}] * len(found)
     quiet = claims.design_answer_text(params, rows, found, converged, None)
-    assert "converged by its own rule (30 of 30" in quiet and "whether the gaps hold" not in quiet
+    assert "The study is converged by its own rule (30 of 30" in quiet and "whether the gaps hold" not in quiet
     assert "- not measured: no side-by-side speed benchmark of `fmnist_converged`" in quiet
+    busy = [{**r, "load_average": 9.0, "cpu_count": 2.0} for r in speed]  # timed on a loaded machine: no interval
+    loaded = claims.design_answer_text(params, rows, found, converged, busy)
+    assert "- `favor+ape` vs `softmax+ape`: inference 2.00×, training 2.00× the time" in loaded
+    assert "timed on a busy machine" in loaded
+    one_round = claims.design_answer_text(params, rows, found, converged, [r for r in speed if r["round"] == 0])
+    assert "inference: fewer than 2 rounds, no ratio" in one_round
 
     early = [r for r in found if r["seed"] <= 2]  # before the stopping rule's first 3 seeds
     text = claims.design_answer_text(params, evaluate_claims(early, claims.design_claims(params), ["toy"]), early, [])
-    assert (
-        "2 complete primary seeds (1, 2), fewer than the stopping rule's first 3: the study is still training" in text
-    )
-    assert "no finished run to judge convergence by" in text
+    assert "2 complete primary seeds (1, 2) so far; the stopping rule (every 95 % half-width ≤ 0.5 points" in text
+    assert "wants more: the study is still training" in text
+    assert "No run has a training history to judge its plateau by." in text
+
+
+def test_the_pre_registered_answer_counts_seeds_as_the_stopping_rule_does():
+    plan = {v: 0.9 for v in ("softmax+ape", "favor+ape", "relu+ape", "softmax+rope_mixed", "favor+rope_mixed")}
+    params, found = _designed_study(np.random.default_rng(4), plan | {"relu+rope_mixed": 0.9}, seeds=range(1, 11))
+    lost = next(r for r in found if r["variant"] == "favor+ape" and r["seed"] == 2)
+    lost.update(status="diverged")  # seed 2 is lost; the others stand in
+    analysed = [r for r in found if r is not lost]
+    rows = evaluate_claims(analysed, claims.design_claims(params), ["toy"])
+    text = claims.design_answer_text(params, rows, found, [])
+    assert "9 complete primary seeds (1, 3, 4, 5, 6, 7, 8, 9, 10); seed 2 lost (a primary run diverged)" in text
+    assert "the stopping rule's target (every 95 % half-width ≤ 0.5 points, or 10 seeds) is met" in text
+    noisy = dict(plan, **{"favor+ape": 0.5})  # a planted gap far too wide to fit the target…
+    params, found = _designed_study(np.random.default_rng(5), noisy | {"relu+rope_mixed": 0.9}, seeds=(1, 2, 3), n=50)
+    params = dataclasses.replace(params, seeds=(1, 2, 3))  # … and no seed left for more
+    text = claims.design_answer_text(params, evaluate_claims(found, claims.design_claims(params), ["toy"]), found, [])
+    assert "3 complete primary seeds (1, 2, 3); the stopping rule" in text and "no seed of the preset is left" in text
+
+
+def test_the_pre_registered_answer_of_two_datasets_has_a_block_each():
+    plan = {v: 0.9 for v in ("softmax+ape", "favor+ape", "relu+ape", "softmax+rope_mixed", "favor+rope_mixed")}
+    params, found = _designed_study(np.random.default_rng(6), plan | {"relu+rope_mixed": 0.9})
+    found += [{**r, "dataset": "toy2"} for r in found]
+    params = dataclasses.replace(params, datasets=("toy", "toy2"))
+    rows = evaluate_claims(found, claims.design_claims(params), ["toy", "toy2"])
+    text = claims.design_answer_text(params, rows, found, [], None)
+    assert text.startswith("#### toy\n\n**Scope.** `toy`") and "\n\n#### toy2\n\n**Scope.** `toy2`" in text
+    assert text.count("**What it costs.**") == 1 and "2 datasets (toy, toy2)" in text

@@ -165,7 +165,7 @@ def test_headline_best_per_backend_gap_interval_date_and_device():
     assert "No finished runs yet" in headline([])[0]
     designed = "\n".join(headline(found, designed=True))  # a pre-registered study picks no best variant
     assert "best test top-1 per backend" not in designed and "best Performer" not in designed
-    assert "pre-registered contrasts below" in designed and "8 finished runs" in designed
+    assert "its pre-registered contrasts" in designed and "8 finished runs" in designed
 
 
 def test_index_opens_with_headline_and_lists_each_output_once_by_notebook(tmp_path):

@@ -8,157 +8,213 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from .. import design as design_rules
 from .. import stats
-from ..convergence import CONVERGED_SHARE, PLATEAU_FRACTION, PLATEAU_TOLERANCE
+from ..convergence import PLATEAU_FRACTION, PLATEAU_TOLERANCE, converged
+from ..metrics import busy
 from ..variants import parse_variant
-from .narration import effect_words, interval_reading
+from .narration import effect_words, interval_reading, verdict_text
 from .registry import ALPHA, CONTRADICTED, INCONCLUSIVE, NO_DATA, SUPPORTED, design_source
 
 
-def _seeds_text(params, analysed: list[dict], dataset: str) -> str:
-    """How many complete primary seeds were analysed, and why the primary grid stopped there."""
-    current = [r for r in analysed if r.get("dataset") == dataset]
+def _seeds_text(params, current: list[dict]) -> str:
+    """How many complete primary seeds one dataset's current records (finished and diverged) hold, and
+    why the primary grid stands there: the stopping rule's target met, its maximum, no seed left, the
+    budget spent, or still training."""
     progress = design_rules.primary_progress(params, current)
     rule = params.design.stopping
-    seeds = ", ".join(str(s) for s in progress.usable[: progress.complete])
-    done = f"{progress.complete} complete primary seed{'s' * (progress.complete != 1)} ({seeds})"
-    if progress.complete < rule.min_seeds:
-        return f"{done}, fewer than the stopping rule's first {rule.min_seeds}: the study is still training"
-    target = f"every 95 % half-width ≤ {rule.half_width:g} points, or {rule.max_seeds} seeds"
-    if progress.needed == progress.complete:
-        reached = "reached" if progress.complete < rule.max_seeds else "ended at its maximum"
-        return f"{done}; the stopping rule ({target}) {reached}"
-    nxt = progress.usable[progress.complete] if progress.complete < len(progress.usable) else None
-    verdict, why = (
-        design_rules.decide(params, (dataset, params.design.primary[0], nxt), current)
-        if nxt is not None
-        else ("skip", "no seed left")
+    complete = progress.usable[: progress.complete]
+    done = f"{len(complete)} complete primary seed{'s' * (len(complete) != 1)}" + (
+        f" ({', '.join(str(s) for s in complete)})" if complete else ""
     )
+    if progress.lost:
+        lost = ", ".join(str(s) for s in sorted(progress.lost))
+        done += f"; seed{'s' * (len(progress.lost) > 1)} {lost} lost (a primary run diverged)"
+    target = f"every {100 * rule.confidence:g} % half-width ≤ {rule.half_width:g} points, or {rule.max_seeds} seeds"
+    accuracy = {
+        (r["variant"], r["seed"]): r["top1"] for r in current if r.get("status") == "finished" and r["seed"] in complete
+    }
+    widths = design_rules.half_widths(params.design, accuracy).values()
+    if len(complete) >= rule.min_seeds and all(w <= rule.half_width for w in widths):
+        return f"{done}; the stopping rule's target ({target}) is met"
+    if len(complete) >= rule.max_seeds:
+        return f"{done}; the stopping rule ({target}) ended at its maximum"
+    if len(complete) >= len(progress.usable):
+        return f"{done}; the stopping rule ({target}) wanted more, but no seed of the preset is left"
+    dataset = current[0]["dataset"] if current else params.datasets[0]
+    primary = parse_variant(params.design.primary[0]).name
+    verdict, why = design_rules.decide(params, (dataset, primary, progress.usable[len(complete)]), current)
     if verdict == "skip":
         return f"{done}; the stopping rule ({target}) wanted more, but {why}"
     return f"{done} so far; the stopping rule ({target}) wants more: the study is still training"
 
 
-def _convergence_text(convergence: list[dict], epochs: int) -> tuple[str, bool]:
-    """(a sentence on the runs' plateau, whether the study counts as converged)."""
+def _convergence_sentence(convergence: list[dict], epochs: int) -> str:
     if not convergence:
-        return "no finished run to judge convergence by", False
+        return "No run has a training history to judge its plateau by."
     met = sum(bool(r["plateau met"]) for r in convergence)
-    converged = met >= CONVERGED_SHARE * len(convergence)
-    state = "converged by its own rule" if converged else "**not converged** by its own rule"
+    rule = (
+        f"{met} of {len(convergence)} runs reach a plateau: best validation top-1 gaining < {PLATEAU_TOLERANCE:g} "
+        f"points over the last {PLATEAU_FRACTION:.0%} of epochs"
+    )
+    if converged(convergence):
+        return f"The study is converged by its own rule ({rule})."
     return (
-        f"{state} ({met} of {len(convergence)} runs reach a plateau: best validation top-1 gaining "
-        f"< {PLATEAU_TOLERANCE:g} points over the last {PLATEAU_FRACTION:.0%} of epochs), so every number below "
-        f"holds at this {epochs}-epoch budget",
-        converged,
+        f"The study is **not converged** by its own rule ({rule}), so every number below holds at this "
+        f"{epochs}-epoch budget."
     )
 
 
 def _row_line(row: dict) -> str:
-    """One contrast: its name, the effect in words with its interval and level, and its verdict."""
-    level = f"{100 * row['confidence']:.0f} %" if math.isfinite(row.get("confidence", math.nan)) else ""
-    seeds = f"{row['seeds']} seed{'s' * (row['seeds'] != 1)}"
+    """One contrast: its name, the effect in words with its interval, level and seeds, and its verdict."""
     if row["verdict"] == NO_DATA:
         return f"- {row['claim']}: no data ({row.get('reason') or 'not run yet'})."
-    words = effect_words(row)
+    seeds = f"{row['seeds']} seed{'s' * (row['seeds'] != 1)}"
+    has_interval = math.isfinite(row.get("low", math.nan))
+    words = effect_words(row) if has_interval else effect_words(row).removesuffix(" (no interval)")
+    level = f"{100 * row['confidence']:.0f} % interval, " if has_interval else ""
     verdict = row["verdict"]
     why = interval_reading(row) if verdict == INCONCLUSIVE else ""
-    return f"- {row['claim']}: {words} ({level} interval, {seeds}) — **{verdict}**" + (f": {why}." if why else ".")
+    if verdict not in (SUPPORTED, CONTRADICTED, INCONCLUSIVE):
+        return f"- {row['claim']}: {words} ({seeds}) — {verdict_text(row)}."
+    return f"- {row['claim']}: {words} ({level}{seeds}) — **{verdict}**" + (f": {why}." if why else ".")
+
+
+def _paired_ratio(a: dict[int, float], b: dict[int, float], confidence: float) -> dict | None:
+    """Ratio a/b of per-round times paired by round: exp of the mean log ratio with its Student-t
+    interval over the rounds (the rounds interleave the variants, so a round's load hits both)."""
+    rounds = sorted(a.keys() & b.keys())
+    if len(rounds) < 2:
+        return None
+    logs = [math.log(a[r] / b[r]) for r in rounds]
+    interval = stats.t_interval(logs, confidence)
+    return {key: float(np.exp(interval[key])) for key in ("mean", "low", "high")} | {"rounds": len(rounds)}
 
 
 def _cost_lines(params, speed: list[dict] | None) -> list[str]:
-    """Per primary Performer variant: inference time and training time per image as multiples of the
-    softmax variant with the same positional methods (ratio of geometric means over the benchmark's
-    rounds, 95 % Welch interval on log times: stats.time_ratio)."""
+    """Per primary Performer variant: inference and training time per image as multiples of the softmax
+    variant with the same positional methods, paired by benchmark round; no interval from a busy machine."""
     if not speed:
         return [
             f"- not measured: no side-by-side speed benchmark of `{params.name}` "
             f"(`python -m rpevit bench speed --params {params.name}`)."
         ]
-    times: dict[str, dict[str, list[float]]] = {}
+    times: dict[str, dict[str, dict[int, float]]] = {}
     for r in speed:
-        name = parse_variant(r["variant"]).name
-        times.setdefault(name, {"infer": [], "train": []})
-        times[name]["infer"].append(r["ms_per_image_batched"])
-        times[name]["train"].append(r["train_seconds_per_image"])
+        per = times.setdefault(parse_variant(r["variant"]).name, {"infer": {}, "train": {}})
+        per["infer"][int(r["round"])] = r["ms_per_image_batched"]
+        per["train"][int(r["round"])] = r["train_seconds_per_image"]
+    loaded = any(busy(r) for r in speed)
     lines = []
     for variant in (parse_variant(v) for v in params.design.primary):
         if variant.backend == "softmax":
             continue
         reference = parse_variant("+".join(("softmax", *variant.positions))).name
         if variant.name not in times or reference not in times:
-            lines.append(f"- `{variant.name}`: not in the speed benchmark.")
+            lines.append(f"- `{variant.name}` vs `{reference}`: not both in the speed benchmark.")
             continue
         parts = []
         for key, what in (("infer", "inference"), ("train", "training")):
-            ratio = stats.time_ratio(times[variant.name][key], times[reference][key])
-            parts.append(f"{what} {ratio['ratio']:.2f}× [{ratio['low']:.2f}, {ratio['high']:.2f}]")
+            ratio = _paired_ratio(times[variant.name][key], times[reference][key], 1 - ALPHA)
+            if ratio is None:
+                parts.append(f"{what}: fewer than 2 rounds, no ratio")
+            elif loaded:
+                parts.append(f"{what} {ratio['mean']:.2f}×")
+            else:
+                parts.append(f"{what} {ratio['mean']:.2f}× [{ratio['low']:.2f}, {ratio['high']:.2f}]")
         lines.append(f"- `{variant.name}` vs `{reference}`: " + ", ".join(parts) + " the time per image.")
-    rounds = min(len(t["infer"]) for t in times.values())
-    lines.append(
-        f"  (side-by-side speed benchmark, {rounds} interleaved rounds, ratio of geometric means with its 95 % "
-        "interval; > 1: the Performer is slower. Measured on the benchmark's machine at this model's size — "
-        "nothing here extrapolates to long sequences or GPUs.)"
-    )
+    rounds = max(len(per["infer"]) for per in times.values())
+    if loaded:
+        lines.append(
+            f"  (side-by-side speed benchmark, {rounds} rounds, but some were timed on a busy machine: these ratios "
+            "measure the machine's load as much as the variants, so they carry no interval; run `python -m rpevit "
+            f"bench speed --params {params.name}` on a quiet machine.)"
+        )
+    else:
+        lines.append(
+            f"  (side-by-side speed benchmark, {rounds} interleaved rounds; ratio paired by round: geometric mean with "
+            f"its {100 * (1 - ALPHA):.0f} % t-interval; > 1: the Performer is slower. Measured on the benchmark's "
+            "machine at this model's size — nothing here extrapolates to long sequences or GPUs.)"
+        )
     return lines
 
 
+def _open_line(rows: list[dict]) -> str | None:
+    """The contrasts the data leave open (inconclusive, undecided or without data), or None."""
+    open_rows = [r for r in rows if r["verdict"] not in (SUPPORTED, CONTRADICTED)]
+    if not open_rows:
+        return None
+    names = "; ".join(f"{r['claim']} ({r['verdict']})" for r in open_rows)
+    return (
+        f"- {len(open_rows)} of its {len(rows)} pre-registered contrasts: {names} — an inconclusive one is not "
+        "significant after the Holm correction either way at these seeds (its reading above says where its "
+        "interval lies); an undecided one or one without data has no verdict yet."
+    )
+
+
 def design_answer_text(
-    params, rows: list[dict], analysed: list[dict], convergence: list[dict], speed: list[dict] | None = None
+    params, rows: list[dict], found: list[dict], convergence: list[dict], speed: list[dict] | None = None
 ) -> str:
     """Markdown: the pre-registered answer of a designed preset, from its contrasts' claims rows (`rows`:
-    evaluation.evaluate_claims over the complete primary seeds `analysed`), the runs' plateau
-    (convergence.finished_convergence) and the side-by-side speed benchmark (speed.read_speed)."""
+    evaluation.evaluate_claims over the complete primary seeds), its current records (`found`, diverged
+    ones included: the stopping rule's count), the runs' plateau (convergence.finished_convergence) and
+    the side-by-side speed benchmark (speed.read_speed)."""
     if not params.design.active:
         return f"`{params.name}` has no pre-registered design."
     source = design_source(params)
-    mine = [r for r in rows if r["source"] == source]
     model = params.model
+    equal = (
+        f"*equal* within ±{params.design.margin_points:g} point is **supported** when both one-sided tests "
+        f"(TOST) stay below α = {ALPHA:g} after one Holm correction over the whole claims table, **contradicted** "
+        "when the test beyond the margin does"
+    )
     lines = []
     for dataset in params.datasets:
-        contrasts = [r for r in mine if r["dataset"] == dataset]
-        sizes = next((r.get("num_params") for r in analysed if r.get("dataset") == dataset), None)
-        runs = [c for c in convergence if c["dataset"] == dataset]
-        plateau, converged = _convergence_text(runs, params.train.epochs)
+        current = [r for r in found if r.get("dataset") == dataset]
+        contrasts = [r for r in rows if r["source"] == source and r["dataset"] == dataset]
+        sizes = sorted({r["num_params"] for r in current if r.get("status") == "finished" and r.get("num_params")})
+        size = "" if not sizes else f" ({sizes[0]:,}" + (f"–{sizes[-1]:,}" if len(sizes) > 1 else "") + " parameters)"
+        runs = [c for c in convergence if c.get("dataset") == dataset]
+        if len(params.datasets) > 1:
+            lines += [f"#### {dataset}", ""]
         lines += [
             f"**Scope.** `{dataset}` with the recipe of `params/{params.name}.yaml` (fixed before its first run): a "
-            f"ViT of patch {model.patch_size}, dim {model.dim}, depth {model.depth}, {model.heads} heads"
-            + (f" ({sizes:,} parameters)" if sizes else "")
-            + f", {params.train.epochs} epochs; {_seeds_text(params, analysed, dataset)}. The study is {plateau}.",
+            f"ViT of patch {model.patch_size}, dim {model.dim}, depth {model.depth}, {model.heads} heads{size}, "
+            f"{params.train.epochs} epochs; {_seeds_text(params, current)}. "
+            + _convergence_sentence(runs, params.train.epochs),
             "",
             "**Is there a Performer–softmax gap?** Test top-1, Performer − softmax in points (positive: the "
-            f"Performer ahead), paired by seed; *equal* within ±{params.design.margin_points:g} point when the 90 % "
-            "interval lies inside the margin (two one-sided tests), one Holm correction over the whole claims table "
-            f"at α = {ALPHA:g}:",
+            f"Performer ahead), paired by seed; {equal}. Intervals unadjusted:",
             *(_row_line(r) for r in contrasts if r["comparison"].c is None),
             "",
             "**Does the relative encoding close it?** The difference of differences "
-            "(b+rope − softmax+rope) − (b+ape − softmax+ape): positive = the Performer gains on softmax with it:",
+            "(b+rope − softmax+rope) − (b+ape − softmax+ape), positive = the Performer gains on softmax with it; "
+            "**supported** when its one-sided test stays below α after the same Holm correction:",
             *(_row_line(r) for r in contrasts if r["comparison"].c is not None),
             "",
-            "**What it costs.** Time per image of each primary Performer variant as a multiple of softmax's with "
-            "the same positional methods:",
-            *_cost_lines(params, speed),
-            "",
-            "**What this study cannot decide.**",
         ]
-        open_rows = [r for r in contrasts if r["verdict"] not in (SUPPORTED, CONTRADICTED)]
-        if open_rows:
-            lines.append(
-                f"- {len(open_rows)} of its {len(contrasts)} pre-registered contrasts: "
-                + "; ".join(f"{r['claim']} ({r['verdict']})" for r in open_rows)
-                + " — at these seeds none is significant after the Holm correction, or it has no data (the reading "
-                "beside each row above says where its interval lies)."
-            )
-        if not converged:
-            check = params.design.plateau_check
-            lines.append(
-                "- whether the gaps hold at convergence: its runs are still improving"
-                + (f" (its longer-budget check `{check}` measures whether the gaps move)." if check else ".")
-            )
+    lines += [
+        "**What it costs.** Time per image of each primary Performer variant as a multiple of softmax's with "
+        "the same positional methods:",
+        *_cost_lines(params, speed),
+        "",
+        "**What this study cannot decide.**",
+    ]
+    for dataset in params.datasets:
+        line = _open_line([r for r in rows if r["source"] == source and r["dataset"] == dataset])
+        if line:
+            lines.append(line if len(params.datasets) == 1 else line.replace("- ", f"- {dataset}: ", 1))
+    if not converged(convergence):
+        check = params.design.plateau_check
         lines.append(
-            f"- anything beyond {', '.join(params.datasets)}, this model size and the benchmark's machine: one "
-            "dataset of small images (few tokens), one small ViT, CPU timings."
+            "- whether the gaps hold at convergence: its runs are still improving"
+            + (f" (its longer-budget check `{check}` measures whether the gaps move)." if check else ".")
         )
+    count = len(params.datasets)
+    lines.append(
+        f"- anything beyond {count} dataset{'s' * (count != 1)} ({', '.join(params.datasets)}), this model size and "
+        "the benchmark's machine: small images (few tokens), one small ViT, timings of that machine."
+    )
     return "\n".join(lines)

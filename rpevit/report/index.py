@@ -30,8 +30,8 @@ def headline(found: list[dict], preset: str = "<preset>", designed: bool = False
     lines = []
     if designed:
         lines.append(
-            "- A pre-registered study: its answer is the pre-registered contrasts below (no best variant per "
-            "backend is picked after the results)."
+            "- A pre-registered study: its answer is its pre-registered contrasts (notebook 45's first text, "
+            "`45_design_answer`); no best variant per backend is picked after the results."
         )
     for dataset in dict.fromkeys(r["dataset"] for r in done if not designed):
         by_variant: dict[str, dict[int, float]] = {}
@@ -120,7 +120,9 @@ def report_texts(directory: Path, notebooks: list[str] | None = None) -> list[tu
     ]
 
 
-def write_index(preset: str, notebooks: list[str], root=None, found: list[dict] | None = None) -> Path:
+def write_index(
+    preset: str, notebooks: list[str], root=None, found: list[dict] | None = None, designed_study: bool | None = None
+) -> Path:
     """reports/<preset>/README.md: the headline result, a short guide, then every executed
     notebook with its figures and tables (each table once: its Markdown and CSV on one line)."""
     directory = report_dir(preset, root)
@@ -130,7 +132,7 @@ def write_index(preset: str, notebooks: list[str], root=None, found: list[dict] 
     texts = report_texts(directory, executed)
     lines = (
         [f"# Report: {preset}", "", "## Headline", ""]
-        + headline(found or [], preset, designed=designed(preset))
+        + headline(found or [], preset, designed=designed(preset) if designed_study is None else designed_study)
         + [line for output, body in texts for line in ("", f"### {output['caption']}", "", body)]
         + [
             "",
