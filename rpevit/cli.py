@@ -249,12 +249,14 @@ def cmd_findings(args) -> int:
 def cmd_keep_weights(args) -> int:
     """Keep one finished run's tested weights per variant beside a preset's kept records."""
     from .catalog import study_records
+    from .records import REPORTS_ROOT
     from .runs import keep_weights
 
     params = _params(args)
-    for line in keep_weights(params, study_records(params)):
-        print(line)
-    print(f"git add reports/{params.name}/records to commit them with the records")
+    lines = keep_weights(params, study_records(params))
+    print("\n".join(lines))
+    if any(": kept " in line for line in lines):
+        print(f"commit them with the records: git add {REPORTS_ROOT / params.name / 'records'}")
     return 0
 
 

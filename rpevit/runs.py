@@ -207,8 +207,9 @@ def keep_weights(params: Params, found: list[dict], runs_root=None, reports_root
             lines.append(f"{run.label}: kept {path} ({path.stat().st_size / 2**20:.1f} MiB)")
     places = {(run.dataset, run.variant) for run in chosen}
     missing = sorted({(r["dataset"], r["variant"]) for r in found if r.get("status") == "finished"} - places)
-    lines += [f"{v} | {d}: no finished run has its weights here" for d, v in missing]
-    return lines
+    where = f"no checkpoint in {Path(runs_root or records.RUNS_ROOT)}, no weights kept"
+    lines += [f"{v} | {d}: no finished run has its weights here ({where})" for d, v in missing]
+    return lines or [f"preset {params.name} has no finished run yet: nothing to keep"]
 
 
 def inspectable(params: Params, found: list[dict], has_weights=None) -> list[dict]:

@@ -141,6 +141,10 @@ def test_kept_weights_let_a_fresh_clone_inspect_trained_models(grid_params, coun
     torch.save({**stale, "best_epoch": stale["best_epoch"] + 1}, path)  # weights of another result
     assert runs.kept_weights(run) is None and not runs.inspectable_here(kept, record)
     assert "softmax+ape · mnist5k" in runs.weightless_note(kept, again)
+    assert any(
+        line.startswith("softmax+ape | mnist5k: no finished run has its weights here (no checkpoint in")
+        for line in runs.keep_weights(kept, again)
+    )
     with pytest.raises(UserError, match="keep_records: false"):
         runs.keep_weights(grid_params, found)
 

@@ -15,7 +15,7 @@ from .. import stats
 from ..convergence import PLATEAU_FRACTION, PLATEAU_TOLERANCE, converged
 from ..metrics import busy
 from ..variants import parse_variant
-from .narration import effect_words, interval_reading, verdict_text
+from .narration import ahead, interval_reading, signed, verdict_text
 from .registry import ALPHA, CONTRADICTED, INCONCLUSIVE, NO_DATA, SUPPORTED, design_source
 
 
@@ -62,24 +62,27 @@ def _convergence_sentence(convergence: list[dict], epochs: int) -> str:
     if converged(convergence):
         return f"The study is converged by its own rule ({rule})."
     return (
-        f"The study is **not converged** by its own rule ({rule}), so every number below holds at this "
-        f"{epochs}-epoch budget."
+        f"The study is **not converged** by its own rule ({rule}), so every number of this answer holds at "
+        f"this {epochs}-epoch budget."
     )
 
 
 def _row_line(row: dict) -> str:
-    """One contrast: its name, the effect in words with its interval, level and seeds, and its verdict."""
+    """One contrast: its name, its signed effect (the header's sign) with interval, level and seeds, and
+    its verdict with who is ahead (an inconclusive one: where its interval lies)."""
     if row["verdict"] == NO_DATA:
         return f"- {row['claim']}: no data ({row.get('reason') or 'not run yet'})."
     seeds = f"{row['seeds']} seed{'s' * (row['seeds'] != 1)}"
-    has_interval = math.isfinite(row.get("low", math.nan))
-    words = effect_words(row) if has_interval else effect_words(row).removesuffix(" (no interval)")
-    level = f"{100 * row['confidence']:.0f} % interval, " if has_interval else ""
+    effect, low, high = row["effect"], row.get("low", math.nan), row.get("high", math.nan)
+    value = f"{signed(effect)} points" + (f" [{signed(low)}, {signed(high)}]" if math.isfinite(low) else "")
+    level = f"{100 * row['confidence']:.0f} % interval, " if math.isfinite(low) else ""
     verdict = row["verdict"]
-    why = interval_reading(row) if verdict == INCONCLUSIVE else ""
-    if verdict not in (SUPPORTED, CONTRADICTED, INCONCLUSIVE):
-        return f"- {row['claim']}: {words} ({seeds}) — {verdict_text(row)}."
-    return f"- {row['claim']}: {words} ({level}{seeds}) — **{verdict}**" + (f": {why}." if why else ".")
+    if verdict == INCONCLUSIVE:
+        return f"- {row['claim']}: {value} ({level}{seeds}) — **{verdict}**: {interval_reading(row)}."
+    if verdict in (SUPPORTED, CONTRADICTED):
+        side = ahead(row["comparison"], effect >= 0, row["measure"])
+        return f"- {row['claim']}: {value} ({level}{seeds}) — **{verdict}** ({side})."
+    return f"- {row['claim']}: {value} ({seeds}) — {verdict_text(row)}."
 
 
 def _paired_ratio(a: dict[int, float], b: dict[int, float], confidence: float) -> dict | None:
@@ -141,17 +144,45 @@ def _cost_lines(params, speed: list[dict] | None) -> list[str]:
     return lines
 
 
+def _short(rows: list[dict]) -> str:
+    """One sentence: the verdict counts of the contrasts, then their estimates (gaps as a range)."""
+    counts = [
+        f"{sum(r['verdict'] == v for r in rows)} {v}"
+        for v in (SUPPORTED, CONTRADICTED, INCONCLUSIVE)
+        if any(r["verdict"] == v for r in rows)
+    ]
+    others = sum(r["verdict"] not in (SUPPORTED, CONTRADICTED, INCONCLUSIVE) for r in rows)
+    counts += [f"{others} without a verdict yet"] if others else []
+    text = f"**In short.** Of its {len(rows)} pre-registered contrasts: {', '.join(counts)}."
+    gaps = [r["effect"] for r in rows if r["comparison"].c is None and math.isfinite(r.get("effect", math.nan))]
+    if gaps:
+        low, high = signed(min(gaps)), signed(max(gaps))
+        text += f" The gap estimates (Performer − softmax) lie between {low} and {high} points"
+    changes = [r for r in rows if r["comparison"].c is not None and math.isfinite(r.get("effect", math.nan))]
+    if changes:
+        text += (
+            ("; " if gaps else " ")
+            + "the differences of differences (positive: the Performer gains on softmax with the relative encoding): "
+            + ", ".join(f"{r['claim']}: {signed(r['effect'])}" for r in changes)
+        )
+    return text + ("." if gaps or changes else "") + " Estimates only: the verdicts below are what the data decide."
+
+
 def _open_line(rows: list[dict]) -> str | None:
     """The contrasts the data leave open (inconclusive, undecided or without data), or None."""
     open_rows = [r for r in rows if r["verdict"] not in (SUPPORTED, CONTRADICTED)]
     if not open_rows:
         return None
     names = "; ".join(f"{r['claim']} ({r['verdict']})" for r in open_rows)
-    return (
-        f"- {len(open_rows)} of its {len(rows)} pre-registered contrasts: {names} — an inconclusive one is not "
-        "significant after the Holm correction either way at these seeds (its reading above says where its "
-        "interval lies); an undecided one or one without data has no verdict yet."
-    )
+    why = []
+    if any(r["verdict"] == INCONCLUSIVE for r in open_rows):
+        why.append(
+            "an inconclusive one is not significant after the Holm correction either way at these seeds (its "
+            "reading above says where its interval lies)"
+        )
+    if any(r["verdict"] != INCONCLUSIVE for r in open_rows):
+        why.append("one undecided or without data has no verdict yet")
+    return f"- {len(open_rows)} of its {len(rows)} pre-registered contrasts: {names} — " + "; ".join(why) + "."
 
 
 def design_answer_text(
@@ -184,6 +215,8 @@ def design_answer_text(
             f"ViT of patch {model.patch_size}, dim {model.dim}, depth {model.depth}, {model.heads} heads{size}, "
             f"{params.train.epochs} epochs; {_seeds_text(params, current)}. "
             + _convergence_sentence(runs, params.train.epochs),
+            "",
+            _short(contrasts),
             "",
             "**Is there a Performer–softmax gap?** Test top-1, Performer − softmax in points (positive: the "
             f"Performer ahead), paired by seed; {equal}. Intervals unadjusted:",

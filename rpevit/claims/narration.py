@@ -14,6 +14,7 @@ import math
 from .. import stats
 from ..analysis import finished
 from ..attention import exact_backends
+from ..catalog import grid
 from ..data import training_images
 from ..metrics import busy
 from ..variants import parse_variant
@@ -134,16 +135,17 @@ def _margin_text(row: dict) -> str:
 
 
 def interval_reading(row: dict) -> str:
-    """Where a tested row's interval lies, in words: its direction (wholly above 0, wholly below 0, or
-    spanning 0), against the margin, and whether a one-sided test passed alone but not after Holm."""
+    """Where a tested row's interval lies, in words: whether it excludes 0 (and who is ahead, in words
+    that read the same whichever way the effect is printed) or spans 0, against the margin, and whether
+    a one-sided test passed alone (its raw p) but not after Holm."""
     low, high = row.get("low", math.nan), row.get("high", math.nan)
     if not math.isfinite(low):
         return "no interval"
     comparison, measure = row["comparison"], row["measure"]
     if low > 0:
-        text, known = f"interval wholly above 0: {ahead(comparison, True, measure)}", True
+        text, known = f"interval excludes 0: {ahead(comparison, True, measure)}", True
     elif high < 0:
-        text, known = f"interval wholly below 0: {ahead(comparison, False, measure)}", True
+        text, known = f"interval excludes 0: {ahead(comparison, False, measure)}", True
     else:
         text, known = "interval spans 0: direction unclear", False
     if known and row["kind"] in ("greater", "less"):
@@ -161,7 +163,7 @@ def interval_reading(row: dict) -> str:
         else:
             text += f", wholly beyond {_margin_text(row)}"
     alone = [
-        f"p {side} {row[key]:.3f}"
+        f"raw p {side} the claim {row[key]:.3f}"
         for key, side, verdict in (("p_support", "for", SUPPORTED), ("p_contradict", "against", CONTRADICTED))
         if row.get(key, math.nan) < ALPHA and row["verdict"] != verdict
     ]
@@ -171,7 +173,7 @@ def interval_reading(row: dict) -> str:
 
 
 def verdict_text(row: dict) -> str:
-    """A row's verdict with why: 'supported', 'inconclusive — interval wholly above 0: …',
+    """A row's verdict with why: 'supported', 'inconclusive — interval excludes 0: …',
     'undecided: busy machine', 'no data: not run yet', 'not testable here: …'."""
     verdict, reason = row["verdict"], row.get("reason") or ""
     if verdict == INCONCLUSIVE and "comparison" in row:
@@ -292,13 +294,24 @@ def protocol_text(params, claims=None) -> str:
     claims = claims_for(params) if claims is None else claims
     model = params.model
     kinds = sorted({c.kind for c in claims})
+    design, seeds = params.design, ", ".join(map(str, params.seeds))
+    if design.active:
+        rule = design.stopping
+        runs = (
+            f"- Datasets: {', '.join(params.datasets)}; seeds from {seeds} in order: {len(design.primary)} primary "
+            f"variants × {rule.min_seeds}–{rule.max_seeds} seeds (the stopping rule), {len(design.secondary)} "
+            f"secondary variants × {design.secondary_seeds} seeds — at most {len(grid(params))} runs."
+        )
+    else:
+        runs = (
+            f"- Datasets: {', '.join(params.datasets)}; seeds {seeds} ({len(params.seeds)} training "
+            f"run{'s' if len(params.seeds) != 1 else ''} per variant and dataset); {len(params.variants)} variants."
+        )
     return "\n".join(
         [
             f"**Preset `{params.name}`** — {params.description or 'no description'}.",
             "",
-            f"- Datasets: {', '.join(params.datasets)}; seeds {', '.join(map(str, params.seeds))} "
-            f"({len(params.seeds)} training run{'s' if len(params.seeds) != 1 else ''} per variant and dataset); "
-            f"{len(params.variants)} variants.",
+            runs,
             f"- Budget: {params.train.epochs} epochs of batch {params.train.batch_size}, training images "
             f"{'all' if params.data.train_size is None else f'capped at {params.data.train_size}'} "
             f"(table 45_protocol gives the count); device `{params.train.device}`.",

@@ -100,8 +100,9 @@ def study_status(preset: str, root=None) -> str:
         f"{'s' * (complete != 1)} ({len(primary)} variants × {rule.min_seeds}–{rule.max_seeds} seeds by the stopping "
         f"rule), {secondary} secondary run{'s' * (secondary != 1)}, of at most {len(grid(params))} runs; {budget}."
         f"{plateau}{check} Its answer — the Performer–softmax gap at the study's {params.train.epochs}-epoch budget "
-        f"and whether RoPE closes it, with intervals — appears here when `make study PRESET={preset}` regenerates its "
-        "report. The "
+        f"and whether RoPE closes it, with intervals — appears here when the study has finished and `python -m rpevit "
+        f"notebooks {preset}` regenerates its report (an interim report of what has finished, trained nothing: "
+        f"`python -m rpevit notebooks {preset} --no-train`). The "
         f"recipe's pilot: [reports/fmnist_pilot/](reports/fmnist_pilot/README.md)." + _early_study_note(root)
     )
 
