@@ -124,9 +124,14 @@ def trained_model(run: Run, device=None):
             f"so it is unfinished again; run `python -m rpevit study {params.name}` to finish it from its "
             "last good checkpoint."
         )
+    return _loaded_model(run, checkpoint["best"]["state"], device), record
+
+
+def _loaded_model(run: Run, state: dict, device=None) -> ViT:
+    """The run's model with weights `state`, on `device` (default: the preset's), in eval mode."""
     model = build_model(run.variant, run.model_config, seed=run.seed)
-    model.load_state_dict(checkpoint["best"]["state"])
-    return model.to(device or resolve_device(params.train.device)).eval(), record
+    model.load_state_dict(state)
+    return model.to(device or resolve_device(run.params.train.device)).eval()
 
 
 def weights_here(params: Params, record: dict, runs_root=None) -> bool:
@@ -169,9 +174,7 @@ def inspected_model(run: Run, device=None):
             f"the weights of {run.label} are neither here nor kept in {run.kept_dir}; run "
             f"`python -m rpevit keep-weights {run.params.name}` where it was trained, or train it again."
         )
-    model = build_model(run.variant, run.model_config, seed=run.seed)
-    model.load_state_dict(state)
-    return model.to(device or resolve_device(run.params.train.device)).eval(), records.read_record(run.kept_dir)
+    return _loaded_model(run, state, device), records.read_record(run.kept_dir)
 
 
 def keep_weights(params: Params, found: list[dict], runs_root=None, reports_root=None) -> list[str]:
@@ -194,7 +197,7 @@ def keep_weights(params: Params, found: list[dict], runs_root=None, reports_root
     lines = []
     for run in chosen:
         kept = records.read_record(run.kept_dir)
-        if kept_weights(run) is not None:
+        if records.load_kept_weights(run.kept_dir, kept) is not None and run.matches(kept):
             lines.append(f"{run.label}: weights already kept")
         elif not run.matches(kept) or kept != records.read_record(run.dir):
             lines.append(f"{run.label}: its kept record differs from runs/; run `python -m rpevit study {params.name}`")

@@ -202,9 +202,9 @@ def design_answer_text(
         "when the test beyond the margin does"
     )
     lines = []
-    for dataset in params.datasets:
+    contrasts_of = {d: [r for r in rows if r["source"] == source and r["dataset"] == d] for d in params.datasets}
+    for dataset, contrasts in contrasts_of.items():
         current = [r for r in found if r.get("dataset") == dataset]
-        contrasts = [r for r in rows if r["source"] == source and r["dataset"] == dataset]
         sizes = sorted({r["num_params"] for r in current if r.get("status") == "finished" and r.get("num_params")})
         size = "" if not sizes else f" ({sizes[0]:,}" + (f"–{sizes[-1]:,}" if len(sizes) > 1 else "") + " parameters)"
         runs = [c for c in convergence if c.get("dataset") == dataset]
@@ -235,8 +235,8 @@ def design_answer_text(
         "",
         "**What this study cannot decide.**",
     ]
-    for dataset in params.datasets:
-        line = _open_line([r for r in rows if r["source"] == source and r["dataset"] == dataset])
+    for dataset, contrasts in contrasts_of.items():
+        line = _open_line(contrasts)
         if line:
             lines.append(line if len(params.datasets) == 1 else line.replace("- ", f"- {dataset}: ", 1))
     if not converged(convergence):
