@@ -75,11 +75,18 @@ def announce(params: Params, states: list[State], where: str = "") -> None:
 
 
 def run_study(
-    params: Params, *, runs_root=None, reports_root=None, progress: bool = False, dataset_loader=None
+    params: Params,
+    *,
+    runs_root=None,
+    reports_root=None,
+    progress: bool = False,
+    dataset_loader=None,
+    summary: bool = True,
 ) -> list[dict]:
     """Run every cell of the preset's grid that has work (cell.run_cell: repair, train, evaluate,
-    keep), then write the summary; returns the current records in grid order. `dataset_loader(params,
-    name)` loads a dataset (default runs.dataset_for)."""
+    keep), then write the summary (unless `summary` is False: a notebook that only shows, e.g. under
+    nbval, leaves reports/ as it found it); returns the current records in grid order.
+    `dataset_loader(params, name)` loads a dataset (default runs.dataset_for)."""
     runs.preflight(params, runs_root=runs_root)
     records.recovered.clear()
     grid_cells = cells(params, grid(params), runs_root or records.RUNS_ROOT, reports_root or records.REPORTS_ROOT)
@@ -94,7 +101,7 @@ def run_study(
         rows[run.place] = run_cell(run, lambda run=run: load(run.dataset), progress=progress)
         kind, message = outcome(rows[run.place], before)
         meter.event(kind, run.place, message)
-    return summarise(params, grid_cells, rows, records.recovered)
+    return summarise(params, grid_cells, rows, records.recovered, write=summary)
 
 
 def designed_order(params: Params, todo: list[tuple[Run, State]], meter: Progress):
@@ -157,9 +164,9 @@ def wanted_left(params: Params, todo: list[tuple[Run, State]], busy: set, finish
     )
 
 
-def summarise(params: Params, grid_cells: list[Run], rows: dict, notes: list[str]) -> list[dict]:
-    """Write the summary of the grid — its current records, a row for each run that failed or was
-    skipped in this sitting, and the notes — and return the current records in grid order."""
+def summarise(params: Params, grid_cells: list[Run], rows: dict, notes: list[str], write: bool = True) -> list[dict]:
+    """Write the summary of the grid (if `write`) — its current records, a row for each run that
+    failed or was skipped in this sitting, and the notes — and return the current records in grid order."""
     results, shown, failures = [], [], []
     for run in grid_cells:
         record = current_record(run)
@@ -171,7 +178,8 @@ def summarise(params: Params, grid_cells: list[Run], rows: dict, notes: list[str
             shown.append(row)
             failures.append(f"{row['status']}: {label(*run.place)} — {row['message']}")
     reports_root = grid_cells[0].reports_root if grid_cells else None
-    write_summary(params.name, shown, reports_root, notes=list(dict.fromkeys(notes)) + failures)
+    if write:
+        write_summary(params.name, shown, reports_root, notes=list(dict.fromkeys(notes)) + failures)
     return results
 
 

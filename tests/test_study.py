@@ -218,3 +218,13 @@ def test_a_study_waits_while_another_process_trains_what_decides_its_next_run(
     assert calls == [("softmax+ape", 0)] and len(asked) == 3 and asked[0] == set()
     out = capsys.readouterr().out
     assert out.count("waiting: softmax+ape on mnist5k, seed 0 (favor+ape seed 2 is in flight") == 1
+
+
+def test_summary_is_written_only_when_asked(grid_params, counted, tmp_path):
+    """Notebook 10 without a report directory (nbval, `make test`) trains and shows but leaves the
+    committed reports/<preset>/summary.* untouched: run_study(summary=False) writes no summary."""
+    one = dataclasses.replace(grid_params, seeds=(0,))
+    results = study.run_study(one, runs_root=tmp_path / "runs", reports_root=tmp_path / "reports", summary=False)
+    assert len(results) == 2 and not (tmp_path / "reports").exists()
+    study.run_study(one, runs_root=tmp_path / "runs", reports_root=tmp_path / "reports")
+    assert (tmp_path / "reports" / "tiny" / "summary.md").read_text().count("| mnist5k |") == 2
