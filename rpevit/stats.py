@@ -245,7 +245,8 @@ def contrast_test(values: ArrayLike, kind: str, margin: float | None = None, alp
     """Student-t inference on per-seed contrast values (points) for a claim of `kind`.
 
     Returns effect (mean), se (s/√S), df (S − 1), the unadjusted interval (low, high) — (1 − α)
-    two-sided for greater/less, (1 − 2α) for at_least/equal, each bound a one-sided test at α —
+    two-sided for greater/less (each bound a one-sided test at α/2), (1 − 2α) for at_least/equal
+    (each bound a one-sided test at α) —
     and two one-sided p-values from the t distribution (never floored by a replicate count):
 
     ========  =========================================  ===========================================
