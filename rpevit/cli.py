@@ -144,10 +144,18 @@ def cmd_study(args) -> int:
     """Run (or resume) a preset's whole grid and write reports/<preset>/summary.{csv,md}."""
     from .records import REPORTS_ROOT
     from .study import run_study
+    from .time_limit import TimeLimit, parse_duration
 
     params = _params(args)
+    limit = None if args.time_limit is None else TimeLimit(parse_duration(args.time_limit))
     if args.engine == "ray":
         from .cluster import run_study_ray
+
+        if limit is not None:
+            raise UserError(
+                "--time-limit works with the sequential engine only; on Ray, stop the study with Ray's own "
+                "job controls (its runs resume from their last checkpoint), or drop --engine ray."
+            )
 
         results = run_study_ray(
             params,
@@ -164,7 +172,7 @@ def cmd_study(args) -> int:
         return 1 if failed else 0
     if args.address or args.gpus_per_run is not None or args.cpus_per_run is not None:
         raise UserError("--address, --gpus-per-run and --cpus-per-run need --engine ray.")
-    results = run_study(params, progress=not args.no_progress)
+    results = run_study(params, progress=not args.no_progress, time_limit=limit)
     print(f"{len(results)} runs recorded; summary: {REPORTS_ROOT / params.name / 'summary.md'}")
     return 0
 
@@ -349,6 +357,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--gpus-per-run", type=float, help="--engine ray: GPU share per run, ≤ 1 (0.25 packs 4 runs per GPU)"
     )
     study.add_argument("--cpus-per-run", type=int, help="--engine ray: CPUs per run = its torch threads (default 1)")
+    study.add_argument(
+        "--time-limit",
+        metavar="DURATION",
+        help="start no run that is not expected to finish within this time from now (e.g. 2h30m, 90m): a "
+        "sitting of fixed length ends between runs; estimated from the preset's finished runs",
+    )
     add_common(study)
 
     evaluate = sub.add_parser("evaluate", help="evaluate a finished run at other input resolutions")

@@ -27,6 +27,7 @@ from .progress import Progress, label
 from .run import Run
 from .schema import SUMMARY_COLUMNS
 from .tables import markdown_table
+from .time_limit import TimeLimit
 
 POLL_SECONDS = 60  # how often a waiting study looks again at the runs other processes train
 
@@ -82,11 +83,13 @@ def run_study(
     progress: bool = False,
     dataset_loader=None,
     summary: bool = True,
+    time_limit: TimeLimit | None = None,
 ) -> list[dict]:
     """Run every cell of the preset's grid that has work (cell.run_cell: repair, train, evaluate,
     keep), then write the summary (unless `summary` is False: a notebook that only shows, e.g. under
     nbval, leaves reports/ as it found it); returns the current records in grid order.
-    `dataset_loader(params, name)` loads a dataset (default runs.dataset_for)."""
+    `dataset_loader(params, name)` loads a dataset (default runs.dataset_for); with a `time_limit`
+    no run starts that is not expected to finish within it (rpevit.time_limit)."""
     runs.preflight(params, runs_root=runs_root)
     records.recovered.clear()
     grid_cells = cells(params, grid(params), runs_root or records.RUNS_ROOT, reports_root or records.REPORTS_ROOT)
@@ -95,7 +98,10 @@ def run_study(
     load = loader_cache(params, dataset_loader)
     todo = [(c, s) for c, s in zip(grid_cells, states) if s.work]
     meter, rows = Progress(len(todo)), {}
-    order = designed_order(params, todo, meter) if params.design.active else todo
+    if params.design.active:
+        order = designed_order(params, todo, meter, time_limit)
+    else:
+        order = plain_order(params, todo, time_limit)
     for run, before in order:
         meter.event("running", run.place)
         rows[run.place] = run_cell(run, lambda run=run: load(run.dataset), progress=progress)
@@ -104,13 +110,30 @@ def run_study(
     return summarise(params, grid_cells, rows, records.recovered, write=summary)
 
 
-def designed_order(params: Params, todo: list[tuple[Run, State]], meter: Progress):
+def refusal(time_limit: TimeLimit | None, run: Run, before: State, finished: list[dict]) -> str:
+    """Why a run to train must not start in the time limit's time left ('' when it may, or with no limit)."""
+    return time_limit.refusal(run, finished) if time_limit is not None and before.train else ""
+
+
+def plain_order(params: Params, todo: list[tuple[Run, State]], time_limit: TimeLimit | None = None):
+    """The runs of `todo` in grid order, leaving unstarted (and saying so) those a `time_limit` refuses."""
+    for run, before in todo:
+        finished = study_records(params, run.runs_root, run.reports_root) if time_limit is not None else []
+        why = refusal(time_limit, run, before, finished)
+        if why:
+            print(f"not started: {label(*run.place)} ({why})", flush=True)
+            continue
+        yield run, before
+
+
+def designed_order(params: Params, todo: list[tuple[Run, State]], meter: Progress, time_limit: TimeLimit | None = None):
     """A designed study's runs, each chosen afresh when the last one ends: the first of `todo`
-    (design order) that the design would train now (design.decide) and that is neither finished, in
-    flight in another process, nor tried already by this one. While only runs that wait on others
-    are left, poll every POLL_SECONDS; when none is left, say which runs were not started and why.
-    Scanning from the top each time picks up a run another process left unfinished (it stopped)
-    before any later one, so secondary runs never overtake a primary seed that still lacks a run."""
+    (design order) that the design would train now (design.decide), that is neither finished, in
+    flight in another process, nor tried already by this one, and that a `time_limit` lets start
+    (else a later one it lets start). While only runs that wait on others are left, poll every
+    POLL_SECONDS (until the time limit ends); when none is left, say which runs were not started
+    and why. Scanning from the top each time picks up a run another process left unfinished (it
+    stopped) before any later one, so secondary runs never overtake a primary seed that still lacks a run."""
     if not todo:
         return
     roots, tried, said = (todo[0][0].runs_root, todo[0][0].reports_root), set(), set()
@@ -125,6 +148,8 @@ def designed_order(params: Params, todo: list[tuple[Run, State]], meter: Progres
             verdict, why = (
                 design.decide(params, run.place, finished, busy, secondary_held=held) if before.train else ("train", "")
             )
+            if verdict == "train" and (why := refusal(time_limit, run, before, finished)):
+                verdict = "skip"
             if verdict == "train":
                 chosen = (run, before)
                 break
@@ -135,8 +160,8 @@ def designed_order(params: Params, todo: list[tuple[Run, State]], meter: Progres
             tried.add(chosen[0].place)
             yield chosen
             continue
-        if not waits:
-            for run, why in skips:
+        if not waits or (time_limit is not None and time_limit.left() <= 0):
+            for run, why in skips + [(run, f"{why}; the time limit ended") for run, why in waits]:
                 print(f"not started: {label(*run.place)} ({why})", flush=True)
             return
         run, why = waits[0]

@@ -1,0 +1,162 @@
+"""A study's time limit: durations parsed or refused with one message, expected run times from the
+preset's finished runs, and a study that starts no run it does not expect to finish in time."""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+
+import pytest
+import torch
+
+from rpevit import catalog, cell, records, runs, study
+from rpevit.cli import main
+from rpevit.errors import UserError
+from rpevit.run import Run
+from rpevit.time_limit import TimeLimit, epochs_done, parse_duration, seconds_per_epoch
+from rpevit.train import train_run
+
+
+@pytest.mark.parametrize(
+    "text, seconds", [("2h30m", 9000), ("90m", 5400), ("1.5h", 5400), ("45s", 45), ("1h 5m 10s", 3910), ("2H", 7200)]
+)
+def test_durations_are_read_as_hours_minutes_seconds(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "90", "2h30", "m", "1h1h", "two hours", "-5m", "0m", "1d"])
+def test_a_bad_duration_is_one_clear_message(text):
+    with pytest.raises(UserError, match=r"--time-limit: .*(2h30m)"):
+        parse_duration(text)
+
+
+def _record(variant, seconds, threads=None, dataset="mnist5k"):
+    return {"dataset": dataset, "variant": variant, "train_seconds_per_epoch": seconds, "threads": threads}
+
+
+def test_pace_is_the_median_of_the_variant_else_the_slowest_variant():
+    here = torch.get_num_threads()
+    finished = [
+        _record("softmax+ape", 10.0, here),
+        _record("softmax+ape", 30.0, here),
+        _record("softmax+ape", 12.0, here),
+        _record("favor+ape", 50.0, here),
+        _record("favor+ape", 500.0, here + 1),  # other threads: not this process's pace
+        _record("relu+ape", 7.0, here + 1),  # only at other threads: then those count
+        _record("softmax+ape", 99.0, here, dataset="cifar10"),
+    ]
+    assert seconds_per_epoch(finished, "mnist5k", "softmax+ape") == 12.0
+    assert seconds_per_epoch(finished, "mnist5k", "favor+ape") == 50.0
+    assert seconds_per_epoch(finished, "mnist5k", "relu+rope_mixed") == 50.0  # untried: the slowest
+    assert seconds_per_epoch(finished, "fashion_mnist", "softmax+ape") is None
+
+
+def test_epochs_done_come_from_a_matching_checkpoint_only(tiny_params, tiny_dataset, tmp_path):
+    run = Run(tiny_params, "mnist5k", "softmax+ape", 0, runs_root=tmp_path)
+    assert epochs_done(run) == 0
+
+    def stop_after_first(row):
+        if row["epoch"] == 1:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train_run(run, tiny_dataset, run.dir, on_epoch_end=stop_after_first)
+    assert epochs_done(run) == 1
+    other = Run(dataclasses.replace(tiny_params, train=dataclasses.replace(tiny_params.train, lr=1e-3)), *run.place)
+    assert epochs_done(dataclasses.replace(other, runs_root=tmp_path)) == 0  # other settings: starts afresh
+    (run.dir / records.CHECKPOINT).write_bytes(b"garbled")
+    (run.dir / records.PREVIOUS_CHECKPOINT).unlink(missing_ok=True)
+    assert epochs_done(run) == 0 and (run.dir / records.CHECKPOINT).is_file()  # read-only: left for repair
+
+
+def test_refusal_names_the_expected_time_and_the_time_left(tiny_params):
+    now = [0.0]
+    limit = TimeLimit(600, clock=lambda: now[0])
+    run = Run(tiny_params, "mnist5k", "softmax+ape", 0)  # 2 epochs: 3 epochs' time with testing
+    finished = [_record("softmax+ape", 100.0, torch.get_num_threads())]
+    assert limit.refusal(run, finished) == ""  # 300 s of 600
+    now[0] = 400.0
+    assert limit.refusal(run, finished) == (
+        "expected to take 5.0 min, 3.3 min left of the time limit; a later sitting trains it"
+    )
+    assert limit.refusal(run, []) == ""  # nothing to go on: it starts
+    now[0] = 700.0
+    assert limit.refusal(run, []).startswith("0 s left of the time limit")
+
+
+@pytest.fixture
+def grid_params(tiny_params):
+    return dataclasses.replace(
+        tiny_params,
+        variants=("softmax+none", "softmax+ape"),
+        seeds=(0, 1),
+        train=dataclasses.replace(tiny_params.train, epochs=1),
+    )
+
+
+@pytest.fixture
+def counted(monkeypatch, tiny_dataset):
+    calls = []
+
+    def fake_train(run, dataset, out_dir=None, **kwargs):
+        calls.append((run.variant, run.seed))
+        return train_run(run, dataset, out_dir, **kwargs)
+
+    monkeypatch.setattr(runs, "dataset_for", lambda *a, **k: tiny_dataset)
+    monkeypatch.setattr(cell, "train_run", fake_train)
+    return calls
+
+
+def _limit(seconds_left):
+    return TimeLimit(seconds_left, clock=lambda: 0.0)
+
+
+def test_a_study_starts_only_the_runs_that_fit_in_its_time_limit(grid_params, counted, tmp_path, capsys):
+    roots = {"runs_root": tmp_path / "runs", "reports_root": tmp_path / "reports"}
+    study.run_study(dataclasses.replace(grid_params, seeds=(0,)), **roots)  # paces to go on
+    assert counted == [("softmax+none", 0), ("softmax+ape", 0)]
+    counted.clear()
+    study.run_study(grid_params, time_limit=_limit(1e-6), **roots)
+    out = capsys.readouterr().out
+    assert counted == [] and out.count("left of the time limit; a later sitting trains it") == 2
+    assert "not started: softmax+ape on mnist5k, seed 1 (expected to take" in out
+    study.run_study(grid_params, time_limit=_limit(3600), **roots)
+    assert counted == [("softmax+none", 1), ("softmax+ape", 1)]
+
+
+def test_a_designed_study_trains_a_later_run_that_fits_and_stops_waiting_when_time_is_up(
+    grid_params, counted, tmp_path, capsys, monkeypatch
+):
+    roots = {"runs_root": tmp_path / "runs", "reports_root": tmp_path / "reports"}
+    study.run_study(dataclasses.replace(grid_params, seeds=(0,)), **roots)
+    counted.clear()
+    order = [("mnist5k", "softmax+none", 1), ("mnist5k", "softmax+ape", 1)]
+    fake = types.SimpleNamespace(
+        ordered_runs=lambda params: order, decide=lambda params, run, finished, busy, secondary_held="": ("train", "")
+    )
+    monkeypatch.setattr(study, "design", fake)
+    monkeypatch.setattr(catalog, "design", fake)
+    monkeypatch.setattr(study, "wanted_left", lambda params, todo, *reads: len(todo))
+    designed = dataclasses.replace(grid_params, design=types.SimpleNamespace(active=True, plateau_check=None))
+    paces = {"softmax+none": 1e6, "softmax+ape": 1e-9}  # the first in design order cannot fit, the second can
+    monkeypatch.setattr(TimeLimit, "expected_seconds", lambda self, run, finished: paces[run.variant], raising=True)
+    study.run_study(designed, time_limit=_limit(60), **roots)
+    out = capsys.readouterr().out
+    assert counted == [("softmax+ape", 1)]
+    assert "not started: softmax+none on mnist5k, seed 1 (expected to take 16666.7 min" in out
+
+    fake.decide = lambda params, run, finished, busy, secondary_held="": ("wait", "another process decides it")
+    monkeypatch.setattr(study, "POLL_SECONDS", 0)
+    now = iter([0.0, 0.0, 30.0, 61.0, 61.0, 61.0])
+    study.run_study(designed, time_limit=TimeLimit(60, clock=lambda: next(now)), **roots)
+    out = capsys.readouterr().out
+    assert counted == [("softmax+ape", 1)]  # nothing more trained
+    assert "not started: softmax+none on mnist5k, seed 1 (another process decides it; the time limit ended)" in out
+
+
+def test_the_cli_refuses_a_bad_time_limit_before_any_training(capsys):
+    assert main(["study", "smoke", "--time-limit", "soon"]) == 2
+    err = capsys.readouterr().err
+    assert "--time-limit: 'soon' is not a duration" in err and "Traceback" not in err
+    assert main(["study", "smoke", "--time-limit", "1h", "--engine", "ray"]) == 2
+    assert "works with the sequential engine only" in capsys.readouterr().err
