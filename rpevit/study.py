@@ -28,6 +28,7 @@ from .run import Run
 from .schema import SUMMARY_COLUMNS
 from .tables import markdown_table
 from .time_limit import TimeLimit
+from .variants import parse_variant
 
 POLL_SECONDS = 60  # how often a waiting study looks again at the runs other processes train
 
@@ -130,26 +131,30 @@ def designed_order(params: Params, todo: list[tuple[Run, State]], meter: Progres
     """A designed study's runs, each chosen afresh when the last one ends: the first of `todo`
     (design order) that the design would train now (design.decide), that is neither finished, in
     flight in another process, nor tried already by this one, and that a `time_limit` lets start
-    (else a later one it lets start). While only runs that wait on others are left, poll every
-    POLL_SECONDS (until the time limit ends); when none is left, say which runs were not started
-    and why. Scanning from the top each time picks up a run another process left unfinished (it
-    stopped) before any later one, so secondary runs never overtake a primary seed that still lacks a run."""
+    (else a later one it lets start, but no secondary run while a primary one does not fit). While
+    only runs that wait on others are left, poll every POLL_SECONDS (until the time limit ends);
+    when none is left, say which runs were not started and why. Scanning from the top each time
+    picks up a run another process left unfinished (it stopped) before any later one, so secondary
+    runs never overtake a primary seed that still lacks a run."""
     if not todo:
         return
     roots, tried, said = (todo[0][0].runs_root, todo[0][0].reports_root), set(), set()
+    primary = {parse_variant(v).name for v in params.design.primary}
     while True:
         busy, finished = in_flight_and_records(params, *roots)
         held = secondary_held(params, *roots)
         done = {(r["dataset"], r["variant"], r["seed"]) for r in finished}
-        chosen, waits, skips = None, [], []
+        chosen, waits, skips, primary_refused = None, [], [], False
         for run, before in todo:
             if run.place in tried or run.place in busy or (before.train and run.place in done):
                 continue
             verdict, why = (
                 design.decide(params, run.place, finished, busy, secondary_held=held) if before.train else ("train", "")
             )
+            if verdict == "train" and primary_refused and run.variant not in primary:
+                verdict, why = "skip", "the primary grid comes first, and its next run does not fit in the time left"
             if verdict == "train" and (why := refusal(time_limit, run, before, finished)):
-                verdict = "skip"
+                verdict, primary_refused = "skip", primary_refused or run.variant in primary
             if verdict == "train":
                 chosen = (run, before)
                 break

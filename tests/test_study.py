@@ -188,7 +188,9 @@ def test_a_design_that_does_not_want_a_run_yet_leaves_it_unstarted(grid_params, 
     )
     monkeypatch.setattr(study, "design", fake)
     monkeypatch.setattr(catalog, "design", fake)
-    designed = dataclasses.replace(grid_params, design=types.SimpleNamespace(active=True, plateau_check=None))
+    designed = dataclasses.replace(
+        grid_params, design=types.SimpleNamespace(active=True, plateau_check=None, primary=())
+    )
     assert study.run_study(designed, runs_root=tmp_path, reports_root=tmp_path) == [] and calls == []
     assert (
         "not started: softmax+ape on mnist5k, seed 0 (the stopping rule needs 0 primary seeds)"
@@ -213,7 +215,9 @@ def test_a_study_waits_while_another_process_trains_what_decides_its_next_run(
     monkeypatch.setattr(catalog, "design", fake)
     monkeypatch.setattr(study, "POLL_SECONDS", 0)
     monkeypatch.setattr(study, "wanted_left", lambda params, todo, *reads: len(todo))  # the ETA's count: not tested
-    designed = dataclasses.replace(grid_params, design=types.SimpleNamespace(active=True, plateau_check=None))
+    designed = dataclasses.replace(
+        grid_params, design=types.SimpleNamespace(active=True, plateau_check=None, primary=())
+    )
     study.run_study(designed, runs_root=tmp_path, reports_root=tmp_path)
     assert calls == [("softmax+ape", 0)] and len(asked) == 3 and asked[0] == set()
     out = capsys.readouterr().out

@@ -137,7 +137,9 @@ def test_a_designed_study_trains_a_later_run_that_fits_and_stops_waiting_when_ti
     monkeypatch.setattr(study, "design", fake)
     monkeypatch.setattr(catalog, "design", fake)
     monkeypatch.setattr(study, "wanted_left", lambda params, todo, *reads: len(todo))
-    designed = dataclasses.replace(grid_params, design=types.SimpleNamespace(active=True, plateau_check=None))
+    designed = dataclasses.replace(
+        grid_params, design=types.SimpleNamespace(active=True, plateau_check=None, primary=())
+    )
     paces = {"softmax+none": 1e6, "softmax+ape": 1e-9}  # the first in design order cannot fit, the second can
     monkeypatch.setattr(TimeLimit, "expected_seconds", lambda self, run, finished: paces[run.variant], raising=True)
     study.run_study(designed, time_limit=_limit(60), **roots)
@@ -152,6 +154,27 @@ def test_a_designed_study_trains_a_later_run_that_fits_and_stops_waiting_when_ti
     out = capsys.readouterr().out
     assert counted == [("softmax+ape", 1)]  # nothing more trained
     assert "not started: softmax+none on mnist5k, seed 1 (another process decides it; the time limit ended)" in out
+
+
+def test_no_secondary_run_overtakes_a_primary_run_that_does_not_fit(
+    grid_params, counted, tmp_path, capsys, monkeypatch
+):
+    roots = {"runs_root": tmp_path / "runs", "reports_root": tmp_path / "reports"}
+    order = [("mnist5k", "softmax+none", 0), ("mnist5k", "softmax+ape", 0)]  # primary, then secondary
+    fake = types.SimpleNamespace(
+        ordered_runs=lambda params: order, decide=lambda params, run, finished, busy, secondary_held="": ("train", "")
+    )
+    monkeypatch.setattr(study, "design", fake)
+    monkeypatch.setattr(catalog, "design", fake)
+    design = types.SimpleNamespace(active=True, plateau_check=None, primary=("softmax+none",))
+    paces = {"softmax+none": 1e6, "softmax+ape": 1e-9}
+    monkeypatch.setattr(TimeLimit, "expected_seconds", lambda self, run, finished: paces[run.variant])
+    study.run_study(dataclasses.replace(grid_params, design=design), time_limit=_limit(60), **roots)
+    assert counted == []
+    assert (
+        "not started: softmax+ape on mnist5k, seed 0 (the primary grid comes first, and its next run does not fit"
+        in capsys.readouterr().out
+    )
 
 
 def test_the_cli_refuses_a_bad_time_limit_before_any_training(capsys):
