@@ -14,6 +14,7 @@ from .run import Run
 
 PLATEAU_FRACTION = 0.2
 PLATEAU_TOLERANCE = 0.2  # points of validation top-1
+PLATEAU_RULE = f"best validation top-1 gaining < {PLATEAU_TOLERANCE:g} points over the last {PLATEAU_FRACTION:.0%} of epochs"  # the rule in words, for every text that states it
 
 
 def plateau_gain(val_acc: list[float], fraction: float = PLATEAU_FRACTION) -> float:
@@ -86,8 +87,7 @@ def convergence_text(rows: list[dict]) -> str:
     epochs = sorted({r["epochs"] for r in rows})
     budget = f"{epochs[0]}" if len(epochs) == 1 else f"{epochs[0]}–{epochs[-1]}"
     text = (
-        f"**Convergence.** The plateau rule (the best validation top-1 gains less than {PLATEAU_TOLERANCE:g} points "
-        f"over the last {PLATEAU_FRACTION:.0%} of epochs) was met by **{met} of {len(rows)} finished runs**; over "
+        f"**Convergence.** The plateau rule ({PLATEAU_RULE}) was met by **{met} of {len(rows)} finished runs**; over "
         f"those epochs the best validation top-1 still gained a median of {statistics.median(gains):.2f} points (range "
         f"{gains[0]:.2f} to {gains[-1]:.2f}), and {last} of {len(rows)} runs had their best validation epoch at "
         f"the last one ({budget} epochs). "

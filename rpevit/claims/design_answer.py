@@ -12,7 +12,7 @@ import numpy as np
 
 from .. import design as design_rules
 from .. import stats
-from ..convergence import PLATEAU_FRACTION, PLATEAU_TOLERANCE, converged
+from ..convergence import PLATEAU_RULE, converged
 from ..metrics import busy
 from ..variants import parse_variant
 from .narration import ahead, interval_reading, signed, verdict_text
@@ -55,10 +55,7 @@ def _convergence_sentence(convergence: list[dict], epochs: int) -> str:
     if not convergence:
         return "No run has a training history to judge its plateau by."
     met = sum(bool(r["plateau met"]) for r in convergence)
-    rule = (
-        f"{met} of {len(convergence)} runs reach a plateau: best validation top-1 gaining < {PLATEAU_TOLERANCE:g} "
-        f"points over the last {PLATEAU_FRACTION:.0%} of epochs"
-    )
+    rule = f"{met} of {len(convergence)} runs reach a plateau: {PLATEAU_RULE}"
     if converged(convergence):
         return f"The study is converged by its own rule ({rule})."
     return (

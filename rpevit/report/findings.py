@@ -48,7 +48,7 @@ def study_status(preset: str, root=None) -> str:
     complete primary seeds, hours against its budgets, from the kept records) while its report has not
     been generated yet."""
     from ..catalog import grid, study_records
-    from ..convergence import finished_convergence
+    from ..convergence import PLATEAU_RULE, finished_convergence
     from ..design import primary_progress
     from ..params import load_params
     from ..variants import parse_variant
@@ -81,7 +81,7 @@ def study_status(preset: str, root=None) -> str:
     converged = finished_convergence(params, found, root)
     plateau = (
         f" So far {sum(r['plateau met'] for r in converged)} of {len(converged)} finished runs meet the plateau "
-        "rule (best validation top-1 gaining < 0.2 points over the last 20 % of epochs)."
+        f"rule ({PLATEAU_RULE})."
         if converged
         else ""
     )
