@@ -254,6 +254,14 @@ def cmd_findings(args) -> int:
     return 0
 
 
+def cmd_status(args) -> int:
+    """Where a study stands: finished runs, runs in flight, what it still wants and how long that takes."""
+    from .study_status import status_lines
+
+    print("\n".join(status_lines(_params(args))))
+    return 0
+
+
 def cmd_keep_weights(args) -> int:
     """Keep one finished run's tested weights per variant beside a preset's kept records."""
     from .catalog import study_records
@@ -396,6 +404,11 @@ def build_parser() -> argparse.ArgumentParser:
     retime.add_argument("--all", action="store_true", help="every finished run, not only those timed when busy")
     add_common(retime)
 
+    status = sub.add_parser(
+        "status", help="where a study stands: runs finished and in flight, what it still wants, hours left"
+    )
+    status.add_argument("params", help="preset name or YAML path")
+
     keep = sub.add_parser(
         "keep-weights",
         help="keep one run's tested weights per variant beside a preset's kept records (for a fresh clone's maps)",
@@ -462,6 +475,7 @@ EXAMPLES = """examples:
   python -m rpevit evaluate --params smoke --variant softmax+ape --resolutions 20,28,36
   python -m rpevit notebooks smoke                   regenerate reports/smoke/ from the run records
   python -m rpevit notebooks fmnist_converged --no-train   an interim report: finished runs only, none trained
+  python -m rpevit status fmnist_converged          runs finished and in flight, what the design wants, hours left
   python -m rpevit findings                          copy the converged study's answer into README.md
   python -m rpevit keep-weights fmnist_converged     one seed's tested weights per variant beside its kept records
   python -m rpevit bench attention                   time and memory of one layer vs tokens
@@ -475,6 +489,7 @@ COMMANDS = {
     "evaluate": cmd_evaluate,
     "notebooks": cmd_notebooks,
     "retime": cmd_retime,
+    "status": cmd_status,
     "findings": cmd_findings,
     "keep-weights": cmd_keep_weights,
     "bench": cmd_bench,

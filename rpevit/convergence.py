@@ -14,7 +14,10 @@ from .run import Run
 
 PLATEAU_FRACTION = 0.2
 PLATEAU_TOLERANCE = 0.2  # points of validation top-1
-PLATEAU_RULE = f"best validation top-1 gaining < {PLATEAU_TOLERANCE:g} points over the last {PLATEAU_FRACTION:.0%} of epochs"  # the rule in words, for every text that states it
+# the rule in words, for every text that states it
+PLATEAU_RULE = (
+    f"best validation top-1 gaining < {PLATEAU_TOLERANCE:g} points over the last {PLATEAU_FRACTION:.0%} of epochs"
+)
 
 
 def plateau_gain(val_acc: list[float], fraction: float = PLATEAU_FRACTION) -> float:

@@ -231,13 +231,13 @@ def decide(
     if secondary_held:
         return "skip", secondary_held
     if design.secondary_budget_hours is not None:
-        spent = _hours(r for r in mine if r["variant"] not in primary)
+        spent = training_hours(r for r in mine if r["variant"] not in primary)
         if spent >= design.secondary_budget_hours:
             return (
                 "skip",
                 f"the secondary budget of {design.secondary_budget_hours:g} training hours is spent ({spent:.1f} h)",
             )
-    elif design.budget_hours is not None and (spent := _hours(mine)) >= design.budget_hours:
+    elif design.budget_hours is not None and (spent := training_hours(mine)) >= design.budget_hours:
         return "skip", f"the design's budget of {design.budget_hours:g} training hours is spent ({spent:.1f} h)"
     if complete < needed and flying:
         i, v = flying[0]
@@ -258,7 +258,7 @@ def wanted_runs(params, finished: list[dict], busy=frozenset()) -> list[tuple[st
     return left
 
 
-def _hours(records) -> float:
+def training_hours(records) -> float:
     """Summed training hours of finished runs (epochs × seconds per epoch)."""
     return sum(r.get("train_seconds_per_epoch", 0) * r.get("epochs", 0) for r in records) / 3600
 
@@ -272,8 +272,10 @@ def _affordable(params, mine: list[dict], complete: tuple) -> tuple[str, str]:
         return "train", ""
     primary = _names(design.primary)
     counted = mine if design.secondary_budget_hours is None else [r for r in mine if r["variant"] in primary]
-    spent = _hours(counted)
-    per_seed = _hours(r for r in mine if r["variant"] in primary and r["seed"] in complete) / max(1, len(complete))
+    spent = training_hours(counted)
+    per_seed = training_hours(r for r in mine if r["variant"] in primary and r["seed"] in complete) / max(
+        1, len(complete)
+    )
     if spent + per_seed > design.budget_hours or spent >= design.budget_hours:
         return "skip", (
             f"the budget left ({design.budget_hours - spent:.1f} of {design.budget_hours:g} training hours) "

@@ -51,11 +51,7 @@ class TimeLimit:
         return self.end - self.clock()
 
     def expected_seconds(self, run: Run, finished: list[dict]) -> float | None:
-        """The run's expected wall time here (module docstring), or None with no finished run to go on."""
-        pace = seconds_per_epoch(finished, run.dataset, run.variant)
-        if pace is None:
-            return None
-        return (run.train_config.epochs - epochs_done(run) + 1) * pace
+        return expected_seconds(run, finished)
 
     def refusal(self, run: Run, finished: list[dict]) -> str:
         """Why the run must not start in the time left ('' when it may)."""
@@ -64,6 +60,15 @@ class TimeLimit:
             return ""
         guess = "" if expected is None else f"expected to take {minutes(expected)}, "
         return f"{guess}{minutes(max(left, 0))} left of the time limit; a later sitting trains it"
+
+
+def expected_seconds(run: Run, finished: list[dict]) -> float | None:
+    """The run's expected wall time here (module docstring) at the pace of the `finished` records, or
+    None with no finished run to go on."""
+    pace = seconds_per_epoch(finished, run.dataset, run.variant)
+    if pace is None:
+        return None
+    return (run.train_config.epochs - epochs_done(run) + 1) * pace
 
 
 def seconds_per_epoch(finished: list[dict], dataset: str, variant: str) -> float | None:

@@ -49,7 +49,7 @@ def study_status(preset: str, root=None) -> str:
     been generated yet."""
     from ..catalog import grid, study_records
     from ..convergence import PLATEAU_RULE, finished_convergence
-    from ..design import primary_progress
+    from ..design import primary_progress, training_hours
     from ..params import load_params
     from ..variants import parse_variant
 
@@ -62,10 +62,7 @@ def study_status(preset: str, root=None) -> str:
         "primary": [r for r in found if r["variant"] in primary],
         "secondary": [r for r in found if r["variant"] not in primary],
     }
-    hours = {
-        part: sum(r.get("train_seconds_per_epoch", 0) * r.get("epochs", 0) for r in rs) / 3600
-        for part, rs in done.items()
-    }
+    hours = {part: training_hours(rs) for part, rs in done.items()}
     complete = min(
         primary_progress(params, [r for r in current if r["dataset"] == d]).complete for d in params.datasets
     )

@@ -1,0 +1,87 @@
+"""`python -m rpevit status`: finished runs, runs in flight with their epochs, what a study still wants
+and the hours that takes at the pace of its finished runs; a designed study's seeds and budgets."""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+
+import pytest
+
+from rpevit import design, records
+from rpevit.catalog import grid, study_records
+from rpevit.cli import main
+from rpevit.params import load_params
+from rpevit.run import Run
+from rpevit.study import run_study
+from rpevit.study_status import remaining_hours, status_lines
+from rpevit.train import train_run
+
+
+@pytest.fixture
+def half_done(tiny_params, tiny_dataset, tmp_path, monkeypatch):
+    """A 2 × 2 grid (2 epochs) with seed 0 finished and softmax+ape seed 1 stopped after epoch 1 and
+    locked by a live process elsewhere."""
+    from rpevit import runs
+
+    params = dataclasses.replace(tiny_params, variants=("softmax+none", "softmax+ape"), seeds=(0, 1))
+    roots = {"runs_root": tmp_path / "runs", "reports_root": tmp_path / "reports"}
+    monkeypatch.setattr(runs, "dataset_for", lambda *a, **k: tiny_dataset)
+    run_study(dataclasses.replace(params, seeds=(0,)), **roots)
+    flying = Run(params, "mnist5k", "softmax+ape", 1, **roots)
+
+    def stop_after_first(row):
+        if row["epoch"] == 1:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train_run(flying, tiny_dataset, flying.dir, on_epoch_end=stop_after_first)
+    (flying.dir / records.LOCK).write_text("12345 another-host")
+    return params, roots
+
+
+def test_status_names_runs_in_flight_and_the_hours_left(half_done):
+    params, roots = half_done
+    lines = status_lines(params, **roots)
+    assert lines[0] == "tiny: 2 of 4 runs finished"
+    assert lines[1] == "in flight: softmax+ape on mnist5k, seed 1, 1 of 2 epochs done"
+    assert lines[2].startswith("left: 2 runs (1 in flight); ≈ ") and len(lines) == 3
+    finished = study_records(params, **roots)
+    pace = {
+        v: statistics.median(r["train_seconds_per_epoch"] for r in finished if r["variant"] == v)
+        for v in params.variants
+    }
+    hours, unknown = remaining_hours(
+        params, [("mnist5k", "softmax+none", 1), ("mnist5k", "softmax+ape", 1)], finished, roots["runs_root"]
+    )
+    assert unknown == 0
+    assert hours == pytest.approx((3 * pace["softmax+none"] + 2 * pace["softmax+ape"]) / 3600)  # 2 + 1 and 1 + 1 epochs
+
+
+def test_status_without_a_finished_run_says_it_has_no_pace(tiny_params, tmp_path):
+    lines = status_lines(tiny_params, runs_root=tmp_path, reports_root=tmp_path)
+    assert lines == [
+        f"tiny: 0 of {len(grid(tiny_params))} runs finished",
+        f"left: {len(grid(tiny_params))} runs (0 in flight); no finished run yet to take a pace from",
+    ]
+
+
+def test_a_designed_study_shows_its_seeds_budgets_and_check(tmp_path):
+    params = load_params("fmnist_converged")
+    kept = study_records(params, runs_root=tmp_path)  # the kept records only: nothing in flight here
+    lines = status_lines(params, runs_root=tmp_path)
+    progress = design.primary_progress(params, kept)
+    assert f"fashion_mnist: {progress.complete} complete primary seeds, the stopping rule needs {progress.needed}" in (
+        "\n".join(lines)
+    )
+    assert any(line.startswith("budget: primary ") for line in lines)
+    assert any(line.startswith("  fmnist_plateau_check: ") for line in lines)
+    assert not any(line.startswith("in flight:") for line in lines)
+
+
+def test_the_status_command_prints_it(capsys, tmp_path, monkeypatch):
+    monkeypatch.setattr(records, "RUNS_ROOT", tmp_path)
+    assert main(["status", "smoke_grid"]) == 0
+    assert capsys.readouterr().out.startswith("smoke_grid: ")
+    assert main(["status", "no_such_preset"]) == 2
+    assert "error: no preset file 'no_such_preset'" in capsys.readouterr().err
