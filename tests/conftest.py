@@ -38,6 +38,38 @@ def tiny_params():
     )
 
 
+@pytest.fixture
+def grid_params(tiny_params):
+    """The tiny preset as a 2 variants × 2 seeds grid of 1 epoch."""
+    return dataclasses.replace(
+        tiny_params,
+        variants=("softmax+none", "softmax+ape"),
+        seeds=(0, 1),
+        train=dataclasses.replace(tiny_params.train, epochs=1),
+    )
+
+
+@pytest.fixture
+def counted(monkeypatch, tiny_dataset):
+    """Serve the tiny dataset to the runner and count (and optionally crash) training runs:
+    (calls, state), state["crash_on"] = k raises KeyboardInterrupt in the k-th run."""
+    from rpevit import cell, runs
+    from rpevit.train import train_run
+
+    calls = []
+    state = {"crash_on": None}
+
+    def fake_train(run, dataset, out_dir=None, **kwargs):
+        calls.append((run.variant, run.seed))
+        if len(calls) == state["crash_on"]:
+            raise KeyboardInterrupt  # the machine died mid-grid
+        return train_run(run, dataset, out_dir, **kwargs)
+
+    monkeypatch.setattr(runs, "dataset_for", lambda *a, **k: tiny_dataset)
+    monkeypatch.setattr(cell, "train_run", fake_train)
+    return calls, state
+
+
 # Modules that train models end to end, start subprocesses, Ray, torchrun or notebooks, or sweep every
 # variant: `make check` leaves them out (`-m "not slow"`), `make test` (CI) runs everything.
 SLOW_MODULES = {

@@ -63,13 +63,10 @@ def one_thread():
 
 
 @pytest.fixture
-def grid_params(tiny_params):
-    """2 variants × 2 seeds, 2 epochs, multi-resolution evaluation at two sizes."""
+def grid_params(grid_params, tiny_params):
+    """conftest's 2 variants × 2 seeds at tiny_params' 2 epochs, multi-resolution evaluation at two sizes."""
     return dataclasses.replace(
-        tiny_params,
-        variants=("softmax+none", "softmax+ape"),
-        seeds=(0, 1),
-        evaluate=dataclasses.replace(tiny_params.evaluate, resolutions=(20, 36)),
+        grid_params, train=tiny_params.train, evaluate=dataclasses.replace(tiny_params.evaluate, resolutions=(20, 36))
     )
 
 

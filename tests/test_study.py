@@ -12,34 +12,7 @@ from rpevit import catalog, cell, records, runs, study
 from rpevit import train as train_module
 from rpevit.errors import UserError
 from rpevit.run import Run
-from rpevit.train import Diverged, train_run
-
-
-@pytest.fixture
-def grid_params(tiny_params):
-    return dataclasses.replace(
-        tiny_params,
-        variants=("softmax+none", "softmax+ape"),
-        seeds=(0, 1),
-        train=dataclasses.replace(tiny_params.train, epochs=1),
-    )
-
-
-@pytest.fixture
-def counted(monkeypatch, tiny_dataset):
-    """Serve the tiny dataset to the runner and count (and optionally crash) training runs."""
-    calls = []
-    state = {"crash_on": None}
-
-    def fake_train(run, dataset, out_dir=None, **kwargs):
-        calls.append((run.variant, run.seed))
-        if len(calls) == state["crash_on"]:
-            raise KeyboardInterrupt  # the machine died mid-grid
-        return train_run(run, dataset, out_dir, **kwargs)
-
-    monkeypatch.setattr(runs, "dataset_for", lambda *a, **k: tiny_dataset)
-    monkeypatch.setattr(cell, "train_run", fake_train)
-    return calls, state
+from rpevit.train import Diverged
 
 
 def test_study_resumes_only_missing_runs(grid_params, counted, tmp_path):

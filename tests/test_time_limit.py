@@ -9,7 +9,7 @@ import types
 import pytest
 import torch
 
-from rpevit import catalog, cell, records, runs, study
+from rpevit import catalog, records, study
 from rpevit.cli import main
 from rpevit.errors import UserError
 from rpevit.run import Run
@@ -84,52 +84,31 @@ def test_refusal_names_the_expected_time_and_the_time_left(tiny_params):
     assert limit.refusal(run, []).startswith("0 s left of the time limit")
 
 
-@pytest.fixture
-def grid_params(tiny_params):
-    return dataclasses.replace(
-        tiny_params,
-        variants=("softmax+none", "softmax+ape"),
-        seeds=(0, 1),
-        train=dataclasses.replace(tiny_params.train, epochs=1),
-    )
-
-
-@pytest.fixture
-def counted(monkeypatch, tiny_dataset):
-    calls = []
-
-    def fake_train(run, dataset, out_dir=None, **kwargs):
-        calls.append((run.variant, run.seed))
-        return train_run(run, dataset, out_dir, **kwargs)
-
-    monkeypatch.setattr(runs, "dataset_for", lambda *a, **k: tiny_dataset)
-    monkeypatch.setattr(cell, "train_run", fake_train)
-    return calls
-
-
 def _limit(seconds_left):
     return TimeLimit(seconds_left, clock=lambda: 0.0)
 
 
 def test_a_study_starts_only_the_runs_that_fit_in_its_time_limit(grid_params, counted, tmp_path, capsys):
+    calls, _ = counted
     roots = {"runs_root": tmp_path / "runs", "reports_root": tmp_path / "reports"}
     study.run_study(dataclasses.replace(grid_params, seeds=(0,)), **roots)  # paces to go on
-    assert counted == [("softmax+none", 0), ("softmax+ape", 0)]
-    counted.clear()
+    assert calls == [("softmax+none", 0), ("softmax+ape", 0)]
+    calls.clear()
     study.run_study(grid_params, time_limit=_limit(1e-6), **roots)
     out = capsys.readouterr().out
-    assert counted == [] and out.count("left of the time limit; a later sitting trains it") == 2
+    assert calls == [] and out.count("left of the time limit; a later sitting trains it") == 2
     assert "not started: softmax+ape on mnist5k, seed 1 (expected to take" in out
     study.run_study(grid_params, time_limit=_limit(3600), **roots)
-    assert counted == [("softmax+none", 1), ("softmax+ape", 1)]
+    assert calls == [("softmax+none", 1), ("softmax+ape", 1)]
 
 
 def test_a_designed_study_trains_a_later_run_that_fits_and_stops_waiting_when_time_is_up(
     grid_params, counted, tmp_path, capsys, monkeypatch
 ):
+    calls, _ = counted
     roots = {"runs_root": tmp_path / "runs", "reports_root": tmp_path / "reports"}
     study.run_study(dataclasses.replace(grid_params, seeds=(0,)), **roots)
-    counted.clear()
+    calls.clear()
     order = [("mnist5k", "softmax+none", 1), ("mnist5k", "softmax+ape", 1)]
     fake = types.SimpleNamespace(
         ordered_runs=lambda params: order, decide=lambda params, run, finished, busy, secondary_held="": ("train", "")
@@ -144,7 +123,7 @@ def test_a_designed_study_trains_a_later_run_that_fits_and_stops_waiting_when_ti
     monkeypatch.setattr(TimeLimit, "expected_seconds", lambda self, run, finished: paces[run.variant], raising=True)
     study.run_study(designed, time_limit=_limit(60), **roots)
     out = capsys.readouterr().out
-    assert counted == [("softmax+ape", 1)]
+    assert calls == [("softmax+ape", 1)]
     assert "not started: softmax+none on mnist5k, seed 1 (expected to take 16666.7 min" in out
 
     fake.decide = lambda params, run, finished, busy, secondary_held="": ("wait", "another process decides it")
@@ -152,13 +131,14 @@ def test_a_designed_study_trains_a_later_run_that_fits_and_stops_waiting_when_ti
     now = iter([0.0, 0.0, 30.0, 61.0, 61.0, 61.0])
     study.run_study(designed, time_limit=TimeLimit(60, clock=lambda: next(now)), **roots)
     out = capsys.readouterr().out
-    assert counted == [("softmax+ape", 1)]  # nothing more trained
+    assert calls == [("softmax+ape", 1)]  # nothing more trained
     assert "not started: softmax+none on mnist5k, seed 1 (another process decides it; the time limit ended)" in out
 
 
 def test_no_secondary_run_overtakes_a_primary_run_that_does_not_fit(
     grid_params, counted, tmp_path, capsys, monkeypatch
 ):
+    calls, _ = counted
     roots = {"runs_root": tmp_path / "runs", "reports_root": tmp_path / "reports"}
     order = [("mnist5k", "softmax+none", 0), ("mnist5k", "softmax+ape", 0)]  # primary, then secondary
     fake = types.SimpleNamespace(
@@ -170,7 +150,7 @@ def test_no_secondary_run_overtakes_a_primary_run_that_does_not_fit(
     paces = {"softmax+none": 1e6, "softmax+ape": 1e-9}
     monkeypatch.setattr(TimeLimit, "expected_seconds", lambda self, run, finished: paces[run.variant])
     study.run_study(dataclasses.replace(grid_params, design=design), time_limit=_limit(60), **roots)
-    assert counted == []
+    assert calls == []
     assert (
         "not started: softmax+ape on mnist5k, seed 0 (the primary grid comes first, and its next run does not fit"
         in capsys.readouterr().out
