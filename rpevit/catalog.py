@@ -9,7 +9,7 @@ study runner (rpevit.study, rpevit.cell) writes what this reads.
 from __future__ import annotations
 
 from . import design, records
-from .params import Params, load_params
+from .params import Params, checked_by, load_params
 from .run import Run
 from .variants import parse_variant
 
@@ -78,6 +78,15 @@ def study_records(params: Params, runs_root=None, reports_root=None) -> list[dic
     roots = {"runs_root": runs_root, "reports_root": reports_root}
     found = (current_record(Run(params, *place, **roots)) for place in grid(params))
     return [record for record in found if record is not None]
+
+
+def pace_records(params: Params, runs_root=None, reports_root=None) -> list[dict]:
+    """The finished records to take a run's pace from (time_limit): the preset's own, and those of the
+    studies whose design names it as their longer-budget check (the same variants and recipe)."""
+    found = study_records(params, runs_root, reports_root)
+    for name in checked_by(params.name):
+        found += study_records(load_params(name), runs_root, reports_root)
+    return [r for r in found if r.get("status") == "finished"]
 
 
 def secondary_held(params: Params, runs_root=None, reports_root=None) -> str:

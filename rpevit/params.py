@@ -464,6 +464,21 @@ def list_presets() -> list[str]:
     return sorted(p.stem for p in [*PRESETS_DIR.glob("*.yaml"), *PRESETS_DIR.glob("*/*.yaml")])
 
 
+def checked_by(name: str) -> list[str]:
+    """The presets in params/ whose design names preset `name` as their longer-budget check
+    (design.plateau_check), read from their YAML without validating them; unreadable files are passed over."""
+    found = []
+    for preset in list_presets():
+        try:
+            raw = yaml.safe_load(preset_path(preset).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError, UserError):
+            continue
+        design = raw.get("design") if isinstance(raw, dict) else None
+        if isinstance(design, dict) and design.get("plateau_check") == name:
+            found.append(preset)
+    return found
+
+
 def load_params(name_or_path: str | Path) -> Params:
     """Load and validate a preset YAML; any mistake raises one UserError."""
     path = preset_path(name_or_path)

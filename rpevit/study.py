@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from . import design, records, runs
-from .catalog import current_record, grid, in_flight_and_records, run_lock, secondary_held, study_records
+from .catalog import current_record, grid, in_flight_and_records, pace_records, run_lock, secondary_held, study_records
 from .cell import State, cells, needs_evaluation, run_cell, settle
 from .params import Params
 from .paths import inside
@@ -111,16 +111,16 @@ def run_study(
     return summarise(params, grid_cells, rows, records.recovered, write=summary)
 
 
-def refusal(time_limit: TimeLimit | None, run: Run, before: State, finished: list[dict]) -> str:
-    """Why a run to train must not start in the time limit's time left ('' when it may, or with no limit)."""
-    return time_limit.refusal(run, finished) if time_limit is not None and before.train else ""
+def refusal(time_limit: TimeLimit | None, run: Run, before: State, pace: list[dict]) -> str:
+    """Why a run must not start in the time limit's time left ('' when it may, or with no limit)."""
+    return "" if time_limit is None else time_limit.refusal(run, pace, train=before.train)
 
 
 def plain_order(params: Params, todo: list[tuple[Run, State]], time_limit: TimeLimit | None = None):
     """The runs of `todo` in grid order, leaving unstarted (and saying so) those a `time_limit` refuses."""
     for run, before in todo:
-        finished = study_records(params, run.runs_root, run.reports_root) if time_limit is not None else []
-        why = refusal(time_limit, run, before, finished)
+        pace = pace_records(params, run.runs_root, run.reports_root) if time_limit is not None else []
+        why = refusal(time_limit, run, before, pace)
         if why:
             print(f"not started: {label(*run.place)} ({why})", flush=True)
             continue
@@ -143,6 +143,7 @@ def designed_order(params: Params, todo: list[tuple[Run, State]], meter: Progres
     while True:
         busy, finished = in_flight_and_records(params, *roots)
         held = secondary_held(params, *roots)
+        pace = pace_records(params, *roots) if time_limit is not None else []
         done = {(r["dataset"], r["variant"], r["seed"]) for r in finished}
         chosen, waits, skips, primary_refused = None, [], [], False
         for run, before in todo:
@@ -153,7 +154,7 @@ def designed_order(params: Params, todo: list[tuple[Run, State]], meter: Progres
             )
             if verdict == "train" and primary_refused and run.variant not in primary:
                 verdict, why = "skip", "the primary grid comes first, and its next run does not fit in the time left"
-            if verdict == "train" and (why := refusal(time_limit, run, before, finished)):
+            if verdict == "train" and (why := refusal(time_limit, run, before, pace)):
                 verdict, primary_refused = "skip", primary_refused or run.variant in primary
             if verdict == "train":
                 chosen = (run, before)
@@ -178,7 +179,7 @@ def designed_order(params: Params, todo: list[tuple[Run, State]], meter: Progres
                 flush=True,
             )
             said.add(run.place)
-        time.sleep(POLL_SECONDS)
+        time.sleep(POLL_SECONDS if time_limit is None else max(0.0, min(POLL_SECONDS, time_limit.left())))
 
 
 def wanted_left(params: Params, todo: list[tuple[Run, State]], busy: set, finished: list[dict], held: str = "") -> int:

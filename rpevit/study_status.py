@@ -1,13 +1,13 @@
-"""Where a study stands (`python -m rpevit status PRESET`), read from its records and run locks:
-finished runs, the runs in flight and their epochs, what it still wants and the training time that
-will take at the pace of its finished runs (time_limit.expected_seconds); for a designed study also
-its complete primary seeds, the stopping rule's half-widths, its budgets and its longer-budget check.
-Read-only: it trains, repairs and writes nothing."""
+"""Where a study stands (`python -m rpevit status PRESET`), from its records and run locks: finished
+runs, the runs in flight and their epochs, what it still wants and how long that takes at the pace of
+the finished runs (time_limit.expected_seconds); for a designed study also its complete primary
+seeds, the stopping rule's half-widths, its budgets, the runs waiting on the stopping rule or held
+for its longer-budget check, and that check's own status. It trains nothing and writes no result."""
 
 from __future__ import annotations
 
 from . import design
-from .catalog import grid, in_flight_and_records
+from .catalog import grid, in_flight_and_records, pace_records, secondary_held
 from .params import Params, load_params
 from .progress import label
 from .run import Run
@@ -15,26 +15,35 @@ from .time_limit import epochs_done, expected_seconds
 from .variants import parse_variant
 
 
-def wanted(params: Params, current: list[dict], busy: set) -> tuple[list, list]:
-    """(the runs the preset wants now, in flight included; the runs that wait on runs in flight), in
-    training order. A designed study: design.decide says train (or the run is in flight), or wait
-    (the stopping rule or the primary grid decides after the runs in flight); else every run of the
-    grid without a current record is wanted."""
+def wanted(params: Params, current: list[dict], busy: set, held: str = "") -> dict[str, list]:
+    """The unfinished runs of the grid by what happens to them now, in training order: `left` (the
+    preset trains them now, or they are in flight), `waiting` (the stopping rule or the primary grid
+    decides on them after the runs in flight) and `held` (secondary runs held while `held` says the
+    longer-budget check trains first). Runs a design rules out are in none. Without a design every
+    unfinished run is left."""
     done = {(r["dataset"], r["variant"], r["seed"]) for r in current}
     places = [place for place in grid(params) if place not in done]
     if not params.design.active:
-        return places, []
-    verdicts = {place: "train" if place in busy else design.decide(params, place, current, busy)[0] for place in places}
-    return [p for p in places if verdicts[p] == "train"], [p for p in places if verdicts[p] == "wait"]
+        return {"left": places, "waiting": [], "held": []}
+    groups = {"left": [], "waiting": [], "held": []}
+    for place in places:
+        verdict, why = (
+            ("train", "") if place in busy else design.decide(params, place, current, busy, secondary_held=held)
+        )
+        if verdict != "skip":
+            groups["left" if verdict == "train" else "waiting"].append(place)
+        elif held and why == held:
+            groups["held"].append(place)
+    return groups
 
 
-def remaining_hours(params: Params, places, pace_records: list[dict], runs_root=None) -> tuple[float, int]:
-    """(training hours the `places` are expected to take, one after another, at the pace of
-    `pace_records`, with the epochs their checkpoints hold subtracted; how many of them have no pace
-    to go on and are not counted)."""
+def remaining_hours(params: Params, places, pace: list[dict], runs_root=None) -> tuple[float, int]:
+    """(hours the `places` are expected to take, one after another, at the pace of the finished
+    records `pace`, the epochs their checkpoints hold subtracted; how many of them have no pace to go
+    on and are not counted)."""
     seconds, unknown = 0.0, 0
     for place in places:
-        expected = expected_seconds(Run(params, *place, runs_root=runs_root), pace_records)
+        expected = expected_seconds(Run(params, *place, runs_root=runs_root), pace)
         if expected is None:
             unknown += 1
         else:
@@ -42,88 +51,94 @@ def remaining_hours(params: Params, places, pace_records: list[dict], runs_root=
     return seconds / 3600, unknown
 
 
-def _expected(params: Params, places, pace_records: list[dict], runs_root=None) -> str:
-    """Words: the training hours `places` take at the pace of `pace_records` (remaining_hours)."""
-    hours, unknown = remaining_hours(params, places, pace_records, runs_root)
+def _expected(params: Params, places, pace: list[dict], runs_root=None) -> str:
+    """Words: the hours `places` take at the pace of `pace` (remaining_hours)."""
+    hours, unknown = remaining_hours(params, places, pace, runs_root)
     if places and unknown == len(places):
-        return "no finished run yet to take a pace from"
-    return f"≈ {hours:.1f} training hours at the median pace of the finished runs, one run after another" + (
-        f" (and {unknown} runs with no finished run of their variant or dataset to take a pace from)" if unknown else ""
+        return "no finished run on their dataset yet to take a pace from"
+    return (
+        f"≈ {hours:.1f} hours one after another (validation, testing and evaluation included) at the median pace "
+        "of the finished runs" + (f"; {unknown} more with no finished run on their dataset to go on" if unknown else "")
     )
 
 
 def _design_lines(params: Params, current: list[dict]) -> list[str]:
-    """Per dataset: complete primary seeds, what the stopping rule needs and its half-widths; the budgets."""
+    """Per dataset: complete primary seeds, what the stopping rule needs, its half-widths and the budgets."""
     rules, lines = params.design, []
     primary = {parse_variant(v).name for v in rules.primary}
     for dataset in params.datasets:
         mine = [r for r in current if r["dataset"] == dataset]
         progress = design.primary_progress(params, mine)
-        analysed = design.complete_seed_records(params, mine)
         accuracy = {
             (r["variant"], r["seed"]): r["top1"]
-            for r in analysed
+            for r in design.complete_seed_records(params, mine)
             if r.get("status") == "finished" and r["variant"] in primary
         }
         widths = design.half_widths(rules, accuracy) if progress.complete >= 2 else {}
-        shown = "; ".join(f"{name} {width:.2f}" for name, width in widths.items())
-        lost = f"; lost seeds: {sorted(progress.lost)}" if progress.lost else ""
+        target = f"{rules.stopping.confidence:.0%} half-widths (target ≤ {rules.stopping.half_width:g} points): "
         lines.append(
             f"{dataset}: {progress.complete} complete primary seeds, the stopping rule needs {progress.needed} "
-            f"({rules.stopping.min_seeds}–{rules.stopping.max_seeds}){lost}"
-            + (
-                f"; {rules.stopping.confidence:.0%} half-widths (target ≤ {rules.stopping.half_width:g} points): "
-                + shown
-                if shown
-                else ""
+            f"({rules.stopping.min_seeds}–{rules.stopping.max_seeds})"
+            + (f"; lost seeds: {sorted(progress.lost)}" if progress.lost else "")
+            + (f"; {target}" + "; ".join(f"{name} {w:.2f}" for name, w in widths.items()) if widths else "")
+        )
+        finished = [r for r in mine if r.get("status") == "finished"]
+        spent = {
+            part: design.training_hours(r for r in finished if (r["variant"] in primary) == (part == "primary"))
+            for part in ("primary", "secondary")
+        }
+        if rules.secondary_budget_hours is not None:
+            lines.append(
+                f"{dataset} budget: primary {spent['primary']:.1f} of {rules.budget_hours:g} training hours, "
+                f"secondary {spent['secondary']:.1f} of {rules.secondary_budget_hours:g}"
             )
-        )
-    finished = [r for r in current if r.get("status") == "finished"]
-    spent = {
-        part: design.training_hours(r for r in finished if (r["variant"] in primary) == (part == "primary"))
-        for part in ("primary", "secondary")
-    }
-    if rules.secondary_budget_hours is not None:
-        lines.append(
-            f"budget: primary {spent['primary']:.1f} of {rules.budget_hours:g} training hours, secondary "
-            f"{spent['secondary']:.1f} of {rules.secondary_budget_hours:g}"
-        )
-    elif rules.budget_hours is not None:
-        lines.append(f"budget: {spent['primary'] + spent['secondary']:.1f} of {rules.budget_hours:g} training hours")
+        elif rules.budget_hours is not None:
+            total = spent["primary"] + spent["secondary"]
+            lines.append(f"{dataset} budget: {total:.1f} of {rules.budget_hours:g} training hours")
     return lines
 
 
-def status_lines(params: Params, runs_root=None, reports_root=None, pace_records=()) -> list[str]:
-    """The status of a preset, one fact a line. `pace_records`: finished records of another preset
-    that trains the same variants (a longer-budget check's study) to take the pace from as well."""
+def status_lines(params: Params, runs_root=None, reports_root=None) -> list[str]:
+    """The status of a preset, one fact a line (module docstring); a design's longer-budget check's
+    lines follow, indented."""
     busy, current = in_flight_and_records(params, runs_root, reports_root)
     finished = [r for r in current if r.get("status") == "finished"]
     diverged = sum(r.get("status") == "diverged" for r in current)
-    places = grid(params)
+    total = len(grid(params))
     lines = [
-        f"{params.name}: {len(finished)} of {len(places)} runs finished"
+        f"{params.name}: "
+        + (f"{len(finished)} runs finished, of at most {total} the design may train" if params.design.active else "")
+        + ("" if params.design.active else f"{len(finished)} of {total} runs finished")
         + (f", {diverged} diverged" if diverged else "")
-        + (" (a designed study: at most that many)" if params.design.active else "")
     ]
     for place in sorted(busy):
         run = Run(params, *place, runs_root=runs_root)
         lines.append(f"in flight: {label(*place)}, {epochs_done(run)} of {run.train_config.epochs} epochs done")
     if params.design.active:
         lines += _design_lines(params, current)
-    left, waiting = wanted(params, current, busy)
-    pace = finished + list(pace_records)
+    held = secondary_held(params, runs_root, reports_root) if params.design.active else ""
+    groups, pace = wanted(params, current, busy, held), pace_records(params, runs_root, reports_root)
+    left = groups["left"]
     lines.append(
         f"left: {len(left)} runs ({sum(p in busy for p in left)} in flight); {_expected(params, left, pace, runs_root)}"
     )
-    if waiting:
+    if groups["waiting"]:
         lines.append(
-            f"waiting: {len(waiting)} more runs the design decides on after the runs in flight; if all of them "
-            f"train, {_expected(params, waiting, pace, runs_root)}"
+            f"waiting: {len(groups['waiting'])} more runs that the stopping rule, the budget or the primary grid "
+            "decides on after the runs in flight"
+        )
+    if groups["held"]:
+        lines.append(
+            f"held: {len(groups['held'])} secondary runs until the longer-budget check has its runs; "
+            f"{_expected(params, groups['held'], pace, runs_root)}"
+            + (
+                f" (the secondary budget caps them at {params.design.secondary_budget_hours:g} training hours)"
+                if params.design.secondary_budget_hours is not None
+                else ""
+            )
         )
     if params.design.plateau_check:
-        check = load_params(params.design.plateau_check)
         lines += [
-            f"  {line}"
-            for line in status_lines(check, runs_root, reports_root, pace_records=finished + list(pace_records))
+            f"  {line}" for line in status_lines(load_params(params.design.plateau_check), runs_root, reports_root)
         ]
     return lines

@@ -2,11 +2,13 @@
 the time left, so a sitting of fixed length (a batch job's wall time, a lent machine) ends between
 runs rather than inside one whose epochs since the last checkpoint would be lost.
 
-A run's expected time is its epochs left (all, or those after the checkpoint it resumes from) plus
-one for testing and keeping, times the median seconds per training epoch of the preset's finished
-runs of that variant and dataset at this process's torch threads (else at any threads); a variant
-with no finished run yet takes the slowest variant's median (a cautious guess). With no finished run
-at all there is nothing to go on, and the run starts.
+A run's expected time (expected_seconds) is its epochs left — all, or those after the checkpoint it
+resumes from — with 5 % for validating each epoch and three epochs more for testing, multi-resolution
+evaluation and keeping, at its pace: the median seconds per training epoch of the finished runs of its
+variant on its dataset (catalog.pace_records: the preset's own and, for a longer-budget check, its
+study's), those at this process's torch threads where there are any. A variant with no finished run
+yet takes the slowest variant's pace (cautious once the slow variants have run); a dataset with no
+finished run gives nothing to go on, and the run starts.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from .run import Run
 
 _PART = re.compile(r"(\d+(?:\.\d+)?)([hms])")
 _UNIT = {"h": 3600.0, "m": 60.0, "s": 1.0}
+VALIDATION_SHARE = 0.05  # an epoch's validation, as a share of its training time (not in the recorded pace)
+CLOSING_EPOCHS = 3  # testing, multi-resolution evaluation and keeping, in epochs of training time
 
 
 def parse_duration(text: str) -> float:
@@ -50,46 +54,53 @@ class TimeLimit:
     def left(self) -> float:
         return self.end - self.clock()
 
-    def expected_seconds(self, run: Run, finished: list[dict]) -> float | None:
-        return expected_seconds(run, finished)
-
-    def refusal(self, run: Run, finished: list[dict]) -> str:
-        """Why the run must not start in the time left ('' when it may)."""
-        expected, left = self.expected_seconds(run, finished), self.left()
-        if left > 0 and (expected is None or expected <= left):
+    def refusal(self, run: Run, pace_records: list[dict], train: bool = True) -> str:
+        """Why the run must not start in the time left ('' when it may): after the limit nothing
+        starts; before it, a run to `train` starts when its expected time fits (or is unknown)."""
+        left = self.left()
+        if left <= 0:
+            return "the time limit has passed; a later sitting does it"
+        expected = expected_seconds(run, pace_records) if train else None
+        if expected is None or expected <= left:
             return ""
-        guess = "" if expected is None else f"expected to take {minutes(expected)}, "
-        return f"{guess}{minutes(max(left, 0))} left of the time limit; a later sitting trains it"
+        return (
+            f"expected to take {minutes(expected)}, {minutes(left)} left of the time limit; a later sitting trains it"
+        )
 
 
-def expected_seconds(run: Run, finished: list[dict]) -> float | None:
-    """The run's expected wall time here (module docstring) at the pace of the `finished` records, or
-    None with no finished run to go on."""
-    pace = seconds_per_epoch(finished, run.dataset, run.variant)
+def expected_seconds(run: Run, pace_records: list[dict]) -> float | None:
+    """The run's expected wall time here at the pace of `pace_records` (module docstring), or None
+    when its dataset has no finished run to go on."""
+    pace = seconds_per_epoch(pace_records, run.dataset, run.variant)
     if pace is None:
         return None
-    return (run.train_config.epochs - epochs_done(run) + 1) * pace
+    epochs_left = run.train_config.epochs - epochs_done(run)
+    return (epochs_left * (1 + VALIDATION_SHARE) + CLOSING_EPOCHS) * pace
 
 
 def seconds_per_epoch(finished: list[dict], dataset: str, variant: str) -> float | None:
-    """Median seconds per training epoch of the finished runs of `variant` on `dataset` at this
-    process's torch threads (else any threads); for a variant with none, the slowest variant's
-    median on that dataset; None when the dataset has no finished run."""
-    done = [r for r in finished if r.get("dataset") == dataset and r.get("train_seconds_per_epoch")]
-    same_threads = [r for r in done if r.get("threads") == torch.get_num_threads()]
-    done = same_threads or done
-    by_variant: dict[str, list[float]] = {}
-    for r in done:
-        by_variant.setdefault(r["variant"], []).append(float(r["train_seconds_per_epoch"]))
-    medians = {v: statistics.median(times) for v, times in by_variant.items()}
+    """Median seconds per training epoch of the finished runs of `variant` on `dataset`, those at this
+    process's torch threads where it has any; for a variant with none, the slowest variant's; None
+    when the dataset has no finished run."""
+    times: dict[str, dict[bool, list[float]]] = {}
+    for r in finished:
+        if (
+            r.get("dataset") == dataset
+            and r.get("status", "finished") == "finished"
+            and r.get("train_seconds_per_epoch")
+        ):
+            here = r.get("threads") == torch.get_num_threads()
+            times.setdefault(r["variant"], {True: [], False: []})[here].append(float(r["train_seconds_per_epoch"]))
+    medians = {v: statistics.median(t[True] or t[False]) for v, t in times.items()}
     if variant in medians:
         return medians[variant]
     return max(medians.values(), default=None)
 
 
 def epochs_done(run: Run) -> int:
-    """Epochs of the run already in its checkpoint here (made with its settings), else 0. Read-only:
-    a damaged checkpoint counts as none and is left for the run's own repair."""
+    """Epochs the run resumes after: those of the checkpoint training would read (checkpoint.pt, else
+    checkpoint.prev.pt when that one is unreadable) if it was made with the run's settings, else 0.
+    Read-only: a damaged checkpoint is left for the run's own repair."""
     for name in (records.CHECKPOINT, records.PREVIOUS_CHECKPOINT):
         path = run.dir / name
         if not path.is_file():
@@ -98,6 +109,7 @@ def epochs_done(run: Run) -> int:
             checkpoint = torch.load(path, map_location="cpu", weights_only=False)
         except Exception:  # damaged: the run's settle step moves it aside and names it
             continue
-        if isinstance(checkpoint, dict) and run.matches(checkpoint):
-            return int(checkpoint.get("epoch", 0))
+        if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("epoch"), int):
+            continue  # not a checkpoint: set aside like a damaged one
+        return checkpoint["epoch"] if run.matches(checkpoint) else 0  # other settings: training starts afresh
     return 0

@@ -9,9 +9,9 @@ import statistics
 import pytest
 
 from rpevit import design, records
-from rpevit.catalog import grid, study_records
+from rpevit.catalog import grid, pace_records, secondary_held, study_records
 from rpevit.cli import main
-from rpevit.params import load_params
+from rpevit.params import checked_by, load_params
 from rpevit.run import Run
 from rpevit.study import run_study
 from rpevit.study_status import remaining_hours, status_lines
@@ -55,14 +55,15 @@ def test_status_names_runs_in_flight_and_the_hours_left(half_done):
         params, [("mnist5k", "softmax+none", 1), ("mnist5k", "softmax+ape", 1)], finished, roots["runs_root"]
     )
     assert unknown == 0
-    assert hours == pytest.approx((3 * pace["softmax+none"] + 2 * pace["softmax+ape"]) / 3600)  # 2 + 1 and 1 + 1 epochs
+    # 2 epochs to train and 1 (its checkpoint holds one), each with 5 % validation, and 3 closing epochs each
+    assert hours == pytest.approx(((2 * 1.05 + 3) * pace["softmax+none"] + (1 * 1.05 + 3) * pace["softmax+ape"]) / 3600)
 
 
 def test_status_without_a_finished_run_says_it_has_no_pace(tiny_params, tmp_path):
     lines = status_lines(tiny_params, runs_root=tmp_path, reports_root=tmp_path)
     assert lines == [
         f"tiny: 0 of {len(grid(tiny_params))} runs finished",
-        f"left: {len(grid(tiny_params))} runs (0 in flight); no finished run yet to take a pace from",
+        f"left: {len(grid(tiny_params))} runs (0 in flight); no finished run on their dataset yet to take a pace from",
     ]
 
 
@@ -74,9 +75,23 @@ def test_a_designed_study_shows_its_seeds_budgets_and_check(tmp_path):
     assert f"fashion_mnist: {progress.complete} complete primary seeds, the stopping rule needs {progress.needed}" in (
         "\n".join(lines)
     )
-    assert any(line.startswith("budget: primary ") for line in lines)
+    assert any(line.startswith("fashion_mnist budget: primary ") for line in lines)
     assert any(line.startswith("  fmnist_plateau_check: ") for line in lines)
     assert not any(line.startswith("in flight:") for line in lines)
+    held = [line for line in lines if line.startswith("held: ")]
+    assert bool(held) == bool(secondary_held(params, runs_root=tmp_path))  # held while the check wants runs
+    if held:
+        assert held[0].startswith(
+            f"held: {len(design.ordered_runs(params)) - len(params.seeds) * len(params.design.primary)} "
+        )
+
+
+def test_a_check_takes_its_pace_from_its_study_too(tmp_path):
+    check, study = load_params("fmnist_plateau_check"), load_params("fmnist_converged")
+    assert checked_by("fmnist_plateau_check") == ["fmnist_converged"] and checked_by("fmnist_converged") == []
+    own = [r for r in study_records(check, runs_root=tmp_path) if r["status"] == "finished"]
+    theirs = [r for r in study_records(study, runs_root=tmp_path) if r["status"] == "finished"]
+    assert len(pace_records(check, runs_root=tmp_path)) == len(own) + len(theirs)
 
 
 def test_the_status_command_prints_it(capsys, tmp_path, monkeypatch):

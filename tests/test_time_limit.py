@@ -9,7 +9,7 @@ import types
 import pytest
 import torch
 
-from rpevit import catalog, records, study
+from rpevit import catalog, records, study, time_limit
 from rpevit.cli import main
 from rpevit.errors import UserError
 from rpevit.run import Run
@@ -47,6 +47,11 @@ def test_pace_is_the_median_of_the_variant_else_the_slowest_variant():
     ]
     assert seconds_per_epoch(finished, "mnist5k", "softmax+ape") == 12.0
     assert seconds_per_epoch(finished, "mnist5k", "favor+ape") == 50.0
+    assert seconds_per_epoch(finished, "mnist5k", "relu+ape") == 7.0
+    assert (
+        seconds_per_epoch([*finished, {**_record("relu+ape", 1.0, here), "status": "diverged"}], "mnist5k", "relu+ape")
+        == 7.0
+    )
     assert seconds_per_epoch(finished, "mnist5k", "relu+rope_mixed") == 50.0  # untried: the slowest
     assert seconds_per_epoch(finished, "fashion_mnist", "softmax+ape") is None
 
@@ -64,24 +69,34 @@ def test_epochs_done_come_from_a_matching_checkpoint_only(tiny_params, tiny_data
     assert epochs_done(run) == 1
     other = Run(dataclasses.replace(tiny_params, train=dataclasses.replace(tiny_params.train, lr=1e-3)), *run.place)
     assert epochs_done(dataclasses.replace(other, runs_root=tmp_path)) == 0  # other settings: starts afresh
+    good = (run.dir / records.CHECKPOINT).read_bytes()
+    (run.dir / records.PREVIOUS_CHECKPOINT).write_bytes(good)
     (run.dir / records.CHECKPOINT).write_bytes(b"garbled")
-    (run.dir / records.PREVIOUS_CHECKPOINT).unlink(missing_ok=True)
+    assert epochs_done(run) == 1  # training resumes from the previous checkpoint then
+    torch.save({"key": run.key}, run.dir / records.CHECKPOINT)  # readable, but no checkpoint: set aside too
+    assert epochs_done(run) == 1
+    (run.dir / records.PREVIOUS_CHECKPOINT).unlink()
+    (run.dir / records.CHECKPOINT).write_bytes(b"garbled")
     assert epochs_done(run) == 0 and (run.dir / records.CHECKPOINT).is_file()  # read-only: left for repair
+    (run.dir / records.PREVIOUS_CHECKPOINT).write_bytes(good)
+    torch.save({"key": "other settings", "epoch": 1}, run.dir / records.CHECKPOINT)
+    assert epochs_done(run) == 0  # training sets both aside and starts afresh, so nothing is done
 
 
-def test_refusal_names_the_expected_time_and_the_time_left(tiny_params):
+def test_refusal_names_the_expected_time_and_the_time_left(tiny_params, tmp_path):
     now = [0.0]
     limit = TimeLimit(600, clock=lambda: now[0])
-    run = Run(tiny_params, "mnist5k", "softmax+ape", 0)  # 2 epochs: 3 epochs' time with testing
+    run = Run(tiny_params, "mnist5k", "softmax+ape", 0, runs_root=tmp_path)  # 2 epochs, none done
     finished = [_record("softmax+ape", 100.0, torch.get_num_threads())]
-    assert limit.refusal(run, finished) == ""  # 300 s of 600
+    assert limit.refusal(run, finished) == ""  # (2 · 1.05 + 3) · 100 s = 510 s of 600
     now[0] = 400.0
     assert limit.refusal(run, finished) == (
-        "expected to take 5.0 min, 3.3 min left of the time limit; a later sitting trains it"
+        "expected to take 8.5 min, 3.3 min left of the time limit; a later sitting trains it"
     )
     assert limit.refusal(run, []) == ""  # nothing to go on: it starts
+    assert limit.refusal(run, finished, train=False) == ""  # only evaluation or repair left: it starts
     now[0] = 700.0
-    assert limit.refusal(run, []).startswith("0 s left of the time limit")
+    assert limit.refusal(run, [], train=False) == "the time limit has passed; a later sitting does it"
 
 
 def _limit(seconds_left):
@@ -116,11 +131,12 @@ def test_a_designed_study_trains_a_later_run_that_fits_and_stops_waiting_when_ti
     monkeypatch.setattr(study, "design", fake)
     monkeypatch.setattr(catalog, "design", fake)
     monkeypatch.setattr(study, "wanted_left", lambda params, todo, *reads: len(todo))
+    both = ("softmax+none", "softmax+ape")
     designed = dataclasses.replace(
-        grid_params, design=types.SimpleNamespace(active=True, plateau_check=None, primary=())
+        grid_params, design=types.SimpleNamespace(active=True, plateau_check=None, primary=both)
     )
     paces = {"softmax+none": 1e6, "softmax+ape": 1e-9}  # the first in design order cannot fit, the second can
-    monkeypatch.setattr(TimeLimit, "expected_seconds", lambda self, run, finished: paces[run.variant], raising=True)
+    monkeypatch.setattr(time_limit, "expected_seconds", lambda run, pace: paces[run.variant])
     study.run_study(designed, time_limit=_limit(60), **roots)
     out = capsys.readouterr().out
     assert calls == [("softmax+ape", 1)]
@@ -128,8 +144,8 @@ def test_a_designed_study_trains_a_later_run_that_fits_and_stops_waiting_when_ti
 
     fake.decide = lambda params, run, finished, busy, secondary_held="": ("wait", "another process decides it")
     monkeypatch.setattr(study, "POLL_SECONDS", 0)
-    now = iter([0.0, 0.0, 30.0, 61.0, 61.0, 61.0])
-    study.run_study(designed, time_limit=TimeLimit(60, clock=lambda: next(now)), **roots)
+    ticks = iter(range(0, 10_000, 20))  # each look at the clock: 20 s later
+    study.run_study(designed, time_limit=TimeLimit(60, clock=lambda: next(ticks)), **roots)
     out = capsys.readouterr().out
     assert calls == [("softmax+ape", 1)]  # nothing more trained
     assert "not started: softmax+none on mnist5k, seed 1 (another process decides it; the time limit ended)" in out
@@ -148,7 +164,7 @@ def test_no_secondary_run_overtakes_a_primary_run_that_does_not_fit(
     monkeypatch.setattr(catalog, "design", fake)
     design = types.SimpleNamespace(active=True, plateau_check=None, primary=("softmax+none",))
     paces = {"softmax+none": 1e6, "softmax+ape": 1e-9}
-    monkeypatch.setattr(TimeLimit, "expected_seconds", lambda self, run, finished: paces[run.variant])
+    monkeypatch.setattr(time_limit, "expected_seconds", lambda run, pace: paces[run.variant])
     study.run_study(dataclasses.replace(grid_params, design=design), time_limit=_limit(60), **roots)
     assert calls == []
     assert (
