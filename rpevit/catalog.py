@@ -80,10 +80,11 @@ def study_records(params: Params, runs_root=None, reports_root=None) -> list[dic
     return [record for record in found if record is not None]
 
 
-def pace_records(params: Params, runs_root=None, reports_root=None) -> list[dict]:
-    """The finished records to take a run's pace from (time_limit): the preset's own, and those of the
-    studies whose design names it as their longer-budget check (the same variants and recipe)."""
-    found = study_records(params, runs_root, reports_root)
+def pace_records(params: Params, runs_root=None, reports_root=None, own: list[dict] | None = None) -> list[dict]:
+    """The finished records to take a run's pace from (time_limit): the preset's own (`own`, when the
+    caller has just read them: study_records), and those of the studies whose design names it as their
+    longer-budget check (the same variants and recipe)."""
+    found = list(study_records(params, runs_root, reports_root) if own is None else own)
     for name in checked_by(params.name):
         found += study_records(load_params(name), runs_root, reports_root)
     return [r for r in found if r.get("status") == "finished"]

@@ -143,7 +143,7 @@ def designed_order(params: Params, todo: list[tuple[Run, State]], meter: Progres
     while True:
         busy, finished = in_flight_and_records(params, *roots)
         held = secondary_held(params, *roots)
-        pace = pace_records(params, *roots) if time_limit is not None else []
+        pace = pace_records(params, *roots, own=finished) if time_limit is not None else []
         done = {(r["dataset"], r["variant"], r["seed"]) for r in finished}
         chosen, waits, skips, primary_refused = None, [], [], False
         for run, before in todo:

@@ -117,7 +117,7 @@ def status_lines(params: Params, runs_root=None, reports_root=None) -> list[str]
     if params.design.active:
         lines += _design_lines(params, current)
     held = secondary_held(params, runs_root, reports_root) if params.design.active else ""
-    groups, pace = wanted(params, current, busy, held), pace_records(params, runs_root, reports_root)
+    groups, pace = wanted(params, current, busy, held), pace_records(params, runs_root, reports_root, own=current)
     left = groups["left"]
     lines.append(
         f"left: {len(left)} runs ({sum(p in busy for p in left)} in flight); {_expected(params, left, pace, runs_root)}"
