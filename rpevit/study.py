@@ -19,7 +19,16 @@ import time
 from pathlib import Path
 
 from . import design, records, runs
-from .catalog import current_record, grid, in_flight_and_records, pace_records, run_lock, secondary_held, study_records
+from .catalog import (
+    current_record,
+    grid,
+    in_flight,
+    in_flight_and_records,
+    pace_records,
+    run_lock,
+    secondary_held,
+    study_records,
+)
 from .cell import State, cells, needs_evaluation, run_cell, settle
 from .params import Params
 from .paths import inside
@@ -117,10 +126,12 @@ def refusal(time_limit: TimeLimit | None, run: Run, before: State, pace: list[di
 
 
 def plain_order(params: Params, todo: list[tuple[Run, State]], time_limit: TimeLimit | None = None):
-    """The runs of `todo` in grid order, leaving unstarted (and saying so) those a `time_limit` refuses."""
+    """The runs of `todo` in grid order, leaving unstarted (and saying so) those a `time_limit` refuses.
+    A run another process is training is not judged here: the runner skips it with its own message."""
     for run, before in todo:
         pace = pace_records(params, run.runs_root, run.reports_root) if time_limit is not None else []
-        why = refusal(time_limit, run, before, pace)
+        flying = time_limit is not None and run.place in in_flight(params, run.runs_root)
+        why = "" if flying else refusal(time_limit, run, before, pace)
         if why:
             print(f"not started: {label(*run.place)} ({why})", flush=True)
             continue

@@ -117,6 +117,24 @@ def test_a_study_starts_only_the_runs_that_fit_in_its_time_limit(grid_params, co
     assert calls == [("softmax+none", 1), ("softmax+ape", 1)]
 
 
+def test_a_run_in_flight_elsewhere_is_left_to_its_process_not_judged_by_the_time_limit(
+    grid_params, counted, tmp_path, capsys
+):
+    calls, _ = counted
+    roots = {"runs_root": tmp_path / "runs", "reports_root": tmp_path / "reports"}
+    study.run_study(dataclasses.replace(grid_params, seeds=(0,)), **roots)  # paces to go on
+    flying = Run(grid_params, "mnist5k", "softmax+ape", 1, **roots)
+    flying.dir.mkdir(parents=True)
+    (flying.dir / records.LOCK).write_text("12345 another-host")
+    capsys.readouterr()
+    study.run_study(grid_params, time_limit=_limit(1e-6), **roots)
+    out = capsys.readouterr().out
+    assert calls == [("softmax+none", 0), ("softmax+ape", 0)]
+    assert "not started: softmax+none on mnist5k, seed 1 (expected to take" in out
+    assert "softmax+ape on mnist5k, seed 1 (expected" not in out
+    assert "12345 on another-host" in out
+
+
 def test_a_designed_study_trains_a_later_run_that_fits_and_stops_waiting_when_time_is_up(
     grid_params, counted, tmp_path, capsys, monkeypatch
 ):
