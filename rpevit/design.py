@@ -258,6 +258,16 @@ def wanted_runs(params, finished: list[dict], busy=frozenset()) -> list[tuple[st
     return left
 
 
+def primary_settled(params, records: list[dict]) -> bool:
+    """Whether one dataset's primary grid is settled (its current records, finished and diverged): at
+    least min_seeds complete and no primary run left that the stopping rule or the budget would still
+    train (wanted_runs; a run in flight elsewhere counts as left). Its contrasts then stay as they are."""
+    if primary_progress(params, records).complete < params.design.stopping.min_seeds:
+        return False
+    dataset, primary = records[0]["dataset"], set(_names(params.design.primary))
+    return not any(d == dataset and v in primary for d, v, _ in wanted_runs(params, records))
+
+
 def training_hours(records) -> float:
     """Summed training hours of finished runs (epochs × seconds per epoch)."""
     return sum(r.get("train_seconds_per_epoch", 0) * r.get("epochs", 0) for r in records) / 3600

@@ -436,3 +436,30 @@ def test_a_longer_budget_check_that_does_not_match_its_study_is_one_error(tmp_pa
 def test_a_missing_check_preset_is_one_error(tmp_path):
     with pytest.raises(UserError, match="no preset file"):
         preset(tmp_path, DESIGN + "  plateau_check: no_such_check\n")
+
+
+def test_the_primary_grid_is_settled_once_no_primary_run_is_left(tmp_path):
+    params = preset(tmp_path)  # min_seeds 2, max_seeds 4
+    assert not design.primary_settled(params, _finished(_accuracies([0], 0.0)))  # below min_seeds
+    assert not design.primary_settled(params, _finished(_accuracies([0, 1], 1.0)))  # wide: seed 2 wanted
+    assert design.primary_settled(params, _finished(_accuracies([0, 1], 0.0)))  # the target met
+    assert design.primary_settled(params, _finished(_accuracies([0, 1, 2, 3], 1.0)))  # max_seeds
+    wide = _finished(_accuracies([0, 1], 1.0), seconds=450, epochs=2)  # 1 h per seed, 2 h spent
+    tight = _budgeted(tmp_path, budget_hours=2.9)
+    assert design.primary_settled(tight, wide)  # the budget does not cover seed 2
+    started = wide + _finished({("softmax+ape", 2): 0.9}, seconds=450, epochs=2)
+    assert not design.primary_settled(tight, started)  # a started seed is finished first
+
+
+def test_a_settled_primary_grid_shows_its_contrasts_with_the_reports_intervals_and_no_verdict(tmp_path):
+    from rpevit.report.findings import settled_primary
+
+    params = preset(tmp_path)
+    assert settled_primary(params, _finished(_accuracies([0, 1], 1.0))) == ""  # seed 2 still wanted
+    # four complete seeds (max_seeds); gap per seed −2, 0, −2, 0; closed 1.5, −0.5, 1.5, −0.5; a secondary run
+    runs = _finished(_accuracies([0, 1, 2, 3], 1.0)) + _finished({("softmax+krpe", 0): 0.5})
+    text = settled_primary(params, runs)
+    assert "Its primary grid is settled: 4 complete primary seeds (0, 1, 2, 3); the stopping rule" in text
+    assert "gap −1.00 [−2.36, +0.36] (90 % interval)" in text  # equal: (1 − 2α) interval, as in the report
+    assert "closed +0.50 [−1.34, +2.34] (95 % interval)" in text  # greater: (1 − α) interval
+    assert "no verdict yet" in text

@@ -19,7 +19,7 @@ from .narration import ahead, interval_reading, signed, verdict_text
 from .registry import ALPHA, CONTRADICTED, INCONCLUSIVE, NO_DATA, SUPPORTED, design_source
 
 
-def _seeds_text(params, current: list[dict]) -> str:
+def seeds_text(params, current: list[dict]) -> str:
     """How many complete primary seeds one dataset's current records (finished and diverged) hold, and
     why the primary grid stands there: the stopping rule's target met, its maximum, no seed left, the
     budget spent, or still training."""
@@ -210,7 +210,7 @@ def design_answer_text(
         lines += [
             f"**Scope.** `{dataset}` with the recipe of `params/{params.name}.yaml` (fixed before its first run): a "
             f"ViT of patch {model.patch_size}, dim {model.dim}, depth {model.depth}, {model.heads} heads{size}, "
-            f"{params.train.epochs} epochs; {_seeds_text(params, current)}. "
+            f"{params.train.epochs} epochs; {seeds_text(params, current)}. "
             + _convergence_sentence(runs, params.train.epochs),
             "",
             _short(contrasts),

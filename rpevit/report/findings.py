@@ -96,12 +96,51 @@ def study_status(preset: str, root=None) -> str:
         f"concern): {len(done['primary'])} primary runs finished, {complete} complete primary seed"
         f"{'s' * (complete != 1)} ({len(primary)} variants × {rule.min_seeds}–{rule.max_seeds} seeds by the stopping "
         f"rule), {secondary} secondary run{'s' * (secondary != 1)}, of at most {len(grid(params))} runs; {budget}."
-        f"{plateau}{check} Its answer — the Performer–softmax gap at the study's {params.train.epochs}-epoch budget "
+        f"{plateau}{check}{settled_primary(params, current)}"
+        f" Its answer — the Performer–softmax gap at the study's {params.train.epochs}-epoch budget "
         f"and whether RoPE closes it, with intervals — appears here when the study has finished and `python -m rpevit "
         f"notebooks {preset}` regenerates its report (an interim report of what has finished, trained nothing: "
         f"`python -m rpevit notebooks {preset} --no-train`). The "
         f"recipe's pilot: [reports/fmnist_pilot/](reports/fmnist_pilot/README.md)." + _early_study_note(root)
     )
+
+
+def settled_primary(params, current: list[dict]) -> str:
+    """Sentences for each dataset whose primary grid is settled (design.primary_settled): why it stands
+    there, and each pre-registered contrast's effect with the unadjusted interval its report shows
+    (stats.contrast_test over the complete seeds); the verdicts wait for the report's multiplicity rule
+    over all its claims. '' while no primary grid is settled."""
+    from ..claims.design_answer import seeds_text
+    from ..claims.narration import signed
+    from ..design import complete_seed_records, per_seed_contrast, primary_settled
+    from ..stats import contrast_test
+
+    design, sentences = params.design, []
+    for dataset in params.datasets:
+        mine = [r for r in current if r["dataset"] == dataset]
+        if not mine or not primary_settled(params, mine):
+            continue
+        accuracy = {
+            (r["variant"], r["seed"]): r["top1"]
+            for r in complete_seed_records(params, mine)
+            if r.get("status") == "finished"
+        }
+        parts = []
+        for contrast in design.contrasts:
+            values = list(per_seed_contrast(contrast, accuracy).values())
+            tested = contrast_test(values, contrast.kind, design.margin_points, design.alpha)
+            parts.append(
+                f"{contrast.name} {signed(tested['effect'])} [{signed(tested['low'])}, {signed(tested['high'])}]"
+                f" ({100 * tested['confidence']:.0f} % interval)"
+            )
+        where = f" on {dataset}" if len(params.datasets) > 1 else ""
+        sentences.append(
+            f" Its primary grid{where} is settled: {seeds_text(params, mine)}. Its pre-registered contrasts, test "
+            "top-1 in points (positive: the Performer ahead of softmax, or the relative encoding moving it up), "
+            "with the unadjusted intervals its report shows — no verdict yet: the report decides every claim with "
+            "one Holm correction over all of them, those on the secondary variants included: " + "; ".join(parts) + "."
+        )
+    return "".join(sentences)
 
 
 def _early_study_note(root=None, preset: str = "cpu_claims") -> str:
