@@ -80,7 +80,7 @@ def _design_lines(params: Params, current: list[dict]) -> list[str]:
             f"{dataset}: {progress.complete} complete primary seeds, the stopping rule needs {progress.needed} "
             f"({rules.stopping.min_seeds}–{rules.stopping.max_seeds})"
             + (f"; lost seeds: {sorted(progress.lost)}" if progress.lost else "")
-            + ("; settled: no primary run is left" if mine and design.primary_settled(params, mine) else "")
+            + ("; settled: no more primary runs" if mine and design.primary_settled(params, mine) else "")
             + (f"; {target}" + "; ".join(f"{name} {w:.2f}" for name, w in widths.items()) if widths else "")
         )
         finished = [r for r in mine if r.get("status") == "finished"]

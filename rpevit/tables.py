@@ -16,6 +16,11 @@ def format_value(value, digits: int = 2) -> str:
     return f"{value:.{digits}f}"
 
 
+def signed(value: float, digits: int = 2) -> str:
+    """A number with its sign always written, and a true minus sign: +0.43, −0.49."""
+    return f"{value:+.{digits}f}".replace("-", "−")
+
+
 def markdown_table(rows: list[dict], columns: list[str] | None = None, digits: int = 2) -> str:
     """Rows (dicts) as a Markdown table; `columns` defaults to the first row's keys."""
     columns = list(columns or (rows[0] if rows else []))

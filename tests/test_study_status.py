@@ -75,7 +75,7 @@ def test_a_designed_study_shows_its_seeds_budgets_and_check(tmp_path):
     assert f"fashion_mnist: {progress.complete} complete primary seeds, the stopping rule needs {progress.needed}" in (
         "\n".join(lines)
     )
-    assert ("; settled: no primary run is left" in "\n".join(lines)) == design.primary_settled(params, kept)
+    assert ("; settled: no more primary runs" in "\n".join(lines)) == design.primary_settled(params, kept)
     assert any(line.startswith("fashion_mnist budget: primary ") for line in lines)
     assert any(line.startswith("  fmnist_plateau_check: ") for line in lines)
     assert not any(line.startswith("in flight:") for line in lines)

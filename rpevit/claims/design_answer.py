@@ -14,41 +14,10 @@ from .. import design as design_rules
 from .. import stats
 from ..convergence import PLATEAU_RULE, converged
 from ..metrics import busy
+from ..tables import signed
 from ..variants import parse_variant
-from .narration import ahead, interval_reading, signed, verdict_text
+from .narration import ahead, interval_reading, verdict_text
 from .registry import ALPHA, CONTRADICTED, INCONCLUSIVE, NO_DATA, SUPPORTED, design_source
-
-
-def seeds_text(params, current: list[dict]) -> str:
-    """How many complete primary seeds one dataset's current records (finished and diverged) hold, and
-    why the primary grid stands there: the stopping rule's target met, its maximum, no seed left, the
-    budget spent, or still training."""
-    progress = design_rules.primary_progress(params, current)
-    rule = params.design.stopping
-    complete = progress.usable[: progress.complete]
-    done = f"{len(complete)} complete primary seed{'s' * (len(complete) != 1)}" + (
-        f" ({', '.join(str(s) for s in complete)})" if complete else ""
-    )
-    if progress.lost:
-        lost = ", ".join(str(s) for s in sorted(progress.lost))
-        done += f"; seed{'s' * (len(progress.lost) > 1)} {lost} lost (a primary run diverged)"
-    target = f"every {100 * rule.confidence:g} % half-width ≤ {rule.half_width:g} points, or {rule.max_seeds} seeds"
-    accuracy = {
-        (r["variant"], r["seed"]): r["top1"] for r in current if r.get("status") == "finished" and r["seed"] in complete
-    }
-    widths = design_rules.half_widths(params.design, accuracy).values()
-    if len(complete) >= rule.min_seeds and all(w <= rule.half_width for w in widths):
-        return f"{done}; the stopping rule's target ({target}) is met"
-    if len(complete) >= rule.max_seeds:
-        return f"{done}; the stopping rule ({target}) ended at its maximum"
-    if len(complete) >= len(progress.usable):
-        return f"{done}; the stopping rule ({target}) wanted more, but no seed of the preset is left"
-    dataset = current[0]["dataset"] if current else params.datasets[0]
-    primary = parse_variant(params.design.primary[0]).name
-    verdict, why = design_rules.decide(params, (dataset, primary, progress.usable[len(complete)]), current)
-    if verdict == "skip":
-        return f"{done}; the stopping rule ({target}) wanted more, but {why}"
-    return f"{done} so far; the stopping rule ({target}) wants more: the study is still training"
 
 
 def _convergence_sentence(convergence: list[dict], epochs: int) -> str:
@@ -210,7 +179,7 @@ def design_answer_text(
         lines += [
             f"**Scope.** `{dataset}` with the recipe of `params/{params.name}.yaml` (fixed before its first run): a "
             f"ViT of patch {model.patch_size}, dim {model.dim}, depth {model.depth}, {model.heads} heads{size}, "
-            f"{params.train.epochs} epochs; {seeds_text(params, current)}. "
+            f"{params.train.epochs} epochs; {design_rules.seeds_text(params, current)}. "
             + _convergence_sentence(runs, params.train.epochs),
             "",
             _short(contrasts),

@@ -45,10 +45,6 @@ EFFECT_HEADER = f"effect a − b [interval] ({SIGN})"
 # --------------------------------------------------------------------------- numbers and names
 
 
-def signed(value: float, digits: int = 2) -> str:
-    return f"{value:+.{digits}f}".replace("-", "−")
-
-
 def plain(value: float, digits: int = 2) -> str:
     return f"{value:.{digits}f}".replace("-", "−")
 

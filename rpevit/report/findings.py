@@ -110,10 +110,9 @@ def settled_primary(params, current: list[dict]) -> str:
     there, and each pre-registered contrast's effect with the unadjusted interval its report shows
     (stats.contrast_test over the complete seeds); the verdicts wait for the report's multiplicity rule
     over all its claims. '' while no primary grid is settled."""
-    from ..claims.design_answer import seeds_text
-    from ..claims.narration import signed
-    from ..design import complete_seed_records, per_seed_contrast, primary_settled
+    from ..design import complete_seed_records, per_seed_contrast, primary_settled, seeds_text
     from ..stats import contrast_test
+    from ..tables import signed
 
     design, sentences = params.design, []
     for dataset in params.datasets:
