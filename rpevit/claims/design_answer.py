@@ -47,6 +47,10 @@ def _row_line(row: dict) -> str:
         return f"- {row['claim']}: {value} ({level}{seeds}) — **{verdict}**: {interval_reading(row)}."
     if verdict in (SUPPORTED, CONTRADICTED):
         side = ahead(row["comparison"], effect >= 0, row["measure"])
+        if (
+            row.get("kind") == "equal" and verdict == SUPPORTED
+        ):  # equal within the margin: the sign is only the estimate's
+            side = f"equal within ±{row['margin']:g} point{'s' * (row['margin'] != 1)}; the estimate has {side}"
         return f"- {row['claim']}: {value} ({level}{seeds}) — **{verdict}** ({side})."
     return f"- {row['claim']}: {value} ({seeds}) — {verdict_text(row)}."
 
