@@ -22,7 +22,6 @@ from . import design, records, runs
 from .catalog import (
     current_record,
     grid,
-    in_flight,
     in_flight_and_records,
     pace_records,
     run_lock,
@@ -130,7 +129,7 @@ def plain_order(params: Params, todo: list[tuple[Run, State]], time_limit: TimeL
     A run another process is training is not judged here: the runner skips it with its own message."""
     for run, before in todo:
         pace = pace_records(params, run.runs_root, run.reports_root) if time_limit is not None else []
-        flying = time_limit is not None and run.place in in_flight(params, run.runs_root)
+        flying = time_limit is not None and run_lock(params, run.place, run.runs_root).holder() is not None
         why = "" if flying else refusal(time_limit, run, before, pace)
         if why:
             print(f"not started: {label(*run.place)} ({why})", flush=True)
