@@ -22,6 +22,16 @@ def grid(params: Params) -> list[tuple[str, str, int]]:
     return [(d, parse_variant(v).name, s) for d in params.datasets for v in params.variants for s in params.seeds]
 
 
+def planned_runs(params: Params, current: list[dict]) -> list[tuple[str, str, int]]:
+    """The runs a preset has finished or will still train, given its current records (study_records): its
+    grid; for a design, its finished runs and those its stopping rule and budgets still want
+    (design.wanted_runs), so seeds and variants it has ruled out are not counted on."""
+    if not params.design.active:
+        return grid(params)
+    done = [(r["dataset"], r["variant"], r["seed"]) for r in current if r.get("status") == "finished"]
+    return done + design.wanted_runs(params, current)
+
+
 def _current(run: Run):
     """(record, its directory) of the run's current record — from runs/, else the copy kept in
     reports/ — if it was made with the preset's current settings, else None."""

@@ -8,7 +8,7 @@ import re
 import numpy as np
 import pytest
 
-from rpevit import claims
+from rpevit import claims, stats
 from rpevit.claims import Claim, Comparison, correctness, evaluate_claims
 from rpevit.schema import make_record
 
@@ -541,3 +541,40 @@ def test_the_pre_registered_answer_of_two_datasets_has_a_block_each():
     text = claims.design_answer_text(params, rows, found, [], None)
     assert text.startswith("#### toy\n\n**Scope.** `toy`") and "\n\n#### toy2\n\n**Scope.** `toy2`" in text
     assert text.count("**What it costs.**") == 1 and "2 datasets (toy, toy2)" in text
+
+
+def test_an_interim_table_is_corrected_for_the_family_of_the_finished_study():
+    rng = np.random.default_rng(11)
+    found = _runs(rng, {"softmax+ape": 0.90, "favor+ape": 0.86}, seeds=(0, 1, 2, 3))
+    table = _gap_table()
+    now = {row["claim"]: row for row in evaluate_claims(found, table)}
+    later = [
+        ("toy", f"{b}+{m}", s)
+        for b in ("softmax", "favor", "relu")
+        for m in ("ape", "krpe", "rope_mixed")
+        for s in range(4)
+    ]
+    planned = evaluate_claims(found, table, planned=later)
+    by = {row["claim"]: row for row in planned}
+    tested = by["plain FAVOR+ is below softmax"]
+    p_for, p_against = tested["p_support"], tested["p_contradict"]
+    assert 0 < p_for < 0.05
+    # now: a family of one row (2 p-values); with the plan: that row and the 4 rows its runs will test
+    assert now["plain FAVOR+ is below softmax"]["p_support_holm"] == pytest.approx(min(1.0, 2 * p_for))
+    assert tested["p_support_holm"] == pytest.approx(stats.holm([p_for, p_against] + [1.0] * 8)[0])
+    assert tested["p_support_holm"] == pytest.approx(min(1.0, 10 * p_for))
+    assert claims.family_size(planned) == (1, 5)
+    pending = [row for row in planned if row["pending"]]
+    assert len(pending) == 4 and all(row["verdict"] == claims.NO_DATA for row in pending)
+    assert "in the Holm family" in claims.verdict_text(pending[0])
+    assert "1 tested now and 4 awaiting" in claims.family_text(planned)
+    assert claims.family_text(list(now.values())) == (
+        "One Holm correction over the 2 one-sided p-values of 1 row: every row tested now."
+    )
+    # a row whose variants get fewer than two common planned seeds can never be tested: not in the family
+    one_seed = [place for place in later if place[1] != "relu+krpe" or place[2] == 0]
+    assert claims.family_size(evaluate_claims(found, table, planned=one_seed)) == (1, 4)
+    # a row with one seed so far, and more planned, waits in the family too
+    single = found + _runs(rng, {"softmax+krpe": 0.9, "favor+krpe": 0.9}, seeds=(0,))
+    row = {r["claim"]: r for r in evaluate_claims(single, table, planned=later)}["krpe closes the favor–softmax gap"]
+    assert row["verdict"] == claims.UNDECIDED and row["pending"]

@@ -463,3 +463,18 @@ def test_a_settled_primary_grid_shows_its_contrasts_with_the_reports_intervals_a
     assert "gap −1.00 [−2.36, +0.36] (90 % interval)" in text  # equal: (1 − 2α) interval, as in the report
     assert "closed +0.50 [−1.34, +2.34] (95 % interval)" in text  # greater: (1 − α) interval
     assert "no verdict yet" in text
+
+
+def test_the_planned_runs_are_the_finished_ones_and_those_the_design_still_wants(tmp_path):
+    params = preset(tmp_path)  # min_seeds 2, max_seeds 4, secondary softmax+krpe on seeds 0-1
+    narrow = _finished(_accuracies([0, 1], 0.0))  # the stopping rule is met at 2 seeds
+    secondary = [("mnist5k", "softmax+krpe", 0), ("mnist5k", "softmax+krpe", 1)]
+    assert sorted(catalog.planned_runs(params, narrow)) == sorted(
+        [("mnist5k", v, s) for v in PRIMARY for s in (0, 1)] + secondary
+    )
+    wide = _finished(_accuracies([0, 1], 1.0))  # a third primary seed is wanted, seeds 3-4 not yet
+    assert {s for _, v, s in catalog.planned_runs(params, wide) if v in PRIMARY} == {0, 1, 2}
+    spent = _budgeted(tmp_path, budget_hours=0.001)
+    assert catalog.planned_runs(spent, narrow) == [("mnist5k", v, s) for s in (0, 1) for v in PRIMARY]
+    plain = preset(tmp_path, design_text="")  # without a design: its whole grid
+    assert catalog.planned_runs(plain, narrow) == catalog.grid(plain)

@@ -13,7 +13,7 @@ The margins and α of the seeds' claims: `rpevit.claims.registry` (ALPHA, MARGIN
 """
 
 from .design_answer import design_answer_text
-from .evaluation import correctness, evaluate_claims, mark_unplanned, missing_runs
+from .evaluation import correctness, evaluate_claims, family_size, mark_unplanned, missing_runs
 from .figures import VERDICT_STYLES, forest_figure, speedup_figure
 from .narration import (
     EFFECT_HEADER,
@@ -25,6 +25,7 @@ from .narration import (
     claims_table,
     crossover_table,
     effect_words,
+    family_text,
     interval_reading,
     missing_table,
     protocol_rows,
@@ -98,6 +99,8 @@ __all__ = [
     "design_claims",
     "effect_words",
     "evaluate_claims",
+    "family_size",
+    "family_text",
     "forest_figure",
     "interval_reading",
     "mark_unplanned",

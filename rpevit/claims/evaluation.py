@@ -17,6 +17,7 @@ import numpy as np
 
 from .. import stats
 from ..analysis import finished
+from ..variants import parse_variant
 from .registry import (
     ALPHA,
     CLAIMS,
@@ -93,12 +94,38 @@ def _time_row(claim: Claim, speed: list[dict] | None) -> dict:
     return row
 
 
-def evaluate_claims(records: list[dict], claims=CLAIMS, datasets=None, speed: list[dict] | None = None) -> list[dict]:
+def _planned_seeds(planned) -> dict[tuple[str, str], set[int]]:
+    """(dataset, canonical variant) → the seeds of `planned` ((dataset, variant, seed) triples)."""
+    seeds: dict[tuple[str, str], set[int]] = {}
+    for dataset, variant, seed in planned:
+        seeds.setdefault((dataset, parse_variant(variant).name), set()).add(seed)
+    return seeds
+
+
+def _pending(row: dict, seeds: dict[tuple[str, str], set[int]]) -> bool:
+    """Whether an accuracy row without p-values yet (not run, or one seed) will be tested: the planned
+    runs give it ≥ 2 seeds common to its variants."""
+    if row.get("measure") != TOP1 or row.get("reason") not in (NOT_RUN, ONE_SEED):
+        return False
+    common = [seeds.get((row["dataset"], parse_variant(v).name), set()) for v in row["comparison"].variants]
+    return len(set.intersection(*common)) >= 2
+
+
+def evaluate_claims(
+    records: list[dict], claims=CLAIMS, datasets=None, speed: list[dict] | None = None, planned=None
+) -> list[dict]:
     """The claims table: one row per (claim, dataset) with its Comparison, the means of a and b, the
     effect with its interval and seed- and image-level standard errors, both one-sided p-values raw and
     Holm-adjusted over the whole table, the verdict and, for rows without one, the reason. Time claims
-    read `speed` (the per-round rows of `python -m rpevit bench speed`, speed.read_speed)."""
+    read `speed` (the per-round rows of `python -m rpevit bench speed`, speed.read_speed).
+
+    `planned` ((dataset, variant, seed) triples the preset has finished or will still train:
+    catalog.planned_runs) fixes the Holm family before every run has finished: a row the remaining runs will test
+    (not run yet, or one seed so far, of ≥ 2 planned seeds) joins the family with both p-values at 1 —
+    it rejects nothing and takes its share of α — so an interim table is corrected for the same m as the
+    finished study's. Without `planned`, the family is the rows tested now."""
     datasets = datasets or sorted({r["dataset"] for r in records})
+    seeds_of = None if planned is None else _planned_seeds(planned)
     rows = []
     for claim in claims:
         for dataset in datasets:
@@ -123,9 +150,13 @@ def evaluate_claims(records: list[dict], claims=CLAIMS, datasets=None, speed: li
             else:
                 row.update(verdict=NO_DATA, reason=NOT_RUN)
             rows.append(row)
-    testable = [row for row in rows if "verdict" not in row]
-    for row, decided in zip(testable, stats.family_verdicts(testable, ALPHA)):
-        row.update(decided, reason="")
+    for row in rows:
+        row["pending"] = seeds_of is not None and _pending(row, seeds_of)
+    family = [row for row in rows if "verdict" not in row or row["pending"]]
+    tests = [{"p_support": 1.0, "p_contradict": 1.0} if row["pending"] else row for row in family]
+    for row, decided in zip(family, stats.family_verdicts(tests, ALPHA)):
+        if not row["pending"]:
+            row.update(decided, reason="")
     for row in rows:
         row.setdefault("p_support_holm", math.nan)
         row.setdefault("p_contradict_holm", math.nan)
@@ -134,8 +165,6 @@ def evaluate_claims(records: list[dict], claims=CLAIMS, datasets=None, speed: li
 
 def mark_unplanned(rows: list[dict], variants) -> list[dict]:
     """The claims rows, where a row has no data because the preset does not plan its variants, saying so."""
-    from ..variants import parse_variant
-
     planned = {parse_variant(v).name for v in variants}
     return [
         {**row, "reason": NOT_PLANNED}
@@ -143,6 +172,13 @@ def mark_unplanned(rows: list[dict], variants) -> list[dict]:
         else row
         for row in rows
     ]
+
+
+def family_size(rows: list[dict]) -> tuple[int, int]:
+    """(rows tested now, rows of the Holm family) of a claims table from evaluate_claims: the family also
+    holds the rows the preset's remaining runs will test (`pending`, from evaluate_claims' `planned`)."""
+    tested = sum(1 for row in rows if not math.isnan(row["p_support_holm"]))
+    return tested, tested + sum(1 for row in rows if row["pending"])
 
 
 def missing_runs(records: list[dict], expected) -> list[dict]:

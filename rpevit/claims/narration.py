@@ -18,7 +18,7 @@ from ..catalog import grid
 from ..data import training_images
 from ..metrics import busy
 from ..variants import parse_variant
-from .evaluation import correctness
+from .evaluation import correctness, family_size
 from .registry import (
     ALPHA,
     CLAIMS,
@@ -170,13 +170,29 @@ def interval_reading(row: dict) -> str:
 
 def verdict_text(row: dict) -> str:
     """A row's verdict with why: 'supported', 'inconclusive — interval excludes 0: …',
-    'undecided: busy machine', 'no data: not run yet', 'not testable here: …'."""
+    'undecided: busy machine', 'no data: not run yet', 'not testable here: …'; a row the runs still to
+    train will test says that it holds its place in the Holm family."""
     verdict, reason = row["verdict"], row.get("reason") or ""
     if verdict == INCONCLUSIVE and "comparison" in row:
         return f"{verdict} — {interval_reading(row)}"
     if verdict in (SUPPORTED, CONTRADICTED, INCONCLUSIVE):
         return f"{verdict} ({reason})" if reason else verdict
-    return f"{verdict}: {reason}" if reason else verdict
+    text = f"{verdict}: {reason}" if reason else verdict
+    return text + " (in the Holm family: the runs still to train will test it)" if row.get("pending") else text
+
+
+def family_text(rows: list[dict]) -> str:
+    """One sentence on the table's Holm family: how many rows it holds, how many are tested now and how
+    many await the preset's remaining runs (they hold their share of α until tested)."""
+    tested, family = family_size(rows)
+    text = f"One Holm correction over the {2 * family} one-sided p-values of {family} row{'s' * (family != 1)}"
+    if family == tested:
+        return text + ": every row tested now."
+    return (
+        f"{text}: {tested} tested now and {family - tested} awaiting this preset's remaining runs, which enter "
+        "with p = 1 (they reject nothing and keep their share of α), so these verdicts are already corrected "
+        "for the finished study's family."
+    )
 
 
 # --------------------------------------------------------------------------- tables
