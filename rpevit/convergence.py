@@ -162,7 +162,8 @@ def budget_check_text(rows: list[dict], check_runs: list[dict], name: str, plann
     met = sum(r["plateau met"] for r in check_runs)
     text = (
         f"{head}: {len(check_runs)} of {planned} runs finished; the plateau rule is met by {met} of them "
-        f"({'at least' if converged(check_runs) else 'fewer than'} {CONVERGED_SHARE:.0%}). "
+        f"({met / len(check_runs):.0%}: {'at least' if converged(check_runs) else 'fewer than'} the "
+        f"{CONVERGED_SHARE:.0%} that calls runs converged). "
     )
     paired = [r for r in rows if r["reading"] != "no paired seed yet"]
     if not paired:

@@ -82,7 +82,10 @@ def test_the_budget_check_text_says_how_far_the_check_is_and_what_moved():
     assert "none of its 12 runs has finished yet" in none and "holds at 26 epochs only" in none
     runs = convergence_rows([_run("a", s, FLAT) for s in range(3)] + [_run("b", 0, RISING)])
     text = budget_check_text(rows, runs, "chk", 12, (26, 52))
-    assert "4 of 12 runs finished; the plateau rule is met by 3 of them (fewer than 90%)" in text
+    assert (
+        "4 of 12 runs finished; the plateau rule is met by 3 of them "
+        "(75%: fewer than the 90% that calls runs converged)" in text
+    )
     assert "Of 2 contrasts with paired seeds, 1 moved" in text and "(gap A +1.50 points)" in text
     assert "and 1 held" in text and "2 paired seed(s), too few to test" in text
     waiting = budget_check_text(rows[2:], runs, "chk", 12, (26, 52))
