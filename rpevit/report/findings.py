@@ -86,9 +86,11 @@ def study_status(preset: str, root=None) -> str:
     if design.plateau_check:
         other = load_params(design.plateau_check)
         kept = [r for r in study_records(other, reports_root=root) if r.get("status") == "finished"]
+        met = sum(r["plateau met"] for r in finished_convergence(other, kept, root))
         check = (
             f" Its longer-budget check `{other.name}` (the primary variants at {other.train.epochs} epochs, "
-            f"trained before the secondary ones): {len(kept)} of {len(grid(other))} runs finished."
+            f"trained before the secondary ones): {len(kept)} of {len(grid(other))} runs finished"
+            + (f", {met} of them meeting the plateau rule." if kept else ".")
         )
     return (
         f"**The pre-registered study `{preset}` is in progress** ([params/{preset}.yaml](params/{preset}.yaml): "
