@@ -108,8 +108,11 @@ def status_lines(params: Params, runs_root=None, reports_root=None) -> list[str]
     total = len(grid(params))
     lines = [
         f"{params.name}: "
-        + (f"{len(finished)} runs finished, of at most {total} the design may train" if params.design.active else "")
-        + ("" if params.design.active else f"{len(finished)} of {total} runs finished")
+        + (
+            f"{len(finished)} run{'s' * (len(finished) != 1)} finished, of at most {total} the design may train"
+            if params.design.active
+            else f"{len(finished)} of {total} runs finished"
+        )
         + (f", {diverged} diverged" if diverged else "")
     ]
     for place in sorted(busy):
