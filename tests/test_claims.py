@@ -578,3 +578,22 @@ def test_an_interim_table_is_corrected_for_the_family_of_the_finished_study():
     single = found + _runs(rng, {"softmax+krpe": 0.9, "favor+krpe": 0.9}, seeds=(0,))
     row = {r["claim"]: r for r in evaluate_claims(single, table, planned=later)}["krpe closes the favor–softmax gap"]
     assert row["verdict"] == claims.UNDECIDED and row["pending"]
+
+
+def test_a_row_whose_runs_the_design_ruled_out_says_so():
+    rng = np.random.default_rng(12)
+    found = _runs(rng, {"softmax+ape": 0.90, "favor+ape": 0.86}, seeds=(0, 1, 2))
+    variants = ["softmax+ape", "favor+ape", "softmax+krpe", "favor+krpe", "relu+krpe"]
+    # the plan trains the krpe variants except relu+krpe (e.g. the secondary budget is spent)
+    planned = [("toy", v, s) for v in variants[:4] for s in range(3)]
+    rows = claims.mark_unplanned(evaluate_claims(found, _gap_table(), planned=planned), variants, planned)
+    by = {str(row["comparison"]): row for row in rows}
+    assert by["favor+krpe − softmax+krpe"]["reason"] == "not run yet" and by["favor+krpe − softmax+krpe"]["pending"]
+    assert (
+        by["relu+krpe − softmax+krpe"]["reason"] == claims.RULED_OUT and not by["relu+krpe − softmax+krpe"]["pending"]
+    )
+    assert by["relu+rope_mixed − softmax+rope_mixed"]["reason"] == claims.NOT_PLANNED
+    assert {row["claim"]: row for row in rows}["plain FAVOR+ is below softmax"]["verdict"] != claims.NO_DATA
+    # without the plan: only what the preset's variants say
+    plain = {str(r["comparison"]): r for r in claims.mark_unplanned(evaluate_claims(found, _gap_table()), variants)}
+    assert plain["relu+krpe − softmax+krpe"]["reason"] == "not run yet"

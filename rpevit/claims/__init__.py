@@ -13,7 +13,7 @@ The margins and α of the seeds' claims: `rpevit.claims.registry` (ALPHA, MARGIN
 """
 
 from .design_answer import design_answer_text
-from .evaluation import correctness, evaluate_claims, family_size, mark_unplanned, missing_runs
+from .evaluation import RULED_OUT, correctness, evaluate_claims, family_size, mark_unplanned, missing_runs
 from .figures import VERDICT_STYLES, forest_figure, speedup_figure
 from .narration import (
     EFFECT_HEADER,
@@ -71,6 +71,7 @@ __all__ = [
     "NOT_PLANNED",
     "NOT_TESTABLE",
     "NO_DATA",
+    "RULED_OUT",
     "S000",
     "S000_SPEED",
     "S001",

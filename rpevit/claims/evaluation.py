@@ -31,6 +31,7 @@ from .registry import (
 from .speed import BUSY, time_contrast
 
 NOT_RUN = "not run yet"
+RULED_OUT = "not trained: the design's stopping rule or budget ruled its runs out"
 NO_BENCHMARK = "no side-by-side speed benchmark of this preset (`python -m rpevit bench speed`)"
 ONE_SEED = "one seed"
 
@@ -163,13 +164,23 @@ def evaluate_claims(
     return rows
 
 
-def mark_unplanned(rows: list[dict], variants) -> list[dict]:
-    """The claims rows, where a row has no data because the preset does not plan its variants, saying so."""
-    planned = {parse_variant(v).name for v in variants}
+def mark_unplanned(rows: list[dict], variants, planned=None) -> list[dict]:
+    """The claims rows, where a row has no data because the preset does not train its variants
+    (`variants`: the preset's), or — given `planned` (catalog.planned_runs) — because its design has ruled
+    their runs out (stopping rule or budget), saying so."""
+    preset = {parse_variant(v).name for v in variants}
+    seeds_of = None if planned is None else _planned_seeds(planned)
+
+    def reason(row: dict) -> str:
+        names = {parse_variant(v).name for v in row["comparison"].variants}
+        if not names <= preset:
+            return NOT_PLANNED
+        if seeds_of is not None and any(not seeds_of.get((row["dataset"], v)) for v in names):
+            return RULED_OUT
+        return NOT_RUN
+
     return [
-        {**row, "reason": NOT_PLANNED}
-        if row["verdict"] == NO_DATA and row["reason"] == NOT_RUN and not set(row["comparison"].variants) <= planned
-        else row
+        {**row, "reason": reason(row)} if row["verdict"] == NO_DATA and row["reason"] == NOT_RUN else row
         for row in rows
     ]
 
