@@ -192,3 +192,25 @@ def budget_check(params, analysed: list[dict], reports_root=None) -> tuple[str, 
     epochs = (params.train.epochs, check.train.epochs)
     runs = finished_convergence(check, found, reports_root)
     return budget_check_text(rows, runs, name, len(grid(check)), epochs), rows
+
+
+def budget_check_curves(params, reports_root=None) -> list[dict]:
+    """Per finished run of the design's longer-budget check whose twin (same dataset, variant and seed)
+    finished in the study: the validation top-1 (%) by epoch of both, for the figure of the two budgets
+    (plots.budget_curves). [] when the design names no check or no pair has finished."""
+    name = params.design.plateau_check
+    if not name:
+        return []
+    check = load_params(name)
+    study = {(r["dataset"], r["variant"], r["seed"]): r for r in study_records(params, reports_root=reports_root)}
+    pairs = []
+    for record in study_records(check, reports_root=reports_root):
+        place = (record["dataset"], record["variant"], record["seed"])
+        twin = study.get(place)
+        if record.get("status") != "finished" or twin is None or twin.get("status") != "finished":
+            continue
+        curves = [run_history(Run(p, *place, reports_root=reports_root)) for p in (params, check)]
+        if all(curves):
+            short, long = ([100 * float(h["val_acc"]) for h in history] for history in curves)
+            pairs.append({"dataset": place[0], "variant": place[1], "seed": place[2], "short": short, "long": long})
+    return pairs

@@ -11,6 +11,7 @@ import statistics
 
 import numpy as np
 
+from .convergence import PLATEAU_FRACTION
 from .report.styles import plotly_style, positions_key, variant_legend, variant_style
 from .variants import parse_variant
 
@@ -147,6 +148,69 @@ def training_curves_interactive(histories: list[tuple[str, int, list[dict]]], ti
 
 
 # --------------------------------------------------------------------------- 40: accuracy vs cost
+
+
+def budget_curves(pairs: list[dict], title: str = ""):
+    """The longer-budget check (convergence.budget_check_curves): one panel per variant, validation
+    top-1 % vs epoch of each paired seed at the study's budget (dashed, hollow end marker) and at the
+    check's (solid), each run's best epoch marked; the last 20 % of the longer runs shaded (the window
+    of the plateau rule)."""
+    from matplotlib.ticker import MaxNLocator
+
+    plt = _mpl()
+    variants = list(dict.fromkeys(p["variant"] for p in pairs))
+    columns = min(3, len(variants))
+    rows = -(-len(variants) // columns)
+    fig, axes = plt.subplots(
+        rows, columns, figsize=(4.6 * columns, 3.4 * rows), layout="constrained", squeeze=False, sharey=True
+    )
+    seeds = sorted({p["seed"] for p in pairs})
+    shades = {seed: 1.0 - 0.45 * i / max(1, len(seeds) - 1) for i, seed in enumerate(seeds)}
+    for axis, variant in zip(axes.flat, variants):
+        colour = variant_style(variant)["color"]
+        for pair in (p for p in pairs if p["variant"] == variant):
+            alpha = shades[pair["seed"]]
+            for values, dash, label in (("short", "--", "study"), ("long", "-", "check")):
+                curve = pair[values]
+                epochs = range(1, len(curve) + 1)
+                axis.plot(
+                    epochs,
+                    curve,
+                    linestyle=dash,
+                    color=colour,
+                    alpha=alpha,
+                    linewidth=1.2,
+                    label=f"seed {pair['seed']}, {len(curve)} epochs ({label})",
+                )
+                best = int(np.argmax(curve))
+                axis.plot(
+                    best + 1,
+                    curve[best],
+                    marker="o" if values == "long" else "D",
+                    color=colour,
+                    alpha=alpha,
+                    markerfacecolor=colour if values == "long" else "white",
+                    markersize=5,
+                )
+        longest = max(len(p["long"]) for p in pairs if p["variant"] == variant)
+        axis.axvspan(longest * (1 - PLATEAU_FRACTION), longest, color="0.85", alpha=0.5, lw=0)
+        axis.set_title(variant, fontsize=10)
+        axis.set_xlabel("epoch")
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=7, loc="lower right")
+    for axis in axes[:, 0]:
+        axis.set_ylabel("validation top-1 %")
+    for axis in list(axes.flat)[len(variants) :]:
+        axis.set_visible(False)
+    low = min(min(p["short"][len(p["short"]) // 4 :] + p["long"][len(p["long"]) // 4 :]) for p in pairs)
+    high = max(max(p["short"] + p["long"]) for p in pairs)
+    axes[0, 0].set_ylim(low - 0.5, high + 0.3)
+    fig.suptitle(
+        title or "Validation top-1 at both budgets, paired by seed",
+        fontsize=10,
+    )
+    return fig
 
 
 def bench_costs(speed: list[dict] | None) -> dict[str, dict[str, float]]:

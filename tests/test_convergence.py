@@ -113,3 +113,29 @@ def test_budget_check_reads_the_checks_records_and_histories(tmp_path, monkeypat
     assert gap["paired seeds"] == "0" and gap["mean change (points)"] == pytest.approx(0.0)
     assert gap["short budget 95% half-width (points)"] == pytest.approx(2.484, abs=1e-3)  # t(0.975, 2) · 1 / √3
     assert gap["reading"] == "holds"
+
+
+def test_budget_check_curves_pair_each_check_run_with_its_twin_and_draw_one_panel_per_variant(tmp_path, monkeypatch):
+    from test_design import PRIMARY, checked, preset
+
+    from rpevit import convergence, plots
+
+    params = checked(tmp_path)  # the study: 2 epochs; its check: 4 epochs
+    assert convergence.budget_check_curves(preset(tmp_path)) == []  # no check named
+    study = [{**r, "dataset": "mnist5k"} for r in _records({(v, s): 0.9 for v in PRIMARY for s in (0, 1)}, 2)]
+    check = [{**r, "dataset": "mnist5k"} for r in _records({(v, 0): 0.9 for v in PRIMARY}, 4)]
+    check.append({**check[0], "seed": 1, "status": "diverged"})  # unfinished: no pair
+    check.append({**check[0], "seed": 3})  # no twin in the study: no pair
+    monkeypatch.setattr(
+        convergence, "study_records", lambda p, reports_root=None: study if p.name == params.name else check
+    )
+    monkeypatch.setattr(
+        convergence, "run_history", lambda run: [{"val_acc": 0.8 + 0.01 * e} for e in range(run.params.train.epochs)]
+    )
+    pairs = convergence.budget_check_curves(params)
+    assert [(p["variant"], p["seed"]) for p in pairs] == [(v, 0) for v in PRIMARY]
+    assert pairs[0]["short"] == pytest.approx([80.0, 81.0]) and pairs[0]["long"] == pytest.approx([80, 81, 82, 83])
+    fig = plots.budget_curves(pairs)
+    visible = [axis for axis in fig.axes if axis.get_visible()]
+    assert [axis.get_title() for axis in visible] == PRIMARY
+    assert len(visible[0].get_lines()) == 4  # two curves and two best-epoch markers
