@@ -496,6 +496,10 @@ def test_the_pre_registered_answer_states_scope_gaps_closing_cost_and_limits():
     assert "whether the gaps hold at convergence" in text and "`fmnist_plateau_check`" in text
     assert "**In short.** Of its 6 pre-registered contrasts: 4 supported, 1 contradicted, 1 inconclusive." in text
     assert "1 dataset (toy)" in text and "####" not in text
+    checked = claims.design_answer_text(params, rows, found, flat, speed, "**Longer-budget check** (`chk`): held.")
+    assert checked.index("- RoPE-Mixed closes the ReLU gap") < checked.index("**Longer-budget check** (`chk`): held.")
+    assert checked.index("**Longer-budget check**") < checked.index("**What it costs.**")
+    assert "**Longer-budget check**" not in text
 
     converged = [{"dataset": "toy", "plateau met": True}] * len(found)
     quiet = claims.design_answer_text(params, rows, found, converged, None)

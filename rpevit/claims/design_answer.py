@@ -156,12 +156,18 @@ def _open_line(rows: list[dict]) -> str | None:
 
 
 def design_answer_text(
-    params, rows: list[dict], found: list[dict], convergence: list[dict], speed: list[dict] | None = None
+    params,
+    rows: list[dict],
+    found: list[dict],
+    convergence: list[dict],
+    speed: list[dict] | None = None,
+    check_text: str | None = None,
 ) -> str:
     """Markdown: the pre-registered answer of a designed preset, from its contrasts' claims rows (`rows`:
     evaluation.evaluate_claims over the complete primary seeds), its current records (`found`, diverged
-    ones included: the stopping rule's count), the runs' plateau (convergence.finished_convergence) and
-    the side-by-side speed benchmark (speed.read_speed)."""
+    ones included: the stopping rule's count), the runs' plateau (convergence.finished_convergence), the
+    side-by-side speed benchmark (speed.read_speed) and, for a design with a longer-budget check, its
+    reading (`check_text`: convergence.budget_check's text), given after the contrasts."""
     if not params.design.active:
         return f"`{params.name}` has no pre-registered design."
     source = design_source(params)
@@ -198,6 +204,8 @@ def design_answer_text(
             *(_row_line(r) for r in contrasts if r["comparison"].c is not None),
             "",
         ]
+    if check_text:
+        lines += [check_text, ""]
     lines += [
         "**What it costs.** Time per image of each primary Performer variant as a multiple of softmax's with "
         "the same positional methods:",
