@@ -170,12 +170,13 @@ def budget_check_text(rows: list[dict], check_runs: list[dict], name: str, plann
         return text + "No contrast has a seed finished at both budgets yet."
     moved = [r for r in paired if r["reading"] == "moved"]
     listed = "; ".join(f"{r['contrast']} {r['mean change (points)']:+.2f} points" for r in moved)
+    seeds = max(len(r["paired seeds"].split(", ")) for r in paired)
     return text + (
-        f"Of {len(paired)} contrasts with paired seeds, {len(moved)} moved by more than this study's 95 % "
-        f"half-width when training ran {long} epochs"
+        f"Of {len(paired)} contrast{'s' * (len(paired) != 1)} with paired seeds, {len(moved)} moved by more than "
+        f"this study's 95 % half-width when training ran {long} epochs"
         + (f" ({listed})" if moved else "")
-        + f", and {len(paired) - len(moved)} held. Descriptive: the check has "
-        f"{max(len(r['paired seeds'].split(', ')) for r in paired)} paired seed(s), too few to test a change."
+        + f", and {len(paired) - len(moved)} held. Descriptive: the check has {seeds} paired "
+        f"seed{'s' * (seeds != 1)}, too few to test a change."
     )
 
 
