@@ -165,18 +165,25 @@ def budget_check_text(rows: list[dict], check_runs: list[dict], name: str, plann
         f"({met / len(check_runs):.0%}: {'at least' if converged(check_runs) else 'fewer than'} the "
         f"{CONVERGED_SHARE:.0%} that calls runs converged). "
     )
+    return text + check_reading(rows, long)
+
+
+def check_reading(rows: list[dict], long: int) -> str:
+    """One or two sentences: how many contrasts the check's reading rule calls moved (listing them,
+    with their mean change) or holding after `long` epochs (`rows`: budget_check_rows)."""
     paired = [r for r in rows if r["reading"] != "no paired seed yet"]
     if not paired:
-        return text + "No contrast has a seed finished at both budgets yet."
+        return "No contrast has a seed finished at both budgets yet."
     moved = [r for r in paired if r["reading"] == "moved"]
     listed = "; ".join(f"{r['contrast']} {r['mean change (points)']:+.2f} points" for r in moved)
-    seeds = max(len(r["paired seeds"].split(", ")) for r in paired)
-    return text + (
+    counts = sorted({len(r["paired seeds"].split(", ")) for r in paired})
+    seeds = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
+    return (
         f"Of {len(paired)} contrast{'s' * (len(paired) != 1)} with paired seeds, {len(moved)} moved by more than "
-        f"this study's 95 % half-width when training ran {long} epochs"
+        f"the study's 95 % half-width when training ran {long} epochs"
         + (f" ({listed})" if moved else "")
         + f", and {len(paired) - len(moved)} held. Descriptive: the check has {seeds} paired "
-        f"seed{'s' * (seeds != 1)}, too few to test a change."
+        f"seed{'s' * (counts[-1] != 1)}{' per contrast' * (len(counts) > 1)}, too few to test a change."
     )
 
 

@@ -88,6 +88,9 @@ def test_the_budget_check_text_says_how_far_the_check_is_and_what_moved():
     )
     assert "Of 2 contrasts with paired seeds, 1 moved" in text and "(gap A +1.50 points)" in text
     assert "and 1 held" in text and "2 paired seeds, too few to test" in text
+    uneven = [rows[0], {**rows[1], "paired seeds": "1"}]
+    text = budget_check_text(uneven, runs, "chk", 12, (26, 52))
+    assert "the check has 1–2 paired seeds per contrast, too few" in text
     waiting = budget_check_text(rows[2:], runs, "chk", 12, (26, 52))
     assert waiting.endswith("No contrast has a seed finished at both budgets yet.")
 

@@ -330,7 +330,9 @@ def test_study_status_counts_complete_primary_seeds_and_each_budget(monkeypatch)
 
     runs = [run(v, s, 1.0) for s in (1, 2) for v in params.design.primary] + [run("softmax+ape", 3, 0.5)]
     runs.append(run("softmax+krpe", 1, 2.0))
+    runs[7]["top1"] = 0.905  # favor+ape seed 2: the FAVOR+ gap with APE is 0 and +0.5 points at 26 epochs
     checked = [{**r, "epochs": 52} for r in (runs[0], runs[6])]  # the longer-budget check's: seeds 1 and 2
+    checked.append({**runs[1], "epochs": 52, "top1": 0.91})  # favor+ape seed 1: that gap moves +1 point
     monkeypatch.setattr(
         catalog,
         "study_records",
@@ -348,7 +350,14 @@ def test_study_status_counts_complete_primary_seeds_and_each_budget(monkeypatch)
     assert "12.5 of the primary budget's 40 training hours and 2.0 of the secondary budget's 45 spent" in text
     assert (
         "Its longer-budget check `fmnist_plateau_check` (the primary variants at 52 epochs, trained before the "
-        "secondary ones): 2 of 12 runs finished, 1 of them meeting the plateau rule." in text
+        "secondary ones): 3 of 12 runs finished, 2 of them meeting the plateau rule. By its pre-registered "
+        "reading: Of 1 contrast with paired seeds, 0 moved by more than the study's 95 % half-width when training "
+        "ran 52 epochs, and 1 held. Descriptive: the check has 1 paired seed, too few to test a change." in text
+    )  # +1 point is inside the study's half-width over seeds 1-2 (12.7 · 0.35 / √2 = 3.2 points)
+    runs[7]["top1"] = 0.9  # now both seeds' gap is 0 at 26 epochs: its half-width is 0, and +1 point moved it
+    assert "0 moved" not in findings.study_status("fmnist_converged")
+    assert "1 moved by more than the study's 95 % half-width when training ran 52 epochs (FAVOR+ gap with APE " in (
+        findings.study_status("fmnist_converged")
     )
 
 

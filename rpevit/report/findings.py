@@ -48,8 +48,8 @@ def study_status(preset: str, root=None) -> str:
     complete primary seeds, hours against its budgets, from the kept records) while its report has not
     been generated yet."""
     from ..catalog import grid, study_records
-    from ..convergence import PLATEAU_RULE, finished_convergence
-    from ..design import primary_progress, training_hours
+    from ..convergence import PLATEAU_RULE, budget_check_rows, check_reading, finished_convergence
+    from ..design import complete_seed_records, primary_progress, training_hours
     from ..params import load_params
     from ..variants import parse_variant
 
@@ -87,10 +87,16 @@ def study_status(preset: str, root=None) -> str:
         other = load_params(design.plateau_check)
         kept = [r for r in study_records(other, reports_root=root) if r.get("status") == "finished"]
         met = sum(r["plateau met"] for r in finished_convergence(other, kept, root))
+        rows = budget_check_rows(design, complete_seed_records(params, found), kept)
         check = (
             f" Its longer-budget check `{other.name}` (the primary variants at {other.train.epochs} epochs, "
             f"trained before the secondary ones): {len(kept)} of {len(grid(other))} runs finished"
-            + (f", {met} of them meeting the plateau rule." if kept else ".")
+            + (
+                f", {met} of them meeting the plateau rule. By its pre-registered reading: "
+                + check_reading(rows, other.train.epochs)
+                if kept
+                else "."
+            )
         )
     return (
         f"**The pre-registered study `{preset}` is in progress** ([params/{preset}.yaml](params/{preset}.yaml): "
