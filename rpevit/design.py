@@ -129,13 +129,15 @@ def check_design(design: Design, variants, seeds) -> None:
 
 
 def ordered_runs(params) -> list[tuple[str, str, int]]:
-    """Every run the design may train, in training order: primary seed-major, then secondary."""
+    """Every run the design may train, in training order: primary seed-major (an interrupted grid
+    stays balanced), then secondary variant by variant in the order listed, each with all its seeds
+    (a budget that runs out leaves the last-listed variants untrained, not every variant short of seeds)."""
     design = params.design
     primary, secondary = _names(design.primary), _names(design.secondary)
     runs = []
     for dataset in params.datasets:
         runs += [(dataset, v, s) for s in params.seeds for v in primary]  # spare seeds stand in for lost ones
-        runs += [(dataset, v, s) for s in params.seeds[: design.secondary_seeds] for v in secondary]
+        runs += [(dataset, v, s) for v in secondary for s in params.seeds[: design.secondary_seeds]]
     return runs
 
 
@@ -208,7 +210,9 @@ def decide(
     mean cost of the complete ones, and a started one is finished. A secondary run waits while the
     primary grid is unsettled (the rule wants more seeds than are complete) and primary runs are in
     flight: primary seeds train first, so the budget goes to them first. A primary run of a lost seed
-    (another primary run diverged there: primary_progress) is skipped."""
+    (another primary run diverged there: primary_progress) is skipped. A secondary variant is trained
+    whole: the budget decides whether a variant starts, and a started one (a run finished, diverged or
+    in flight) trains all its seeds, so the budget may be passed by the rest of the variants started."""
     dataset, variant, seed = run
     design = params.design
     primary = _names(design.primary)
@@ -230,15 +234,11 @@ def decide(
         return ("train", "") if started else _affordable(params, mine, usable[:complete])
     if secondary_held:
         return "skip", secondary_held
-    if design.secondary_budget_hours is not None:
-        spent = training_hours(r for r in mine if r["variant"] not in primary)
-        if spent >= design.secondary_budget_hours:
-            return (
-                "skip",
-                f"the secondary budget of {design.secondary_budget_hours:g} training hours is spent ({spent:.1f} h)",
-            )
-    elif design.budget_hours is not None and (spent := training_hours(mine)) >= design.budget_hours:
-        return "skip", f"the design's budget of {design.budget_hours:g} training hours is spent ({spent:.1f} h)"
+    started = any(r.get("variant") == variant for r in current) or any(
+        d == dataset and v == variant for d, v, _ in busy
+    )
+    if not started and (why := _secondary_budget_spent(design, mine, primary)):
+        return "skip", why
     if complete < needed and flying:
         i, v = flying[0]
         return "wait", f"the primary grid comes first ({v} seed {usable[i]} is in flight)"
@@ -305,6 +305,18 @@ def primary_settled(params, records: list[dict]) -> bool:
 def training_hours(records) -> float:
     """Summed training hours of finished runs (epochs × seconds per epoch)."""
     return sum(r.get("train_seconds_per_epoch", 0) * r.get("epochs", 0) for r in records) / 3600
+
+
+def _secondary_budget_spent(design: Design, mine: list[dict], primary) -> str:
+    """Why no new secondary variant may start ('' while one may): its own budget (secondary runs'
+    hours) or, without one, the shared budget (every run's hours) is spent."""
+    if design.secondary_budget_hours is not None:
+        spent = training_hours(r for r in mine if r["variant"] not in primary)
+        if spent >= design.secondary_budget_hours:
+            return f"the secondary budget of {design.secondary_budget_hours:g} training hours is spent ({spent:.1f} h)"
+    elif design.budget_hours is not None and (spent := training_hours(mine)) >= design.budget_hours:
+        return f"the design's budget of {design.budget_hours:g} training hours is spent ({spent:.1f} h)"
+    return ""
 
 
 def _affordable(params, mine: list[dict], complete: tuple) -> tuple[str, str]:

@@ -137,11 +137,20 @@ def plain_order(params: Params, todo: list[tuple[Run, State]], time_limit: TimeL
         yield run, before
 
 
+# why a secondary run does not start after an earlier run was refused for time (its part of the design)
+OVERTAKING = {
+    "primary": "the primary grid comes first, and its next run does not fit in the time left",
+    "secondary": "the secondary variants train in the order listed, and an earlier one's next run does not fit in the "
+    "time left",
+}
+
+
 def designed_order(params: Params, todo: list[tuple[Run, State]], meter: Progress, time_limit: TimeLimit | None = None):
     """A designed study's runs, each chosen afresh when the last one ends: the first of `todo`
     (design order) that the design would train now (design.decide), that is neither finished, in
     flight in another process, nor tried already by this one, and that a `time_limit` lets start
-    (else a later one it lets start, but no secondary run while a primary one does not fit). While
+    (else a later one it lets start, but no secondary run after a primary or an earlier secondary run
+    that does not fit: the budget gives way from the last-listed secondary variant). While
     only runs that wait on others are left, poll every POLL_SECONDS (until the time limit ends);
     when none is left, say which runs were not started and why. Scanning from the top each time
     picks up a run another process left unfinished (it stopped) before any later one, so secondary
@@ -155,17 +164,19 @@ def designed_order(params: Params, todo: list[tuple[Run, State]], meter: Progres
         held = secondary_held(params, *roots)
         pace = pace_records(params, *roots, own=finished) if time_limit is not None else []
         done = {(r["dataset"], r["variant"], r["seed"]) for r in finished}
-        chosen, waits, skips, primary_refused = None, [], [], False
+        chosen, waits, skips, refused = None, [], [], set()  # refused: "primary" / "secondary" runs refused for time
         for run, before in todo:
             if run.place in tried or run.place in busy or (before.train and run.place in done):
                 continue
             verdict, why = (
                 design.decide(params, run.place, finished, busy, secondary_held=held) if before.train else ("train", "")
             )
-            if verdict == "train" and primary_refused and run.variant not in primary:
-                verdict, why = "skip", "the primary grid comes first, and its next run does not fit in the time left"
+            part = "primary" if run.variant in primary else "secondary"
+            if verdict == "train" and part == "secondary" and refused:
+                verdict, why = "skip", OVERTAKING["primary" if "primary" in refused else "secondary"]
             if verdict == "train" and (why := refusal(time_limit, run, before, pace)):
-                verdict, primary_refused = "skip", primary_refused or run.variant in primary
+                verdict = "skip"
+                refused.add(part)
             if verdict == "train":
                 chosen = (run, before)
                 break

@@ -39,13 +39,30 @@ def preset(tmp_path, design_text=DESIGN, header=HEADER):
     return load_params(path)
 
 
-def test_primary_runs_seed_major_then_secondary(tmp_path):
+def _two_secondary(tmp_path, **budgets):
+    """The test preset with two secondary variants (softmax+krpe listed before favor+krpe)."""
+    params = preset(
+        tmp_path,
+        DESIGN.replace("secondary: [softmax+krpe]", "secondary: [softmax+krpe, favor+krpe]"),
+        HEADER.replace("softmax+krpe]", "softmax+krpe, favor+krpe]"),
+    )
+    return dataclasses.replace(params, design=dataclasses.replace(params.design, **budgets))
+
+
+def test_primary_runs_seed_major_then_secondary_variant_by_variant(tmp_path):
     params = preset(tmp_path)
     order = catalog.grid(params)
     assert order[:4] == [("mnist5k", v, 0) for v in PRIMARY]  # every primary variant's seed 0 first
     assert order[4:8] == [("mnist5k", v, 1) for v in PRIMARY]
     assert [run[2] for run in order[:20]] == [0] * 4 + [1] * 4 + [2] * 4 + [3] * 4 + [4] * 4  # spare seed 4 too
     assert order[20:] == [("mnist5k", "softmax+krpe", 0), ("mnist5k", "softmax+krpe", 1)]
+    # secondary variants in the order listed, each with all its seeds: a budget cut leaves the last untrained
+    assert catalog.grid(_two_secondary(tmp_path))[20:] == [
+        ("mnist5k", "softmax+krpe", 0),
+        ("mnist5k", "softmax+krpe", 1),
+        ("mnist5k", "favor+krpe", 0),
+        ("mnist5k", "favor+krpe", 1),
+    ]
 
 
 def _finished(accuracies: dict, seconds=10.0, epochs=2):
@@ -161,8 +178,14 @@ def test_secondary_variants_can_have_their_own_budget(tmp_path):
     assert design.decide(shared, ("mnist5k", "softmax+krpe", 0), narrow)[0] == "skip"  # one budget: spent by primary
     assert design.decide(own, ("mnist5k", "softmax+krpe", 0), narrow) == ("train", "")
     secondary = narrow + _finished({("softmax+krpe", 0): 0.9}, seconds=3600, epochs=2)
-    verdict, why = design.decide(own, ("mnist5k", "softmax+krpe", 1), secondary)
+    # the budget is spent, but softmax+krpe has started: it trains all its seeds (a variant is trained whole)
+    assert design.decide(own, ("mnist5k", "softmax+krpe", 1), secondary) == ("train", "")
+    two = _two_secondary(tmp_path, secondary_budget_hours=2.0)
+    verdict, why = design.decide(two, ("mnist5k", "favor+krpe", 0), secondary)  # a new variant does not start
     assert verdict == "skip" and "secondary budget of 2 training hours is spent (2.0 h)" in why
+    assert design.decide(two, ("mnist5k", "favor+krpe", 1), narrow, {("mnist5k", "favor+krpe", 0)}) == ("train", "")
+    diverged = [{**secondary[-1], "variant": "favor+krpe", "status": "diverged"}] + secondary
+    assert design.decide(two, ("mnist5k", "favor+krpe", 1), diverged) == ("train", "")  # started: its seed 0 diverged
     # secondary hours do not count against the primary budget: a new primary seed still fits
     wide = _finished(_accuracies([0, 1], 1.0), seconds=450, epochs=2)
     heavy = wide + _finished({("softmax+krpe", 0): 0.9}, seconds=36000, epochs=2)

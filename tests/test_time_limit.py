@@ -191,6 +191,30 @@ def test_no_secondary_run_overtakes_a_primary_run_that_does_not_fit(
     )
 
 
+def test_no_secondary_variant_overtakes_an_earlier_one_that_does_not_fit(
+    grid_params, counted, tmp_path, capsys, monkeypatch
+):
+    """The secondary budget gives way from the last-listed variant, so a later one must not train in the
+    time an earlier one could not use."""
+    calls, _ = counted
+    roots = {"runs_root": tmp_path / "runs", "reports_root": tmp_path / "reports"}
+    order = [("mnist5k", "softmax+none", 0), ("mnist5k", "softmax+ape", 0)]  # two secondary variants
+    fake = types.SimpleNamespace(
+        ordered_runs=lambda params: order, decide=lambda params, run, finished, busy, secondary_held="": ("train", "")
+    )
+    monkeypatch.setattr(study, "design", fake)
+    monkeypatch.setattr(catalog, "design", fake)
+    design = types.SimpleNamespace(active=True, plateau_check=None, primary=())
+    paces = {"softmax+none": 1e6, "softmax+ape": 1e-9}
+    monkeypatch.setattr(time_limit, "expected_seconds", lambda run, pace: paces[run.variant])
+    study.run_study(dataclasses.replace(grid_params, design=design), time_limit=_limit(60), **roots)
+    assert calls == []
+    assert (
+        "not started: softmax+ape on mnist5k, seed 0 (the secondary variants train in the order listed, and an "
+        "earlier one's next run does not fit in the time left)" in capsys.readouterr().out
+    )
+
+
 def test_the_cli_refuses_a_bad_time_limit_before_any_training(capsys):
     assert main(["study", "smoke", "--time-limit", "soon"]) == 2
     err = capsys.readouterr().err
