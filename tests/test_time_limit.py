@@ -169,50 +169,34 @@ def test_a_designed_study_trains_a_later_run_that_fits_and_stops_waiting_when_ti
     assert "not started: softmax+none on mnist5k, seed 1 (another process decides it; the time limit ended)" in out
 
 
-def test_no_secondary_run_overtakes_a_primary_run_that_does_not_fit(
-    grid_params, counted, tmp_path, capsys, monkeypatch
+@pytest.mark.parametrize(
+    "primary, why",
+    [
+        (("softmax+none",), "the primary grid comes first, and its next run does not fit in the time left"),
+        ((), "the secondary variants train in the order listed, and an earlier one's next run does not fit"),
+    ],
+    ids=["after-a-primary-run", "after-an-earlier-secondary-variant"],
+)
+def test_no_secondary_run_overtakes_an_earlier_run_that_does_not_fit(
+    grid_params, counted, tmp_path, capsys, monkeypatch, primary, why
 ):
+    """Whether the first run that does not fit is primary or an earlier-listed secondary variant, no
+    secondary run trains in the time it could not use: the secondary budget gives way from the last-listed
+    variant, and the primary grid comes first."""
     calls, _ = counted
     roots = {"runs_root": tmp_path / "runs", "reports_root": tmp_path / "reports"}
-    order = [("mnist5k", "softmax+none", 0), ("mnist5k", "softmax+ape", 0)]  # primary, then secondary
+    order = [("mnist5k", "softmax+none", 0), ("mnist5k", "softmax+ape", 0)]  # design order
     fake = types.SimpleNamespace(
         ordered_runs=lambda params: order, decide=lambda params, run, finished, busy, secondary_held="": ("train", "")
     )
     monkeypatch.setattr(study, "design", fake)
     monkeypatch.setattr(catalog, "design", fake)
-    design = types.SimpleNamespace(active=True, plateau_check=None, primary=("softmax+none",))
-    paces = {"softmax+none": 1e6, "softmax+ape": 1e-9}
+    design = types.SimpleNamespace(active=True, plateau_check=None, primary=primary)
+    paces = {"softmax+none": 1e6, "softmax+ape": 1e-9}  # the first cannot fit, the second could
     monkeypatch.setattr(time_limit, "expected_seconds", lambda run, pace: paces[run.variant])
     study.run_study(dataclasses.replace(grid_params, design=design), time_limit=_limit(60), **roots)
     assert calls == []
-    assert (
-        "not started: softmax+ape on mnist5k, seed 0 (the primary grid comes first, and its next run does not fit"
-        in capsys.readouterr().out
-    )
-
-
-def test_no_secondary_variant_overtakes_an_earlier_one_that_does_not_fit(
-    grid_params, counted, tmp_path, capsys, monkeypatch
-):
-    """The secondary budget gives way from the last-listed variant, so a later one must not train in the
-    time an earlier one could not use."""
-    calls, _ = counted
-    roots = {"runs_root": tmp_path / "runs", "reports_root": tmp_path / "reports"}
-    order = [("mnist5k", "softmax+none", 0), ("mnist5k", "softmax+ape", 0)]  # two secondary variants
-    fake = types.SimpleNamespace(
-        ordered_runs=lambda params: order, decide=lambda params, run, finished, busy, secondary_held="": ("train", "")
-    )
-    monkeypatch.setattr(study, "design", fake)
-    monkeypatch.setattr(catalog, "design", fake)
-    design = types.SimpleNamespace(active=True, plateau_check=None, primary=())
-    paces = {"softmax+none": 1e6, "softmax+ape": 1e-9}
-    monkeypatch.setattr(time_limit, "expected_seconds", lambda run, pace: paces[run.variant])
-    study.run_study(dataclasses.replace(grid_params, design=design), time_limit=_limit(60), **roots)
-    assert calls == []
-    assert (
-        "not started: softmax+ape on mnist5k, seed 0 (the secondary variants train in the order listed, and an "
-        "earlier one's next run does not fit in the time left)" in capsys.readouterr().out
-    )
+    assert f"not started: softmax+ape on mnist5k, seed 0 ({why}" in capsys.readouterr().out
 
 
 def test_the_cli_refuses_a_bad_time_limit_before_any_training(capsys):
