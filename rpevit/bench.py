@@ -17,8 +17,10 @@ bench engines:   a preset's whole grid, sequential runner vs Ray workers (rpevit
 
 from __future__ import annotations
 
+import csv
 import statistics
 import time
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -162,6 +164,39 @@ def variant_speeds(
                 }
             )
     return rows
+
+
+def speed_path(params, reports_root=None) -> Path:
+    """Where the preset's side-by-side speed benchmark is kept: reports/bench/cpu_speed_<preset>.csv."""
+    from .report.store import reports_root as default_root
+
+    return Path(reports_root or default_root()) / "bench" / f"cpu_speed_{params.name}.csv"
+
+
+def read_speed(params, reports_root=None) -> list[dict] | None:
+    """The per-round rows of the preset's speed benchmark (variant_speeds), or None if it was not kept."""
+    path = speed_path(params, reports_root)
+    if not path.is_file():
+        return None
+    with path.open() as handle:
+        return [{k: (v if k == "variant" else float(v)) for k, v in row.items()} for row in csv.DictReader(handle)]
+
+
+def train_costs(params, reports_root=None) -> dict[str, float]:
+    """Per variant, the median training seconds per image over the rounds of the side-by-side speed
+    benchmark kept for the preset — or, for a longer-budget check, for the study that names it (the
+    same variants and model): what one variant costs relative to another (time_limit.seconds_per_epoch
+    scales a finished variant's pace by it). {} when no benchmark was kept."""
+    from .params import checked_by
+
+    for preset in [params, *(load_params(name) for name in checked_by(params.name))]:
+        rows = read_speed(preset, reports_root)
+        if rows:
+            times: dict[str, list[float]] = {}
+            for row in rows:
+                times.setdefault(row["variant"], []).append(row["train_seconds_per_image"])
+            return {variant: statistics.median(t) for variant, t in times.items()}
+    return {}
 
 
 def speed_table(rounds: list[dict]) -> list[dict]:

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from . import design, records, runs
+from .bench import train_costs
 from .catalog import (
     current_record,
     grid,
@@ -119,18 +120,20 @@ def run_study(
     return summarise(params, grid_cells, rows, records.recovered, write=summary)
 
 
-def refusal(time_limit: TimeLimit | None, run: Run, before: State, pace: list[dict]) -> str:
-    """Why a run must not start in the time limit's time left ('' when it may, or with no limit)."""
-    return "" if time_limit is None else time_limit.refusal(run, pace, train=before.train)
+def refusal(time_limit: TimeLimit | None, run: Run, before: State, pace: list[dict], costs: dict) -> str:
+    """Why a run must not start in the time limit's time left ('' when it may, or with no limit);
+    `pace`: finished records (catalog.pace_records), `costs`: bench.train_costs."""
+    return "" if time_limit is None else time_limit.refusal(run, pace, train=before.train, costs=costs)
 
 
 def plain_order(params: Params, todo: list[tuple[Run, State]], time_limit: TimeLimit | None = None):
     """The runs of `todo` in grid order, leaving unstarted (and saying so) those a `time_limit` refuses.
     A run another process is training is not judged here: the runner skips it with its own message."""
+    costs = train_costs(params, todo[0][0].reports_root) if todo and time_limit is not None else {}
     for run, before in todo:
         pace = pace_records(params, run.runs_root, run.reports_root) if time_limit is not None else []
         flying = time_limit is not None and run_lock(params, run.place, run.runs_root).holder() is not None
-        why = "" if flying else refusal(time_limit, run, before, pace)
+        why = "" if flying else refusal(time_limit, run, before, pace, costs)
         if why:
             print(f"not started: {label(*run.place)} ({why})", flush=True)
             continue
@@ -159,6 +162,7 @@ def designed_order(params: Params, todo: list[tuple[Run, State]], meter: Progres
         return
     roots, tried, said = (todo[0][0].runs_root, todo[0][0].reports_root), set(), set()
     primary = {parse_variant(v).name for v in params.design.primary}
+    costs = train_costs(params, roots[1]) if time_limit is not None else {}
     while True:
         busy, finished = in_flight_and_records(params, *roots)
         held = secondary_held(params, *roots)
@@ -174,7 +178,7 @@ def designed_order(params: Params, todo: list[tuple[Run, State]], meter: Progres
             part = "primary" if run.variant in primary else "secondary"
             if verdict == "train" and part == "secondary" and refused:
                 verdict, why = "skip", OVERTAKING["primary" if "primary" in refused else "secondary"]
-            if verdict == "train" and (why := refusal(time_limit, run, before, pace)):
+            if verdict == "train" and (why := refusal(time_limit, run, before, pace, costs)):
                 verdict = "skip"
                 refused.add(part)
             if verdict == "train":

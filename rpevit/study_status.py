@@ -7,6 +7,7 @@ for its longer-budget check, and that check's own status. It trains nothing and 
 from __future__ import annotations
 
 from . import design
+from .bench import train_costs
 from .catalog import grid, in_flight_and_records, pace_records, secondary_held
 from .params import Params, load_params
 from .progress import label
@@ -37,13 +38,14 @@ def wanted(params: Params, current: list[dict], busy: set, held: str = "") -> di
     return groups
 
 
-def remaining_hours(params: Params, places, pace: list[dict], runs_root=None) -> tuple[float, int]:
+def remaining_hours(params: Params, places, pace: list[dict], runs_root=None, costs=None) -> tuple[float, int]:
     """(hours the `places` are expected to take, one after another, at the pace of the finished
-    records `pace`, the epochs their checkpoints hold subtracted; how many of them have no pace to go
-    on and are not counted)."""
+    records `pace` — scaled by the side-by-side benchmark's `costs` for a variant not run yet
+    (time_limit.seconds_per_epoch) — the epochs their checkpoints hold subtracted; how many of them
+    have no pace to go on and are not counted)."""
     seconds, unknown = 0.0, 0
     for place in places:
-        expected = expected_seconds(Run(params, *place, runs_root=runs_root), pace)
+        expected = expected_seconds(Run(params, *place, runs_root=runs_root), pace, costs)
         if expected is None:
             unknown += 1
         else:
@@ -51,14 +53,18 @@ def remaining_hours(params: Params, places, pace: list[dict], runs_root=None) ->
     return seconds / 3600, unknown
 
 
-def _expected(params: Params, places, pace: list[dict], runs_root=None) -> str:
+def _expected(params: Params, places, pace: list[dict], runs_root=None, costs=None) -> str:
     """Words: the hours `places` take at the pace of `pace` (remaining_hours)."""
-    hours, unknown = remaining_hours(params, places, pace, runs_root)
+    hours, unknown = remaining_hours(params, places, pace, runs_root, costs)
     if places and unknown == len(places):
         return "no finished run on their dataset yet to take a pace from"
+    paced = {r["variant"] for r in pace}
+    scaled = bool(costs) and any(v not in paced and v in costs for _, v, _ in places)
     return (
         f"≈ {hours:.1f} hours one after another (validation, testing and evaluation included) at the median pace "
-        "of the finished runs" + (f"; {unknown} more with no finished run on their dataset to go on" if unknown else "")
+        "of the finished runs"
+        + (", scaled by the side-by-side speed benchmark for variants not run yet" if scaled else "")
+        + (f"; {unknown} more with no finished run on their dataset to go on" if unknown else "")
     )
 
 
@@ -122,9 +128,10 @@ def status_lines(params: Params, runs_root=None, reports_root=None) -> list[str]
         lines += _design_lines(params, current)
     held = secondary_held(params, runs_root, reports_root) if params.design.active else ""
     groups, pace = wanted(params, current, busy, held), pace_records(params, runs_root, reports_root, own=current)
-    left = groups["left"]
+    costs, left = train_costs(params, reports_root), groups["left"]
     lines.append(
-        f"left: {len(left)} runs ({sum(p in busy for p in left)} in flight); {_expected(params, left, pace, runs_root)}"
+        f"left: {len(left)} runs ({sum(p in busy for p in left)} in flight); "
+        + _expected(params, left, pace, runs_root, costs)
     )
     if groups["waiting"]:
         lines.append(
@@ -134,7 +141,7 @@ def status_lines(params: Params, runs_root=None, reports_root=None) -> list[str]
     if groups["held"]:
         lines.append(
             f"held: {len(groups['held'])} secondary runs until the longer-budget check has its runs; "
-            f"{_expected(params, groups['held'], pace, runs_root)}"
+            f"{_expected(params, groups['held'], pace, runs_root, costs)}"
             + (
                 f" (the secondary budget caps them at {params.design.secondary_budget_hours:g} training hours)"
                 if params.design.secondary_budget_hours is not None

@@ -7,7 +7,9 @@ resumes from — with 5 % for validating each epoch and three epochs more for te
 evaluation and keeping, at its pace: the median seconds per training epoch of the finished runs of its
 variant on its dataset (catalog.pace_records: the preset's own and, for a longer-budget check, its
 study's), those at this process's torch threads where there are any. A variant with no finished run
-yet takes the slowest variant's pace (cautious once the slow variants have run); a dataset with no
+yet takes the finished variants' paces scaled by its cost relative to theirs in the preset's side-by-side
+speed benchmark (bench.train_costs; the median over the finished variants) or, without a benchmark
+of it, the slowest variant's pace (cautious once the slow variants have run); a dataset with no
 finished run gives nothing to go on, and the run starts.
 """
 
@@ -54,13 +56,13 @@ class TimeLimit:
     def left(self) -> float:
         return self.end - self.clock()
 
-    def refusal(self, run: Run, pace_records: list[dict], train: bool = True) -> str:
+    def refusal(self, run: Run, pace_records: list[dict], train: bool = True, costs: dict | None = None) -> str:
         """Why the run must not start in the time left ('' when it may): after the limit nothing
         starts; before it, a run to `train` starts when its expected time fits (or is unknown)."""
         left = self.left()
         if left <= 0:
             return "the time limit has passed; a later sitting does it"
-        expected = expected_seconds(run, pace_records) if train else None
+        expected = expected_seconds(run, pace_records, costs) if train else None
         if expected is None or expected <= left:
             return ""
         return (
@@ -68,20 +70,22 @@ class TimeLimit:
         )
 
 
-def expected_seconds(run: Run, pace_records: list[dict]) -> float | None:
-    """The run's expected wall time here at the pace of `pace_records` (module docstring), or None
-    when its dataset has no finished run to go on."""
-    pace = seconds_per_epoch(pace_records, run.dataset, run.variant)
+def expected_seconds(run: Run, pace_records: list[dict], costs: dict | None = None) -> float | None:
+    """The run's expected wall time here at the pace of `pace_records` (module docstring; `costs`:
+    bench.train_costs), or None when its dataset has no finished run to go on."""
+    pace = seconds_per_epoch(pace_records, run.dataset, run.variant, costs)
     if pace is None:
         return None
     epochs_left = run.train_config.epochs - epochs_done(run)
     return (epochs_left * (1 + VALIDATION_SHARE) + CLOSING_EPOCHS) * pace
 
 
-def seconds_per_epoch(finished: list[dict], dataset: str, variant: str) -> float | None:
+def seconds_per_epoch(finished: list[dict], dataset: str, variant: str, costs: dict | None = None) -> float | None:
     """Median seconds per training epoch of the finished runs of `variant` on `dataset`, those at this
-    process's torch threads where it has any; for a variant with none, the slowest variant's; None
-    when the dataset has no finished run."""
+    process's torch threads where it has any; for a variant with none, the median over the finished
+    variants v of pace(v) · costs[variant] / costs[v] when `costs` (seconds per image, side by side:
+    bench.train_costs) has it and some of them, else the slowest variant's; None when the dataset has
+    no finished run."""
     times: dict[str, dict[bool, list[float]]] = {}
     for r in finished:
         if (
@@ -94,7 +98,9 @@ def seconds_per_epoch(finished: list[dict], dataset: str, variant: str) -> float
     medians = {v: statistics.median(t[True] or t[False]) for v, t in times.items()}
     if variant in medians:
         return medians[variant]
-    return max(medians.values(), default=None)
+    costs = costs or {}
+    scaled = [pace * costs[variant] / costs[v] for v, pace in medians.items() if v in costs and variant in costs]
+    return statistics.median(scaled) if scaled else max(medians.values(), default=None)
 
 
 def epochs_done(run: Run) -> int:

@@ -54,6 +54,31 @@ def test_pace_is_the_median_of_the_variant_else_the_slowest_variant():
     )
     assert seconds_per_epoch(finished, "mnist5k", "relu+rope_mixed") == 50.0  # untried: the slowest
     assert seconds_per_epoch(finished, "fashion_mnist", "softmax+ape") is None
+    # untried, with a side-by-side benchmark (seconds per image): each benchmarked finished variant's
+    # pace scaled by relu+rope_mixed's cost relative to it — 12 · 3/2 = 18 and 50 · 3/5 = 30 — median 24
+    costs = {"softmax+ape": 2e-3, "favor+ape": 5e-3, "relu+rope_mixed": 3e-3}
+    assert seconds_per_epoch(finished, "mnist5k", "relu+rope_mixed", costs) == pytest.approx(24.0)
+    assert seconds_per_epoch(finished, "mnist5k", "softmax+ape", costs) == 12.0  # a finished variant: its own pace
+    assert seconds_per_epoch(finished, "mnist5k", "relu+krpe", costs) == 50.0  # not benchmarked: the slowest
+
+
+def test_train_costs_read_the_presets_speed_benchmark_or_that_of_the_study_it_checks(tmp_path, monkeypatch):
+    from rpevit import bench
+    from rpevit import params as params_lib
+    from rpevit.records import write_csv
+
+    study, check = types.SimpleNamespace(name="study"), types.SimpleNamespace(name="check")
+    assert bench.train_costs(study, tmp_path) == {}  # no benchmark kept
+    rounds = [
+        {"round": r, "variant": v, "train_seconds_per_image": t * (1 + r), "ms_per_image_batched": 1.0}
+        for r in range(3)
+        for v, t in (("softmax+ape", 1e-3), ("favor+ape", 2e-3))
+    ]
+    write_csv(tmp_path / "bench" / "cpu_speed_study.csv", rounds)
+    assert bench.train_costs(study, tmp_path) == pytest.approx({"softmax+ape": 2e-3, "favor+ape": 4e-3})  # medians
+    monkeypatch.setattr(params_lib, "checked_by", lambda name: ["study"] if name == "check" else [])
+    monkeypatch.setattr(bench, "load_params", lambda name: study)
+    assert bench.train_costs(check, tmp_path) == pytest.approx({"softmax+ape": 2e-3, "favor+ape": 4e-3})
 
 
 def test_epochs_done_come_from_a_matching_checkpoint_only(tiny_params, tiny_dataset, tmp_path):
@@ -154,7 +179,7 @@ def test_a_designed_study_trains_a_later_run_that_fits_and_stops_waiting_when_ti
         grid_params, design=types.SimpleNamespace(active=True, plateau_check=None, primary=both)
     )
     paces = {"softmax+none": 1e6, "softmax+ape": 1e-9}  # the first in design order cannot fit, the second can
-    monkeypatch.setattr(time_limit, "expected_seconds", lambda run, pace: paces[run.variant])
+    monkeypatch.setattr(time_limit, "expected_seconds", lambda run, pace, costs=None: paces[run.variant])
     study.run_study(designed, time_limit=_limit(60), **roots)
     out = capsys.readouterr().out
     assert calls == [("softmax+ape", 1)]
@@ -193,7 +218,7 @@ def test_no_secondary_run_overtakes_an_earlier_run_that_does_not_fit(
     monkeypatch.setattr(catalog, "design", fake)
     design = types.SimpleNamespace(active=True, plateau_check=None, primary=primary)
     paces = {"softmax+none": 1e6, "softmax+ape": 1e-9}  # the first cannot fit, the second could
-    monkeypatch.setattr(time_limit, "expected_seconds", lambda run, pace: paces[run.variant])
+    monkeypatch.setattr(time_limit, "expected_seconds", lambda run, pace, costs=None: paces[run.variant])
     study.run_study(dataclasses.replace(grid_params, design=design), time_limit=_limit(60), **roots)
     assert calls == []
     assert f"not started: softmax+ape on mnist5k, seed 0 ({why}" in capsys.readouterr().out

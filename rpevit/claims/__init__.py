@@ -12,6 +12,7 @@ with an interval and a verdict (notebook 45_claims; docs/statistics.md).
 The margins and α of the seeds' claims: `rpevit.claims.registry` (ALPHA, MARGIN_POINTS, MARGIN_TIME_PCT).
 """
 
+from ..bench import read_speed
 from .design_answer import design_answer_text
 from .evaluation import RULED_OUT, correctness, evaluate_claims, family_size, mark_unplanned, missing_runs
 from .figures import VERDICT_STYLES, forest_figure, speedup_figure
@@ -59,7 +60,7 @@ from .registry import (
     claims_for,
     design_claims,
 )
-from .speed import BUSY, CROSSOVER_TOKENS, crossover_rows, read_speed, speedups
+from .speed import BUSY, CROSSOVER_TOKENS, crossover_rows, speedups
 
 __all__ = [
     "BUSY",

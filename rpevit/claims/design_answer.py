@@ -166,7 +166,7 @@ def design_answer_text(
     """Markdown: the pre-registered answer of a designed preset, from its contrasts' claims rows (`rows`:
     evaluation.evaluate_claims over the complete primary seeds), its current records (`found`, diverged
     ones included: the stopping rule's count), the runs' plateau (convergence.finished_convergence), the
-    side-by-side speed benchmark (speed.read_speed) and, for a design with a longer-budget check, its
+    side-by-side speed benchmark (bench.read_speed) and, for a design with a longer-budget check, its
     reading (`check_text`: convergence.budget_check's text), given after the contrasts."""
     if not params.design.active:
         return f"`{params.name}` has no pre-registered design."

@@ -118,7 +118,7 @@ def evaluate_claims(
     """The claims table: one row per (claim, dataset) with its Comparison, the means of a and b, the
     effect with its interval and seed- and image-level standard errors, both one-sided p-values raw and
     Holm-adjusted over the whole table, the verdict and, for rows without one, the reason. Time claims
-    read `speed` (the per-round rows of `python -m rpevit bench speed`, speed.read_speed).
+    read `speed` (the per-round rows of `python -m rpevit bench speed`, bench.read_speed).
 
     `planned` ((dataset, variant, seed) triples the preset has finished or will still train:
     catalog.planned_runs) fixes the Holm family before every run has finished: a row the remaining runs will test

@@ -11,9 +11,7 @@ A benchmark taken on a busy machine (rpevit.metrics.busy) gives no verdict: "und
 
 from __future__ import annotations
 
-import csv
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
@@ -23,22 +21,6 @@ from .registry import ALPHA, CONTRADICTED, INCONCLUSIVE, S000_SPEED, SUPPORTED, 
 
 BUSY = "busy machine"
 CROSSOVER_TOKENS = 256
-
-
-def speed_path(params, reports_root=None) -> Path:
-    """Where the preset's side-by-side speed benchmark is kept: reports/bench/cpu_speed_<preset>.csv."""
-    from ..report import reports_root as default_root
-
-    return Path(reports_root or default_root()) / "bench" / f"cpu_speed_{params.name}.csv"
-
-
-def read_speed(params, reports_root=None) -> list[dict] | None:
-    """The per-round rows of the preset's speed benchmark, or None if it was not kept."""
-    path = speed_path(params, reports_root)
-    if not path.is_file():
-        return None
-    with path.open() as handle:
-        return [{k: (v if k == "variant" else float(v)) for k, v in row.items()} for row in csv.DictReader(handle)]
 
 
 @dataclass(frozen=True)
