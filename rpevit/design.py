@@ -47,6 +47,11 @@ class StoppingRule:
     half_width: float = 0.5
     confidence: float = 0.95
 
+    @property
+    def fixed(self) -> bool:
+        """True when min_seeds == max_seeds: a fixed number of seeds, no half-width to stop on."""
+        return self.min_seeds == self.max_seeds
+
 
 @dataclass(frozen=True)
 class Design:

@@ -58,8 +58,8 @@ def _expected(params: Params, places, pace: list[dict], runs_root=None, costs=No
     hours, unknown = remaining_hours(params, places, pace, runs_root, costs)
     if places and unknown == len(places):
         return "no finished run on their dataset yet to take a pace from"
-    paced = {r["variant"] for r in pace}
-    scaled = bool(costs) and any(v not in paced and v in costs for _, v, _ in places)
+    paced = {(r["dataset"], r["variant"]) for r in pace}
+    scaled = bool(costs) and any((d, v) not in paced and v in costs for d, v, _ in places)
     return (
         f"≈ {hours:.1f} hours one after another (validation, testing and evaluation included) at the median pace "
         "of the finished runs"
@@ -80,11 +80,16 @@ def _design_lines(params: Params, current: list[dict]) -> list[str]:
             for r in design.complete_seed_records(params, mine)
             if r.get("status") == "finished" and r["variant"] in primary
         }
-        widths = design.half_widths(rules, accuracy) if progress.complete >= 2 else {}
-        target = f"{rules.stopping.confidence:.0%} half-widths (target ≤ {rules.stopping.half_width:g} points): "
+        rule = rules.stopping
+        widths = design.half_widths(rules, accuracy) if progress.complete >= 2 and not rule.fixed else {}
+        target = f"{rule.confidence:.0%} half-widths (target ≤ {rule.half_width:g} points): "
+        needs = (
+            f"of the design's fixed {rule.max_seeds} (no stopping rule)"
+            if rule.fixed
+            else f"the stopping rule needs {progress.needed} ({rule.min_seeds}–{rule.max_seeds})"
+        )
         lines.append(
-            f"{dataset}: {progress.complete} complete primary seeds, the stopping rule needs {progress.needed} "
-            f"({rules.stopping.min_seeds}–{rules.stopping.max_seeds})"
+            f"{dataset}: {progress.complete} complete primary seeds, {needs}"
             + (f"; lost seeds: {sorted(progress.lost)}" if progress.lost else "")
             + ("; settled: no more primary runs" if mine and design.primary_settled(params, mine) else "")
             + (f"; {target}" + "; ".join(f"{name} {w:.2f}" for name, w in widths.items()) if widths else "")
@@ -132,6 +137,8 @@ def status_lines(params: Params, runs_root=None, reports_root=None) -> list[str]
     lines.append(
         f"left: {len(left)} runs ({sum(p in busy for p in left)} in flight); "
         + _expected(params, left, pace, runs_root, costs)
+        if left
+        else "left: no runs"
     )
     if groups["waiting"]:
         lines.append(

@@ -87,6 +87,14 @@ def test_a_designed_study_shows_its_seeds_budgets_and_check(tmp_path):
         )
 
 
+def test_a_fixed_seed_design_shows_no_stopping_rule(tmp_path):
+    check = load_params("fmnist_plateau_check")
+    assert check.design.stopping.fixed and not load_params("fmnist_converged").design.stopping.fixed
+    seeds = next(line for line in status_lines(check, runs_root=tmp_path) if line.startswith("fashion_mnist: "))
+    assert f"of the design's fixed {len(check.seeds)} (no stopping rule)" in seeds
+    assert "stopping rule needs" not in seeds and "half-widths" not in seeds
+
+
 def test_a_check_takes_its_pace_from_its_study_too(tmp_path):
     check, study = load_params("fmnist_plateau_check"), load_params("fmnist_converged")
     assert checked_by("fmnist_plateau_check") == ["fmnist_converged"] and checked_by("fmnist_converged") == []
