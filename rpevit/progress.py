@@ -14,13 +14,20 @@ def minutes(seconds: float) -> str:
     return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
 
 
+def duration(seconds: float) -> str:
+    """minutes(), or hours from two hours on."""
+    return f"{seconds / 3600:.1f} h" if seconds >= 7200 else minutes(seconds)
+
+
 class Progress:
     """Done / running / failed as they change: one line per event, or a tqdm bar on a terminal.
     `on_event(dict)` is called for every event (kind, dataset, variant, seed, message, host, pid, …)."""
 
     def __init__(self, todo: int, tty: bool = False, on_event=None, name: str = "study", wanted=None):
         self.todo, self.on_event, self.started = todo, on_event, time.perf_counter()
-        self.wanted = wanted  # a designed study: () -> runs left that its design wants now
+        # a designed study: () -> (the runs its design wants now, their expected seconds one after another
+        # at the finished runs' pace, or None where some have no pace to go on)
+        self.wanted = wanted
         self.done = self.failed = self.diverged = self.skipped = 0
         self.running: dict = {}  # run -> (host, pid)
         self.bar = None
@@ -35,16 +42,25 @@ class Progress:
         return f"{self.done + self.diverged}/{self.todo} done, {len(self.running)} running, {self.failed} failed{extra}"
 
     def _eta(self) -> str:
-        """Mean time of the runs this process trained × the runs left. A skipped run (another process
-        trains it) is neither a timing sample nor left: counting its ~0 s would shrink the estimate.
-        A designed study counts only the runs its design wants now (the stopping rule may add seeds)."""
+        """A designed study: the runs its design wants now (the stopping rule may add seeds), at the
+        finished runs' pace (time_limit.expected_seconds, the estimate `status` prints). Otherwise, or
+        where that pace is missing: mean time of the runs this process trained × the runs left. A
+        skipped run (another process trains it) is neither a timing sample nor left: counting its ~0 s
+        would shrink the estimate."""
         trained = self.done + self.diverged + self.failed
-        left = self.todo - trained - self.skipped if self.wanted is None else self.wanted()
-        if not trained or left <= 0:
+        left, expected = (self.todo - trained - self.skipped, None) if self.wanted is None else self.wanted()
+        if left <= 0:
+            return ""
+        if expected is not None:
+            return (
+                f"; ETA {duration(expected)} for the {left} runs the design wants now, one after another at the "
+                "finished runs' pace"
+            )
+        if not trained:
             return ""
         elapsed = time.perf_counter() - self.started
         what = "the remaining runs" if self.wanted is None else f"the {left} runs the design wants now"
-        return f"; ETA {minutes(elapsed / trained * left)} for {what}"
+        return f"; ETA {duration(elapsed / trained * left)} for {what}"
 
     def _refresh(self) -> None:
         if self.bar is not None:

@@ -36,7 +36,7 @@ from .progress import Progress, label
 from .run import Run
 from .schema import SUMMARY_COLUMNS
 from .tables import markdown_table
-from .time_limit import TimeLimit
+from .time_limit import TimeLimit, expected_seconds
 from .variants import parse_variant
 
 POLL_SECONDS = 60  # how often a waiting study looks again at the runs other processes train
@@ -162,11 +162,11 @@ def designed_order(params: Params, todo: list[tuple[Run, State]], meter: Progres
         return
     roots, tried, said = (todo[0][0].runs_root, todo[0][0].reports_root), set(), set()
     primary = {parse_variant(v).name for v in params.design.primary}
-    costs = train_costs(params, roots[1]) if time_limit is not None else {}
+    costs = train_costs(params, roots[1])
     while True:
         busy, finished = in_flight_and_records(params, *roots)
         held = secondary_held(params, *roots)
-        pace = pace_records(params, *roots, own=finished) if time_limit is not None else []
+        pace = pace_records(params, *roots, own=finished)
         done = {(r["dataset"], r["variant"], r["seed"]) for r in finished}
         chosen, waits, skips, refused = None, [], [], set()  # refused: "primary" / "secondary" runs refused for time
         for run, before in todo:
@@ -187,7 +187,8 @@ def designed_order(params: Params, todo: list[tuple[Run, State]], meter: Progres
             (waits if verdict == "wait" else skips).append((run, why))
         if chosen is not None:
             untried = [t for t in todo if t[0].place not in tried]
-            meter.wanted = functools.partial(wanted_left, params, untried, busy, finished, held)  # this scan's reads
+            # this scan's reads
+            meter.wanted = functools.partial(wanted_left, params, untried, busy, finished, held, pace, costs)
             tried.add(chosen[0].place)
             yield chosen
             continue
@@ -207,17 +208,31 @@ def designed_order(params: Params, todo: list[tuple[Run, State]], meter: Progres
         time.sleep(POLL_SECONDS if time_limit is None else max(0.0, min(POLL_SECONDS, time_limit.left())))
 
 
-def wanted_left(params: Params, todo: list[tuple[Run, State]], busy: set, finished: list[dict], held: str = "") -> int:
+def wanted_left(
+    params: Params,
+    todo: list[tuple[Run, State]],
+    busy: set,
+    finished: list[dict],
+    held: str = "",
+    pace: list[dict] = (),
+    costs: dict | None = None,
+) -> tuple[int, float | None]:
     """Of `todo` (this process's runs not yet tried, the current one first), those the design would
     train on the `finished` records (the primary seeds the stopping rule wants so far, the secondary
     runs within budget and not `held`: design.decide) that are unfinished and not `busy` in another
-    process: what the ETA counts."""
+    process: what the ETA counts. Returns (how many, their expected seconds one after another at the
+    pace of `pace` scaled by `costs`, the epochs their checkpoints hold subtracted — None where a run
+    has no pace to go on)."""
     done = {(r["dataset"], r["variant"], r["seed"]) for r in finished}
-    return sum(
-        run.place not in busy | done and design.decide(params, run.place, finished, secondary_held=held)[0] == "train"
+    runs = [
+        run
         for run, state in todo
         if state.train
-    )
+        and run.place not in busy | done
+        and design.decide(params, run.place, finished, secondary_held=held)[0] == "train"
+    ]
+    expected = [expected_seconds(run, list(pace), costs) for run in runs]
+    return len(runs), (None if not runs or None in expected else sum(expected))
 
 
 def summarise(params: Params, grid_cells: list[Run], rows: dict, notes: list[str], write: bool = True) -> list[dict]:

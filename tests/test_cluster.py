@@ -139,12 +139,26 @@ def test_progress_eta_ignores_skipped_runs(capsys, monkeypatch):
 def test_progress_eta_of_a_designed_study_counts_the_runs_its_design_wants(capsys, monkeypatch):
     clock = iter([0.0, 600.0])
     monkeypatch.setattr(progress, "time", types.SimpleNamespace(perf_counter=lambda: next(clock)))
-    meter = Progress(90, tty=False, wanted=lambda: 3)  # 90 runs in the grid, 3 wanted by the design now
+    meter = Progress(90, tty=False, wanted=lambda: (3, None))  # 90 runs in the grid, 3 wanted now, no pace
     meter.event("running", ("mnist5k", "favor+ape", 1))
     meter.event("done", ("mnist5k", "favor+ape", 1))
     meter.event("running", ("mnist5k", "relu+ape", 1))
     line = capsys.readouterr().out.splitlines()[-1]
     assert line.endswith("running: relu+ape on mnist5k, seed 1; ETA 30.0 min for the 3 runs the design wants now")
+
+
+def test_progress_eta_of_a_designed_study_takes_the_finished_runs_pace(capsys, monkeypatch):
+    """A run resumed near its end takes minutes; the pace of the finished runs, not this process's
+    mean, says how long the runs left take (a 3-minute resumed run would make 40 runs look like 2 hours)."""
+    clock = iter([0.0, 180.0])
+    monkeypatch.setattr(progress, "time", types.SimpleNamespace(perf_counter=lambda: next(clock)))
+    meter = Progress(90, tty=False, wanted=lambda: (40, 40 * 2100.0))  # 40 runs of 35 min each
+    meter.event("running", ("mnist5k", "favor+ape", 1))
+    meter.event("done", ("mnist5k", "favor+ape", 1))
+    meter.event("running", ("mnist5k", "relu+ape", 1))
+    lines = capsys.readouterr().out.splitlines()
+    tail = "ETA 23.3 h for the 40 runs the design wants now, one after another at the finished runs' pace"
+    assert lines[0].endswith(tail) and lines[-1].endswith(tail)  # known before this process trained a run
 
 
 class _FakeBoard:

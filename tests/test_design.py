@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from rpevit import catalog, design, records
+from rpevit import catalog, design, records, time_limit
 from rpevit.errors import UserError
 from rpevit.params import load_params
 from rpevit.run import Run
@@ -272,10 +272,15 @@ def test_the_eta_counts_the_runs_the_design_wants_and_no_other_process_trains(tm
 
     # nothing finished: primary seeds 0-1 (8 runs) and the 2 secondary runs; seeds 2-3 wait on the rule
     def wanted(part):
-        return study.wanted_left(params, part, *catalog.in_flight_and_records(params, tmp_path / "runs"))
+        return study.wanted_left(params, part, *catalog.in_flight_and_records(params, tmp_path / "runs"))[0]
 
     assert wanted(todo) == 10
     assert wanted(todo[5:]) == 5 and wanted([]) == 0
+    busy, finished = catalog.in_flight_and_records(params, tmp_path / "runs")
+    assert study.wanted_left(params, todo, busy, finished)[1] is None  # no finished run to take a pace from
+    pace = [{"dataset": grid[0].dataset, "variant": "softmax+ape", "status": "finished", "train_seconds_per_epoch": 10}]
+    count, seconds = study.wanted_left(params, todo, busy, finished, "", pace)
+    assert count == 10 and seconds == pytest.approx(10 * time_limit.expected_seconds(grid[0], pace))  # one pace
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         grid[0].dir.mkdir(parents=True)

@@ -173,7 +173,7 @@ def test_a_designed_study_trains_a_later_run_that_fits_and_stops_waiting_when_ti
     )
     monkeypatch.setattr(study, "design", fake)
     monkeypatch.setattr(catalog, "design", fake)
-    monkeypatch.setattr(study, "wanted_left", lambda params, todo, *reads: len(todo))
+    monkeypatch.setattr(study, "wanted_left", lambda params, todo, *reads: (len(todo), None))
     both = ("softmax+none", "softmax+ape")
     designed = dataclasses.replace(
         grid_params, design=types.SimpleNamespace(active=True, plateau_check=None, primary=both)
