@@ -347,6 +347,11 @@ def test_study_status_counts_complete_primary_seeds_and_each_budget(monkeypatch)
     assert "the Performer–softmax gap at the study's 26-epoch budget" in text
     assert "13 primary runs finished, 2 complete primary seeds (6 variants × 3–10 seeds" in text
     assert "1 secondary run, of at most 102 runs" in text
+    assert (
+        "Secondary variants so far, in the order they train: softmax+krpe 1 of 3 seeds, mean test top-1 90.00 %."
+        in (text)
+    )
+    assert "Published claims on them" not in text  # one seed: nothing paired to compute
     assert "12.5 of the primary budget's 40 training hours and 2.0 of the secondary budget's 45 spent" in text
     assert (
         "Its longer-budget check `fmnist_plateau_check` (the primary variants at 52 epochs, trained before the "
@@ -359,6 +364,31 @@ def test_study_status_counts_complete_primary_seeds_and_each_budget(monkeypatch)
     assert "1 moved by more than the study's 95 % half-width when training ran 52 epochs (FAVOR+ gap with APE " in (
         findings.study_status("fmnist_converged")
     )
+
+
+def test_secondary_claims_show_once_two_seeds_pair_them():
+    from rpevit.report import findings
+
+    params = load_params("fmnist_converged")
+
+    def run(variant, seed, correct):
+        return {"dataset": "fashion_mnist", "variant": variant, "seed": seed, "status": "finished",
+                "top1": correct.count("1") / len(correct), "test_correct": correct}  # fmt: skip
+
+    found = [run("softmax+krpe", 1, "1111111100"), run("softmax+krpe", 2, "1111111100")]
+    found += [run("favor+krpe", 1, "1111111110"), run("favor+krpe", 2, "1111111111")]
+    text = findings.secondary_so_far(params, found)
+    assert text.startswith(
+        " Secondary variants so far, in the order they train: softmax+krpe 2 of 3 seeds, mean test top-1 80.00 %; "
+        "favor+krpe 2 of 3 seeds, mean test top-1 95.00 %."
+    )
+    # per seed +10 and +20 points: mean +15, 90 % t-interval (the equivalence test's) ± 6.314 · 7.07 / √2
+    assert (
+        "seed 002, krpe closes the favor–softmax gap (favor+krpe − softmax+krpe) +15.00 [−16.57, +46.57] over 2 seeds "
+        "(90 % interval)." in text
+    )
+    assert "relu" not in text  # relu+krpe has no run: its claim is not computed
+    assert findings.secondary_so_far(params, found[:0]) == ""
 
 
 def test_each_backend_has_one_colour_in_every_speed_figure():

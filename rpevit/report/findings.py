@@ -104,7 +104,7 @@ def study_status(preset: str, root=None) -> str:
         f"concern): {len(done['primary'])} primary runs finished, {complete} complete primary seed"
         f"{'s' * (complete != 1)} ({len(primary)} variants × {rule.min_seeds}–{rule.max_seeds} seeds by the stopping "
         f"rule), {secondary} secondary run{'s' * (secondary != 1)}, of at most {len(grid(params))} runs; {budget}."
-        f"{plateau}{check}{settled_primary(params, current)}"
+        f"{plateau}{check}{settled_primary(params, current)}{secondary_so_far(params, found)}"
         f" Its answer — the Performer–softmax gap at the study's {params.train.epochs}-epoch budget "
         f"and whether RoPE closes it, with intervals — appears here when the study has finished and `python -m rpevit "
         f"notebooks {preset}` regenerates its report (an interim report of what has finished, trained nothing: "
@@ -148,6 +148,56 @@ def settled_primary(params, current: list[dict]) -> str:
             "one Holm correction over all of them, those on the secondary variants included: " + "; ".join(parts) + "."
         )
     return "".join(sentences)
+
+
+def secondary_so_far(params, found: list[dict]) -> str:
+    """Sentences on the secondary variants with a finished run: seeds done and mean test top-1 each,
+    then the published claims on them that ≥ 2 paired seeds let compute, with their unadjusted
+    intervals (claims.evaluate_claims) and no verdict: the report decides every claim with one Holm
+    correction. '' while no secondary run has finished."""
+    from ..claims import CLAIMS, TOP1, evaluate_claims
+    from ..tables import signed
+    from ..variants import parse_variant
+
+    design = params.design
+    secondary = [parse_variant(v).name for v in design.secondary]
+    mine = [r for r in found if r["variant"] in secondary]
+    if not mine:
+        return ""
+    many = len(params.datasets) > 1
+    parts = []
+    for dataset in params.datasets:
+        for variant in secondary:
+            top1 = [r["top1"] for r in mine if r["variant"] == variant and r["dataset"] == dataset]
+            if top1:
+                where = f" on {dataset}" if many else ""
+                parts.append(
+                    f"{variant}{where} {len(top1)} of {design.secondary_seeds} seeds, mean test top-1 "
+                    f"{100 * sum(top1) / len(top1):.2f} %"
+                )
+    text = f" Secondary variants so far, in the order they train: {'; '.join(parts)}."
+    claims = [
+        c
+        for c in CLAIMS
+        if c.measure == TOP1
+        and not c.untestable
+        and {parse_variant(v).name for v in c.comparison.variants} & set(secondary)
+    ]
+    rows = [row for row in evaluate_claims(found, claims, params.datasets) if row["seeds"] >= 2 and "effect" in row]
+    if rows:
+        said = []
+        for row in rows:
+            where = f", {row['dataset']}" if many else ""
+            said.append(
+                f"{row['source'].tag}, {row['claim']} ({row['comparison']}{where}) {signed(row['effect'])} "
+                f"[{signed(row['low'])}, {signed(row['high'])}] over {row['seeds']} seeds "
+                f"({100 * row['confidence']:.0f} % interval)"
+            )
+        text += (
+            " Published claims on them that paired seeds let compute, test top-1 in points with unadjusted intervals "
+            "and no verdict yet: " + "; ".join(said) + "."
+        )
+    return text
 
 
 def _early_study_note(root=None, preset: str = "cpu_claims") -> str:
