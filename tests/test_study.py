@@ -187,7 +187,7 @@ def test_a_study_waits_while_another_process_trains_what_decides_its_next_run(
     monkeypatch.setattr(study, "design", fake)
     monkeypatch.setattr(catalog, "design", fake)
     monkeypatch.setattr(study, "POLL_SECONDS", 0)
-    monkeypatch.setattr(study, "wanted_left", lambda params, todo, *reads: len(todo))  # the ETA's count: not tested
+    monkeypatch.setattr(study, "wanted_left", lambda params, todo, *reads: (len(todo), None))  # the ETA: not tested
     designed = dataclasses.replace(
         grid_params, design=types.SimpleNamespace(active=True, plateau_check=None, primary=())
     )

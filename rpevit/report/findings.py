@@ -155,7 +155,8 @@ def secondary_so_far(params, found: list[dict]) -> str:
     then the published claims on them that ≥ 2 paired seeds let compute, with their unadjusted
     intervals (claims.evaluate_claims) and no verdict: the report decides every claim with one Holm
     correction. '' while no secondary run has finished."""
-    from ..claims import CLAIMS, TOP1, evaluate_claims
+    from ..claims.evaluation import evaluate_claims  # the modules, not the package: claims.figures draws with report
+    from ..claims.registry import CLAIMS, TOP1
     from ..tables import signed
     from ..variants import parse_variant
 
