@@ -180,6 +180,7 @@ def _draw_omega(rank: int, store: str, out: str) -> None:
         for _ in range(2):
             model.count_training_step()
         torch.save({"initial": initial, "drawn": [block.attn.backend.omega for block in model.blocks]}, f"{out}{rank}")
+        dist.barrier()  # no rank tears its group down while the other is still connecting (a loaded machine)
     finally:
         dist.destroy_process_group()
 
