@@ -91,7 +91,11 @@ def _design_lines(params: Params, current: list[dict]) -> list[str]:
         lines.append(
             f"{dataset}: {progress.complete} complete primary seeds, {needs}"
             + (f"; lost seeds: {sorted(progress.lost)}" if progress.lost else "")
-            + ("; settled: no more primary runs" if mine and design.primary_settled(params, mine) else "")
+            + (
+                f"; settled: no more primary runs — {design.why_it_stands(params, mine)}"
+                if mine and design.primary_settled(params, mine)
+                else ""
+            )
             + (f"; {target}" + "; ".join(f"{name} {w:.2f}" for name, w in widths.items()) if widths else "")
         )
         finished = [r for r in mine if r.get("status") == "finished"]

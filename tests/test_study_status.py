@@ -93,6 +93,10 @@ def test_a_fixed_seed_design_shows_no_stopping_rule(tmp_path):
     seeds = next(line for line in status_lines(check, runs_root=tmp_path) if line.startswith("fashion_mnist: "))
     assert f"of the design's fixed {len(check.seeds)} (no stopping rule)" in seeds
     assert "stopping rule needs" not in seeds and "half-widths" not in seeds
+    kept = study_records(check, runs_root=tmp_path)
+    if design.primary_settled(check, kept):  # why it stands, after "settled"
+        fixed = f"the design's fixed {len(check.seeds)} seeds are complete"
+        assert seeds.endswith(f"; settled: no more primary runs — {fixed}")
 
 
 def test_a_check_takes_its_pace_from_its_study_too(tmp_path):
