@@ -36,7 +36,7 @@ from .progress import Progress, label
 from .run import Run
 from .schema import SUMMARY_COLUMNS
 from .tables import markdown_table
-from .time_limit import TimeLimit, expected_seconds
+from .time_limit import TimeLimit, expected_total
 from .variants import parse_variant
 
 POLL_SECONDS = 60  # how often a waiting study looks again at the runs other processes train
@@ -231,8 +231,8 @@ def wanted_left(
         and run.place not in busy | done
         and design.decide(params, run.place, finished, secondary_held=held)[0] == "train"
     ]
-    expected = [expected_seconds(run, list(pace), costs) for run in runs]
-    return len(runs), (None if not runs or None in expected else sum(expected))
+    seconds, unknown = expected_total(runs, pace, costs)
+    return len(runs), (None if not runs or unknown else seconds)
 
 
 def summarise(params: Params, grid_cells: list[Run], rows: dict, notes: list[str], write: bool = True) -> list[dict]:

@@ -12,7 +12,7 @@ from .catalog import grid, in_flight_and_records, pace_records, secondary_held
 from .params import Params, load_params
 from .progress import label
 from .run import Run
-from .time_limit import epochs_done, expected_seconds
+from .time_limit import epochs_done, expected_total
 from .variants import parse_variant
 
 
@@ -43,13 +43,7 @@ def remaining_hours(params: Params, places, pace: list[dict], runs_root=None, co
     records `pace` — scaled by the side-by-side benchmark's `costs` for a variant not run yet
     (time_limit.seconds_per_epoch) — the epochs their checkpoints hold subtracted; how many of them
     have no pace to go on and are not counted)."""
-    seconds, unknown = 0.0, 0
-    for place in places:
-        expected = expected_seconds(Run(params, *place, runs_root=runs_root), pace, costs)
-        if expected is None:
-            unknown += 1
-        else:
-            seconds += expected
+    seconds, unknown = expected_total((Run(params, *place, runs_root=runs_root) for place in places), pace, costs)
     return seconds / 3600, unknown
 
 

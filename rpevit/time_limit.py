@@ -80,6 +80,19 @@ def expected_seconds(run: Run, pace_records: list[dict], costs: dict | None = No
     return (epochs_left * (1 + VALIDATION_SHARE) + CLOSING_EPOCHS) * pace
 
 
+def expected_total(runs, pace_records: list[dict], costs: dict | None = None) -> tuple[float, int]:
+    """(seconds the `runs` are expected to take one after another — expected_seconds summed — and how
+    many of them have no pace to go on and are not counted)."""
+    seconds, unknown = 0.0, 0
+    for run in runs:
+        expected = expected_seconds(run, pace_records, costs)
+        if expected is None:
+            unknown += 1
+        else:
+            seconds += expected
+    return seconds, unknown
+
+
 def seconds_per_epoch(finished: list[dict], dataset: str, variant: str, costs: dict | None = None) -> float | None:
     """Median seconds per training epoch of the finished runs of `variant` on `dataset`, those at this
     process's torch threads where it has any; for a variant with none, the median over the finished
