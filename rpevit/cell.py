@@ -30,6 +30,7 @@ from . import records
 from .errors import UserError
 from .params import Params
 from .run import Run
+from .runs import keep_first_weights
 from .train import Diverged, train_run
 
 
@@ -234,6 +235,8 @@ def run_cell(cell: Run, load, *, progress: bool = False) -> dict:
             if cell.params.keep_records and _current(cell) is not None and _differs(cell.dir, cell.kept_dir):
                 print(f"[{cell.label}] keeping its record and history in {cell.kept_dir}", flush=True)
                 records.keep(cell.dir, cell.kept_dir)
+                if weights := keep_first_weights(cell):
+                    print(f"[{cell.label}] its tested weights kept in {weights} (the preset's first seed)", flush=True)
             record = _current(cell) or state.record
     except records.RunBusy as exc:
         print(f"skipped: {exc}", flush=True)

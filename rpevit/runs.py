@@ -177,6 +177,27 @@ def inspected_model(run: Run, device=None):
     return _loaded_model(run, state, device), records.read_record(run.kept_dir)
 
 
+def keep_first_weights(run: Run) -> Path | None:
+    """The automatic form of keep_weights, called as a finished run's record is kept: a run of the
+    preset's lowest seed keeps its tested weights beside its kept record unless some seed of its
+    variant and dataset has weights kept already, so a fresh clone inspects every trained variant even
+    where runs/ is lost. The seed, not the order runs finish in, decides (the same files under
+    --engine ray). Returns the path written, or None."""
+    record = records.read_record(run.kept_dir)
+    if not run.params.keep_records or run.seed != min(run.params.seeds) or not run.matches(record):
+        return None
+    if record.get("status") != "finished":
+        return None
+    for seed_dir in run.kept_dir.parent.glob("seed*"):
+        other = records.read_record(seed_dir)
+        if other and kept_weights(Run.of(run.params, other, reports_root=run.reports_root)) is not None:
+            return None
+    checkpoint = records.load_checkpoint(run.dir / records.CHECKPOINT)
+    if checkpoint is None or checkpoint["best"]["epoch"] != record.get("best_epoch"):
+        return None  # not the tested weights: the run's own checks deal with it
+    return records.save_kept_weights(run.kept_dir, record, checkpoint["best"]["state"])
+
+
 def keep_weights(params: Params, found: list[dict], runs_root=None, reports_root=None) -> list[str]:
     """Keep, beside the kept records of a keep_records preset, the tested weights of one finished run
     per variant and dataset — its lowest seed whose weights are here or already kept — so that a fresh

@@ -72,7 +72,7 @@ def test_kept_records_let_a_fresh_clone_skip_training(grid_params, counted, tmp_
     calls.clear()
     again = study.run_study(kept, runs_root=tmp_path / "elsewhere", reports_root=tmp_path / "reports")
     assert calls == [] and again == first
-    # the histories come from the kept copies too; the weights do not travel
+    # the histories come from the kept copies too; the checkpoints do not travel
     variant = again[0]["variant"]
     history = catalog.run_history(
         Run(kept, "mnist5k", variant, 0, runs_root=tmp_path / "elsewhere", reports_root=tmp_path / "reports")
@@ -83,17 +83,31 @@ def test_kept_records_let_a_fresh_clone_skip_training(grid_params, counted, tmp_
 
 
 def test_kept_weights_let_a_fresh_clone_inspect_trained_models(grid_params, counted, tmp_path, monkeypatch):
-    """keep-weights keeps one run's tested weights per variant (its lowest seed) beside the kept records;
-    with runs/ gone they load into the same model, and weights of another result are never used."""
+    """The study (and keep-weights, for runs trained before) keeps one run's tested weights per variant
+    (its lowest seed) beside the kept records; with runs/ gone they load into the same model, and
+    weights of another result are never used."""
     kept = dataclasses.replace(grid_params, keep_records=True)
     trained, reports = tmp_path / "runs", tmp_path / "reports"
     monkeypatch.setattr(records, "REPORTS_ROOT", reports)
     monkeypatch.setattr(records, "RUNS_ROOT", trained)
     found = study.run_study(kept, runs_root=trained, reports_root=reports)
+    paths = sorted((reports / "tiny" / "records").rglob(records.KEPT_WEIGHTS))
+    assert [p.parent.name for p in paths] == ["seed0"] * 2  # kept as each variant's first run finished
+    assert all("already kept" in line for line in runs.keep_weights(kept, found))
+    for path in paths:  # a study trained before weights were kept automatically
+        path.unlink()
+    first, other = (
+        Run(kept, "mnist5k", "softmax+none", seed, runs_root=trained, reports_root=reports) for seed in (0, 1)
+    )
+    assert runs.keep_first_weights(other) is None  # not the preset's lowest seed
+    records.save_kept_weights(other.kept_dir, records.read_record(other.kept_dir), {})
+    assert runs.keep_first_weights(first) is None  # its variant has weights kept already
+    (other.kept_dir / records.KEPT_WEIGHTS).unlink()
+    assert runs.keep_first_weights(first) == first.kept_dir / records.KEPT_WEIGHTS
+    (first.kept_dir / records.KEPT_WEIGHTS).unlink()
     lines = runs.keep_weights(kept, found)
     assert len(lines) == 2 and all("seed 0: kept" in line for line in lines)
     assert sorted(p.parent.name for p in (reports / "tiny" / "records").rglob(records.KEPT_WEIGHTS)) == ["seed0"] * 2
-    assert all("already kept" in line for line in runs.keep_weights(kept, found))
     run = Run(kept, "mnist5k", "softmax+ape", 0)
     here, _ = runs.trained_model(run, "cpu")
 
