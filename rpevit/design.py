@@ -263,9 +263,6 @@ def wanted_runs(params, finished: list[dict], busy=frozenset()) -> list[tuple[st
     return left
 
 
-STILL_TRAINING = "the study is still training"
-
-
 def seeds_text(params, current: list[dict]) -> str:
     """Words: how many complete primary seeds one dataset's current records (finished and diverged)
     hold, and why the primary grid stands there (why_it_stands)."""
@@ -277,13 +274,18 @@ def seeds_text(params, current: list[dict]) -> str:
     if progress.lost:
         lost = ", ".join(str(s) for s in sorted(progress.lost))
         done += f"; seed{'s' * (len(progress.lost) > 1)} {lost} lost (a primary run diverged)"
-    reason = why_it_stands(params, current)
-    return f"{done} so far; {reason}" if reason.endswith(STILL_TRAINING) else f"{done}; {reason}"
+    reason, training = _standing(params, current)
+    return f"{done} so far; {reason}" if training else f"{done}; {reason}"
 
 
 def why_it_stands(params, current: list[dict]) -> str:
     """Words: why one dataset's primary grid stands where its current records put it: the stopping
     rule's target met, its maximum, no seed left, the budget spent, or still training."""
+    return _standing(params, current)[0]
+
+
+def _standing(params, current: list[dict]) -> tuple[str, bool]:
+    """(why_it_stands's words, whether the primary grid is still training)."""
     from .variants import parse_variant
 
     progress = primary_progress(params, current)
@@ -295,19 +297,19 @@ def why_it_stands(params, current: list[dict]) -> str:
     }
     widths = half_widths(params.design, accuracy).values()
     if rule.fixed and len(complete) >= rule.max_seeds:
-        return f"the design's fixed {rule.max_seeds} seeds are complete"
+        return f"the design's fixed {rule.max_seeds} seeds are complete", False
     if len(complete) >= rule.min_seeds and all(w <= rule.half_width for w in widths):
-        return f"the stopping rule's target ({target}) is met"
+        return f"the stopping rule's target ({target}) is met", False
     if len(complete) >= rule.max_seeds:
-        return f"the stopping rule ({target}) ended at its maximum"
+        return f"the stopping rule ({target}) ended at its maximum", False
     if len(complete) >= len(progress.usable):
-        return f"the stopping rule ({target}) wanted more, but no seed of the preset is left"
+        return f"the stopping rule ({target}) wanted more, but no seed of the preset is left", False
     dataset = current[0]["dataset"] if current else params.datasets[0]
     primary = parse_variant(params.design.primary[0]).name
     verdict, why = decide(params, (dataset, primary, progress.usable[len(complete)]), current)
     if verdict == "skip":
-        return f"the stopping rule ({target}) wanted more, but {why}"
-    return f"the stopping rule ({target}) wants more: {STILL_TRAINING}"
+        return f"the stopping rule ({target}) wanted more, but {why}", False
+    return f"the stopping rule ({target}) wants more: the study is still training", True
 
 
 def primary_settled(params, records: list[dict]) -> bool:
