@@ -312,6 +312,7 @@ def accuracy_vs_cost(points: list[dict], title: str = "", no_bench: str = ""):
         layout="constrained",
     )
     several = len({p["dataset"] for p in points}) > 1
+    uneven = len({p["seeds"] for p in points}) > 1  # e.g. primary and secondary variants: say each count
     spans = {key: _span([p[key] for p in points if key in p]) for key, _ in axes_used}
     y_span = _span([p["low"] for p in points] + [p["high"] for p in points])
     for row, (key, label) in enumerate(axes_used):
@@ -331,7 +332,8 @@ def accuracy_vs_cost(points: list[dict], title: str = "", no_bench: str = ""):
                     capsize=2,
                     linestyle="none",
                 )
-            _label_points(axis, [(p[key], p["top-1 %"], _point_label(p, several)) for p in mine], spans[key], y_span)
+            texts = [_point_label(p, several) + (f" ({p['seeds']})" if uneven else "") for p in mine]
+            _label_points(axis, [(p[key], p["top-1 %"], t) for p, t in zip(mine, texts)], spans[key], y_span)
             axis.grid(alpha=0.3)
             axis.set_xlabel(label, fontsize=8)
             if row == 0:
@@ -341,7 +343,11 @@ def accuracy_vs_cost(points: list[dict], title: str = "", no_bench: str = ""):
     if no_bench:
         fig.text(0.5, -0.02, no_bench, ha="center", va="top", fontsize=8, wrap=True)
     seeds = max((p["seeds"] for p in points), default=1)
-    fig.suptitle(title + (f"\n(point: mean over {seeds} seeds; bar: lowest … highest seed)" if seeds > 1 else ""))
+    if uneven:
+        title += "\n(point: mean over the variant's seeds, their number in brackets; bar: lowest … highest seed)"
+    elif seeds > 1:
+        title += f"\n(point: mean over {seeds} seeds; bar: lowest … highest seed)"
+    fig.suptitle(title)
     return fig
 
 

@@ -129,3 +129,15 @@ def test_accuracy_vs_cost_names_the_dataset_when_there_are_several():
     fig = plots.accuracy_vs_cost(points, "t")
     assert {t.get_text() for t in fig.axes[0].texts} == {"ape · fashion_mnist", "ape · mnist5k"}
     plt.close(fig)
+
+
+def test_accuracy_vs_cost_says_each_seed_count_when_they_differ():
+    """Primary variants with 8 seeds beside secondary ones with 3: the title cannot say one count."""
+    done = [_record("softmax+ape", s, 0.8) for s in range(8)] + [_record("softmax+krpe", s, 0.8) for s in range(3)]
+    fig = plots.accuracy_vs_cost(plots.accuracy_cost_points(done, None), "t")
+    assert {t.get_text() for t in fig.axes[0].texts} == {"ape (8)", "krpe (3)"}
+    assert "their number in brackets" in fig._suptitle.get_text() and "8 seeds" not in fig._suptitle.get_text()
+    plt.close(fig)
+    fig = plots.accuracy_vs_cost(plots.accuracy_cost_points(done[:8], None), "t")
+    assert "mean over 8 seeds" in fig._suptitle.get_text() and {t.get_text() for t in fig.axes[0].texts} == {"ape"}
+    plt.close(fig)
