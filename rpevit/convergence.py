@@ -79,9 +79,10 @@ def finished_convergence(params, found: list[dict], reports_root=None) -> list[d
     )
 
 
-def convergence_text(rows: list[dict]) -> str:
+def convergence_text(rows: list[dict], checked: bool = False) -> str:
     """Markdown: how many runs met the plateau rule, how much they still gained, and what that means
-    for reading the comparisons (all computed from `convergence_rows`)."""
+    for reading the comparisons (all computed from `convergence_rows`); `checked`: the preset's design
+    names a longer-budget check (design.plateau_check), reported below the text."""
     if not rows:
         return "No finished run with a training history yet: convergence cannot be judged."
     gains = sorted(r["val gain over last 20% (points)"] for r in rows)
@@ -103,7 +104,11 @@ def convergence_text(rows: list[dict]) -> str:
         f"Fewer than {CONVERGED_SHARE:.0%} of the runs are at a plateau, so the study is **not converged** by its own "
         f"rule: every comparison below holds at this fixed {budget}-epoch budget, and longer training would still "
         "raise the accuracies; whether it would change the gaps between variants is not measured by these runs "
-        "(a design's longer-budget check measures it: below)."
+        + (
+            "(the design's longer-budget check measures it: below)."
+            if checked
+            else "(a longer-budget check would measure it; this preset names none: `design.plateau_check`)."
+        )
     )
 
 

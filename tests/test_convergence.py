@@ -33,6 +33,9 @@ def test_the_text_calls_a_study_converged_only_when_nine_in_ten_runs_meet_the_ru
     assert "met by **1 of 2 finished runs**" in half and "**not converged**" in half
     assert "1 of 2 runs had their best validation epoch at the last one (10 epochs)" in half
     assert "median of 0.45 points (range 0.00 to 0.90)" in half
+    assert "this preset names none" in half and "measures it: below" not in half  # no check to point to
+    checked = convergence_text(convergence_rows([_run("a", 0, FLAT), _run("b", 0, RISING)]), checked=True)
+    assert "the design's longer-budget check measures it: below" in checked and "names none" not in checked
     assert "cannot be judged" in convergence_text([])
 
 
