@@ -250,7 +250,8 @@ def summarise(params: Params, grid_cells: list[Run], rows: dict, notes: list[str
             failures.append(f"{row['status']}: {label(*run.place)} — {row['message']}")
     reports_root = grid_cells[0].reports_root if grid_cells else None
     if write:
-        write_summary(params.name, shown, reports_root, notes=list(dict.fromkeys(notes)) + failures)
+        notes = list(dict.fromkeys(notes)) + failures
+        write_summary(params.name, shown, reports_root, notes=notes, places=len(grid_cells))
     return results
 
 
@@ -308,8 +309,9 @@ def _cell(column: str, value) -> str:
     return str(value)
 
 
-def write_summary(preset: str, results: list[dict], reports_root=None, notes=()) -> Path:
-    """reports/<preset>/summary.csv (raw numbers) and summary.md (rounded; accuracies in %)."""
+def write_summary(preset: str, results: list[dict], reports_root=None, notes=(), places: int | None = None) -> Path:
+    """reports/<preset>/summary.csv (raw numbers) and summary.md (rounded; accuracies in %). `places`:
+    the grid's runs; the summary says when fewer of them have a record (written mid-study, or a design)."""
     out = inside(reports_root or records.REPORTS_ROOT, preset)
     rows = [
         {c: (("+".join(r[c]) or "none") if c == "positions" and c in r else r.get(c)) for c in SUMMARY_COLUMNS}
@@ -326,6 +328,13 @@ def write_summary(preset: str, results: list[dict], reports_root=None, notes=())
         "",
         markdown_table(shown, SUMMARY_COLUMNS) if shown else "No finished runs yet.",
     ]
+    recorded = sum(r.get("status") in ("finished", "diverged") for r in results)
+    if places is not None and recorded < places:
+        lines[1:1] = [
+            "",
+            f"{recorded} of the grid's {places} runs have a record; the others are not trained yet or not wanted "
+            f"by the preset's design (`python -m rpevit status {preset}` says which).",
+        ]
     if notes:
         lines += ["", "## Notes from the last study run", ""] + [f"- {note}" for note in notes]
     records.write_text(out / "summary.md", "\n".join(lines) + "\n")

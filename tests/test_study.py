@@ -22,6 +22,8 @@ def test_study_resumes_only_missing_runs(grid_params, counted, tmp_path):
     with pytest.raises(KeyboardInterrupt):
         study.run_study(grid_params, runs_root=runs, reports_root=reports)
     assert len(records.load_records("tiny", runs)) == 2
+    study.write_summary("tiny", records.load_records("tiny", runs), reports, places=4)  # e.g. a --time-limit stop
+    assert "2 of the grid's 4 runs have a record" in (reports / "tiny" / "summary.md").read_text()
     calls.clear()
     state["crash_on"] = None
     results = study.run_study(grid_params, runs_root=runs, reports_root=reports)
@@ -31,7 +33,7 @@ def test_study_resumes_only_missing_runs(grid_params, counted, tmp_path):
     study.run_study(grid_params, runs_root=runs, reports_root=reports)
     assert calls == []  # idempotent
     summary = (reports / "tiny" / "summary.md").read_text()
-    assert summary.count("| mnist5k |") == 4
+    assert summary.count("| mnist5k |") == 4 and "have a record" not in summary  # the whole grid
     for column in study.SUMMARY_COLUMNS:
         assert column in summary
     csv_rows = (reports / "tiny" / "summary.csv").read_text().strip().splitlines()
