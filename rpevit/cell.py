@@ -232,11 +232,12 @@ def run_cell(cell: Run, load, *, progress: bool = False) -> dict:
             record = _current(cell) or state.record
             if needs_evaluation(cell.params, record):
                 _evaluate(cell, load)
-            if cell.params.keep_records and _current(cell) is not None and _differs(cell.dir, cell.kept_dir):
-                print(f"[{cell.label}] keeping its record and history in {cell.kept_dir}", flush=True)
-                records.keep(cell.dir, cell.kept_dir)
-                if weights := keep_first_weights(cell):
-                    print(f"[{cell.label}] its tested weights kept in {weights} (the preset's first seed)", flush=True)
+            if cell.params.keep_records and _current(cell) is not None:
+                if _differs(cell.dir, cell.kept_dir):
+                    print(f"[{cell.label}] keeping its record and history in {cell.kept_dir}", flush=True)
+                    records.keep(cell.dir, cell.kept_dir)
+                if said := keep_first_weights(cell):  # also where a repair kept the record
+                    print(f"[{cell.label}] {said}", flush=True)
             record = _current(cell) or state.record
     except records.RunBusy as exc:
         print(f"skipped: {exc}", flush=True)

@@ -2,7 +2,7 @@
 
 Layout: runs/<preset>/<dataset>/<variant>/seed<k>[-e<epochs>]/{record.json, history.csv,
 checkpoint.pt, checkpoint.prev.pt}; a preset with keep_records keeps record.json and history.csv
-(and, asked to, one run's tested weights per variant: weights.pt) under reports/<preset>/records/. A
+(and one run's tested weights per variant: weights.pt, runs.keep_first_weights) under reports/<preset>/records/. A
 record exists only for a finished (or diverged) run; a checkpoint without a record is an interrupted
 run. The previous epoch's checkpoint is kept until the next one is safely written, so one damaged
 file costs at most one epoch. A damaged file is moved aside (kept, renamed `<name>.damaged-<time>`)
@@ -241,7 +241,7 @@ def keep(run_directory: Path, kept_directory: Path) -> list[str]:
     return written
 
 
-KEPT_WEIGHTS = "weights.pt"  # beside a kept record: its run's tested weights (`rpevit keep-weights`)
+KEPT_WEIGHTS = "weights.pt"  # beside a kept record: its run's tested weights (the study, or `rpevit keep-weights`)
 WEIGHTS_MARK = (
     "key",
     "best_epoch",

@@ -177,25 +177,40 @@ def inspected_model(run: Run, device=None):
     return _loaded_model(run, state, device), records.read_record(run.kept_dir)
 
 
-def keep_first_weights(run: Run) -> Path | None:
-    """The automatic form of keep_weights, called as a finished run's record is kept: a run of the
-    preset's lowest seed keeps its tested weights beside its kept record unless some seed of its
-    variant and dataset has weights kept already, so a fresh clone inspects every trained variant even
-    where runs/ is lost. The seed, not the order runs finish in, decides (the same files under
-    --engine ray). Returns the path written, or None."""
+def keep_first_weights(run: Run) -> str:
+    """The automatic form of keep_weights, called where a finished run's kept record is current: a
+    run of the preset's first seed (the first the design trains) keeps its tested weights beside its
+    kept record unless some seed of its variant and dataset has weights kept already, so a fresh clone
+    inspects every trained variant even where runs/ is lost. The seed, not the order runs finish in,
+    decides (the same files under --engine ray). Returns a line to print ('' when there is nothing to say)."""
+    if not run.params.keep_records or run.seed != run.params.seeds[0]:
+        return ""
     record = records.read_record(run.kept_dir)
-    if not run.params.keep_records or run.seed != min(run.params.seeds) or not run.matches(record):
-        return None
-    if record.get("status") != "finished":
-        return None
-    for seed_dir in run.kept_dir.parent.glob("seed*"):
-        other = records.read_record(seed_dir)
-        if other and kept_weights(Run.of(run.params, other, reports_root=run.reports_root)) is not None:
-            return None
+    if not run.matches(record) or record.get("status") != "finished":
+        return ""
+    if any(_holds_kept_weights(run.params, seed_dir) for seed_dir in run.kept_dir.parent.glob("seed*")):
+        return ""
     checkpoint = records.load_checkpoint(run.dir / records.CHECKPOINT)
     if checkpoint is None or checkpoint["best"]["epoch"] != record.get("best_epoch"):
-        return None  # not the tested weights: the run's own checks deal with it
-    return records.save_kept_weights(run.kept_dir, record, checkpoint["best"]["state"])
+        return (
+            "its checkpoint no longer holds its tested weights, so none are kept for inspection; "
+            f"`python -m rpevit keep-weights {run.params.name}` keeps another seed's where its checkpoint is"
+        )
+    path = records.save_kept_weights(run.kept_dir, record, checkpoint["best"]["state"])
+    return f"its tested weights kept in {path} (the preset's first seed; notebooks 20, 30 and 90 inspect them)"
+
+
+def _holds_kept_weights(params: Params, kept_dir: Path) -> bool:
+    """Whether a kept seed folder holds the weights of its current finished record; it reads another
+    run's files without moving anything (that run's own process repairs them)."""
+    path = kept_dir / records.RECORD
+    record = records.record_problem(path.read_bytes())[0] if path.is_file() else None
+    return (
+        record is not None
+        and record["status"] == "finished"
+        and Run.of(params, record).matches(record)
+        and records.load_kept_weights(kept_dir, record) is not None
+    )
 
 
 def keep_weights(params: Params, found: list[dict], runs_root=None, reports_root=None) -> list[str]:

@@ -251,7 +251,7 @@ def summarise(params: Params, grid_cells: list[Run], rows: dict, notes: list[str
     reports_root = grid_cells[0].reports_root if grid_cells else None
     if write:
         notes = list(dict.fromkeys(notes)) + failures
-        write_summary(params.name, shown, reports_root, notes=notes, places=len(grid_cells))
+        write_summary(params.name, shown, reports_root, notes=notes, coverage=(len(results), len(grid_cells)))
     return results
 
 
@@ -291,7 +291,8 @@ def retime_study(params: Params, everything: bool = False, runs_root=None, repor
             flush=True,
         )
         retimed.append(record)
-    write_summary(params.name, study_records(params, runs_root, reports_root), reports_root)
+    found = study_records(params, runs_root, reports_root)
+    write_summary(params.name, found, reports_root, coverage=(len(found), len(grid(params))))
     return retimed
 
 
@@ -309,9 +310,10 @@ def _cell(column: str, value) -> str:
     return str(value)
 
 
-def write_summary(preset: str, results: list[dict], reports_root=None, notes=(), places: int | None = None) -> Path:
-    """reports/<preset>/summary.csv (raw numbers) and summary.md (rounded; accuracies in %). `places`:
-    the grid's runs; the summary says when fewer of them have a record (written mid-study, or a design)."""
+def write_summary(preset: str, results: list[dict], reports_root=None, notes=(), coverage=None) -> Path:
+    """reports/<preset>/summary.csv (raw numbers) and summary.md (rounded; accuracies in %). `coverage`:
+    (runs with a current record, the grid's runs); the summary says when the first is smaller (written
+    mid-study, or a design that trains only some)."""
     out = inside(reports_root or records.REPORTS_ROOT, preset)
     rows = [
         {c: (("+".join(r[c]) or "none") if c == "positions" and c in r else r.get(c)) for c in SUMMARY_COLUMNS}
@@ -328,12 +330,11 @@ def write_summary(preset: str, results: list[dict], reports_root=None, notes=(),
         "",
         markdown_table(shown, SUMMARY_COLUMNS) if shown else "No finished runs yet.",
     ]
-    recorded = sum(r.get("status") in ("finished", "diverged") for r in results)
-    if places is not None and recorded < places:
+    if coverage is not None and coverage[0] < coverage[1]:
         lines[1:1] = [
             "",
-            f"{recorded} of the grid's {places} runs have a record; the others are not trained yet or not wanted "
-            f"by the preset's design (`python -m rpevit status {preset}` says which).",
+            f"{coverage[0]} of the grid's {coverage[1]} runs have a record; the others are not trained yet or not "
+            f"wanted by the preset's design (`python -m rpevit status {preset}` says which).",
         ]
     if notes:
         lines += ["", "## Notes from the last study run", ""] + [f"- {note}" for note in notes]

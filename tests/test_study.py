@@ -12,6 +12,7 @@ from rpevit import catalog, cell, records, runs, study
 from rpevit import train as train_module
 from rpevit.errors import UserError
 from rpevit.run import Run
+from rpevit.time_limit import TimeLimit
 from rpevit.train import Diverged
 
 
@@ -22,8 +23,11 @@ def test_study_resumes_only_missing_runs(grid_params, counted, tmp_path):
     with pytest.raises(KeyboardInterrupt):
         study.run_study(grid_params, runs_root=runs, reports_root=reports)
     assert len(records.load_records("tiny", runs)) == 2
-    study.write_summary("tiny", records.load_records("tiny", runs), reports, places=4)  # e.g. a --time-limit stop
-    assert "2 of the grid's 4 runs have a record" in (reports / "tiny" / "summary.md").read_text()
+    study.run_study(grid_params, runs_root=runs, reports_root=reports, time_limit=TimeLimit(0))  # starts nothing
+    assert (
+        "2 of the grid's 4 runs have a record; the others are not trained yet"
+        in (reports / "tiny" / "summary.md").read_text()
+    )
     calls.clear()
     state["crash_on"] = None
     results = study.run_study(grid_params, runs_root=runs, reports_root=reports)
@@ -86,7 +90,7 @@ def test_kept_records_let_a_fresh_clone_skip_training(grid_params, counted, tmp_
 
 def test_kept_weights_let_a_fresh_clone_inspect_trained_models(grid_params, counted, tmp_path, monkeypatch):
     """The study (and keep-weights, for runs trained before) keeps one run's tested weights per variant
-    (its lowest seed) beside the kept records; with runs/ gone they load into the same model, and
+    (its first seed) beside the kept records; with runs/ gone they load into the same model, and
     weights of another result are never used."""
     kept = dataclasses.replace(grid_params, keep_records=True)
     trained, reports = tmp_path / "runs", tmp_path / "reports"
@@ -95,17 +99,24 @@ def test_kept_weights_let_a_fresh_clone_inspect_trained_models(grid_params, coun
     found = study.run_study(kept, runs_root=trained, reports_root=reports)
     paths = sorted((reports / "tiny" / "records").rglob(records.KEPT_WEIGHTS))
     assert [p.parent.name for p in paths] == ["seed0"] * 2  # kept as each variant's first run finished
+    automatic = runs.kept_weights(Run(kept, "mnist5k", "softmax+ape", 0))
+    tested, _ = runs.trained_model(Run(kept, "mnist5k", "softmax+ape", 0), "cpu")
+    assert all(torch.equal(automatic[name], tensor) for name, tensor in tested.state_dict().items())
     assert all("already kept" in line for line in runs.keep_weights(kept, found))
-    for path in paths:  # a study trained before weights were kept automatically
-        path.unlink()
     first, other = (
         Run(kept, "mnist5k", "softmax+none", seed, runs_root=trained, reports_root=reports) for seed in (0, 1)
     )
-    assert runs.keep_first_weights(other) is None  # not the preset's lowest seed
+    for name in (records.KEPT_WEIGHTS, records.RECORD):  # a kept record lost: the study's repair restores it
+        (first.kept_dir / name).unlink()
+    study.run_study(kept, runs_root=trained, reports_root=reports)
+    assert runs.kept_weights(first) is not None  # and its weights follow
+    for path in paths:  # a study trained before weights were kept automatically
+        path.unlink()
+    assert runs.keep_first_weights(other) == ""  # not the preset's first seed
     records.save_kept_weights(other.kept_dir, records.read_record(other.kept_dir), {})
-    assert runs.keep_first_weights(first) is None  # its variant has weights kept already
+    assert runs.keep_first_weights(first) == ""  # its variant has weights kept already
     (other.kept_dir / records.KEPT_WEIGHTS).unlink()
-    assert runs.keep_first_weights(first) == first.kept_dir / records.KEPT_WEIGHTS
+    assert "its tested weights kept in" in runs.keep_first_weights(first)
     (first.kept_dir / records.KEPT_WEIGHTS).unlink()
     lines = runs.keep_weights(kept, found)
     assert len(lines) == 2 and all("seed 0: kept" in line for line in lines)
@@ -136,6 +147,11 @@ def test_kept_weights_let_a_fresh_clone_inspect_trained_models(grid_params, coun
     )
     with pytest.raises(UserError, match="keep_records: false"):
         runs.keep_weights(grid_params, found)
+
+    (first.kept_dir / records.KEPT_WEIGHTS).unlink()
+    for checkpoint in first.dir.glob("checkpoint*.pt"):  # its tested weights gone from this machine
+        checkpoint.unlink()
+    assert "keep-weights tiny" in runs.keep_first_weights(first) and runs.kept_weights(first) is None
 
 
 def test_retime_times_only_busy_runs_again_and_keeps_them(grid_params, counted, tmp_path):
