@@ -202,6 +202,13 @@ def read_record(directory: Path) -> dict | None:
     return _parse_record(path) if path.is_file() else None
 
 
+def peek_record(directory: Path) -> dict | None:
+    """The run's record, or None if there is none or it is damaged; unlike read_record it moves nothing
+    (for reading another process's run)."""
+    path = Path(directory) / RECORD
+    return record_problem(path.read_bytes())[0] if path.is_file() else None
+
+
 def load_records(preset: str, root: Path | None = None) -> list[dict]:
     """Every readable run record of a preset, sorted by dataset, variant, seed."""
     base = inside(root or RUNS_ROOT, preset)

@@ -146,7 +146,11 @@ def kept_weights(run: Run) -> dict | None:
     or None (none kept, or kept for another result)."""
     if not run.params.keep_records:
         return None
-    record = records.read_record(run.kept_dir)
+    return _weights_kept_for(run, records.read_record(run.kept_dir))
+
+
+def _weights_kept_for(run: Run, record: dict | None) -> dict | None:
+    """The weights kept in run.kept_dir for `record` where it is the run's current finished record, else None."""
     if not run.matches(record) or record.get("status") != "finished":
         return None
     return records.load_kept_weights(run.kept_dir, record)
@@ -203,14 +207,8 @@ def keep_first_weights(run: Run) -> str:
 def _holds_kept_weights(params: Params, kept_dir: Path) -> bool:
     """Whether a kept seed folder holds the weights of its current finished record; it reads another
     run's files without moving anything (that run's own process repairs them)."""
-    path = kept_dir / records.RECORD
-    record = records.record_problem(path.read_bytes())[0] if path.is_file() else None
-    return (
-        record is not None
-        and record["status"] == "finished"
-        and Run.of(params, record).matches(record)
-        and records.load_kept_weights(kept_dir, record) is not None
-    )
+    record = records.peek_record(kept_dir)
+    return record is not None and _weights_kept_for(Run.of(params, record), record) is not None
 
 
 def keep_weights(params: Params, found: list[dict], runs_root=None, reports_root=None) -> list[str]:

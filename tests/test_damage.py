@@ -186,3 +186,14 @@ def test_settle_without_repair_only_looks(tiny, tmp_path):
     state = look("finished")
     assert state.kind == "damaged" and not state.train and state.record["status"] == "finished"  # the kept copy
     assert files["record"].read_bytes() == b"{" and not list(files["record"].parent.glob("*.damaged-*"))
+
+
+@pytest.mark.parametrize("content", [b"", b"{not json", b'{"variant": "softmax+ape"}'])
+def test_peek_record_reads_without_moving_a_damaged_record(tmp_path, content):
+    """read_record moves a damaged record aside (its own run repairs it); peek_record, which reads
+    another process's run, only says None and leaves the file where it is."""
+    (tmp_path / records.RECORD).write_bytes(content)
+    assert records.peek_record(tmp_path) is None
+    assert (tmp_path / records.RECORD).read_bytes() == content
+    assert records.read_record(tmp_path) is None and not (tmp_path / records.RECORD).exists()
+    assert records.peek_record(tmp_path) is None  # and none there at all
