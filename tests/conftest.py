@@ -50,6 +50,26 @@ def grid_params(tiny_params):
 
 
 @pytest.fixture
+def design_wanting_nothing(monkeypatch):
+    """A stand-in for rpevit.design whose one run the stopping rule does not want, patched into the
+    modules that consult it (the sequential runner, the catalog and the Ray runner)."""
+    import types
+
+    from rpevit import catalog, cluster, study
+
+    fake = types.SimpleNamespace(
+        ordered_runs=lambda params: [("mnist5k", "softmax+ape", 0)],
+        decide=lambda params, run, finished, busy, secondary_held="": (
+            "skip",
+            "the stopping rule needs 0 primary seeds",
+        ),
+    )
+    for module in (study, catalog, cluster):
+        monkeypatch.setattr(module, "design", fake)
+    return fake
+
+
+@pytest.fixture
 def counted(monkeypatch, tiny_dataset):
     """Serve the tiny dataset to the runner and count (and optionally crash) training runs:
     (calls, state), state["crash_on"] = k raises KeyboardInterrupt in the k-th run."""

@@ -382,18 +382,8 @@ def test_both_engines_keep_the_same_files(ray_cluster, tiny_params, one_thread, 
             assert seq == ray, name
 
 
-def test_ray_submits_only_the_runs_the_design_wants(tiny_params, tmp_path, monkeypatch, capsys):
+def test_ray_submits_only_the_runs_the_design_wants(tiny_params, tmp_path, design_wanting_nothing, capsys):
     pytest.importorskip("ray", reason=NO_RAY)
-    fake = types.SimpleNamespace(
-        ordered_runs=lambda params: [("mnist5k", "softmax+ape", 0)],
-        decide=lambda params, run, finished, busy, secondary_held="": (
-            "skip",
-            "the stopping rule needs 0 primary seeds",
-        ),
-    )
-    monkeypatch.setattr(study, "design", fake)
-    monkeypatch.setattr(catalog, "design", fake)
-    monkeypatch.setattr(cluster, "design", fake)
     designed = dataclasses.replace(tiny_params, design=types.SimpleNamespace(active=True, plateau_check=None))
     # nothing is due, so no task is submitted and no cluster is started
     assert cluster.run_study_ray(designed, runs_root=tmp_path, reports_root=tmp_path) == []

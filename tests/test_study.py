@@ -182,17 +182,10 @@ def test_a_batch_larger_than_the_training_set_is_said(tiny_params, tiny_dataset,
     assert capsys.readouterr().out == ""
 
 
-def test_a_design_that_does_not_want_a_run_yet_leaves_it_unstarted(grid_params, counted, tmp_path, capsys, monkeypatch):
+def test_a_design_that_does_not_want_a_run_yet_leaves_it_unstarted(
+    grid_params, counted, tmp_path, capsys, design_wanting_nothing
+):
     calls, _ = counted
-    fake = types.SimpleNamespace(
-        ordered_runs=lambda params: [("mnist5k", "softmax+ape", 0)],
-        decide=lambda params, run, finished, busy, secondary_held="": (
-            "skip",
-            "the stopping rule needs 0 primary seeds",
-        ),
-    )
-    monkeypatch.setattr(study, "design", fake)
-    monkeypatch.setattr(catalog, "design", fake)
     designed = dataclasses.replace(
         grid_params, design=types.SimpleNamespace(active=True, plateau_check=None, primary=())
     )
