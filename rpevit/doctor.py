@@ -277,5 +277,5 @@ def run_gpu_doctor(root: Path) -> int:
         ok &= check_torchrun(directory)
         ok &= check_ray(directory)
         bench_ok, path = write_bench(device, root)
-        ok &= _line("ok" if bench_ok else "FAIL", "bench", f"written to {path}")
+        ok &= _line("ok" if bench_ok else "FAIL", "bench", f"written to {path.relative_to(root)}")
     return 0 if ok else 1

@@ -1,5 +1,5 @@
 """The repository documents itself: no file points to documents outside it, every relative link of
-the README and docs/ resolves, and every "docs/<page>.md §N" citation names a section that exists."""
+the README and docs/ resolves, every "docs/<page>.md §N" citation names a section that exists, and every test the docs cite exists."""
 
 from __future__ import annotations
 
@@ -90,6 +90,20 @@ def test_section_citations_name_existing_sections():
             if number not in known.get(page, set()):
                 wrong.append(f"{path.relative_to(ROOT)}: docs/{page}.md §{number}")
     assert not wrong, "citations of sections that do not exist:\n" + "\n".join(sorted(set(wrong)))
+
+
+TEST_NAME = re.compile(r"`(?:tests/\w+\.py)?::(test_\w+)`")
+
+
+def test_tests_named_in_the_docs_exist():
+    """A test the documentation cites as evidence (`::test_name`) is a test function of tests/."""
+    defined = set()
+    for path in (ROOT / "tests").glob("test_*.py"):
+        defined |= {n.name for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.FunctionDef)}
+    cited = {(page.name, name) for page in markdown_files() for name in TEST_NAME.findall(page.read_text())}
+    assert len(cited) > 20  # the pattern still finds the citations
+    missing = sorted(f"{page}: {name}" for page, name in cited if name not in defined)
+    assert not missing, "tests cited in the docs that do not exist:\n" + "\n".join(missing)
 
 
 # --- docs/architecture.md §1: the layer table is the import rule -------------------------------------
