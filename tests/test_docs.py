@@ -1,5 +1,6 @@
 """The repository documents itself: no file points to documents outside it, every relative link of
-the README and docs/ resolves, every "docs/<page>.md §N" citation names a section that exists, and every test the docs cite exists."""
+the README and docs/ resolves, every "docs/<page>.md §N" citation names a section that exists,
+and every test the docs cite exists."""
 
 from __future__ import annotations
 
