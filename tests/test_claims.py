@@ -284,7 +284,7 @@ def test_answer_says_not_answered_without_data_and_names_the_findings():
     found += [dict(r, variant="relu+krpe") for r in found if r["variant"] == "softmax+krpe"]  # the same images right
     rows = evaluate_claims(found, _gap_table())
     text = claims.answer_text(rows, [], 10)
-    assert "— partly: yes for 1 of the 4 rows, no for 1; undecided for the other 2.**" in text
+    assert "— partly: yes for 1 of the 4 rows, no for 1; no verdict for the other 2 (2 no data).**" in text
     assert "effects Performer − softmax: positive = Performer ahead" in text
     assert (
         "gap closed (interval inside ±1 point): `relu+krpe − softmax+krpe` on toy: "
@@ -292,7 +292,10 @@ def test_answer_says_not_answered_without_data_and_names_the_findings():
     )
     assert "- per Performer backend: `favor` 1 contradicted, 1 no data; `relu` 1 supported, 1 no data." in text
     only_open = [r for r in rows if str(r["comparison"]) != "relu+krpe − softmax+krpe"]
-    assert "— no for 1 of the 3 rows; undecided for the other 2.**" in claims.answer_text(only_open, [], 10)
+    short = "— no for 1 of the 3 rows; no verdict for the other 2 (2 no data).**"
+    assert short in claims.answer_text(only_open, [], 10)
+    open_only = [dict(r, verdict=claims.INCONCLUSIVE) for r in rows if r["verdict"] != claims.NO_DATA]
+    assert "— no verdict from the data so far (2 inconclusive).**" in claims.answer_text(open_only, [], 10)
     assert "All 10 planned runs have finished" in text
     assert "a gap beyond ±1 point remains" in text and "`favor+krpe − softmax+krpe` on toy: softmax ahead by" in text
     assert "For scale" in text and "`favor+ape − softmax+ape` on toy: softmax ahead by" in text

@@ -418,7 +418,9 @@ def _short_answer(question: list[dict]) -> str:
         return "not answered yet"
     closed, open_ = counts[SUPPORTED], counts[CONTRADICTED]
     undecided = len(question) - closed - open_
-    rest = f"; undecided for the other {undecided}" if undecided else ""
+    # the other rows by their own verdicts, so "undecided" keeps its one meaning (registry.UNDECIDED)
+    kinds = ", ".join(f"{counts[k]} {k}" for k in VERDICTS if k not in (SUPPORTED, CONTRADICTED) and counts[k])
+    rest = f"; no verdict for the other {undecided} ({kinds})" if undecided else ""
     if closed and open_:
         return f"partly: yes for {closed} of the {len(question)} rows, no for {open_}{rest}"
     if closed:
@@ -433,7 +435,7 @@ def _short_answer(question: list[dict]) -> str:
             if undecided
             else "no, for every method and backend tested"
         )
-    return "undecided by the data so far"
+    return f"no verdict from the data so far ({kinds})"
 
 
 def answer_text(rows: list[dict], missing: list[dict], planned_runs: int) -> str:
