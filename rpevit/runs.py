@@ -194,8 +194,8 @@ def keep_first_weights(run: Run) -> str:
         return ""
     if any(_holds_kept_weights(run.params, seed_dir) for seed_dir in run.kept_dir.parent.glob("seed*")):
         return ""
-    checkpoint = records.load_checkpoint(run.dir / records.CHECKPOINT)
-    if checkpoint is None or checkpoint["best"]["epoch"] != record.get("best_epoch"):
+    checkpoint = _checkpoint_with_tested_weights(run.dir, record)
+    if checkpoint is None:
         return (
             "its checkpoint no longer holds its tested weights, so none are kept for inspection; "
             f"`python -m rpevit keep-weights {run.params.name}` keeps another seed's where its checkpoint is"
@@ -287,12 +287,20 @@ def tested_weights(out_dir: Path, record: dict) -> dict | None:
     """The checkpoint holding the weights a finished record was tested with, or None — then the
     record is moved aside (kept), so the run counts as unfinished and resumes from its last good
     checkpoint."""
-    checkpoint = records.load_checkpoint(Path(out_dir) / records.CHECKPOINT)
-    if checkpoint is not None and checkpoint["best"]["epoch"] == record.get("best_epoch"):
+    checkpoint = _checkpoint_with_tested_weights(out_dir, record)
+    if checkpoint is not None:
         return checkpoint
     records.move_aside(
         Path(out_dir) / records.RECORD, "the checkpoint with its tested weights is damaged or missing", tag="unverified"
     )
+    return None
+
+
+def _checkpoint_with_tested_weights(out_dir: Path, record: dict) -> dict | None:
+    """The checkpoint in out_dir if its best weights are those `record` was tested with, else None."""
+    checkpoint = records.load_checkpoint(Path(out_dir) / records.CHECKPOINT)
+    if checkpoint is not None and checkpoint["best"]["epoch"] == record.get("best_epoch"):
+        return checkpoint
     return None
 
 
