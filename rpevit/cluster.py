@@ -308,6 +308,7 @@ def run_study_ray(
     records.recovered.clear()
     grid = cells(task_params, catalog.grid(params), root, Path(reports_root or records.REPORTS_ROOT).resolve())
     states = [settle(run, repair=False) for run in grid]
+    study.check_precision(task_params, states)
     todo = [run for run, state in zip(grid, states) if state.work]
     if params.design.active:
         held = held_by_design(params, grid, states, root, reports_root)

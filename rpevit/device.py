@@ -32,6 +32,39 @@ def uses_bf16(device: torch.device, amp: str) -> bool:
     return amp == "auto" and device.type == "cuda" and torch.cuda.is_bf16_supported()
 
 
+def precision(device: torch.device, amp: str) -> str:
+    """What a training computes in, as its record's `amp` says it: 'bf16' or 'fp32'."""
+    return "bf16" if uses_bf16(device, amp) else "fp32"
+
+
+def planned_precision(device: str, amp: str) -> str | None:
+    """The precision a training on `device` ('cpu', 'cuda', 'auto') will use, told without a GPU
+    where it can be: None only for amp 'auto' on a CUDA device this machine cannot see (a Ray
+    driver without a GPU), where the GPU's bf16 support decides."""
+    if amp in ("off", "bf16"):
+        return "fp32" if amp == "off" else "bf16"
+    if device == "cpu" or torch.cuda.is_available() or (device == "auto" and not torch.cuda.is_available()):
+        return precision(resolve_device(device), amp)
+    return None
+
+
+def check_one_precision(preset: str, amp: str, planned: str | None, device: str, finished: list[dict]) -> None:
+    """Refuse, before any training, a sitting that would train a study's runs in another precision
+    than its finished runs: the study pairs runs by seed, so bf16 runs beside fp32 ones would confound
+    every contrast (amp 'auto' is fp32 on a CPU and bf16 on most GPUs, under one run key)."""
+    others = sorted({r["amp"] for r in finished if r.get("amp") and r["amp"] != planned})
+    if planned is None or not others:
+        return
+    count = sum(r.get("amp") in others for r in finished)
+    raise UserError(
+        f"preset {preset}: {count} of its {len(finished)} finished runs trained in {' and '.join(others)}, but this "
+        f"sitting would train in {planned} (train.amp: {amp} on device {device}). Its runs are compared by seed, so "
+        f"they must share one precision: finish it where train.amp: {amp} means {others[0]}"
+        + (" (--device cpu)" if others[0] == "fp32" and amp == "auto" else "")
+        + ", or train the whole grid afresh from a copy of the preset under another name."
+    )
+
+
 def autocast(device: torch.device, amp: str):
     """bf16 autocast where `uses_bf16` says so, else a disabled autocast (fp32)."""
     return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=uses_bf16(device, amp))

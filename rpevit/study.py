@@ -1,6 +1,7 @@
 """Study runner: a preset's grid (datasets × variants × seeds) → run records → summary tables.
 
-Everything checkable is checked before the first run starts (runs.preflight). Finished runs (a
+Everything checkable is checked before the first run starts (runs.preflight; check_precision: a
+sitting trains in the precision of the study's finished runs). Finished runs (a
 record whose key matches the preset's settings: run.Run.key) are skipped
 and interrupted runs resume from their last good checkpoint, so a study stopped at any point
 continues where it stopped and nothing finished is recomputed. A run another live process is
@@ -30,6 +31,7 @@ from .catalog import (
     study_records,
 )
 from .cell import State, cells, needs_evaluation, run_cell, settle
+from .device import check_one_precision, planned_precision
 from .params import Params
 from .paths import inside
 from .progress import Progress, label
@@ -85,6 +87,16 @@ def announce(params: Params, states: list[State], where: str = "") -> None:
     )
 
 
+def check_precision(params: Params, states: list[State]) -> None:
+    """Before any training: a sitting that trains must train in the precision of the study's
+    finished runs (device.check_one_precision)."""
+    if any(s.train for s in states):
+        train = params.train
+        finished = [s.record for s in states if s.record and s.record.get("status") == "finished"]
+        planned = planned_precision(train.device, train.amp)
+        check_one_precision(params.name, train.amp, planned, train.device, finished)
+
+
 def run_study(
     params: Params,
     *,
@@ -104,6 +116,7 @@ def run_study(
     records.recovered.clear()
     grid_cells = cells(params, grid(params), runs_root or records.RUNS_ROOT, reports_root or records.REPORTS_ROOT)
     states = [settle(c, repair=False) for c in grid_cells]
+    check_precision(params, states)
     announce(params, states)
     load = loader_cache(params, dataset_loader)
     todo = [(c, s) for c, s in zip(grid_cells, states) if s.work]

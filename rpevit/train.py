@@ -26,7 +26,7 @@ import torch.nn.functional as F
 
 from . import data as data_lib
 from . import distributed, metrics, records, runs
-from .device import autocast, deterministic, device_name, resolve_device, uses_bf16
+from .device import autocast, deterministic, device_name, precision, resolve_device
 from .errors import UserError
 from .model import build_model
 from .run import Run
@@ -225,10 +225,10 @@ def _train(run: Run, dataset, out_dir: Path, resume: bool, progress: bool, on_ep
         dataset = data_lib.on_device(dataset, device)
         state = _start(run, dataset, device, replica)
         checkpoint_path = out_dir / records.CHECKPOINT
-        precision = "bf16" if uses_bf16(device, train_cfg.amp) else "fp32"
+        trained_in = precision(device, train_cfg.amp)
         checkpoint = _checkpoint_to_resume(checkpoint_path, run, replica) if resume else None
         if checkpoint is not None:
-            _resume(state, checkpoint, run, device, precision, checkpoint_path, replica)
+            _resume(state, checkpoint, run, device, trained_in, checkpoint_path, replica)
 
         compiled = compiles(train_cfg, device)
 
@@ -270,12 +270,12 @@ def _train(run: Run, dataset, out_dir: Path, resume: bool, progress: bool, on_ep
                 "lr": state.optimizer.param_groups[0]["lr"],
                 "seconds": seconds,
             }
-            _end_epoch(state, row, run, checkpoint_path, device, precision, rank_fields)
+            _end_epoch(state, row, run, checkpoint_path, device, trained_in, rank_fields)
             if on_epoch_end is not None:
                 on_epoch_end(row)
         if not replica.is_main:
             return {"status": "trained", "rank": replica.rank}
-        return _test_and_record(run, dataset, state, out_dir, device, precision, compiled, compile_seconds, replica)
+        return _test_and_record(run, dataset, state, out_dir, device, trained_in, compiled, compile_seconds, replica)
 
 
 # --------------------------------------------------------------------------------------------

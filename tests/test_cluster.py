@@ -391,6 +391,20 @@ def test_ray_submits_only_the_runs_the_design_wants(tiny_params, tmp_path, desig
     assert "not started: softmax+ape on mnist5k, seed 0 (the stopping rule needs 0 primary seeds)" in said
 
 
+def test_ray_refuses_a_sitting_in_another_precision_before_it_starts(grid_params, counted, monkeypatch, tmp_path):
+    """As the sequential runner: a study whose finished runs trained in fp32 submits none in bf16."""
+    pytest.importorskip("ray", reason=NO_RAY)
+    calls, state = counted
+    roots = {"runs_root": tmp_path / "runs", "reports_root": tmp_path / "reports"}
+    state["crash_on"] = 2
+    with pytest.raises(KeyboardInterrupt):
+        study.run_study(grid_params, **roots)  # 1 run finished in fp32
+    monkeypatch.setattr(study, "planned_precision", lambda device, amp: "bf16")  # as --gpus-per-run on a GPU would
+    monkeypatch.setattr(cluster, "_connect", lambda *a: pytest.fail("Ray was started"))
+    with pytest.raises(UserError, match="1 of its 1 finished runs trained in fp32, but this sitting would train in bf"):
+        cluster.run_study_ray(grid_params, **roots)
+
+
 def test_ray_submission_holds_back_what_the_runs_submitted_with_it_decide(tmp_path, capsys):
     """Submitted together, the first primary seeds count as in flight: the seed after them and the
     secondary variants wait for them instead of training beside them."""

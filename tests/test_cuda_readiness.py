@@ -9,9 +9,11 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 
+from rpevit.errors import UserError
 from rpevit.grid import Grid
 
 META = torch.device("meta")
@@ -88,6 +90,38 @@ def test_amp_auto_needs_bf16_support_and_asked_bf16_runs_anywhere(monkeypatch):
     with device_lib.autocast(cpu, "bf16"):
         assert torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
         assert torch.nn.Linear(4, 4)(torch.randn(2, 4)).dtype == torch.bfloat16
+
+
+def test_the_planned_precision_is_told_without_a_gpu_where_it_can_be(monkeypatch):
+    """amp 'auto' is fp32 on a CPU and bf16 on a GPU with bf16 (one run key for both): the study checks
+    the precision a sitting will train in before it trains; unknown only for 'auto' on a GPU not seen."""
+    from rpevit import device as device_lib
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert device_lib.planned_precision("cpu", "auto") == "fp32" == device_lib.planned_precision("auto", "auto")
+    assert device_lib.planned_precision("cpu", "bf16") == "bf16"
+    assert device_lib.planned_precision("cuda", "off") == "fp32"
+    assert device_lib.planned_precision("cuda", "auto") is None  # a Ray driver without the workers' GPU
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: True)
+    assert device_lib.planned_precision("cuda", "auto") == "bf16" == device_lib.planned_precision("auto", "auto")
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: False)
+    assert device_lib.planned_precision("cuda", "auto") == "fp32"  # V100, T4
+
+
+def test_a_study_is_not_continued_in_another_precision():
+    from rpevit import device as device_lib
+
+    finished = [{"amp": "fp32"}, {"amp": "fp32"}, {"amp": "bf16"}]
+    with pytest.raises(UserError) as error:
+        device_lib.check_one_precision("p", "auto", "bf16", "cuda", finished)
+    said = "preset p: 2 of its 3 finished runs trained in fp32, but this sitting would train in bf16"
+    assert str(error.value).startswith(said)
+    assert "(--device cpu)" in str(error.value) and "under another name" in str(error.value)
+    with pytest.raises(UserError, match="1 of its 3 finished runs trained in bf16, but this sitting would train in fp"):
+        device_lib.check_one_precision("p", "auto", "fp32", "cpu", finished)
+    device_lib.check_one_precision("p", "auto", "fp32", "cpu", finished[:2])  # one precision: nothing to say
+    device_lib.check_one_precision("p", "auto", None, "cuda", finished)  # not known here: the workers train
 
 
 def test_kernel_sum_channels_trace_without_graph_breaks():

@@ -44,6 +44,25 @@ def test_study_resumes_only_missing_runs(grid_params, counted, tmp_path):
     assert len(csv_rows) == 5
 
 
+def test_a_sitting_in_another_precision_is_refused_before_it_trains(grid_params, counted, monkeypatch, tmp_path):
+    """amp 'auto' is fp32 on a CPU and bf16 on most GPUs under one run key: a study whose finished runs
+    trained in fp32 does not train its others in bf16 (its seed-paired contrasts would mix precisions)."""
+    calls, state = counted
+    roots = {"runs_root": tmp_path / "runs", "reports_root": tmp_path / "reports"}
+    state["crash_on"] = 2
+    with pytest.raises(KeyboardInterrupt):
+        study.run_study(grid_params, **roots)  # 1 run finished (in fp32, on this CPU), 3 to train
+    calls.clear()
+    state["crash_on"] = None
+    monkeypatch.setattr(study, "planned_precision", lambda device, amp: "bf16")  # as --device cuda would
+    with pytest.raises(UserError, match="1 of its 1 finished runs trained in fp32, but this sitting would train in bf"):
+        study.run_study(grid_params, **roots)
+    assert calls == []
+    monkeypatch.setattr(study, "planned_precision", lambda device, amp: "fp32")
+    study.run_study(grid_params, **roots)
+    assert len(calls) == 3
+
+
 def test_changed_settings_rerun(grid_params, counted, tmp_path):
     calls, _ = counted
     one = dataclasses.replace(grid_params, variants=("softmax+ape",), seeds=(0,))
