@@ -185,11 +185,15 @@ def test_protocol_reads_the_preset_and_the_records():
 
     params = load_params("smoke")
     rng = np.random.default_rng(3)
-    found = [dict(r, dataset="mnist5k") for r in _runs(rng, {"softmax+ape": 0.9}, seeds=(0,))]
+    found = [dict(r, dataset="mnist5k", device="cpu", amp="fp32") for r in _runs(rng, {"softmax+ape": 0.9}, seeds=(0,))]
     (row,) = claims.protocol_rows(params, found)
     assert row["training images"] == 4000 and row["test images"] == "1000"  # the preset's split; the records
     assert row["epochs"] == params.train.epochs and row["runs finished"] == f"1 of {len(params.variants)}"
     assert abs(row["training hours (sum over runs)"] - 16.0 * 5 / 3600) < 1e-12
+    assert row["trained on"] == "cpu fp32 (1)"
+    two_places = found + [dict(found[0], seed=1, device="cuda", amp="bf16")]
+    (row,) = claims.protocol_rows(params, two_places, planned=[("mnist5k", "softmax+ape", s) for s in (0, 1, 2)])
+    assert row["runs finished"] == "2 of 3" and row["trained on"] == "cpu fp32 (1), cuda bf16 (1)"
     assert "no finished run" in claims.protocol_rows(params, [])[0]["test images"]
     text = claims.protocol_text(params)
     assert f"±{claims.registry.MARGIN_POINTS:g} point" in text and f"±{claims.registry.MARGIN_TIME_PCT:g} %" in text

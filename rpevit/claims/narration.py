@@ -10,6 +10,7 @@ Performer − softmax wherever a Performer meets softmax (positive: the Performe
 from __future__ import annotations
 
 import math
+from collections import Counter
 
 from .. import stats
 from ..analysis import finished
@@ -273,15 +274,17 @@ def crossover_table(crossover: list[dict]) -> list[dict]:
     ]
 
 
-def protocol_rows(params, records: list[dict]) -> list[dict]:
+def protocol_rows(params, records: list[dict], planned: list[tuple] | None = None) -> list[dict]:
     """Per dataset of a preset: training images (from the preset's split, data.training_images), test
     images (from the finished runs' records), epochs, seeds, variants, how many of the planned runs
-    have finished and their summed training time (wall seconds per epoch × epochs)."""
-    planned = len(params.variants) * len(params.seeds)
+    (catalog.planned_runs: (dataset, variant, seed); default the whole grid) have finished, where and
+    in which precision they trained, and their summed training time (wall seconds per epoch × epochs)."""
     rows = []
     for dataset in params.datasets:
         done = [r for r in finished(records) if r["dataset"] == dataset]
         tested = sorted({r["n_test"] for r in done if r.get("n_test")})
+        wanted = len(params.variants) * len(params.seeds) if planned is None else sum(p[0] == dataset for p in planned)
+        places = Counter(f"{r.get('device', '?')} {r.get('amp', '?')}" for r in done)
         rows.append(
             {
                 "dataset": dataset,
@@ -291,7 +294,8 @@ def protocol_rows(params, records: list[dict]) -> list[dict]:
                 "batch size": params.train.batch_size,
                 "seeds": ", ".join(map(str, params.seeds)),
                 "variants": len(params.variants),
-                "runs finished": f"{len(done)} of {planned}",
+                "runs finished": f"{len(done)} of {wanted}",
+                "trained on": ", ".join(f"{place} ({n})" for place, n in sorted(places.items())) or "—",
                 "training hours (sum over runs)": sum(
                     r["train_seconds_per_epoch"] * r["epochs"] for r in done if r.get("train_seconds_per_epoch")
                 )
