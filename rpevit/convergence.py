@@ -8,6 +8,7 @@ import math
 import statistics
 
 from .catalog import grid, run_history, study_records
+from .data.info import DATASETS
 from .design import half_widths, per_seed_contrast
 from .params import load_params
 from .run import Run
@@ -38,6 +39,21 @@ def plateau_met(val_acc: list[float], tolerance: float = PLATEAU_TOLERANCE, frac
     return math.isfinite(gain) and gain < tolerance
 
 
+def collapsed(val_acc: list[float], chance: float) -> bool:
+    """True when training collapsed: the last epoch's validation top-1 fell more than halfway from the
+    run's best toward chance (1 / classes), e.g. from 84.5 % to below 47 % on 10 classes. Its loss
+    stays finite, so it is no divergence (train.Diverged); its early best epoch would otherwise pass
+    the plateau rule."""
+    best = max(val_acc, default=math.nan)
+    return best > chance and val_acc[-1] < (best + chance) / 2
+
+
+def chance_level(dataset: str) -> float:
+    """Top-1 of guessing: 1 / classes of a known dataset, else 0."""
+    info = DATASETS.get(dataset)
+    return 1 / info.num_classes if info else 0.0
+
+
 CONVERGED_SHARE = 0.9  # a study is called converged when at least this share of its runs meet the plateau rule
 
 
@@ -49,13 +65,15 @@ def converged(rows: list[dict]) -> bool:
 
 def convergence_rows(runs) -> list[dict]:
     """Per finished run, from (record, history rows) pairs: its best validation epoch, the points its
-    best validation top-1 gained over the last `PLATEAU_FRACTION` of epochs, and whether it met the
-    plateau rule. Runs without a history are left out."""
+    best validation top-1 gained over the last `PLATEAU_FRACTION` of epochs, whether its training
+    collapsed (`collapsed`: its last validation top-1) and whether it met the plateau rule (a collapsed
+    run does not). Runs without a history are left out."""
     rows = []
     for record, history in runs:
         if record.get("status") != "finished" or not history:
             continue
         val = [float(h["val_acc"]) for h in history]
+        fell = collapsed(val, chance_level(record["dataset"]))
         rows.append(
             {
                 "dataset": record["dataset"],
@@ -64,7 +82,9 @@ def convergence_rows(runs) -> list[dict]:
                 "epochs": len(val),
                 "best epoch": 1 + val.index(max(val)),
                 "val gain over last 20% (points)": plateau_gain(val),
-                "plateau met": plateau_met(val),
+                "last val top-1 %": 100 * val[-1],
+                "collapsed": fell,
+                "plateau met": plateau_met(val) and not fell,
             }
         )
     return rows
@@ -96,6 +116,19 @@ def convergence_text(rows: list[dict], checked: bool = False) -> str:
         f"{gains[0]:.2f} to {gains[-1]:.2f}), and {last} of {len(rows)} runs had their best validation epoch at "
         f"the last one ({budget} epochs). "
     )
+    fell = [r for r in rows if r["collapsed"]]
+    if fell:
+        text += (
+            f"**{len(fell)} of {len(rows)} runs collapsed** (their last validation top-1 fell more than halfway "
+            "from their best toward chance: "
+            + "; ".join(
+                f"{r['variant']} seed {r['seed']}, best at epoch {r['best epoch']}, {r['last val top-1 %']:.1f} % "
+                "at the last"
+                for r in fell
+            )
+            + "): they count as not at a plateau, and like every run they are analysed at their best-validation "
+            "epoch, so a contrast with their variant measures how it trains with this recipe, not what it can reach. "
+        )
     if converged(rows):
         return (
             text + f"At least {CONVERGED_SHARE:.0%} of the runs are at a plateau: the comparisons are near convergence."

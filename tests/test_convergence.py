@@ -39,6 +39,27 @@ def test_the_text_calls_a_study_converged_only_when_nine_in_ten_runs_meet_the_ru
     assert "cannot be judged" in convergence_text([])
 
 
+COLLAPSING = [0.76, 0.81, 0.845, 0.83, 0.83, 0.80, 0.49, 0.14, 0.08, 0.10]  # best at epoch 3, then chance
+
+
+def test_a_collapsed_run_is_named_and_does_not_count_as_at_a_plateau():
+    """Validation top-1 falling to chance with a finite loss (favor+gate_string+ape in fmnist_converged):
+    its early best epoch leaves no gain over the last epochs, but that is no plateau."""
+    runs = [_run("a", 0, FLAT), _run("b", 4, COLLAPSING), _run("c", 0, RISING)]
+    rows = convergence_rows([(dict(record, dataset="fashion_mnist"), history) for record, history in runs])
+    assert [(r["collapsed"], r["plateau met"]) for r in rows] == [(False, True), (True, False), (False, False)]
+    assert rows[1]["val gain over last 20% (points)"] == pytest.approx(0.0) and rows[1]["best epoch"] == 3
+    text = convergence_text(rows)
+    assert "met by **1 of 3 finished runs**" in text and "**1 of 3 runs collapsed**" in text
+    assert "b seed 4, best at epoch 3, 10.0 % at the last" in text
+    assert "collapsed" not in convergence_text(rows[:1] + rows[2:])
+    from rpevit.convergence import chance_level, collapsed
+
+    assert chance_level("fashion_mnist") == 0.1 and chance_level("cifar100") == 0.01 and chance_level("d") == 0.0
+    assert collapsed([0.845, 0.47], 0.1) and not collapsed([0.845, 0.48], 0.1)  # halfway: 47.25 %
+    assert not collapsed([0.09, 0.05], 0.1)  # never above chance: nothing to fall from
+
+
 def _contrast_design():
     from rpevit.design import Contrast, Design
 

@@ -364,6 +364,17 @@ def test_study_status_counts_complete_primary_seeds_and_each_budget(monkeypatch)
     assert "1 moved by more than the study's 95 % half-width when training ran 52 epochs (FAVOR+ gap with APE " in (
         findings.study_status("fmnist_converged")
     )
+    assert "collapsed" not in findings.study_status("fmnist_converged")
+    collapsing = [0.85, 0.50, 0.10]  # to chance with a finite loss, as favor+gate_string+ape seed 1 did
+    monkeypatch.setattr(
+        convergence,
+        "run_history",
+        lambda run: [{"val_acc": v} for v in (collapsing if run.variant == "softmax+krpe" else flat)],
+    )
+    text = findings.study_status("fmnist_converged")
+    assert "So far 13 of 14 finished runs meet the plateau rule" in text  # the collapsed run does not
+    assert " 1 collapsed (validation top-1 fell from its best toward chance" in text
+    assert "softmax+krpe seed 1 (best epoch 1)." in text
 
 
 def test_secondary_claims_show_once_two_seeds_pair_them():

@@ -82,6 +82,14 @@ def study_status(preset: str, root=None) -> str:
         if converged
         else ""
     )
+    fell = [r for r in converged if r["collapsed"]]
+    if fell:
+        plateau += (
+            f" {len(fell)} collapsed (validation top-1 fell from its best toward chance, the loss finite; "
+            "analysed at its best-validation epoch like every run): "
+            + ", ".join(f"{r['variant']} seed {r['seed']} (best epoch {r['best epoch']})" for r in fell)
+            + "."
+        )
     check = ""
     if design.plateau_check:
         other = load_params(design.plateau_check)
