@@ -105,18 +105,21 @@ def convergence_text(rows: list[dict], checked: bool = False) -> str:
     names a longer-budget check (design.plateau_check), reported below the text."""
     if not rows:
         return "No finished run with a training history yet: convergence cannot be judged."
-    gains = sorted(r["val gain over last 20% (points)"] for r in rows)
+    fell = [r for r in rows if r["collapsed"]]
+    # a collapsed run's early best leaves no gain to measure: the gains are the other runs'
+    gains = sorted(r["val gain over last 20% (points)"] for r in rows if not r["collapsed"] or len(fell) == len(rows))
     met = sum(r["plateau met"] for r in rows)
     last = sum(r["best epoch"] == r["epochs"] for r in rows)
     epochs = sorted({r["epochs"] for r in rows})
     budget = f"{epochs[0]}" if len(epochs) == 1 else f"{epochs[0]}–{epochs[-1]}"
+    whose = "of the runs that did not collapse " if 0 < len(fell) < len(rows) else ""
     text = (
         f"**Convergence.** The plateau rule ({PLATEAU_RULE}) was met by **{met} of {len(rows)} finished runs**; over "
-        f"those epochs the best validation top-1 still gained a median of {statistics.median(gains):.2f} points (range "
+        f"those epochs the best validation top-1 {whose}"
+        f"still gained a median of {statistics.median(gains):.2f} points (range "
         f"{gains[0]:.2f} to {gains[-1]:.2f}), and {last} of {len(rows)} runs had their best validation epoch at "
         f"the last one ({budget} epochs). "
     )
-    fell = [r for r in rows if r["collapsed"]]
     if fell:
         text += (
             f"**{len(fell)} of {len(rows)} runs collapsed** (their last validation top-1 fell more than halfway "
