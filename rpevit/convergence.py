@@ -54,6 +54,12 @@ def chance_level(dataset: str) -> float:
     return 1 / info.num_classes if info else 0.0
 
 
+def collapsed_runs(histories, dataset: str) -> set[tuple[str, int]]:
+    """(variant, seed) of the (variant, seed, history rows) triples of `dataset` whose training collapsed."""
+    chance = chance_level(dataset)
+    return {(v, s) for v, s, rows in histories if rows and collapsed([float(r["val_acc"]) for r in rows], chance)}
+
+
 CONVERGED_SHARE = 0.9  # a study is called converged when at least this share of its runs meet the plateau rule
 
 

@@ -110,40 +110,91 @@ def curve_bands(histories: list[tuple[str, int, list[dict]]]) -> dict[str, dict[
     return panels
 
 
-def training_curves(histories: list[tuple[str, int, list[dict]]], title: str = ""):
+def _split_collapsed(histories, collapsed) -> tuple[list, list]:
+    """(the runs that did not collapse, those that did), from (variant, seed, history) triples."""
+    fell = [h for h in histories if (h[0], h[1]) in collapsed]
+    return [h for h in histories if (h[0], h[1]) not in collapsed], fell
+
+
+COLLAPSED_NOTE = "collapsed runs: own panel, not in the mean"
+
+
+def training_curves(histories: list[tuple[str, int, list[dict]]], title: str = "", collapsed=frozenset()):
     """Train loss, validation loss and validation top-1 % vs epoch: per variant the mean over its
-    seeds with the seed range as a band, integer epochs, one legend entry per variant."""
+    seeds with the seed range as a band, integer epochs, one legend entry per variant. Runs named in
+    `collapsed` ((variant, seed), convergence.collapsed_runs) are left out of the means and drawn one
+    by one in a fourth panel, so a run falling to chance neither drags its variant's mean down nor
+    squeezes the other curves."""
     from matplotlib.ticker import MaxNLocator
 
     plt = _mpl()
-    bands = curve_bands(histories)
+    healthy, fell = _split_collapsed(histories, collapsed)
+    bands = curve_bands(healthy)
     variants = list(dict.fromkeys(v for v, _, _ in histories))
-    fig, axes = plt.subplots(1, len(CURVE_PANELS), figsize=(15, 4.6), layout="constrained")
+    panels = len(CURVE_PANELS) + bool(fell)
+    fig, axes = plt.subplots(1, panels, figsize=(5 * panels, 4.6), layout="constrained")
     for axis, (key, label, _) in zip(axes, CURVE_PANELS):
         for variant in variants:
-            _band(axis, bands[key][variant], variant_style(variant), markersize=3.5, linewidth=1.2)
+            if variant in bands[key]:
+                _band(axis, bands[key][variant], variant_style(variant), markersize=3.5, linewidth=1.2)
         axis.set_title(label)
+    if fell:
+        axis = axes[-1]
+        for variant, seed, history in fell:
+            epochs = [int(row["epoch"]) for row in history]
+            axis.plot(epochs, [100 * row["val_acc"] for row in history], **variant_style(variant), markersize=3.5)
+            axis.annotate(
+                f"seed {seed}",
+                (epochs[-1], 100 * history[-1]["val_acc"]),
+                fontsize=7,
+                xytext=(3, 0),
+                textcoords="offset points",
+                va="center",
+            )
+        axis.set_title("collapsed runs: validation top-1 %")
+    for axis in axes:
         axis.set_xlabel("epoch")
         axis.xaxis.set_major_locator(MaxNLocator(integer=True))
         axis.grid(alpha=0.3)
-    seeds = max(line["seeds"] for line in bands["val_acc"].values())
-    variant_legend(fig, variants, loc="outside right upper", title=SEED_BAND if seeds > 1 else None, title_fontsize=7)
+    seeds = max((line["seeds"] for line in bands["val_acc"].values()), default=1)
+    legend_title = "; ".join([SEED_BAND] * (seeds > 1) + [COLLAPSED_NOTE] * bool(fell)) or None
+    variant_legend(fig, variants, loc="outside right upper", title=legend_title, title_fontsize=7)
     fig.suptitle(title)
     return fig
 
 
-def training_curves_interactive(histories: list[tuple[str, int, list[dict]]], title: str = ""):
-    """The plotly version of `training_curves` (hover for values; click a legend entry to hide it)."""
+def training_curves_interactive(histories: list[tuple[str, int, list[dict]]], title: str = "", collapsed=frozenset()):
+    """The plotly version of `training_curves` (hover for values; click a legend entry to hide it);
+    each collapsed run is a trace of its own in every panel, hidden until its legend entry is clicked."""
+    import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    bands = curve_bands(histories)
-    variants = list(dict.fromkeys(v for v, _, _ in histories))
+    healthy, fell = _split_collapsed(histories, collapsed)
+    bands = curve_bands(healthy)
+    variants = list(dict.fromkeys(v for v, _, _ in healthy))
     fig = make_subplots(rows=1, cols=len(CURVE_PANELS), subplot_titles=[label for _, label, _ in CURVE_PANELS])
-    for column, (key, _, _) in enumerate(CURVE_PANELS, start=1):
+    for column, (key, _, scale) in enumerate(CURVE_PANELS, start=1):
         for variant in variants:
             _plotly_band(fig, bands[key][variant], variant_style(variant), variant, 1, column, showlegend=column == 1)
+        for variant, seed, history in fell:
+            name = f"{variant} seed {seed} (collapsed)"
+            fig.add_trace(
+                go.Scatter(
+                    x=[int(row["epoch"]) for row in history],
+                    y=[scale * row[key] for row in history],
+                    mode="lines+markers",
+                    name=name,
+                    legendgroup=name,
+                    showlegend=column == 1,
+                    visible="legendonly",
+                    **plotly_style(variant_style(variant)),
+                ),
+                row=1,
+                col=column,
+            )
         fig.update_xaxes(title_text="epoch", tickformat="d", row=1, col=column)
-    fig.update_layout(height=480, title=f"{title} ({SEED_BAND})", legend={"font": {"size": 10}})
+    note = f"; {COLLAPSED_NOTE} (click to show)" if fell else ""
+    fig.update_layout(height=480, title=f"{title} ({SEED_BAND}{note})", legend={"font": {"size": 10}})
     return fig
 
 

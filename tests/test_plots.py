@@ -64,6 +64,26 @@ def test_training_curves_band_percent_integer_epochs_and_one_entry_per_variant()
     plt.close(fig)
 
 
+def test_a_collapsed_run_is_drawn_apart_and_left_out_of_its_variants_mean():
+    histories = [(v, s, _history(s)) for v in VARIANTS for s in (0, 1)]
+    fallen = _history(2)[:2] + [dict(_history(2)[2], val_acc=0.1)]  # 72 % at epoch 2, then chance
+    histories.append(("favor+rope_mixed", 2, fallen))
+    fig = plots.training_curves(histories, "t", collapsed={("favor+rope_mixed", 2)})
+    assert len(fig.axes) == 4 and fig.axes[3].get_title() == "collapsed runs: validation top-1 %"
+    assert [line.get_ydata()[-1] for line in fig.axes[3].lines] == pytest.approx([10.0])
+    mean = next(line for line in fig.axes[2].lines if line.get_color() == variant_style("favor+rope_mixed")["color"])
+    assert min(mean.get_ydata()) > 50  # seeds 0 and 1 only
+    assert "own panel" in fig.legends[0].get_title().get_text()
+    plt.close(fig)
+    assert len(plots.training_curves(histories[:-1], "t", collapsed=set()).axes) == 3
+    interactive = plots.training_curves_interactive(histories, "t", collapsed={("favor+rope_mixed", 2)})
+    apart = [t for t in interactive.data if t.name == "favor+rope_mixed seed 2 (collapsed)"]
+    assert len(apart) == 3 and all(t.visible == "legendonly" for t in apart) and apart[2].y[-1] == pytest.approx(10)
+    from rpevit.convergence import collapsed_runs
+
+    assert collapsed_runs(histories, "fashion_mnist") == {("favor+rope_mixed", 2)}
+
+
 def test_plotly_figures_use_each_variants_one_look():
     histories = [(v, s, _history(s)) for v in VARIANTS for s in (0, 1)]
     fig = plots.training_curves_interactive(histories, "t")
