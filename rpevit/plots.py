@@ -147,9 +147,10 @@ def training_curves(histories: list[tuple[str, int, list[dict]]], title: str = "
                 f"seed {seed}",
                 (epochs[-1], 100 * history[-1]["val_acc"]),
                 fontsize=7,
-                xytext=(3, 0),
+                xytext=(0, 4),
                 textcoords="offset points",
-                va="center",
+                ha="right",
+                va="bottom",
             )
         axis.set_title("collapsed runs: validation top-1 %")
     for axis in axes:
