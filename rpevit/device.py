@@ -43,9 +43,9 @@ def planned_precision(device: str, amp: str) -> str | None:
     driver without a GPU), where the GPU's bf16 support decides."""
     if amp in ("off", "bf16"):
         return "fp32" if amp == "off" else "bf16"
-    if device == "cpu" or torch.cuda.is_available() or (device == "auto" and not torch.cuda.is_available()):
-        return precision(resolve_device(device), amp)
-    return None
+    if device == "cuda" and not torch.cuda.is_available():
+        return None
+    return precision(resolve_device(device), amp)
 
 
 def check_one_precision(preset: str, amp: str, planned: str | None, device: str, finished: list[dict]) -> None:
