@@ -373,7 +373,7 @@ def test_study_status_counts_complete_primary_seeds_and_each_budget(monkeypatch)
     )
     text = findings.study_status("fmnist_converged")
     assert "So far 13 of 14 finished runs meet the plateau rule" in text  # the collapsed run does not
-    assert " 1 run collapsed (validation top-1 fell from its best toward chance" in text
+    assert " 1 run collapsed (validation top-1 falling from the run's best toward chance" in text
     assert "softmax+krpe seed 1 (best epoch 1)." in text
 
 

@@ -85,9 +85,8 @@ def study_status(preset: str, root=None) -> str:
     fell = [r for r in converged if r["collapsed"]]
     if fell:
         plateau += (
-            f" {len(fell)} run{'s' * (len(fell) != 1)} collapsed (validation top-1 fell from its best toward chance, "
-            "the loss finite; "
-            "analysed at its best-validation epoch like every run): "
+            f" {len(fell)} run{'s' * (len(fell) != 1)} collapsed (validation top-1 falling from the run's best toward "
+            "chance, the loss finite; analysed at the best-validation epoch like every run): "
             + ", ".join(f"{r['variant']} seed {r['seed']} (best epoch {r['best epoch']})" for r in fell)
             + "."
         )
