@@ -97,6 +97,7 @@ def cmd_train(args) -> int:
     from . import distributed, records
     from .run import Run
     from .runs import preflight
+    from .study import check_run_precision
     from .train import train_run
     from .variants import parse_variant
 
@@ -111,8 +112,9 @@ def cmd_train(args) -> int:
             dataclasses.replace(params, datasets=(dataset_name,)) if dataset_name in params.datasets else params,
             variants=[variant],
         )
+        run = Run(params, dataset_name, variant, args.seed, args.epochs)
+        check_run_precision(params, run)
         dataset = _dataset(args, params)
-        run = Run(params, dataset.info.name, variant, args.seed, args.epochs)
         return run.dir, train_run(run, dataset, resume=args.resume, progress=not args.no_progress)
 
     # torchrun (WORLD_SIZE > 1): join the process group before the dataset goes to this rank's device

@@ -91,10 +91,21 @@ def check_precision(params: Params, states: list[State]) -> None:
     """Before any training: a sitting that trains must train in the precision of the study's
     finished runs (device.check_one_precision)."""
     if any(s.train for s in states):
-        train = params.train
-        finished = [s.record for s in states if s.record and s.record.get("status") == "finished"]
-        planned = planned_precision(train.device, train.amp)
-        check_one_precision(params.name, train.amp, planned, train.device, finished)
+        _check_precision(params, [s.record for s in states if s.record and s.record.get("status") == "finished"])
+
+
+def check_run_precision(params: Params, run: Run) -> None:
+    """Before `train` trains one run: when it is one of the preset's grid at the preset's epochs (the
+    study would keep it), it must train in the precision of the study's finished runs, as a study
+    sitting must (check_precision)."""
+    if run.place in grid(params) and run.epochs in (None, params.train.epochs):
+        found = study_records(params, run.runs_root, run.reports_root)
+        _check_precision(params, [r for r in found if r.get("status") == "finished"])
+
+
+def _check_precision(params: Params, finished: list[dict]) -> None:
+    train = params.train
+    check_one_precision(params.name, train.amp, planned_precision(train.device, train.amp), train.device, finished)
 
 
 def run_study(

@@ -54,6 +54,21 @@ def test_missing_dataset_lists_paths_and_hint(capsys, tmp_path, monkeypatch):
     assert "train-images-idx3-ubyte" in err
 
 
+def test_train_checks_the_study_precision_before_it_loads_data(capsys, tmp_path, monkeypatch):
+    import rpevit.study
+    from rpevit.errors import UserError
+
+    def refuse(params, run):
+        raise UserError(f"refused {run.variant} seed {run.seed} of {params.name}")
+
+    monkeypatch.setattr(rpevit.study, "check_run_precision", refuse)
+    code, _, err = run_main(
+        capsys, "train", "--params", "fashion_mnist", "--variant", "softmax+ape", "--seed", "2",
+        "--data-root", str(tmp_path),
+    )  # fmt: skip
+    assert code == 2 and err == "error: refused softmax+ape seed 2 of fashion_mnist\n"  # not the missing data
+
+
 def test_truncated_dataset_file(capsys, tmp_path):
     folder = tmp_path / "fashion-mnist"
     folder.mkdir()

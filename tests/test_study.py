@@ -63,6 +63,23 @@ def test_a_sitting_in_another_precision_is_refused_before_it_trains(grid_params,
     assert len(calls) == 3
 
 
+def test_train_of_one_grid_run_is_refused_in_another_precision(grid_params, counted, monkeypatch, tmp_path):
+    """`train` of a run the study would keep follows the study's precision rule; a run outside the grid
+    or at other epochs (kept apart by its key) is free."""
+    _, state = counted
+    roots = {"runs_root": tmp_path / "runs", "reports_root": tmp_path / "reports"}
+    state["crash_on"] = 2
+    with pytest.raises(KeyboardInterrupt):
+        study.run_study(grid_params, **roots)  # 1 run finished in fp32
+    monkeypatch.setattr(study, "planned_precision", lambda device, amp: "bf16")
+    with pytest.raises(UserError, match="1 of its 1 finished runs trained in fp32, but this sitting would train in bf"):
+        study.check_run_precision(grid_params, Run(grid_params, "mnist5k", "softmax+ape", 1, **roots))
+    study.check_run_precision(grid_params, Run(grid_params, "mnist5k", "softmax+ape", 7, **roots))  # not in the grid
+    study.check_run_precision(grid_params, Run(grid_params, "mnist5k", "softmax+ape", 1, epochs=3, **roots))
+    monkeypatch.setattr(study, "planned_precision", lambda device, amp: "fp32")
+    study.check_run_precision(grid_params, Run(grid_params, "mnist5k", "softmax+ape", 1, **roots))
+
+
 def test_changed_settings_rerun(grid_params, counted, tmp_path):
     calls, _ = counted
     one = dataclasses.replace(grid_params, variants=("softmax+ape",), seeds=(0,))
