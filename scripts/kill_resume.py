@@ -4,10 +4,11 @@ that every finished run — its record, history and kept copy — equals an unin
 
     python scripts/kill_resume.py --kills 20 [--seed 1] [--workdir DIR]
 
-Kills go in cycles of four sittings — two in training (up to 0.3 s after an epoch ends: the next
-epoch or its checkpoint), one in evaluation (after it starts testing a resolution), one in keeping
-(after it starts copying to reports/), each a random moment after the line that starts it — then a
-last sitting finishes the run, which is compared, and the next cycle starts afresh. Exit status 0
+Kills go in cycles of four sittings — two in training (less than half an epoch, as the uninterrupted
+run timed it, after an epoch other than the last ends: inside the next epoch or its checkpoint, never
+past training however fast the machine), one in evaluation (after it starts testing a resolution),
+one in keeping (after it starts copying to reports/), each a random moment after the line that
+starts it — then a last sitting finishes the run, which is compared, and the next cycle starts afresh. Exit status 0
 if every comparison is identical (prints "identical"), 1 if not, 2 on a bad argument. Every process
 uses one CPU thread: bit-exact resume holds for the same thread count (recorded in each record).
 """
@@ -18,6 +19,7 @@ import argparse
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -50,8 +52,16 @@ FIELDS = (
     "key",
     "resolution_eval",
 )
-# phase: (the output line it starts with, the most seconds to wait after it before the kill)
-PHASES = {"train": ("] epoch ", 0.3), "evaluate": ("testing at", 0.02), "keep": ("keeping its record", 0.005)}
+# phase: the output line that starts it (training: an epoch's line), the most seconds to wait after it
+PHASES = {"train": "] epoch ", "evaluate": "testing at", "keep": "keeping its record"}
+WAITS = {"evaluate": 0.02, "keep": 0.005}  # training's wait comes from the uninterrupted run's epochs
+# lines that show a process got past `phase` before the kill: that kill did not land in it
+LATER = {
+    "train": ("testing the best", "testing at", "keeping its record"),
+    "evaluate": ("keeping its record",),
+    "keep": (),
+}
+EPOCH_LINE = re.compile(r"\] epoch (\d+)/(\d+) ")
 
 
 def study(work: Path, preset: Path) -> subprocess.Popen:
@@ -79,18 +89,35 @@ def outcome(work: Path) -> tuple:
     return read(run), read(kept)
 
 
-def sitting(work: Path, preset: Path, phase: str, rng: random.Random) -> tuple[bool, int, str]:
-    """One study sitting, SIGKILLed a random moment after a line of `phase`; (kill landed, exit status,
-    output)."""
-    process, lines, landed = study(work, preset), [], False
-    marker, wait = PHASES[phase]
+def shortest_epoch(work: Path) -> float:
+    """Seconds of the uninterrupted run's fastest epoch (its history's last column)."""
+    history = (work / "runs" / "killtest" / "mnist5k" / VARIANT / "seed0" / "history.csv").read_text()
+    return min(float(line.rsplit(",", 1)[1]) for line in history.splitlines()[1:])
+
+
+def starts_phase(line: str, phase: str) -> bool:
+    """Whether `line` starts `phase`; in training only an epoch before the last counts, so that a kill
+    less than an epoch later still lands in training."""
+    if phase != "train":
+        return PHASES[phase] in line
+    epoch = EPOCH_LINE.search(line)
+    return epoch is not None and int(epoch.group(1)) < int(epoch.group(2))
+
+
+def sitting(work: Path, preset: Path, phase: str, wait: float, rng: random.Random) -> tuple[bool, int, str]:
+    """One study sitting, SIGKILLed up to `wait` seconds after the line that starts `phase`; (kill landed
+    in `phase`, exit status, output)."""
+    process, lines, killed_after = study(work, preset), [], None
     for line in process.stdout:
         lines.append(line)
-        if marker in line and not landed:
+        if killed_after is None and starts_phase(line, phase):
             time.sleep(rng.uniform(0, wait))
             if process.poll() is None:
                 process.send_signal(signal.SIGKILL)
-                landed = True
+                killed_after = len(lines)
+    landed = killed_after is not None and not any(
+        marker in line for line in lines[killed_after:] for marker in LATER[phase]
+    )
     return landed, process.wait(), "".join(lines)
 
 
@@ -117,6 +144,7 @@ def main() -> int:
         return 1
     duration = time.perf_counter() - started
     expected = outcome(work / "reference")
+    waits = {**WAITS, "train": shortest_epoch(work / "reference") / 2}
     rng = random.Random(args.seed)
     landed = {phase: 0 for phase in PHASES}
     compared, different = 0, 0
@@ -124,7 +152,7 @@ def main() -> int:
     cycle = ("train", "train", "evaluate", "keep")
     for trial in range(args.kills):
         phase = cycle[trial % len(cycle)]
-        hit, code, output = sitting(killed, preset, phase, rng)
+        hit, code, output = sitting(killed, preset, phase, waits[phase], rng)
         landed[phase] += hit
         if code not in (0, -signal.SIGKILL):
             print(output)
