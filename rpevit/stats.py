@@ -319,6 +319,15 @@ def image_standard_error(contrast: ArrayLike) -> float:
     return float(math.sqrt(c.var(axis=1, ddof=1).sum() / n) / seeds)
 
 
+def holm_first_step_t(tests: int, seeds: int, alpha: float = 0.05) -> float:
+    """The t statistic a one-sided Student-t test over `seeds` per-seed contrasts must exceed to pass
+    Holm's first step over `tests` one-sided p-values (p < α/m): t_{n−1}(1 − α/m). Later steps relax
+    to α/(m − j) only after j rejections, so below it no claim of that many seeds can be decided."""
+    if tests < 1 or seeds < 2:
+        raise ValueError(f"need at least 1 test and 2 seeds, got {tests} tests and {seeds} seeds")
+    return float(stats.t.isf(alpha / tests, seeds - 1))
+
+
 def family_verdicts(tests: Sequence[Mapping], alpha: float = 0.05) -> list[dict]:
     """One symmetric multiplicity rule for a family of claims: Holm (1979) over all 2m one-sided
     p-values (each claim's p_support and p_contradict); supported when the adjusted p_support is

@@ -7,6 +7,7 @@ import re
 
 import numpy as np
 import pytest
+from scipy import stats as scipy_stats
 
 from rpevit import claims, stats
 from rpevit.claims import Claim, Comparison, correctness, evaluate_claims
@@ -502,6 +503,10 @@ def test_the_pre_registered_answer_states_scope_gaps_closing_cost_and_limits():
     assert "- `relu+rope_mixed` vs `softmax+rope_mixed`: inference 1.00× [" in text
     assert "whether the gaps hold at convergence" in text and "`fmnist_plateau_check`" in text
     assert "**In short.** Of its 6 pre-registered contrasts: 4 supported, 1 contradicted, 1 inconclusive." in text
+    family = next(line for line in lines if line.startswith("- claims the seeds cannot decide at this family size"))
+    need = scipy_stats.t.isf(0.05 / 12, 4)  # 6 claims, 2 one-sided p-values each; 5 seeds
+    assert "one Holm correction over 12 one-sided p-values" in family
+    assert f"5 seeds: t > {need:.1f} (1 inconclusive claim)." in family
     assert "1 dataset (toy)" in text and "####" not in text
     checked = claims.design_answer_text(params, rows, found, flat, speed, "**Longer-budget check** (`chk`): held.")
     assert checked.index("- RoPE-Mixed closes the ReLU gap") < checked.index("**Longer-budget check** (`chk`): held.")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -250,3 +251,26 @@ def test_image_standard_error_by_hand():
     contrast = np.array([[100.0, 0.0, 0.0, 0.0], [0.0, -100.0, 0.0, 0.0]])
     per_seed_var = np.var(contrast[0], ddof=1)  # 2500 for both rows
     assert stats.image_standard_error(contrast) == pytest.approx(math.sqrt(2 * per_seed_var / 4) / 2)
+
+
+@pytest.mark.parametrize("tests,seeds", [(64, 3), (64, 8), (12, 5)])
+def test_holm_first_step_t_is_where_a_claim_starts_to_pass_holm(tests, seeds):
+    """A family of `tests` one-sided p-values (tests/2 claims), all but one at p = 1: the `greater` claim
+    over `seeds` per-seed values is supported just above stats.holm_first_step_t and inconclusive just below."""
+    threshold = stats.holm_first_step_t(tests, seeds)
+    assert math.isclose(scipy_stats.t.sf(threshold, seeds - 1), 0.05 / tests, rel_tol=1e-9)
+    spread = np.linspace(-1.0, 1.0, seeds)  # mean 0; the effect shifts it
+    se = spread.std(ddof=1) / math.sqrt(seeds)
+    others = [{"p_support": 1.0, "p_contradict": 1.0}] * (tests // 2 - 1)
+    for factor, verdict in ((1.01, "supported"), (0.99, "inconclusive")):
+        claim = stats.contrast_test(spread + factor * threshold * se, "greater")
+        assert stats.family_verdicts([claim, *others])[0]["verdict"] == verdict
+    assert stats.holm_first_step_t(tests, 3) > stats.holm_first_step_t(tests, 8) > stats.holm_first_step_t(1, 8)
+    with pytest.raises(ValueError, match="2 seeds"):
+        stats.holm_first_step_t(tests, 1)
+
+
+def test_the_holm_thresholds_quoted_in_the_docs():
+    text = (Path(__file__).resolve().parents[1] / "docs" / "statistics.md").read_text()
+    three, eight = stats.holm_first_step_t(64, 3), stats.holm_first_step_t(64, 8)
+    assert f"t > {three:.1f} with 3\nseeds and t > {eight:.1f} with 8" in text

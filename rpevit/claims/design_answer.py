@@ -7,6 +7,7 @@ generated from the claims rows of the design's contrasts (`evaluation.evaluate_c
 from __future__ import annotations
 
 import math
+from collections import Counter
 
 import numpy as np
 
@@ -16,8 +17,9 @@ from ..convergence import PLATEAU_RULE, converged
 from ..metrics import busy
 from ..tables import signed
 from ..variants import parse_variant
+from .evaluation import family_size
 from .narration import ahead, interval_reading, verdict_text
-from .registry import ALPHA, CONTRADICTED, INCONCLUSIVE, NO_DATA, SUPPORTED, design_source
+from .registry import ALPHA, CONTRADICTED, INCONCLUSIVE, NO_DATA, SUPPORTED, TOP1, design_source
 
 
 def _convergence_sentence(convergence: list[dict], epochs: int) -> str:
@@ -155,6 +157,28 @@ def _open_line(rows: list[dict]) -> str | None:
     return f"- {len(open_rows)} of its {len(rows)} pre-registered contrasts: {names} — " + "; ".join(why) + "."
 
 
+def _family_line(rows: list[dict]) -> str | None:
+    """Why claims with few seeds stay open however clear their interval: the Holm threshold of the whole
+    claims table (`rows`), as the t statistic each seed count must exceed (stats.holm_first_step_t), or
+    None when no inconclusive accuracy claim has two seeds or more."""
+    tests = 2 * family_size(rows)[1]
+    open_rows = [r for r in rows if r["verdict"] == INCONCLUSIVE and r.get("measure") == TOP1 and r["seeds"] >= 2]
+    if not tests or not open_rows:
+        return None
+    per_seeds = sorted(Counter(r["seeds"] for r in open_rows).items())
+    needs = "; ".join(
+        f"{n} seeds: t > {stats.holm_first_step_t(tests, n, ALPHA):.1f} ({k} inconclusive claim{'s' * (k != 1)})"
+        for n, k in per_seeds
+    )
+    return (
+        f"- claims the seeds cannot decide at this family size: one Holm correction over {tests} one-sided "
+        f"p-values asks p < α/{tests} = {ALPHA / tests:.5f} of its first step (later steps relax only after a "
+        "rejection), which a t-test over n seeds reaches only when the effect lies more standard errors beyond "
+        f"the bound it tests than — {needs}. A claim with few seeds can therefore have its whole interval on "
+        "one side of its bound (its reading says so) and still be inconclusive."
+    )
+
+
 def design_answer_text(
     params,
     rows: list[dict],
@@ -217,6 +241,9 @@ def design_answer_text(
         line = _open_line(contrasts)
         if line:
             lines.append(line if len(params.datasets) == 1 else line.replace("- ", f"- {dataset}: ", 1))
+    family = _family_line(rows)
+    if family:
+        lines.append(family)
     if not converged(convergence):
         check = params.design.plateau_check
         lines.append(
