@@ -321,8 +321,9 @@ def image_standard_error(contrast: ArrayLike) -> float:
 
 def holm_first_step_t(tests: int, seeds: int, alpha: float = 0.05) -> float:
     """The t statistic a one-sided Student-t test over `seeds` per-seed contrasts must exceed to pass
-    Holm's first step over `tests` one-sided p-values (p < α/m): t_{n−1}(1 − α/m). Later steps relax
-    to α/(m − j) only after j rejections, so below it no claim of that many seeds can be decided."""
+    Holm's first step over `tests` one-sided p-values (p < α/m): t_{n−1}(1 − α/m) (Holm 1979). Later
+    steps relax to α/(m − j) only after j other rejections, so below it a claim of that many seeds is
+    decided only when other claims of the table were decided first."""
     if tests < 1 or seeds < 2:
         raise ValueError(f"need at least 1 test and 2 seeds, got {tests} tests and {seeds} seeds")
     return float(stats.t.isf(alpha / tests, seeds - 1))
