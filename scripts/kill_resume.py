@@ -52,16 +52,14 @@ FIELDS = (
     "key",
     "resolution_eval",
 )
-# phase: the output line that starts it (training: an epoch's line), the most seconds to wait after it
-PHASES = {"train": "] epoch ", "evaluate": "testing at", "keep": "keeping its record"}
-WAITS = {"evaluate": 0.02, "keep": 0.005}  # training's wait comes from the uninterrupted run's epochs
-# lines that show a process got past `phase` before the kill: that kill did not land in it
-LATER = {
-    "train": ("testing the best", "testing at", "keeping its record"),
-    "evaluate": ("keeping its record",),
-    "keep": (),
-}
+PHASES = ("train", "evaluate", "keep")
+# the output line that starts a phase (training: an epoch's line, EPOCH_LINE) and the most seconds to
+# wait after it before the kill (training's comes from the uninterrupted run's epochs)
 EPOCH_LINE = re.compile(r"\] epoch (\d+)/(\d+) ")
+STARTS = {"evaluate": "testing at", "keep": "keeping its record"}
+WAITS = {"evaluate": 0.02, "keep": 0.005}
+# lines that show a process got past `phase` before the kill: that kill did not land in it
+LATER = {"train": ("testing the best", *STARTS.values()), "evaluate": (STARTS["keep"],), "keep": ()}
 
 
 def study(work: Path, preset: Path) -> subprocess.Popen:
@@ -76,9 +74,14 @@ def study(work: Path, preset: Path) -> subprocess.Popen:
     return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
+def run_directory(work: Path) -> Path:
+    """The tiny study's one run under `work`."""
+    return work / "runs" / "killtest" / "mnist5k" / VARIANT / "seed0"
+
+
 def outcome(work: Path) -> tuple:
     """(result fields, history without seconds) of the run directory and of the kept copy."""
-    run = work / "runs" / "killtest" / "mnist5k" / VARIANT / "seed0"
+    run = run_directory(work)
     kept = work / "reports" / "killtest" / "records" / "mnist5k" / VARIANT / "seed0"
 
     def read(directory: Path):
@@ -91,7 +94,7 @@ def outcome(work: Path) -> tuple:
 
 def shortest_epoch(work: Path) -> float:
     """Seconds of the uninterrupted run's fastest epoch (its history's last column)."""
-    history = (work / "runs" / "killtest" / "mnist5k" / VARIANT / "seed0" / "history.csv").read_text()
+    history = (run_directory(work) / "history.csv").read_text()
     return min(float(line.rsplit(",", 1)[1]) for line in history.splitlines()[1:])
 
 
@@ -99,7 +102,7 @@ def starts_phase(line: str, phase: str) -> bool:
     """Whether `line` starts `phase`; in training only an epoch before the last counts, so that a kill
     less than an epoch later still lands in training."""
     if phase != "train":
-        return PHASES[phase] in line
+        return STARTS[phase] in line
     epoch = EPOCH_LINE.search(line)
     return epoch is not None and int(epoch.group(1)) < int(epoch.group(2))
 
