@@ -19,6 +19,8 @@ def grid(params: Params) -> list[tuple[str, str, int]]:
     a design: every run it may train, primary seed-major first; rpevit.design)."""
     if params.design.active:
         return design.ordered_runs(params)
+    if params.order == "seed":
+        return [(d, parse_variant(v).name, s) for d in params.datasets for s in params.seeds for v in params.variants]
     return [(d, parse_variant(v).name, s) for d in params.datasets for v in params.variants for s in params.seeds]
 
 

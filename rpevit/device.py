@@ -92,3 +92,19 @@ def deterministic(enabled: bool = True):
         yield
     finally:
         torch.use_deterministic_algorithms(previous[0], warn_only=previous[1])
+
+
+@contextmanager
+def true_fp32(device: torch.device, computed_in: str):
+    """Within the block, an fp32 training on CUDA computes in full fp32: TF32 off for matmuls and
+    cuDNN convolutions (cuDNN's is on by default), so an fp32 study trains alike on CPU and GPU.
+    The previous settings are restored after; nothing changes on the CPU or under bf16."""
+    if device.type != "cuda" or computed_in != "fp32":
+        yield
+        return
+    previous = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = previous

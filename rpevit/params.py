@@ -127,6 +127,12 @@ class TrainConfig:
     deterministic: bool = neutral(False)
     eval_batch_size: int = neutral(500)
     timing_images: int = neutral(512)
+    # learning-rate schedule after warmup: "cosine" to min_lr, or "wsd" (warmup–stable–decay: constant,
+    # then linear to min_lr over the last decay_fraction of the epochs) whose runs also yield the
+    # shorter `budgets` (epochs) by cool-downs branched from the stable phase (rpevit/budgets.py)
+    schedule: Literal["cosine", "wsd"] = added("cosine")
+    decay_fraction: float = added(0.25)
+    budgets: tuple[int, ...] = added(())
 
     def check(self, where: str = "train") -> None:
         """Reject values that would crash or silently train garbage (before any training starts)."""
@@ -149,6 +155,9 @@ class TrainConfig:
             raise bad("label_smoothing", self.label_smoothing, "a number in [0, 1)")
         if self.grad_clip is not None and not (math.isfinite(self.grad_clip) and self.grad_clip > 0):
             raise bad("grad_clip", self.grad_clip, "a finite number > 0, or null for no clipping")
+        from .budgets import check_schedule
+
+        check_schedule(self, where)
 
 
 @dataclass(frozen=True)
@@ -178,6 +187,9 @@ class Params:
     # keep each run's record and history under reports/<preset>/records/ (tracked in git), so a
     # fresh clone regenerates the reports without retraining (checkpoints stay in runs/)
     keep_records: bool = False
+    # training order of a grid without a design: "variant" (each variant's seeds in turn) or "seed"
+    # (every variant of a seed before the next seed: a pilot shows its contrasts after one seed)
+    order: Literal["variant", "seed"] = "variant"
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)

@@ -78,6 +78,9 @@ class RunRecord:
     finished_at: str = _f(summary=False)
     message: str = _f(summary=False)  # why a run diverged
     resolution_eval: list = _f(summary=False, default_factory=list, result=True)  # rpevit.evaluate
+    # train.budgets: budget (epochs, as text) → best epoch, val and test top-1, test_correct and the
+    # cool-down's history of the shorter budget branched from this run (rpevit.budgets)
+    budgets: dict = _f(summary=False, default_factory=dict, result=True)
 
 
 FIELDS = dataclasses.fields(RunRecord)

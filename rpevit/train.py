@@ -16,7 +16,6 @@ that trains on its shard of every global batch while rank 0 (`replica.is_main`) 
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,9 +23,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from . import budgets, distributed, metrics, records, runs
 from . import data as data_lib
-from . import distributed, metrics, records, runs
-from .device import autocast, deterministic, device_name, precision, resolve_device
+from .device import autocast, deterministic, device_name, precision, resolve_device, true_fp32
 from .errors import UserError
 from .model import build_model
 from .run import Run
@@ -47,19 +46,6 @@ def param_groups(model, weight_decay: float) -> list[dict]:
         skip = param.ndim <= 1 or getattr(param, "no_weight_decay", False)
         (no_decay if skip else decay).append(param)
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-
-
-def warmup_cosine(warmup_steps: int, total_steps: int, lr: float, min_lr: float):
-    """LR multiplier: linear warmup to 1, then cosine decay to min_lr/lr."""
-    floor = min_lr / lr
-
-    def factor(step: int) -> float:
-        if step < warmup_steps:
-            return (step + 1) / warmup_steps
-        progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
-        return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
-
-    return factor
 
 
 def _rng_state(device) -> dict:
@@ -118,7 +104,7 @@ def _compile_ahead(forward, model, dataset, batch_sizes, device, amp: str, repli
     info = dataset.info
     with metrics.Timer(device) as timer, torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         for size in batch_sizes:
-            x = data_lib.normalize(dataset.train.images[:size].float() / 255, info).to(device)
+            x = data_lib.example_images(dataset.train, info, size).to(device)
             y = dataset.train.labels[:size].to(device)
             x, y, _, _ = replica.shard(x, y)
             with autocast(device, amp):
@@ -220,8 +206,8 @@ def _train(run: Run, dataset, out_dir: Path, resume: bool, progress: bool, on_ep
     """Set up (or resume), run the epochs, then test and record (main process) — one loop for one
     process and for every torchrun rank, the differences behind `replica`."""
     train_cfg = run.train_config
-    with deterministic(train_cfg.deterministic):
-        device = replica.device(resolve_device(train_cfg.device))
+    device = replica.device(resolve_device(train_cfg.device))
+    with deterministic(train_cfg.deterministic), true_fp32(device, precision(device, train_cfg.amp)):
         dataset = data_lib.on_device(dataset, device)
         state = _start(run, dataset, device, replica)
         checkpoint_path = out_dir / records.CHECKPOINT
@@ -233,7 +219,7 @@ def _train(run: Run, dataset, out_dir: Path, resume: bool, progress: bool, on_ep
         compiled = compiles(train_cfg, device)
 
         def first_image():
-            return data_lib.normalize(dataset.train.images[:1].float() / 255, dataset.info).to(device)
+            return data_lib.example_images(dataset.train, dataset.info, 1).to(device)
 
         trainer = replica.wrap(state.model, device, first_image)
         replica.announce(run.label, train_cfg.batch_size)
@@ -245,6 +231,10 @@ def _train(run: Run, dataset, out_dir: Path, resume: bool, progress: bool, on_ep
             compile_seconds = _compile_ahead(forward, state.model, dataset, sizes, device, train_cfg.amp, replica)
         metrics.reset_peak_memory(device)
         for epoch in range(state.epoch, train_cfg.epochs):
+            if replica.is_main and _branch(state, forward, run, dataset, device, replica):
+                _write_checkpoint(
+                    state, run, checkpoint_path, device, trained_in, replica.rng_fields(_rng_state(device))
+                )
             loss_sum, correct, seen, first_bad_step, seconds = _train_epoch(
                 state, forward, run, dataset, device, epoch, progress, replica
             )
@@ -295,6 +285,7 @@ class _State:
     history: list[dict] = field(default_factory=list)
     best: dict = field(default_factory=lambda: {"val_acc": -1.0, "epoch": 0, "state": None})
     epoch: int = 0  # epochs done
+    branches: dict = field(default_factory=dict)  # budget (str) → its cool-down's result (budgets.py)
 
 
 def _start(run: Run, dataset, device, replica) -> _State:
@@ -306,13 +297,9 @@ def _start(run: Run, dataset, device, replica) -> _State:
     replica.seed(run.seed)
     optimizer = torch.optim.AdamW(param_groups(model, train_cfg.weight_decay), lr=train_cfg.lr)
     steps_per_epoch = data_lib.num_batches(len(dataset.train), train_cfg.batch_size)
-    schedule = warmup_cosine(
-        max(1, round(train_cfg.warmup_epochs * steps_per_epoch)),
-        train_cfg.epochs * steps_per_epoch,
-        train_cfg.lr,
-        train_cfg.min_lr,
-    )
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+    if train_cfg.budgets and replica.world_size > 1:
+        raise UserError("train.budgets (cool-downs branched from one run) train in one process, not under torchrun.")
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, budgets.lr_factor(train_cfg, steps_per_epoch))
     generator = torch.Generator(device=device).manual_seed(run.seed)
     return _State(model, optimizer, scheduler, generator, steps_per_epoch, recipe)
 
@@ -367,6 +354,7 @@ def _resume(state: _State, checkpoint: dict, run: Run, device, precision: str, p
     if rng is not None:
         _set_rng_state(rng, device)
     state.history, state.best, state.epoch = checkpoint["history"], checkpoint["best"], checkpoint["epoch"]
+    state.branches = checkpoint.get("branches", {})
     if replica.is_main:
         print(f"[{run.label}] resuming after epoch {state.epoch}", flush=True)
 
@@ -381,9 +369,20 @@ def _end_epoch(state: _State, row: dict, run: Run, path: Path, device, precision
             "epoch": row["epoch"],
             "state": {k: v.detach().cpu().clone() for k, v in state.model.state_dict().items()},
         }
+    _write_checkpoint(state, run, path, device, precision, rank_fields)
+    print(
+        f"[{run.label}] epoch {row['epoch']}/{run.train_config.epochs} "
+        f"train loss {row['train_loss']:.4f} acc {row['train_acc']:.4f} | "
+        f"val loss {row['val_loss']:.4f} acc {row['val_acc']:.4f} | {row['seconds']:.1f}s",
+        flush=True,
+    )
+
+
+def _write_checkpoint(state: _State, run: Run, path: Path, device, precision: str, rank_fields: dict) -> None:
+    """The checkpoint (atomically) and history.csv of the state as it is."""
     checkpoint = {
         "key": run.key,
-        "epoch": row["epoch"],
+        "epoch": state.epoch,
         "model": state.model.state_dict(),
         "optimizer": state.optimizer.state_dict(),
         "scheduler": state.scheduler.state_dict(),
@@ -393,20 +392,39 @@ def _end_epoch(state: _State, row: dict, run: Run, path: Path, device, precision
         "rng": _rng_state(device),
         "history": state.history,
         "best": state.best,
+        "branches": state.branches,
         **rank_fields,
     }
     records.save_checkpoint(path, checkpoint)
     records.write_csv(path.parent / records.HISTORY, state.history)
-    print(
-        f"[{run.label}] epoch {row['epoch']}/{run.train_config.epochs} "
-        f"train loss {row['train_loss']:.4f} acc {row['train_acc']:.4f} | "
-        f"val loss {row['val_loss']:.4f} acc {row['val_acc']:.4f} | {row['seconds']:.1f}s",
-        flush=True,
-    )
 
 
 # --------------------------------------------------------------------------------------------
 # the epoch loop
+
+
+def _branch(state: _State, forward, run: Run, dataset, device, replica) -> bool:
+    """The cool-downs of the shorter budgets that branch after this epoch (budgets.py); True if any ran."""
+
+    def train_epoch(branch_state, epoch):
+        loss_sum, correct, seen, bad, seconds = _train_epoch(
+            branch_state, forward, run, dataset, device, epoch, False, replica
+        )
+        if int(bad) >= 0:
+            raise Diverged(f"{run.variant} on {run.dataset} (seed {run.seed}): non-finite loss in a cool-down")
+        lr = branch_state.optimizer.param_groups[0]["lr"]
+        return {"train_loss": loss_sum.item() / seen, "train_acc": correct.item() / seen, "lr": lr, "seconds": seconds}
+
+    def test(model):
+        logits, labels = predict(
+            model, dataset.test, dataset.info, run.train_config.eval_batch_size, device, run.train_config.amp
+        )
+        scores = metrics.classification_metrics(logits, labels, metrics.count_parameters(model))
+        return {"top1": scores["top1"], "top5": scores["top5"], "test_correct": metrics.correct_string(logits, labels)}
+
+    return budgets.run_due_branches(
+        state, run, train_epoch, lambda model: _validation(model, dataset, run.train_config, device), test
+    )
 
 
 def _train_epoch(state: _State, forward, run: Run, dataset, device, epoch: int, progress: bool, replica):
@@ -504,6 +522,7 @@ def _test_and_record(
             "epochs": train_cfg.epochs,
             "best_epoch": best["epoch"],
             "best_val_acc": best["val_acc"],
+            "budgets": state.branches,
             **metrics.classification_metrics(test_logits, test_labels, num_params),
             # per-image test predictions (space-separated class indices, in test-split order): paired statistics
             "test_predictions": " ".join(map(str, test_logits.argmax(-1).tolist())),

@@ -647,7 +647,8 @@ def test_batch_size_must_be_positive():
 
 
 def test_dataset_constants_are_consistent():
-    assert set(DATASETS) == {"mnist5k", "mnist", "fashion_mnist", "cifar10", "cifar100"}
+    canvases = {f"{base}_canvas{side}" for base in ("mnist5k", "fashion_mnist") for side in (40, 56)}
+    assert set(DATASETS) == {"mnist5k", "mnist", "fashion_mnist", "cifar10", "cifar100"} | canvases
     for name, info in DATASETS.items():
         assert info.name == name
         assert len(info.mean) == len(info.std) == info.channels

@@ -8,9 +8,10 @@ import pytest
 import torch
 
 from rpevit import records
+from rpevit.budgets import warmup_cosine
 from rpevit.model import build_model
 from rpevit.run import Run
-from rpevit.train import Diverged, param_groups, train_run, warmup_cosine
+from rpevit.train import Diverged, param_groups, train_run
 
 from helpers import resumed_like_straight
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from ..errors import UserError
+from . import canvas
 from .files import (
     _CIFAR_LAYOUTS,
     _IDX_DIRECTORIES,
@@ -34,6 +35,7 @@ __all__ = [
     "DATASETS",
     "Dataset",
     "DatasetInfo",
+    "example_images",
     "Split",
     "augment",
     "batches",
@@ -123,6 +125,23 @@ def _to_device(images: torch.Tensor, labels: torch.Tensor, device: torch.device)
         raise UserError(f"Cannot put the data on device '{device}': {exc}. Use 'cpu' or an available GPU.") from exc
 
 
+def _on_canvas(info: DatasetInfo, base: Dataset, split_seed: int) -> Dataset:
+    """`base` as the canvas task `info`: training images stay 28×28 (the batch pipeline places them
+    anew every epoch), validation and test are placed once at positions fixed by the split seed."""
+    val, test = (
+        Split(canvas.place_fixed(split.images, info.image_size, split_seed, name), split.labels)
+        for name, split in (("val", base.val), ("test", base.test))
+    )
+    return Dataset(info, base.train, val, test, base.source)
+
+
+def example_images(split: Split, info: DatasetInfo, count: int) -> torch.Tensor:
+    """The first `count` images of `split` as the model sees them, normalized float32, at the dataset's
+    size (objects of a canvas task centred): inputs for compiling and shape checks, never for training."""
+    images = canvas.centred(split.images[:count], info.image_size).float() / 255
+    return normalize(images, info)
+
+
 def _dataset_info(name: str) -> DatasetInfo:
     """The DatasetInfo for `name` (case and '-' vs '_' ignored); UserError if unknown."""
     key = str(name).strip().lower().replace("-", "_")
@@ -171,6 +190,8 @@ def training_images(name: str, val_size: int | None = None, train_size: int | No
     the official training set less the validation split, capped at train_size (mnist5k: its fixed
     stratified split)."""
     info = _dataset_info(name)
+    if info.canvas_of is not None:
+        return training_images(info.canvas_of, val_size, train_size)
     if info.name == "mnist5k":
         available = info.num_classes * MNIST5K_PER_CLASS["train"]
     else:
@@ -191,6 +212,20 @@ def load_dataset(
     """Load `name` with a seeded train/val split of the official train set on `device`; with
     `train_size`, training uses a seeded class-stratified subset of that many images."""
     info = _dataset_info(name)
+    if info.canvas_of is not None:
+        return _on_canvas(
+            info,
+            load_dataset(
+                info.canvas_of,
+                root=root,
+                download=download,
+                device=device,
+                split_seed=split_seed,
+                val_size=val_size,
+                train_size=train_size,
+            ),
+            split_seed,
+        )
     try:
         device = torch.device(device)
     except (RuntimeError, TypeError) as exc:

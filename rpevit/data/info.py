@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -21,6 +22,7 @@ class DatasetInfo:
     augment: str
     official_train: int | None = None  # the official training split's size (None: not a standard split)
     class_names: tuple[str, ...] = ()  # label i's name; () where only the numbers are known
+    canvas_of: str | None = None  # the dataset whose images sit at random places on this one's canvas (canvas.py)
 
     def class_name(self, label: int) -> str:
         """The name of class `label` (its number where the dataset has no names)."""
@@ -53,6 +55,21 @@ DATASETS: dict[str, DatasetInfo] = {
         "cifar100", 3, 32, 100, (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762), "cifar", 50000, _CIFAR100
     ),
 }
+
+
+def _on_canvas(base: DatasetInfo, canvas: int) -> DatasetInfo:
+    """`base`'s images at random places on a canvas×canvas blank (same classes, normalization, augmentation)."""
+    return dataclasses.replace(base, name=f"{base.name}_canvas{canvas}", image_size=canvas, canvas_of=base.name)
+
+
+# the tasks where position matters: 40×40 (100 tokens at patch 4) and 56×56 (196)
+DATASETS.update(
+    {
+        info.name: info
+        for base in ("mnist5k", "fashion_mnist")
+        for info in (_on_canvas(DATASETS[base], s) for s in (40, 56))
+    }
+)
 
 
 @dataclass

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import UserError
+from .canvas import place_randomly
 from .info import DatasetInfo, Split
 
 MAX_ROTATION_DEGREES = 10.0
@@ -208,4 +209,6 @@ def _iterate_batches(
         if order is not None:
             indices = order[indices]
         images = augment(split.images[indices], recipe, generator)
+        if images.shape[-1] < info.image_size:  # a canvas task: the objects at new random places
+            images = place_randomly(images, info.image_size, generator)
         yield normalize(images, info), split.labels[indices]
