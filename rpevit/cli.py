@@ -247,12 +247,12 @@ def cmd_doctor(args) -> int:
 
 
 def cmd_findings(args) -> int:
-    """Copy a report's generated answer into the README's Findings block."""
+    """Copy a report's generated answer into the Findings block of docs/results.md."""
     from .params import PROJECT_ROOT
     from .report import sync_findings
 
-    changed = sync_findings(PROJECT_ROOT / "README.md", args.params)
-    print(f"README.md Findings {'updated from' if changed else 'already match'} reports/{args.params}/")
+    changed = sync_findings(PROJECT_ROOT / "docs" / "results.md", args.params, link_prefix="../")
+    print(f"docs/results.md Findings {'updated from' if changed else 'already match'} reports/{args.params}/")
     return 0
 
 
@@ -417,7 +417,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     keep.add_argument("params", help="preset name or YAML path (keep_records: true)")
 
-    findings = sub.add_parser("findings", help="copy a report's generated answer into the README's Findings")
+    findings = sub.add_parser("findings", help="copy a report's generated answer into docs/results.md's Findings")
     findings.add_argument(
         "params", nargs="?", default="fmnist_converged", help="preset whose report to copy (fmnist_converged)"
     )
@@ -478,7 +478,7 @@ EXAMPLES = """examples:
   python -m rpevit notebooks smoke                   regenerate reports/smoke/ from the run records
   python -m rpevit notebooks fmnist_converged --no-train   an interim report: finished runs only, none trained
   python -m rpevit status fmnist_converged          runs finished and in flight, what the design wants, hours left
-  python -m rpevit findings                          copy the converged study's answer into README.md
+  python -m rpevit findings                          copy the converged study's answer into docs/results.md
   python -m rpevit keep-weights fmnist_converged     one seed's tested weights per variant beside its kept records
   python -m rpevit bench attention                   time and memory of one layer vs tokens
   python -m rpevit doctor --gpu                      the GPU acceptance run (README: On a GPU)

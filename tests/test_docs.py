@@ -14,7 +14,18 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
-PAGES = ["methods.md", "architecture.md", "statistics.md"]
+PAGES = [
+    "methods.md",
+    "architecture.md",
+    "statistics.md",
+    "results.md",
+    "running.md",
+    "records.md",
+    "scaling.md",
+    "variants.md",
+    "extending.md",
+    "testing.md",
+]
 # Built from parts so that this file does not contain what it looks for.
 OUTSIDE = [name.encode() for name in ("REFERENCE" + ".md", "DESIGN" + ".md", ".." + "/shared")]
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)|!\[[^\]]*\]\(([^)\s]+)\)")

@@ -304,11 +304,13 @@ def test_generated_texts_head_the_index_and_fill_the_readme_findings(tmp_path):
         report.findings_markdown("empty", root=tmp_path)
 
 
-def test_readme_findings_are_the_committed_claims_report():
-    """The README's Findings say what the converged study's report (or, while it trains, its kept
+def test_results_page_findings_are_the_committed_claims_report():
+    """docs/results.md's Findings say what the converged study's report (or, while it trains, its kept
     records) computed, word for word (refresh with `python -m rpevit findings`)."""
-    readme = (PROJECT_ROOT / "README.md").read_text()
-    assert report.findings_markdown() in readme
+    from rpevit.report.findings import relinked
+
+    page = (PROJECT_ROOT / "docs" / "results.md").read_text()
+    assert relinked(report.findings_markdown(), "../") in page
 
 
 def test_study_status_counts_complete_primary_seeds_and_each_budget(monkeypatch):

@@ -3,7 +3,7 @@
 - `store`: figures (PNG for matplotlib, offline HTML for plotly), tables (CSV + Markdown) and texts
   written into reports/<preset>/ with a per-notebook manifest (`Report`, `show`, `report_dir`);
 - `index` and `findings`: the index reports/<preset>/README.md (headline, guide, every output) and
-  the README's Findings block copied from a preset's report;
+  the Findings block of docs/results.md copied from a preset's report;
 - `styles`: one look per variant (colour, marker, line, fill) shared by every figure.
 
 The figures themselves are drawn by `rpevit.plots`. Every name is importable from `rpevit.report`.

@@ -1,4 +1,4 @@
-"""The README's Findings block: the texts a preset's report generated (copied word for word by
+"""The Findings block of docs/results.md: the texts a preset's report generated (copied word for word by
 `python -m rpevit findings`), or, while a designed study trains, how far it is."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ def findings_begin(preset: str) -> str:
 
 
 def findings_markdown(preset: str = FINDINGS_PRESET, root=None) -> str:
-    """The README's Findings block: the texts a preset's report generated from its tables (notebook 45's
+    """The Findings block of docs/results.md: the texts a preset's report generated from its tables (notebook 45's
     answer and speed claim), each with a link to its report and the claims table."""
     directory = report_dir(preset, root)
     texts = report_texts(directory)
@@ -228,13 +228,20 @@ def _early_study_note(root=None, preset: str = "cpu_claims") -> str:
     )
 
 
-def sync_findings(readme: Path, preset: str = FINDINGS_PRESET, root=None) -> bool:
-    """Replace the Findings block of `readme` by findings_markdown(preset); True if it changed."""
+def relinked(block: str, link_prefix: str) -> str:
+    """`block` with its links into reports/ made relative to a page `link_prefix` away from the root
+    (docs/results.md: "../")."""
+    return block.replace("](reports/", f"]({link_prefix}reports/")
+
+
+def sync_findings(readme: Path, preset: str = FINDINGS_PRESET, root=None, link_prefix: str = "") -> bool:
+    """Replace the Findings block of `readme` (the project's: docs/results.md, `link_prefix` "../") by
+    findings_markdown(preset); True if it changed."""
     text = readme.read_text()
     start, end = text.find("<!-- findings:"), text.find(FINDINGS_END)
     if start < 0 or end < start:
         raise UserError(f"{readme} has no Findings block (<!-- findings: … --> … {FINDINGS_END}) to fill.")
-    new = text[:start] + findings_markdown(preset, root) + text[end + len(FINDINGS_END) :]
+    new = text[:start] + relinked(findings_markdown(preset, root), link_prefix) + text[end + len(FINDINGS_END) :]
     if new != text:
         records.write_text(readme, new)
     return new != text

@@ -1,0 +1,40 @@
+"""The README's first screen: short, the answer first, and every number of the answer quoted from
+the report that computed it."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+LIMIT, ANSWER_WITHIN = 8000, 2000
+NUMBER = re.compile(r"[−+-]?\d+\.\d+")
+
+
+def _answer() -> tuple[str, Path]:
+    match = re.search(r"<!-- answer: numbers quoted from (\S+) [^>]*-->\n(.*?)<!-- /answer -->", README, re.S)
+    assert match, "the README has no answer block"
+    return match.group(2), ROOT / match.group(1)
+
+
+def test_readme_is_short_with_the_answer_on_the_first_screen():
+    assert len(README) <= LIMIT, f"README.md has {len(README)} characters; keep it ≤ {LIMIT} (details go to docs/)"
+    assert README.index("<!-- /answer -->") < ANSWER_WITHIN
+    for command in ("make study", "make test", "--no-train"):
+        assert command in README
+
+
+def test_every_number_of_the_answer_is_in_its_report():
+    answer, source = _answer()
+    report = source.read_text().replace("−", "-")
+    numbers = NUMBER.findall(answer)
+    assert len(numbers) >= 10, numbers  # the four gaps and two closings with intervals, the costs
+    missing = [n for n in numbers if n.replace("−", "-").lstrip("+") not in report]
+    assert not missing, f"numbers of the README's answer not in {source.relative_to(ROOT)}: {missing}"
+
+
+def test_a_changed_number_is_caught():
+    answer, source = _answer()
+    report = source.read_text().replace("−", "-")
+    assert "-0.03" in report and "-0.13" not in report  # the check above would catch −0.13 for −0.03
