@@ -246,6 +246,13 @@ def cmd_doctor(args) -> int:
     return 0
 
 
+def cmd_gpu_sitting(args) -> int:
+    """A GPU sitting: train for N minutes, pack the results to carry back (rpevit/sitting.py)."""
+    from .sitting import command
+
+    return command(args)
+
+
 def cmd_findings(args) -> int:
     """Copy a report's generated answer into the Findings block of docs/results.md."""
     from .params import PROJECT_ROOT
@@ -427,6 +434,9 @@ def build_parser() -> argparse.ArgumentParser:
     pilot.add_argument("--out", required=True, help="the report folder (e.g. reports/fmnist_pilot)")
     pilot.add_argument("--chosen", help="the study preset whose recipe the pilot chose (e.g. fmnist_converged)")
 
+    from .sitting import add_parser as add_sitting
+
+    add_sitting(sub)
     doctor = sub.add_parser("doctor", help="check the installation; --gpu: the GPU acceptance run")
     doctor.add_argument(
         "--gpu", action="store_true", help="on a CUDA machine: CUDA tests, sync check, torchrun, Ray, GPU benchmarks"
@@ -497,6 +507,7 @@ COMMANDS = {
     "bench": cmd_bench,
     "pilot": cmd_pilot,
     "doctor": cmd_doctor,
+    "gpu-sitting": cmd_gpu_sitting,
 }
 
 

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# What travels to a lent GPU machine: the device tool sends every tracked file (and untracked ones git
+# does not ignore) plus the paths named in `carry`, 64 MiB at most. reports/ alone is ~80 MB, so before
+# a sitting `slim PRESET` takes reports/ out of git's index (keeping reports/PRESET/records, which the
+# study reads to know what is finished) and ignores it locally; `restore` puts the index back exactly as
+# it was (a copy is kept in .git). Nothing on disk is touched. Never commit between the two.
+#   bash scripts/device_tree.sh slim canvas_gap_pilot   # then the device call (docs/scaling.md)
+#   bash scripts/device_tree.sh restore
+#   bash scripts/device_tree.sh size [carry paths…]      # MiB that would travel
+set -euo pipefail
+cd "$(git rev-parse --show-toplevel)"
+saved=.git/rpevit-full-index
+marker="# rpevit device_tree slim"
+size() {
+  python3 - "$@" <<'PY'
+import subprocess, sys
+from pathlib import Path
+listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], capture_output=True).stdout
+files = {Path(n) for n in listed.decode().split("\0") if n}
+for extra in sys.argv[1:]:
+    root = Path(extra)
+    files |= {p for p in ([root] if root.is_file() else root.rglob("*")) if p.is_file()}
+total = sum(p.stat().st_size for p in files if p.is_file())
+print(f"{total / 2**20:.1f} MiB would travel (the device tool's limit: 64 MiB)")
+PY
+}
+case "${1:-}" in
+  slim)
+    preset=${2:?usage: slim PRESET}
+    [ -e "$saved" ] && { echo "error: already slim ($saved exists); run restore first" >&2; exit 2; }
+    cp .git/index "$saved"
+    git rm -r -q --cached reports
+    [ -d "reports/$preset/records" ] && git add -f "reports/$preset/records"
+    printf '%s\n/reports/*\n!/reports/%s/\n/reports/%s/*\n!/reports/%s/records/\n' "$marker" "$preset" "$preset" "$preset" >> .git/info/exclude
+    size ;;
+  restore)
+    [ -e "$saved" ] || { echo "nothing to restore ($saved is missing)"; exit 0; }
+    mv "$saved" .git/index
+    python3 - <<'PY'
+from pathlib import Path
+exclude = Path(".git/info/exclude")
+lines = exclude.read_text().splitlines(keepends=True)
+if "# rpevit device_tree slim\n" in lines:
+    exclude.write_text("".join(lines[: lines.index("# rpevit device_tree slim\n")]))
+PY
+    git status --short | head -5 ;;
+  size) shift; size "$@" ;;
+  *) echo "usage: $0 slim PRESET | restore | size [paths]" >&2; exit 2 ;;
+esac

@@ -1,0 +1,102 @@
+"""The GPU sitting on the CPU: a minutes limit that cuts a run, packed results carried back and
+unpacked, and the next sitting resuming them to the records of an uncut sitting."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PRESET = textwrap.dedent(
+    """
+    name: sitting_tiny
+    keep_records: true
+    datasets: [mnist5k]
+    variants: [softmax+ape]
+    seeds: [1]
+    data: {train_size: 2000}
+    model: {patch_size: 7, dim: 16, depth: 1, heads: 2, mlp_dim: 32}
+    train: {epochs: 120, batch_size: 50, lr: 0.003, warmup_epochs: 1, eval_batch_size: 250, timing_images: 8}
+    """
+)
+
+
+def _rpevit(args, roots: Path, check=True) -> subprocess.CompletedProcess:
+    env = {
+        **os.environ,
+        "RPEVIT_RUNS": str(roots / "runs"),
+        "RPEVIT_REPORTS": str(roots / "reports"),
+        "OMP_NUM_THREADS": "1",
+    }
+    done = subprocess.run([sys.executable, "-m", "rpevit", *args], cwd=ROOT, env=env, capture_output=True, text=True)
+    if check:
+        assert done.returncode == 0, done.stdout + done.stderr
+    return done
+
+
+def _tops(roots: Path) -> dict[str, float]:
+    kept = roots / "reports" / "sitting_tiny" / "records"
+    return {p.parent.parent.name: json.loads(p.read_text())["top1"] for p in kept.rglob("record.json")}
+
+
+def test_gpu_sitting_refuses_without_cuda_and_bad_minutes(tmp_path):
+    refused = _rpevit(["gpu-sitting", "smoke", "--out", str(tmp_path)], tmp_path, check=False)
+    assert refused.returncode == 2 and refused.stderr.startswith("error: no CUDA device is visible")
+    refused = _rpevit(["gpu-sitting", "smoke", "--out", str(tmp_path), "--minutes", "12"], tmp_path, check=False)
+    assert refused.returncode == 2 and "--minutes 12 is not valid" in refused.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.slow
+def test_a_cut_sitting_resumes_on_the_next_machine_to_the_uncut_records(tmp_path):
+    preset = tmp_path / "sitting_tiny.yaml"
+    preset.write_text(PRESET)
+    sit = ["gpu-sitting", str(preset), "--device", "cpu", "--processes", "1"]
+    straight = tmp_path / "straight"
+    _rpevit([*sit, "--minutes", "3", "--out", str(tmp_path / "out0")], straight)
+    assert set(_tops(straight)) == {"softmax+ape"}
+
+    first, second = tmp_path / "machine1", tmp_path / "machine2"
+    cut = _rpevit([*sit, "--minutes", "0.25", "--out", str(tmp_path / "out1")], first)
+    assert "stopped at the deadline: 1" in cut.stdout and "partial" in cut.stdout, cut.stdout
+    assert _tops(first) == {}
+    unpacked = _rpevit(["gpu-sitting", "--unpack", str(tmp_path / "out1")], second)
+    assert "files added" in unpacked.stdout
+    assert any((second / "runs").rglob("checkpoint.pt"))  # the cut run travels with its checkpoint
+    _rpevit([*sit, "--minutes", "3", "--out", str(tmp_path / "out2")], second)
+    assert _tops(second) == _tops(straight)
+    again = _rpevit(["gpu-sitting", "--unpack", str(tmp_path / "out1")], second)
+    assert "0 files added" in again.stdout  # nothing finished is overwritten by an older sitting
+
+
+def test_device_tree_slims_the_index_for_travel_and_restores_it_exactly(tmp_path):
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=tmp_path, capture_output=True, text=True, check=True).stdout
+
+    for name in ("src.py", "reports/other/big.png", "reports/p/summary.md", "reports/p/records/r/record.json"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(name)
+    git("init", "-q")
+    git("add", "-A")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x")
+    exclude_before = (tmp_path / ".git/info/exclude").read_text()
+    script = str(ROOT / "scripts" / "device_tree.sh")
+    subprocess.run(["bash", script, "slim", "p"], cwd=tmp_path, check=True, capture_output=True)
+    assert git("ls-files").split() == ["reports/p/records/r/record.json", "src.py"]
+    assert git("status", "--porcelain", "--untracked-files=all").split() == [
+        "D",
+        "reports/other/big.png",
+        "D",
+        "reports/p/summary.md",
+    ]
+    refused = subprocess.run(["bash", script, "slim", "p"], cwd=tmp_path, capture_output=True, text=True)
+    assert refused.returncode == 2 and "already slim" in refused.stderr
+    subprocess.run(["bash", script, "restore"], cwd=tmp_path, check=True, capture_output=True)
+    assert git("status", "--porcelain", "--untracked-files=all") == ""
+    assert (tmp_path / ".git/info/exclude").read_text() == exclude_before
