@@ -37,10 +37,17 @@ class DropPath(nn.Module):
         super().__init__()
         self.rate = rate
 
-    def forward(self, branch):
+    def draw(self, batch: int, ndim: int, device) -> torch.Tensor:
+        """This layer's uniform draw for a batch, from torch's global generator."""
+        return torch.rand(batch, *(1,) * (ndim - 1), device=device)
+
+    def forward(self, branch, draw: torch.Tensor | None = None):
+        """`draw`: the uniform draw made beforehand (packed runs draw each run's own outside vmap)."""
         if not self.training or self.rate == 0.0:
             return branch
-        keep = torch.rand(branch.shape[0], *(1,) * (branch.ndim - 1), device=branch.device) >= self.rate
+        if draw is None:
+            draw = self.draw(branch.shape[0], branch.ndim, branch.device)
+        keep = draw >= self.rate
         return branch * keep.to(branch.dtype) / (1.0 - self.rate)
 
 
@@ -57,9 +64,9 @@ class Block(nn.Module):
         self.mlp = MLP(config.dim, config.mlp_dim, config.dropout)
         self.drop_path = DropPath(drop_path)
 
-    def forward(self, x, grid):
-        x = x + self.drop_path(self.drop(self.attn(self.norm1(x), grid)))
-        return x + self.drop_path(self.mlp(self.norm2(x)))
+    def forward(self, x, grid, draws=(None, None)):
+        x = x + self.drop_path(self.drop(self.attn(self.norm1(x), grid)), draws[0])
+        return x + self.drop_path(self.mlp(self.norm2(x)), draws[1])
 
 
 class ViT(nn.Module):
@@ -115,12 +122,21 @@ class ViT(nn.Module):
             x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1).to(x.dtype), x], dim=1)
         return x if self.absolute is None else self.absolute(x, grid)
 
-    def forward(self, images, interpolate: bool = False):
-        """Class logits (B, num_classes)."""
+    def drop_path_draws(self, batch: int, device) -> torch.Tensor | None:
+        """The uniform draws one training forward of a `batch` makes for stochastic depth, in its order
+        (two per block with a rate > 0), from torch's global generator: (draws, batch, 1, 1); None without."""
+        draws = [b.drop_path.draw(batch, 3, device) for b in self.blocks if b.drop_path.rate > 0 for _ in range(2)]
+        return torch.stack(draws) if draws else None
+
+    def forward(self, images, interpolate: bool = False, drop_draws: torch.Tensor | None = None):
+        """Class logits (B, num_classes); `drop_draws` (from drop_path_draws) replaces the draws of
+        stochastic depth, which are otherwise made block by block."""
         grid = self.grid_for(images, interpolate)
         x = self.tokens(images, grid)
+        drawn = iter(() if drop_draws is None else drop_draws)
         for block in self.blocks:
-            x = block(x, grid)
+            draws = (next(drawn), next(drawn)) if drop_draws is not None and block.drop_path.rate > 0 else (None, None)
+            x = block(x, grid, draws)
         x = self.norm(x)
         pooled = x[:, 0] if self.cls_token is not None else x.mean(dim=1)
         return self.head(pooled)

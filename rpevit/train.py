@@ -437,7 +437,13 @@ def _train_epoch(state: _State, forward, run: Run, dataset, device, epoch: int, 
     loss_sum, correct, seen = torch.zeros((), device=device), torch.zeros((), device=device), 0
     first_bad_step = torch.full((), -1, device=device)
     batch_iter = data_lib.batches(
-        dataset.train, info, train_cfg.batch_size, shuffle=True, generator=state.generator, recipe=state.recipe
+        dataset.train,
+        info,
+        train_cfg.batch_size,
+        shuffle=True,
+        generator=state.generator,
+        recipe=state.recipe,
+        canvas=data_lib.training_canvas(info),
     )
     if progress and replica.is_main:
         from tqdm.auto import tqdm

@@ -3,6 +3,10 @@ sys.path because tests/ has no __init__.py)."""
 
 from __future__ import annotations
 
+import importlib
+import os
+
+import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -98,3 +102,19 @@ def resumed_like_straight(params, dataset, variant: str, tmp_path, epochs: int =
     ]
     assert histories[0] == histories[1]
     return straight, resumed
+
+
+def skip_unless_ci(message: str) -> None:
+    """Skip the test for `message` (something it needs is missing) — or, in CI (`CI` set), fail it:
+    .ci/run installs what these tests need, so there a missing piece is an error, never a silent skip."""
+    if os.environ.get("CI"):
+        pytest.fail(f"{message} (CI is set: .ci/run provides it, so the test fails instead of skipping)", pytrace=False)
+    pytest.skip(message)
+
+
+def require_module(name: str, reason: str):
+    """pytest.importorskip(name) that fails instead of skipping in CI (skip_unless_ci)."""
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        skip_unless_ci(reason)

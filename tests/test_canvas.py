@@ -66,7 +66,8 @@ def _epoch_places(dataset: Dataset, seed: int, epochs: int) -> list[list[tuple[i
     generator = torch.Generator().manual_seed(seed)
     places = []
     for _ in range(epochs):
-        batches = list(data.batches(dataset.train, dataset.info, 4, shuffle=False, generator=generator))
+        canvas = data.training_canvas(dataset.info)
+        batches = list(data.batches(dataset.train, dataset.info, 4, shuffle=False, generator=generator, canvas=canvas))
         raw = dataset.train.images[:4].float() / 255
         first = batches[0][0]
         blank = data.normalize(torch.zeros(1, 1, 1, 1), dataset.info)
@@ -81,8 +82,15 @@ def test_training_places_are_drawn_anew_each_epoch_and_repeat_per_seed():
     assert run_a == run_a_again  # a function of (seed, epoch)
     assert run_a[0] != run_a[1] != run_a[2]  # new places every epoch
     assert run_a != run_b
-    labels = [y for _, y in data.batches(small.train, small.info, 4, shuffle=False, generator=torch.Generator())]
+    labels = [
+        y for _, y in data.batches(small.train, small.info, 4, shuffle=False, generator=torch.Generator(), canvas=40)
+    ]
     assert torch.equal(torch.cat(labels), small.train.labels)
+    # evaluation batches (a resized test split, e.g. 20 px for a 28-px model) are never placed on a canvas
+    plain = load_dataset("mnist5k")
+    assert data.training_canvas(plain.info) is None and data.training_canvas(small.info) == 40
+    x, _ = next(iter(data.batches(plain.test, plain.info, 4, shuffle=False)))
+    assert x.shape[-1] == 28
 
 
 def test_example_images_are_at_the_canvas_size():

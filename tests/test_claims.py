@@ -93,6 +93,35 @@ def test_verdicts_follow_planted_differences():
     assert one["verdict"] == claims.UNDECIDED and claims.verdict_text(one) == "undecided: one seed"
 
 
+def test_accuracy_rows_are_t_tests_over_per_seed_contrasts():
+    """Planted 4 seeds × 10 images: se, df, n and the interval are those of a t-test over the 4 per-seed
+    contrasts (by hand), not over the 10 per-image ones (which give n = 10 and a different se)."""
+    correct_a = [6, 8, 4, 7]  # images right per seed; b is right on the first 5 of 10 in every seed
+    records = []
+    for seed, right in enumerate(correct_a):
+        for variant, k in (("favor+ape", right), ("softmax+ape", 5)):
+            bits = "1" * k + "0" * (10 - k)
+            records.append(make_record(dataset="toy", variant=variant, seed=seed, test_correct=bits))
+    per_seed = 100.0 * (np.array(correct_a) - 5) / 10  # [10, 30, −10, 20] points
+    per_image = np.stack([100.0 * (np.arange(10) < k) for k in correct_a]) - 100.0 * (np.arange(10) < 5)
+    assert per_image.mean(axis=0).std(ddof=1) / np.sqrt(10) != pytest.approx(per_seed.std(ddof=1) / 2)
+    table = [
+        Claim(T, "favor above", "greater", Comparison("favor+ape", "softmax+ape")),
+        Claim(T, "favor level", "equal", Comparison("favor+ape", "softmax+ape"), margin_value=5.0),
+    ]
+    rows = {row["claim"]: row for row in evaluate_claims(records, table)}
+    se = per_seed.std(ddof=1) / 2
+    for name, confidence in (("favor above", 0.95), ("favor level", 0.90)):
+        row = rows[name]
+        half = scipy_stats.t.ppf((1 + confidence) / 2, 3) * se
+        assert (row["n"], row["df"], row["seeds"]) == (4, 3, 4)
+        assert row["effect"] == pytest.approx(12.5) and row["se"] == pytest.approx(se, rel=1e-12)
+        assert (row["low"], row["high"]) == (pytest.approx(12.5 - half, rel=1e-12), pytest.approx(12.5 + half))
+        assert row["confidence"] == pytest.approx(confidence)
+        assert row["se (images)"] == pytest.approx(stats.image_standard_error(per_image), rel=1e-12)
+    assert rows["favor above"]["p_support"] == pytest.approx(scipy_stats.t.sf(12.5 / se, 3), rel=1e-9)
+
+
 def test_a_comparison_is_a_value_with_terms_and_words():
     plain = Comparison("favor+krpe", "softmax+krpe")
     assert plain.terms == {"favor+krpe": 1.0, "softmax+krpe": -1.0} and not plain.differences

@@ -27,8 +27,10 @@ from rpevit.errors import UserError
 from rpevit.params import load_params
 from rpevit.progress import Progress
 
+from helpers import require_module
+
 DATASET_FOR = runs.dataset_for  # the real loader
-NO_RAY = "Ray is not installed (pip install -e '.[cluster]'): the Ray engine tests are skipped"
+NO_RAY = "Ray is not installed (pip install -e '.[cluster]'): the Ray engine tests cannot run"
 
 
 def tiny_loader(params, name, n_train=256):
@@ -46,7 +48,7 @@ def tiny_loader(params, name, n_train=256):
 
 @pytest.fixture(scope="module")
 def ray_cluster():
-    ray = pytest.importorskip("ray", reason=NO_RAY)
+    ray = require_module("ray", NO_RAY)
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import test modules
     ray.init(address="local", num_cpus=2, include_dashboard=False)
     yield ray
@@ -82,7 +84,7 @@ def test_engine_ray_without_ray_says_how_to_install(monkeypatch, tiny_params, tm
 
 
 def test_bad_resources_are_one_clear_error(tiny_params, tmp_path):
-    pytest.importorskip("ray", reason=NO_RAY)
+    require_module("ray", NO_RAY)
     for wrong in ({"cpus_per_run": 0}, {"cpus_per_run": 1.5}, {"gpus_per_run": 2}, {"gpus_per_run": -0.5}):
         with pytest.raises(UserError, match="-per-run must"):
             cluster.run_study_ray(tiny_params, runs_root=tmp_path, **wrong)
@@ -383,7 +385,7 @@ def test_both_engines_keep_the_same_files(ray_cluster, tiny_params, one_thread, 
 
 
 def test_ray_submits_only_the_runs_the_design_wants(tiny_params, tmp_path, design_wanting_nothing, capsys):
-    pytest.importorskip("ray", reason=NO_RAY)
+    require_module("ray", NO_RAY)
     designed = dataclasses.replace(tiny_params, design=types.SimpleNamespace(active=True, plateau_check=None))
     # nothing is due, so no task is submitted and no cluster is started
     assert cluster.run_study_ray(designed, runs_root=tmp_path, reports_root=tmp_path) == []
@@ -393,7 +395,7 @@ def test_ray_submits_only_the_runs_the_design_wants(tiny_params, tmp_path, desig
 
 def test_ray_refuses_a_sitting_in_another_precision_before_it_starts(grid_params, counted, monkeypatch, tmp_path):
     """As the sequential runner: a study whose finished runs trained in fp32 submits none in bf16."""
-    pytest.importorskip("ray", reason=NO_RAY)
+    require_module("ray", NO_RAY)
     calls, state = counted
     roots = {"runs_root": tmp_path / "runs", "reports_root": tmp_path / "reports"}
     state["crash_on"] = 2

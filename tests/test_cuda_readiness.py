@@ -16,6 +16,8 @@ from torch.overrides import TorchFunctionMode
 from rpevit.errors import UserError
 from rpevit.grid import Grid
 
+from helpers import require_module
+
 META = torch.device("meta")
 
 
@@ -113,10 +115,9 @@ def test_a_study_is_not_continued_in_another_precision():
     from rpevit import device as device_lib
 
     finished = [{"amp": "fp32"}, {"amp": "fp32"}, {"amp": "bf16"}]
-    with pytest.raises(UserError) as error:
-        device_lib.check_one_precision("p", "auto", "bf16", "cuda", finished)
     said = "preset p: 2 of its 3 finished runs trained in fp32, but this sitting would train in bf16"
-    assert str(error.value).startswith(said)
+    with pytest.raises(UserError, match="^" + said) as error:  # no regex metacharacters in it
+        device_lib.check_one_precision("p", "auto", "bf16", "cuda", finished)
     assert "(--device cpu)" in str(error.value) and "under another name" in str(error.value)
     with pytest.raises(UserError, match="1 of its 3 finished runs trained in bf16, but this sitting would train in fp"):
         device_lib.check_one_precision("p", "auto", "fp32", "cpu", finished)
@@ -140,9 +141,7 @@ def test_kernel_sum_channels_trace_without_graph_breaks():
 
 def test_ray_gpu_runs_get_a_fresh_worker_each():
     """Defect 1: GPU runs reused Ray workers (CUDA context, allocator cache, dataset cache outlived a run)."""
-    import pytest
-
-    ray = pytest.importorskip("ray", reason="Ray is not installed (pip install -e '.[cluster]')")
+    ray = require_module("ray", "Ray is not installed (pip install -e '.[cluster]')")
     from rpevit import cluster
 
     assert cluster.remote_task(ray, 0.5)._default_options.get("max_calls") == 1

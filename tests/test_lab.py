@@ -29,6 +29,8 @@ import pytest
 
 from rpevit.params import PROJECT_ROOT
 
+from helpers import skip_unless_ci
+
 CHROMIUM = Path("/usr/bin/chromium")
 COPIED = ["Makefile", ".jupyter/jupyter_server_config.py", "scripts/nbclean.py", "notebooks"]
 PRESET = "cpu_claims"  # a preset with kept records under reports/
@@ -51,10 +53,7 @@ def sync_playwright():
         if absent
     ]
     if missing:
-        message = f"the headless JupyterLab test needs {' and '.join(missing)}"
-        if os.environ.get("CI"):
-            pytest.fail(message + " — .ci/run installs chromium; see its note above", pytrace=False)
-        pytest.skip(message)
+        skip_unless_ci(f"the headless JupyterLab test needs {' and '.join(missing)}")
     return api
 
 

@@ -2,7 +2,6 @@
 
 import json
 import math
-import time
 
 import numpy as np
 import pytest
@@ -113,7 +112,7 @@ def test_top5_with_fewer_than_five_classes_covers_every_class():
 
 
 def test_classification_metrics_rejects_mismatched_shapes():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"expected logits \(n, C\) and labels \(n,\), got \(4, 3\) and \(5,\)"):
         classification_metrics(torch.zeros(4, 3), torch.zeros(5, dtype=torch.long), num_params=1)
 
 
@@ -202,10 +201,25 @@ def test_inference_timing_positive_and_restores_train_mode():
     assert all(module.training for module in model.modules())
 
 
-def test_timer_measures_sleep():
+def test_timer_reads_the_clock_after_synchronising_at_both_ends(monkeypatch):
+    """A fake clock (no wall time, so no load dependence): seconds is end − start, each read taken after the
+    device is synchronised (a CUDA timer that read the clock first would time the launch, not the work)."""
+    import types
+
+    from rpevit import metrics
+
+    events, readings = [], iter([10.0, 10.25])
+
+    def clock():
+        events.append("clock")
+        return next(readings)
+
+    monkeypatch.setattr(metrics, "time", types.SimpleNamespace(perf_counter=clock))
+    monkeypatch.setattr(metrics, "synchronize", lambda device: events.append(f"sync {torch.device(device).type}"))
     with Timer("cpu") as timer:
-        time.sleep(0.05)
-    assert 0.045 <= timer.seconds < 0.5
+        events.append("block")
+    assert timer.seconds == 0.25
+    assert events == ["sync cpu", "clock", "block", "sync cpu", "clock"]
 
 
 def test_cpu_peak_memory_is_measured_per_run():

@@ -91,6 +91,37 @@ def test_each_notebook_checks_its_parameters_before_any_work(path):
     assert "device=DEVICES" in choices or "device" not in defaults  # every device parameter has its choices
 
 
+@pytest.mark.parametrize(
+    "strict,verdicts,raises",
+    [(None, ["PASS", "FAIL"], True), (None, ["PASS", "PASS"], False), (False, ["PASS", "FAIL"], False)],
+    ids=["default-fails", "default-passes", "strict-off"],
+)
+def test_derivation_checks_raise_on_a_failed_check_by_default(strict, verdicts, raises, capsys):
+    """00_derivation_checks' final cell, run on its parameters cell's defaults and a planted summary: a failed
+    check raises (strict defaults to True, so nbval and report runs fail), strict = False only reports it."""
+    import types
+
+    path = next(p for p in NOTEBOOKS if p.stem == "00_derivation_checks")
+    cells = [c for c in nbformat.read(str(path), as_version=4).cells if c.cell_type == "code"]
+    scope = {}
+    exec(next(c.source for c in cells if "parameters" in c.metadata.get("tags", [])), scope)
+    assert scope["strict"] is True
+    if strict is not None:
+        scope["strict"] = strict
+    summary = [
+        {"check": "(d) FFT path == dense", "case": f"case {i}", "worst": 1.0, "verdict": v}
+        for i, v in enumerate(verdicts)
+    ]
+    scope.update(summary=summary, rep=types.SimpleNamespace(table=lambda *a: None), started=0.0)
+    exec("import time", scope)
+    if raises:
+        with pytest.raises(AssertionError, match="^1 derivation checks failed$"):
+            exec(cells[-1].source, scope)
+    else:
+        exec(cells[-1].source, scope)
+    assert ("Failed: (d) FFT path == dense [case 1]" in capsys.readouterr().out) == ("FAIL" in verdicts)
+
+
 def test_run_parameters_reads_the_input_history():
     params, check = 'name = "smoke"\nreport_dir = None\nsteps = 2', "check_parameters(globals())"
     injected = '# Parameters\npreset = "cpu_claims"\nname = "x"\n'

@@ -22,6 +22,8 @@ from rpevit.params import load_params
 from rpevit.run import Run
 from rpevit.train import train_run
 
+from helpers import require_module
+
 ROOT = Path(__file__).resolve().parent.parent
 TINY_PRESET = """\
 name: tiny
@@ -340,7 +342,7 @@ def test_a_binary_file_as_preset_is_one_line(tmp_path, roots, capsys):
 
 
 def test_ray_engine_with_no_cpus_per_run_is_refused(preset, roots, capsys):
-    pytest.importorskip("ray", reason="Ray is not installed (pip install -e '.[cluster]')")
+    require_module("ray", "Ray is not installed (pip install -e '.[cluster]')")
     code, _, err = cli(capsys, "study", preset, "--engine", "ray", "--cpus-per-run", "0")
     assert code == 2 and err.count("\n") == 1 and "--cpus-per-run must be a positive integer, not 0" in err
     assert not roots[0].exists()

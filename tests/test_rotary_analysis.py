@@ -72,7 +72,7 @@ def test_reconstruction_is_exact_for_a_matching_frequency():
     patches = ra.Reconstruction(4, "patches")
     assert patches.points.shape == (16, 2) and patches.axis.mean().item() == pytest.approx(0.0)
     assert patches.extent == (-2.0, 2.0, 2.0, -2.0)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"domain must be one of \('offsets', 'patches'\), got 'pixels'"):
         ra.Reconstruction(4, "pixels")
 
 

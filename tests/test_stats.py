@@ -274,3 +274,29 @@ def test_the_holm_thresholds_quoted_in_the_docs():
     text = (Path(__file__).resolve().parents[1] / "docs" / "statistics.md").read_text()
     three, eight = stats.holm_first_step_t(52, 3), stats.holm_first_step_t(52, 8)
     assert f"(52 p-values) that is t > {three:.1f} with 3 seeds and t > {eight:.1f} with 8" in text
+
+
+@pytest.mark.parametrize(
+    "values",
+    [[2.0, 2.4, 1.8, 2.2, 2.1], [-1.6, -2.3, -1.9, -1.4, -2.0], [0.9, 1.6, 1.1, 1.4, 1.3], [0.1, -0.2, 0.05, 0.15]],
+    ids=["above", "below", "straddling", "inside"],
+)
+def test_equal_kind_p_values_by_hand(values):
+    """kind "equal": p_support is the TOST max of the two one-sided p (within ±margin) and p_contradict is
+    2 × the smaller beyond-margin p, capped at 1 — by hand from the t distribution (se = s/√n, df = n − 1)."""
+    x, margin = np.asarray(values), 1.0
+    n = x.size
+    se, df = x.std(ddof=1) / math.sqrt(n), n - 1
+    above_lower = scipy_stats.t.sf((x.mean() + margin) / se, df)  # H1: δ > −margin
+    below_upper = scipy_stats.t.cdf((x.mean() - margin) / se, df)  # H1: δ < margin
+    beyond_upper = scipy_stats.t.sf((x.mean() - margin) / se, df)  # H1: δ > margin
+    beyond_lower = scipy_stats.t.cdf((x.mean() + margin) / se, df)  # H1: δ < −margin
+    result = stats.contrast_test(x, "equal", margin=margin)
+    assert (result["se"], result["df"]) == (pytest.approx(se, rel=1e-12), df)
+    assert result["p_support"] == pytest.approx(max(above_lower, below_upper), rel=1e-9)
+    assert result["p_contradict"] == pytest.approx(min(1.0, 2 * min(beyond_upper, beyond_lower)), rel=1e-9)
+    smaller = min(beyond_upper, beyond_lower)
+    if smaller < 0.5:  # the factor 2 is visible: a one-sided p alone would be half of it
+        assert result["p_contradict"] == pytest.approx(2 * smaller, rel=1e-9)
+    else:
+        assert result["p_contradict"] == 1.0

@@ -278,6 +278,26 @@ def test_large_magnitude_tables_stay_finite(dtype):
     )
 
 
+def test_cls_terms_far_above_the_table_set_the_shift():
+    """CLS terms ≈ 800 over a N(0, 1) table: the shared shift must include them (exp(800) overflows
+    float64), and the output equals the dense reference with every bias lowered by 800 (same attention)."""
+    grid = Grid(5, 7, cls=True)
+    q_num, k_num, q_den, k_den, v, table, _ = make_inputs(grid, "exp", post=False, seed=33)
+    cls_terms = 800.0 + torch.rand(HEADS, 3, generator=gen(34), dtype=F64)  # each head's max is a CLS term
+    out = biased_linear_attention(q_num, k_num, q_den, k_den, v, grid, table, cls_terms)
+    weights = biased_linear_weights(q_num, k_num, q_den, k_den, grid, table, cls_terms)
+    assert torch.isfinite(out).all() and torch.isfinite(weights).all()
+    expected = reference_attention(q_num, k_num, q_den, k_den, v, reference_bias(table, cls_terms, grid) - 800.0)
+    assert torch.isfinite(expected).all()
+    assert (out - expected).abs().max() <= 1e-10
+    # patch rows see only the CLS key (exp(b − 800) underflows); the CLS row mixes CLS and patches
+    torch.testing.assert_close(out[:, :, 1:], v[:, :, :1].expand_as(out[:, :, 1:]), rtol=0, atol=1e-10)
+    assert (out[:, :, 0] - v[:, :, 0]).abs().max() > 1e-2
+    torch.testing.assert_close(
+        weights.sum(-1), torch.ones(BATCH, HEADS, grid.num_tokens, dtype=F64), rtol=0, atol=1e-10
+    )
+
+
 def test_autocast_runs_in_float32():
     grid = GRIDS[0]
     args = [t.float() if t is not None else None for t in make_inputs(grid, "exp", seed=41)]

@@ -178,3 +178,43 @@ def test_bias_path_must_fit_the_bias(method, path, allowed):
     else:
         with pytest.raises(UserError, match="bias_path"):
             make_layer("favor", "auto", method, favor={"bias_path": path})
+
+
+@pytest.mark.parametrize("method", BIAS)
+@pytest.mark.parametrize("backend,site", [("favor", "pre"), ("favor", "post"), ("relu", "pre"), ("relu", "post")])
+def test_every_bias_path_equals_the_dense_path_in_float64(backend, site, method):
+    """Layer level, float64: each exact bias path (fft; axis and scan where the bias allows them) gives the
+    output of the dense N×N path to 1e-10 relative — round-off only, no looser float32 tolerance to hide in."""
+    from rpevit.attention.linear import bias_paths
+
+    rotary = "rope_axial" if site == "post" else None  # a post-map site needs a rotation to act on
+
+    def build(path):
+        return make_layer(backend, site, rotary, method, **{backend: {"bias_path": path}})
+
+    dense = build("dense")
+    x = torch.randn(2, GRID.num_tokens, 32, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    paths = [p for p in bias_paths(dense.bias) if p != "dense"]
+    assert ("axis" in paths) == (method in ("manhattan", "axial_rpe")) and ("scan" in paths) == (method == "manhattan")
+    with torch.no_grad():
+        expected = dense(x, GRID)
+        for path in paths:
+            layer = build(path)
+            layer.load_state_dict(dense.state_dict())
+            error = (layer(x, GRID) - expected).abs().max() / expected.abs().max()
+            assert error <= 1e-10, (path, float(error))
+
+
+@pytest.mark.parametrize("method", [None, "krpe", "manhattan"])
+@pytest.mark.parametrize("backend", ["favor", "relu"])
+def test_linear_layers_under_cpu_bf16_autocast_stay_near_float32(backend, method):
+    """CPU bf16 autocast (bf16 projections, features and bias in float32): the output is within 0.05 of the
+    float32 one, max abs error relative to the output's max abs (measured ≤ 0.01; bf16 keeps 8 significant bits)."""
+    layer = make_layer(backend, "auto", method, dtype=torch.float32)
+    x = torch.randn(2, GRID.num_tokens, 32, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        expected = layer(x, GRID)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = layer(x, GRID)
+    assert torch.isfinite(out).all()
+    assert float((out.float() - expected).abs().max() / expected.abs().max()) < 0.05

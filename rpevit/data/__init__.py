@@ -27,7 +27,7 @@ from .files import (
     search_roots,
 )
 from .info import DATASETS, Dataset, DatasetInfo, Split
-from .pipeline import AUGMENTATIONS, augment, batches, normalize, num_batches, recipe_for
+from .pipeline import AUGMENTATIONS, augment, batches, normalize, num_batches, recipe_for, training_canvas
 from .readers import _load_mnist5k, _read_cifar, _read_idx_pair
 
 __all__ = [
@@ -45,6 +45,7 @@ __all__ = [
     "on_device",
     "recipe_for",
     "search_roots",
+    "training_canvas",
     "training_images",
 ]
 

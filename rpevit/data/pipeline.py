@@ -133,6 +133,11 @@ def recipe_steps(recipe: str) -> list[Callable[[torch.Tensor, torch.Generator], 
     return [AUGMENTATION_STEPS[part] for part in parts]
 
 
+def training_canvas(info: DatasetInfo) -> int | None:
+    """The canvas side a dataset's training images are placed on each epoch (None: not a canvas task)."""
+    return info.image_size if info.canvas_of is not None else None
+
+
 def recipe_for(info: DatasetInfo, augment: str) -> str:
     """The recipe a run applies: the dataset's default for "auto", else `augment` itself."""
     return info.augment if augment == "auto" else augment
@@ -182,13 +187,15 @@ def batches(
     shuffle: bool,
     generator: torch.Generator | None = None,
     recipe: str = "none",
+    canvas: int | None = None,
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """Yield (normalized float32 images, int64 labels) covering every sample once per call."""
+    """Yield (normalized float32 images, int64 labels) covering every sample once per call; with
+    `canvas`, each augmented image is pasted at a random place on a blank canvas×canvas (canvas.py)."""
     num_batches(len(split), batch_size)
     _check_recipe(recipe)
     if generator is None:
         generator = torch.default_generator
-    return _iterate_batches(split, info, batch_size, shuffle, generator, recipe)
+    return _iterate_batches(split, info, batch_size, shuffle, generator, recipe, canvas)
 
 
 def _iterate_batches(
@@ -198,6 +205,7 @@ def _iterate_batches(
     shuffle: bool,
     generator: torch.Generator,
     recipe: str,
+    canvas: int | None = None,
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """The generator behind `batches`: permutation first, then each batch's augmentation."""
     count = len(split)
@@ -209,6 +217,6 @@ def _iterate_batches(
         if order is not None:
             indices = order[indices]
         images = augment(split.images[indices], recipe, generator)
-        if images.shape[-1] < info.image_size:  # a canvas task: the objects at new random places
-            images = place_randomly(images, info.image_size, generator)
+        if canvas is not None:  # a canvas task's training batch: the objects at new random places
+            images = place_randomly(images, canvas, generator)
         yield normalize(images, info), split.labels[indices]

@@ -1,0 +1,98 @@
+"""Packed training: a run's record does not depend on the pack it trained in (fp32, CPU), and a kill
+inside a pack resumes to the uninterrupted pack's records."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from rpevit import pack, records
+from rpevit.errors import UserError
+from rpevit.run import Run
+from rpevit.train import train_run
+
+ACCURACY = ("top1", "top5", "precision", "recall", "f1", "best_epoch", "best_val_acc", "test_correct")
+LOSS_KEYS = ("train_loss", "val_loss")
+
+
+def _params(tiny_params, **train):
+    model = dataclasses.replace(tiny_params.model, drop_path=0.2)  # stochastic depth draws in every step
+    return dataclasses.replace(tiny_params, model=model, train=dataclasses.replace(tiny_params.train, **train))
+
+
+def _same(a: dict, b: dict, dir_a, dir_b) -> None:
+    for key in ACCURACY:
+        assert a[key] == b[key], key
+    assert a["budgets"].keys() == b["budgets"].keys()
+    for budget, branch in a["budgets"].items():
+        other = b["budgets"][budget]
+        assert {k: branch[k] for k in ("top1", "best_epoch", "test_correct")} == {
+            k: other[k] for k in ("top1", "best_epoch", "test_correct")
+        }
+        assert [r["val_acc"] for r in branch["history"]] == [r["val_acc"] for r in other["history"]]
+    assert a["log_likelihood"] == pytest.approx(b["log_likelihood"], rel=1e-5)
+    rows_a, rows_b = records.read_history(dir_a), records.read_history(dir_b)
+    assert [r["val_acc"] for r in rows_a] == [r["val_acc"] for r in rows_b]
+    assert [r["train_acc"] for r in rows_a] == [r["train_acc"] for r in rows_b]
+    for key in LOSS_KEYS:
+        assert [r[key] for r in rows_a] == pytest.approx([r[key] for r in rows_b], abs=1e-5)
+
+
+@pytest.mark.parametrize("variant", ["favor+ape", "softmax+rope_mixed", "relu+krpe"])
+def test_a_run_alone_and_in_a_pack_of_four_give_the_same_record(variant, tiny_params, tiny_dataset, tmp_path):
+    params = _params(tiny_params)
+    packed = [Run(params, "mnist5k", variant, seed, runs_root=tmp_path / "pack") for seed in range(4)]
+    together = pack.train_pack(packed, tiny_dataset)
+    alone = train_run(Run(params, "mnist5k", variant, 2), tiny_dataset, tmp_path / "alone")
+    _same(together[2], alone, packed[2].dir, tmp_path / "alone")
+    assert len({r["log_likelihood"] for r in together}) == 4  # four different runs, not one four times
+    again = pack.train_pack(packed, tiny_dataset)  # finished: returned as they are
+    assert [r["finished_at"] for r in again] == [r["finished_at"] for r in together]
+
+
+def test_a_pack_with_budget_branches_matches_the_runs_alone(tiny_params, tiny_dataset, tmp_path):
+    params = _params(tiny_params, epochs=4, schedule="wsd", decay_fraction=0.5, budgets=(2,))
+    packed = [Run(params, "mnist5k", "relu+ape", seed, runs_root=tmp_path / "pack") for seed in (0, 1)]
+    together = pack.train_pack(packed, tiny_dataset)
+    alone = train_run(Run(params, "mnist5k", "relu+ape", 1), tiny_dataset, tmp_path / "alone")
+    _same(together[1], alone, packed[1].dir, tmp_path / "alone")
+
+
+def test_a_kill_inside_a_pack_resumes_to_the_uninterrupted_records(tiny_params, tiny_dataset, tmp_path, monkeypatch):
+    params = _params(tiny_params, epochs=3)
+    straight = pack.train_pack(
+        [Run(params, "mnist5k", "favor+ape", s, runs_root=tmp_path / "a") for s in (0, 1)], tiny_dataset
+    )
+    cut = [Run(params, "mnist5k", "favor+ape", s, runs_root=tmp_path / "b") for s in (0, 1)]
+    real, calls = pack._packed_epoch, []
+
+    def killed_in_epoch_two(members, dataset, device, epoch):
+        calls.append(epoch)
+        if epoch == 1:
+            raise KeyboardInterrupt  # a kill in the middle of the pack's second epoch
+        return real(members, dataset, device, epoch)
+
+    monkeypatch.setattr(pack, "_packed_epoch", killed_in_epoch_two)
+    with pytest.raises(KeyboardInterrupt):
+        pack.train_pack(cut, tiny_dataset)
+    assert [records.load_checkpoint(r.dir / records.CHECKPOINT)["epoch"] for r in cut] == [1, 1]
+    monkeypatch.setattr(pack, "_packed_epoch", real)
+    resumed = pack.train_pack(cut, tiny_dataset)
+    for a, b, run_a, run_b in zip(
+        straight,
+        resumed,
+        [Run(params, "mnist5k", "favor+ape", s, runs_root=tmp_path / "a") for s in (0, 1)],
+        cut,
+        strict=True,
+    ):
+        _same(a, b, run_a.dir, run_b.dir)
+
+
+def test_only_runs_of_one_variant_pack_together(tiny_params):
+    runs = [Run(tiny_params, "mnist5k", "favor+ape", 0), Run(tiny_params, "mnist5k", "relu+ape", 0)]
+    with pytest.raises(UserError, match="one preset, dataset and variant"):
+        pack.check_packable(runs)
+    dropout = dataclasses.replace(tiny_params, model=dataclasses.replace(tiny_params.model, dropout=0.1))
+    with pytest.raises(UserError, match="dropout"):
+        pack.check_packable([Run(dropout, "mnist5k", "favor+ape", 0)])
