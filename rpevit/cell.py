@@ -18,11 +18,12 @@ it, naming every repair in the log and the study summary:
 
 `run_cell` does this under the run's lock, then trains what is missing, evaluates what lacks
 resolution rows and keeps the result; both engines (study.run_study, cluster.run_study_ray) run
-every cell through it.
+every cell through it; `run_pack` does the same for runs of one variant trained together.
 """
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -229,20 +230,57 @@ def run_cell(cell: Run, load, *, progress: bool = False) -> dict:
                     train_run(cell, _loaded(load, cell.params), progress=progress)
                 except Diverged as exc:
                     print(f"diverged: {exc}", flush=True)
-            record = _current(cell) or state.record
-            if needs_evaluation(cell.params, record):
-                _evaluate(cell, load)
-            if cell.params.keep_records and _current(cell) is not None:
-                if _differs(cell.dir, cell.kept_dir):
-                    print(f"[{cell.label}] keeping its record and history in {cell.kept_dir}", flush=True)
-                    records.keep(cell.dir, cell.kept_dir)
-                if said := keep_first_weights(cell):  # also where a repair kept the record
-                    print(f"[{cell.label}] {said}", flush=True)
-            record = _current(cell) or state.record
+            return _finish(cell, state, load)
     except records.RunBusy as exc:
         print(f"skipped: {exc}", flush=True)
         return failure_row(cell, "skipped", str(exc))
+
+
+def _finish(cell: Run, state: State, load) -> dict:
+    """After training (the run's lock held): evaluate what lacks resolution rows, keep, and the summary row."""
+    record = _current(cell) or state.record
+    if needs_evaluation(cell.params, record):
+        _evaluate(cell, load)
+    if cell.params.keep_records and _current(cell) is not None:
+        if _differs(cell.dir, cell.kept_dir):
+            print(f"[{cell.label}] keeping its record and history in {cell.kept_dir}", flush=True)
+            records.keep(cell.dir, cell.kept_dir)
+        if said := keep_first_weights(cell):  # also where a repair kept the record
+            print(f"[{cell.label}] {said}", flush=True)
+    record = _current(cell) or state.record
     return record if record is not None else failure_row(cell, "failed", "no record after training")
+
+
+def run_pack(pack: list[Run], load) -> list[dict]:
+    """`run_cell` for runs of one variant (pack.train_pack trains those missing in one vectorised step):
+    each settled and repaired under its lock, then evaluated and kept; their summary rows in order."""
+    from .pack import train_pack
+
+    rows: dict[int, dict] = {}
+    with contextlib.ExitStack() as locks:
+        ready = []
+        for i, cell in enumerate(pack):
+            state = settle(cell, repair=False)
+            if not state.work:
+                rows[i] = state.record
+                continue
+            try:
+                locks.enter_context(records.RunLock(cell.dir))
+            except records.RunBusy as exc:
+                print(f"skipped: {exc}", flush=True)
+                rows[i] = failure_row(cell, "skipped", str(exc))
+                continue
+            records.clean_temporary(cell.dir)
+            state = settle(cell, repair=True)
+            if state.repairs:
+                state = settle(cell, repair=True)
+            ready.append((i, cell, state))
+        training = [cell for _, cell, state in ready if state.train]
+        if training:
+            train_pack(training, _loaded(load, training[0].params))
+        for i, cell, state in ready:
+            rows[i] = _finish(cell, state, load)
+    return [rows[i] for i in range(len(pack))]
 
 
 def _current(cell: Run) -> dict | None:

@@ -144,6 +144,7 @@ def cmd_train(args) -> int:
 
 def cmd_study(args) -> int:
     """Run (or resume) a preset's whole grid and write reports/<preset>/summary.{csv,md}."""
+    from .device import resolve_device
     from .records import REPORTS_ROOT
     from .study import run_study
     from .time_limit import TimeLimit, parse_duration
@@ -174,7 +175,11 @@ def cmd_study(args) -> int:
         return 1 if failed else 0
     if args.address or args.gpus_per_run is not None or args.cpus_per_run is not None:
         raise UserError("--address, --gpus-per-run and --cpus-per-run need --engine ray.")
-    results = run_study(params, progress=not args.no_progress, time_limit=limit)
+    if args.pack_size is not None and (args.pack_size < 1 or args.engine not in (None, "pack")):
+        raise UserError(f"--pack-size {args.pack_size} is not valid: a positive integer, with --engine pack.")
+    engine = args.engine or ("pack" if resolve_device(params.train.device).type == "cuda" else "sequential")
+    pack_size = (args.pack_size or 0) if engine == "pack" else None
+    results = run_study(params, progress=not args.no_progress, time_limit=limit, pack_size=pack_size)
     print(f"{len(results)} runs recorded; summary: {REPORTS_ROOT / params.name / 'summary.md'}")
     return 0
 
@@ -361,10 +366,11 @@ def build_parser() -> argparse.ArgumentParser:
     study.add_argument("params", help="preset name or YAML path")
     study.add_argument(
         "--engine",
-        choices=["sequential", "ray"],
-        default="sequential",
-        help="sequential: one run after another in this process (default); ray: one Ray task per run",
+        choices=["sequential", "pack", "ray"],
+        help="sequential: one run after another in this process (default on CPU); pack: the runs of one variant "
+        "in one vectorised step (default on CUDA); ray: one Ray task per run",
     )
+    study.add_argument("--pack-size", type=int, help="--engine pack: at most this many runs per pack (default: all)")
     study.add_argument(
         "--address",
         help="--engine ray: a running Ray cluster, HOST:6379 or auto "

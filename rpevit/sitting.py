@@ -1,15 +1,17 @@
 """A GPU sitting: train as much of a preset's grid as a few lent minutes allow, and carry it back.
 
 `python -m rpevit gpu-sitting <preset> --minutes 8 --out DIR --data-root DIR` on a machine with CUDA
-checks the device, starts `--processes` study runners side by side on the one GPU (each takes the
-next run nobody holds; the model is launch-bound, so several processes fill the GPU better than
-one), stops them at the deadline (a run checkpoints every epoch, so a stopped run loses at most one
-epoch), and packs what must travel back into DIR as tar files of at most `PART_BYTES` each: the
-preset's kept records (reports/<preset>/records/) and the checkpoints and records of its runs
-(runs/<preset>/). `python -m rpevit gpu-sitting --unpack DIR` puts them into this checkout: new kept
-records are added, a checkpoint replaces a local one only when it has more epochs, and a finished
-record is never overwritten. The next sitting carries runs/ back (the device tool's `carry`), so an
-unfinished run resumes where it stopped. Without CUDA it refuses unless `--device cpu` (for tests).
+checks the device and starts `--processes` study runners side by side on the one GPU. On CUDA they
+use the pack engine: each takes the next variant's runs nobody holds and trains them in one
+vectorised step (the model is launch-bound, so packs and several processes fill the GPU). At the
+deadline the runners are stopped (a run checkpoints every epoch: a stopped run loses at most one
+epoch), and what must travel back is packed into DIR as tar files of at most `PART_BYTES` each: the
+preset's kept records (reports/<preset>/records/) and its run directories (runs/<preset>/).
+
+`python -m rpevit gpu-sitting --unpack DIR` puts them into this checkout: new kept records are
+added, a checkpoint replaces a local one only when it has more epochs, and a finished record is
+never overwritten. The next sitting carries runs/ back (the device tool's `carry`), so an unfinished
+run resumes where it stopped. Without CUDA it refuses unless `--device cpu` (for tests).
 docs/scaling.md says how a sitting is prepared and carried back.
 """
 
@@ -28,6 +30,7 @@ from . import records
 from .errors import UserError
 from .params import PROJECT_ROOT, load_params
 
+PACKED_RUNNERS = 3  # on CUDA each runner trains packs (one variant's seeds in one vectorised step)
 PART_BYTES = 15 * 2**20  # the device tool brings back files of at most 16 MiB
 STOP_GRACE_SECONDS = 20
 PACK_RESERVE_SECONDS = 30  # the deadline leaves this much of --minutes for packing (a tenth of a short sitting)
@@ -42,7 +45,9 @@ def add_parser(sub) -> None:
     sitting.add_argument("params", nargs="?", help="preset name or YAML path")
     sitting.add_argument("--minutes", type=float, default=8.0, help="wall minutes for training and packing")
     sitting.add_argument("--out", help="folder for the packed results (the device tool's $OUT)")
-    sitting.add_argument("--processes", type=int, help="study runners side by side (default: 6 on CUDA, 1 on CPU)")
+    sitting.add_argument(
+        "--processes", type=int, help="study runners side by side (default: 3 on CUDA, each training packs; 1 on CPU)"
+    )
     sitting.add_argument("--device", choices=["cuda", "cpu"], default="cuda", help="cpu: for tests only")
     sitting.add_argument("--data-root", help="folder holding the dataset files (carried with the sitting)")
     sitting.add_argument("--unpack", metavar="DIR", help="put a sitting's packed results into this checkout")
@@ -67,7 +72,7 @@ def command(args) -> int:
             "no CUDA device is visible: a GPU sitting needs one (--device cpu runs it on the CPU, for tests)."
         )
     params = load_params(args.params)
-    processes = args.processes or (6 if args.device == "cuda" else 1)
+    processes = args.processes or (PACKED_RUNNERS if args.device == "cuda" else 1)
     return sit(params, args.params, args.minutes, Path(args.out), args.device, processes, args.data_root)
 
 
@@ -96,7 +101,8 @@ def sit(params, preset: str, minutes: float, out: Path, device: str, processes: 
     if device == "cpu":
         env.setdefault("OMP_NUM_THREADS", "1")
     limit = max(1, int((deadline - time.monotonic()) // 60))
-    command = [sys.executable, "-m", "rpevit", "study", preset, "--device", device, "--no-progress"]
+    engine = "pack" if device == "cuda" else "sequential"
+    command = [sys.executable, "-m", "rpevit", "study", preset, "--device", device, "--engine", engine, "--no-progress"]
     logs = [out / f"runner{i}.log" for i in range(processes)] if processes <= 4 else [None] * processes
     runners = []
     for i in range(processes):

@@ -30,7 +30,7 @@ from .catalog import (
     secondary_held,
     study_records,
 )
-from .cell import State, cells, needs_evaluation, run_cell, settle
+from .cell import State, cells, needs_evaluation, run_cell, run_pack, settle
 from .device import check_one_precision, planned_precision
 from .params import Params
 from .paths import inside
@@ -117,12 +117,15 @@ def run_study(
     dataset_loader=None,
     summary: bool = True,
     time_limit: TimeLimit | None = None,
+    pack_size: int | None = None,
 ) -> list[dict]:
     """Run every cell of the preset's grid that has work (cell.run_cell: repair, train, evaluate,
     keep), then write the summary (unless `summary` is False: a notebook that only shows, e.g. under
     nbval, leaves reports/ as it found it); returns the current records in grid order.
     `dataset_loader(params, name)` loads a dataset (default runs.dataset_for); with a `time_limit`
-    no run starts that is not expected to finish within it (rpevit.time_limit)."""
+    no run starts that is not expected to finish within it (rpevit.time_limit). With `pack_size` (the pack
+    engine; 0: no limit) the runs of one variant train together in packs (cell.run_pack; a design's
+    adaptive order trains one run per pack)."""
     runs.preflight(params, runs_root=runs_root)
     records.recovered.clear()
     grid_cells = cells(params, grid(params), runs_root or records.RUNS_ROOT, reports_root or records.REPORTS_ROOT)
@@ -136,12 +139,30 @@ def run_study(
         order = designed_order(params, todo, meter, time_limit)
     else:
         order = plain_order(params, todo, time_limit)
-    for run, before in order:
-        meter.event("running", run.place)
-        rows[run.place] = run_cell(run, lambda run=run: load(run.dataset), progress=progress)
-        kind, message = outcome(rows[run.place], before)
-        meter.event(kind, run.place, message)
+    if pack_size is not None and not params.design.active:
+        order = packs(list(order), pack_size)
+    for group in order if pack_size is not None and not params.design.active else ([item] for item in order):
+        for run, _ in group:
+            meter.event("running", run.place)
+        if pack_size is None:
+            found = [run_cell(group[0][0], lambda run=group[0][0]: load(run.dataset), progress=progress)]
+        else:
+            found = run_pack([run for run, _ in group], lambda run=group[0][0]: load(run.dataset))
+        for (run, before), row in zip(group, found, strict=True):
+            rows[run.place] = row
+            kind, message = outcome(row, before)
+            meter.event(kind, run.place, message)
     return summarise(params, grid_cells, rows, records.recovered, write=summary)
+
+
+def packs(todo: list[tuple[Run, State]], size: int) -> list[list[tuple[Run, State]]]:
+    """The runs grouped for packed training: runs of one dataset and variant together, in the order each
+    group first appears, at most `size` per pack (0: no limit)."""
+    groups: dict[tuple[str, str], list] = {}
+    for run, state in todo:
+        groups.setdefault((run.dataset, run.variant), []).append((run, state))
+    step = (size or max(len(g) for g in groups.values())) if groups else 1
+    return [g[i : i + step] for g in groups.values() for i in range(0, len(g), step)]
 
 
 def refusal(time_limit: TimeLimit | None, run: Run, before: State, pace: list[dict], costs: dict) -> str:

@@ -96,3 +96,21 @@ def test_only_runs_of_one_variant_pack_together(tiny_params):
     dropout = dataclasses.replace(tiny_params, model=dataclasses.replace(tiny_params.model, dropout=0.1))
     with pytest.raises(UserError, match="dropout"):
         pack.check_packable([Run(dropout, "mnist5k", "favor+ape", 0)])
+
+
+def test_study_engine_pack_trains_the_grid_to_the_sequential_records(grid_params, tiny_dataset, tmp_path):
+    from rpevit.study import packs, run_study
+
+    def load(params, name):
+        return tiny_dataset
+
+    sequential = run_study(grid_params, runs_root=tmp_path / "s", reports_root=tmp_path / "rs", dataset_loader=load)
+    packed = run_study(
+        grid_params, runs_root=tmp_path / "p", reports_root=tmp_path / "rp", dataset_loader=load, pack_size=0
+    )
+    assert [r["variant"] for r in packed] == [r["variant"] for r in sequential]
+    for a, b in zip(sequential, packed, strict=True):
+        for key in ACCURACY:
+            assert a[key] == b[key], (a["variant"], a["seed"], key)
+    todo = [(type("R", (), {"dataset": "d", "variant": v})(), None) for v in ("a", "b", "a", "b", "a")]
+    assert [[r.variant for r, _ in g] for g in packs(todo, 2)] == [["a", "a"], ["a"], ["b", "b"]]
