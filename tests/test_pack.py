@@ -114,3 +114,33 @@ def test_study_engine_pack_trains_the_grid_to_the_sequential_records(grid_params
             assert a[key] == b[key], (a["variant"], a["seed"], key)
     todo = [(type("R", (), {"dataset": "d", "variant": v})(), None) for v in ("a", "b", "a", "b", "a")]
     assert [[r.variant for r, _ in g] for g in packs(todo, 2)] == [["a", "a"], ["a"], ["b", "b"]]
+
+
+def test_softmax_inside_vmap_without_sdpa_equals_sdpa(monkeypatch):
+    """The explicit attention a packed step uses on CUDA (SDPA fails under vmap in bf16 there), forced
+    on the CPU: the same outputs and gradients as SDPA under vmap, in float64."""
+    import torch
+    from torch.func import functional_call, vmap
+
+    from rpevit.attention import softmax
+    from rpevit.model import build_model
+
+    models = []
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        models.append(build_model("softmax+krpe", seed=seed, dim=16, depth=1, heads=2, mlp_dim=32).double())
+    params = {n: torch.stack([dict(m.named_parameters())[n] for m in models]) for n, _ in models[0].named_parameters()}
+    buffers = {n: torch.stack([dict(m.named_buffers())[n] for m in models]) for n, _ in models[0].named_buffers()}
+    x = torch.randn(2, 3, 1, 28, 28, dtype=torch.float64)
+
+    def outputs():
+        out = vmap(lambda p, b, im: functional_call(models[0], (p, b), (im,)))(params, buffers, x)
+        grads = torch.autograd.grad(out.square().sum(), list(params.values()))
+        return out, grads
+
+    fused, fused_grads = outputs()
+    monkeypatch.setattr(softmax, "EXPLICIT_UNDER_VMAP", {"cuda", "cpu"})
+    explicit, explicit_grads = outputs()
+    torch.testing.assert_close(explicit, fused, rtol=1e-10, atol=1e-12)
+    for a, b in zip(explicit_grads, fused_grads, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-11)

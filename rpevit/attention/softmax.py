@@ -1,7 +1,9 @@
 """Exact softmax attention (Vaswani et al. 2017): softmax(q kᵀ/√d + B) v.
 
 Runs through torch's scaled_dot_product_attention (flash / memory-efficient kernels on CUDA);
-a relative bias B (heads, T, T) enters as a float attn_mask.
+a relative bias B (heads, T, T) enters as a float attn_mask. Inside a packed step (torch.func.vmap,
+rpevit/pack.py) on CUDA the same attention is computed by explicit matrix products instead: SDPA's
+fused and math kernels fail under vmap in bf16 there (an LSE stride error; mismatched grad dtypes).
 """
 
 from __future__ import annotations
@@ -13,6 +15,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..options import NoOptions
+
+# devices on which attention inside vmap avoids SDPA (its kernels fail there under vmap in bf16)
+EXPLICIT_UNDER_VMAP = {"cuda"}
+
+
+def _under_vmap(x: torch.Tensor) -> bool:
+    return torch._C._functorch.is_batchedtensor(x)
 
 
 class SoftmaxAttention(nn.Module):
@@ -34,6 +43,8 @@ class SoftmaxAttention(nn.Module):
 
     def forward(self, q, k, v, grid, bias=None, feature_rotation=None):
         """Attention output (B, h, T, d)."""
+        if q.device.type in EXPLICIT_UNDER_VMAP and _under_vmap(q):
+            return self.weights(q, k, grid, bias) @ v
         mask = None if bias is None else bias.dense(grid).to(q.dtype)  # (h, T, T)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
