@@ -105,6 +105,8 @@ def cmd_train(args) -> int:
     variant = parse_variant(args.variant).name
     if args.epochs is not None and args.epochs < 1:
         raise UserError(f"--epochs: {args.epochs} is not valid; it must be a positive integer.")
+    if args.seed < 0:
+        raise UserError(f"--seed: {args.seed} is not valid; seeds must be integers ≥ 0.")
     dataset_name = args.dataset or params.datasets[0]
 
     def train():
@@ -309,6 +311,11 @@ def cmd_bench(args) -> int:
         else f"command: rpevit bench {args.what}",
         flush=True,
     )
+    if args.what == "pack":
+        from .bench_pack import run_pack_bench
+
+        run_pack_bench(args)
+        return 0
     if args.what == "engines":  # whole studies: orchestration layer, not rpevit.bench
         from .bench_engines import run_engines_bench
 
@@ -451,7 +458,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="throughput benchmarks")
     bench.add_argument(
         "what",
-        choices=["train", "data", "levers", "speed", "attention", "bias", "patches", "engines"],
+        choices=["train", "data", "levers", "speed", "attention", "bias", "patches", "engines", "pack"],
         help="what to measure",
     )
     bench.add_argument(
@@ -480,7 +487,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--workers", type=int, default=2, help="engines: Ray tasks at once (a local cluster of workers × cpus-per-run)"
     )
     bench.add_argument("--cpus-per-run", type=int, default=1, help="engines: CPUs (torch threads) per Ray task")
-    bench.add_argument("--variants", help="engines: comma-separated variants (default: the preset's)")
+    bench.add_argument("--variants", help="engines, pack: comma-separated variants (default: the preset's / primary)")
+    bench.add_argument("--packs", help="pack: comma-separated pack sizes K (default 1,2,4,8)")
     bench.add_argument("--epochs", type=int, help="engines: override train.epochs (a quicker check)")
     bench.add_argument("--root", help="engines: directory for both runs trees (default: a new temporary directory)")
     return parser

@@ -175,11 +175,56 @@ def _stacked(models, kind: str) -> dict[str, torch.Tensor]:
     return {name: torch.stack([n[name] for n in named]) for name in named[0]}
 
 
+class PackedStep:
+    """The vectorised training step of a pack: every member's forward and loss in one vmap over
+    `functional_call` of the first model with the stacked parameters and buffers, one backward, then
+    each member's own gradient clipping, optimizer and schedule steps (as `train._train_epoch` does)."""
+
+    def __init__(self, models, optimizers, schedulers, train_cfg, device):
+        self.models, self.optimizers, self.schedulers = models, optimizers, schedulers
+        self.train_cfg, self.device, template = train_cfg, device, models[0]
+
+        def loss_of(params, buffers, images, labels, draws):
+            logits = functional_call(template, (params, buffers), (images,), {"drop_draws": draws})
+            return F.cross_entropy(logits.float(), labels, label_smoothing=train_cfg.label_smoothing), logits
+
+        self.with_draws = vmap(loss_of, in_dims=(0, 0, 0, 0, 0))
+        self.without_draws = vmap(loss_of, in_dims=(0, 0, 0, 0, None))
+
+    def forward(self, images, labels, draws):
+        """(losses (K,), logits (K, B, classes)) of stacked images (K, B, C, H, W) and labels (K, B)."""
+        step_fn = self.without_draws if draws is None else self.with_draws
+        with autocast(self.device, self.train_cfg.amp):
+            return step_fn(_stacked(self.models, "parameters"), _stacked(self.models, "buffers"), images, labels, draws)
+
+    def update(self, losses, live: list[int]) -> None:
+        """Backward through the live members' losses, then their clipping and optimizer steps."""
+        for optimizer in self.optimizers:
+            optimizer.zero_grad(set_to_none=True)
+        if not live:
+            return
+        torch.where(torch.isfinite(losses), losses, torch.zeros_like(losses))[live].sum().backward()
+        for k in live:
+            if self.train_cfg.grad_clip:
+                torch.nn.utils.clip_grad_norm_(self.models[k].parameters(), self.train_cfg.grad_clip)
+            self.optimizers[k].step()
+            self.schedulers[k].step()
+            self.models[k].count_training_step()
+
+
+def draws_of(members, batch: int, device) -> torch.Tensor | None:
+    """Each member's stochastic-depth draws for one step, from its own random state: (K, draws, B, 1, 1)."""
+    draws = []
+    for m in members:
+        with _own_random_state(m, device):
+            draws.append(m.state.model.drop_path_draws(batch, device))
+    return torch.stack(draws) if draws[0] is not None else None
+
+
 def _packed_epoch(members: list[_Member], dataset, device, epoch: int) -> float:
     """One pass over the training set for every member at once; each member's (loss sum, correct,
     seen) lands in its `sums` and its first non-finite step in `first_bad_step`. Returns seconds."""
-    run, info = members[0].run, dataset.info
-    train_cfg, template = run.train_config, members[0].state.model
+    info, train_cfg = dataset.info, members[0].run.train_config
     models = [m.state.model for m in members]
     for model in models:
         model.train()
@@ -198,46 +243,22 @@ def _packed_epoch(members: list[_Member], dataset, device, epoch: int) -> float:
     for m in members:
         m.sums = [torch.zeros((), device=device), torch.zeros((), device=device), 0]
         m.first_bad_step = -1
-
-    def loss_of(params, buffers, images, labels, draws):
-        logits = functional_call(template, (params, buffers), (images,), {"drop_draws": draws})
-        loss = F.cross_entropy(logits.float(), labels, label_smoothing=train_cfg.label_smoothing)
-        return loss, logits
-
+    step_fn = PackedStep(
+        models, [m.state.optimizer for m in members], [m.state.scheduler for m in members], train_cfg, device
+    )
     with metrics.Timer(device) as timer:
         for step, batch in enumerate(zip(*iterators, strict=True)):
             images = torch.stack([x for x, _ in batch])
             labels = torch.stack([y for _, y in batch])
-            draws = []
-            for m in members:
-                with _own_random_state(m, device):
-                    draws.append(m.state.model.drop_path_draws(labels.shape[1], device))
-            drawn = draws[0] is not None
-            step_fn = vmap(loss_of, in_dims=(0, 0, 0, 0, 0 if drawn else None))
-            with autocast(device, train_cfg.amp):
-                losses, logits = step_fn(
-                    _stacked(models, "parameters"),
-                    _stacked(models, "buffers"),
-                    images,
-                    labels,
-                    torch.stack(draws) if drawn else None,
-                )
+            losses, logits = step_fn.forward(images, labels, draws_of(members, labels.shape[1], device))
             finite = torch.isfinite(losses).tolist() if device.type == "cpu" else [True] * len(members)
-            live = [k for k, m in enumerate(members) if m.first_bad_step < 0 and finite[k]]
             for k, m in enumerate(members):
                 if m.first_bad_step < 0 and not finite[k]:
                     m.first_bad_step = step
-                m.state.optimizer.zero_grad(set_to_none=True)
-            if not live:
-                continue
-            torch.where(torch.isfinite(losses), losses, torch.zeros_like(losses))[live].sum().backward()
+            live = [k for k, m in enumerate(members) if m.first_bad_step < 0]
+            step_fn.update(losses, live)
             for k in live:
-                m, model = members[k], models[k]
-                if train_cfg.grad_clip:
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), train_cfg.grad_clip)
-                m.state.optimizer.step()
-                m.state.scheduler.step()
-                model.count_training_step()
+                m = members[k]
                 m.sums[0] += losses[k].detach() * labels.shape[1]
                 m.sums[1] += (logits[k].argmax(-1) == labels[k]).sum()
                 m.sums[2] += labels.shape[1]

@@ -241,13 +241,15 @@ def test_claims_table_is_short_with_the_verdict_second_and_details_apart():
     assert by["relu+krpe − softmax+krpe"]["reason"] == "not run yet"
     assert by["relu+rope_mixed − softmax+rope_mixed"]["reason"] == claims.NOT_PLANNED
     table = claims.claims_table(rows)
-    assert (
-        list(table[0]) == ["claim", "verdict", claims.EFFECT_HEADER] and "Performer − softmax" in claims.EFFECT_HEADER
-    )
+    assert list(table[0]) == ["claim", "verdict", "reading", claims.EFFECT_HEADER]
+    assert "Performer − softmax" in claims.EFFECT_HEADER
     assert table[0]["claim"] == "seed 002: krpe closes the favor–softmax gap"
-    assert table[1]["verdict"] == "no data: not run yet" and table[3]["verdict"] == f"no data: {claims.NOT_PLANNED}"
+    assert table[1]["verdict"] == claims.NO_DATA and table[1]["reading"] == "no data: not run yet"  # bare verdicts
+    assert table[3]["reading"] == f"no data: {claims.NOT_PLANNED}"
+    assert {row["verdict"] for row in table} <= {"supported", "contradicted", "inconclusive", claims.NO_DATA}
     details = claims.claims_details(rows)
     assert {"effect", "low", "high", "p for", "p against (Holm)", "se (seeds)", "verdict", "reason"} <= set(details[0])
+    assert details[0]["Holm family"] == "seed 002" and "verdict, one Holm over the whole table" in details[0]
     assert details[0]["comparison (effect a − b; Performer − softmax: positive = Performer ahead)"] == (
         "favor+krpe − softmax+krpe"
     )
@@ -532,10 +534,11 @@ def test_the_pre_registered_answer_states_scope_gaps_closing_cost_and_limits():
     assert "- `relu+rope_mixed` vs `softmax+rope_mixed`: inference 1.00× [" in text
     assert "whether the gaps hold at convergence" in text and "`fmnist_plateau_check`" in text
     assert "**In short.** Of its 6 pre-registered contrasts: 4 supported, 1 contradicted, 1 inconclusive." in text
-    family = next(line for line in lines if line.startswith("- claims the seeds cannot decide at this family size"))
+    family = next(line for line in lines if line.startswith("- claims the seeds cannot decide at their family's"))
     need = scipy_stats.t.isf(0.05 / 12, 4)  # 6 claims, 2 one-sided p-values each; 5 seeds
-    assert "one Holm correction over 12 one-sided p-values" in family
-    assert f"5 seeds: t > {need:.1f} (1 inconclusive claim)." in family
+    assert "(12 one-sided p-values, first step p < 0.0042): " in family
+    assert f"5 seeds: t > {need:.1f} (1 inconclusive)" in family
+    assert "within the pre-registered contrasts (one family)" in text
     assert "1 dataset (toy)" in text and "####" not in text
     checked = claims.design_answer_text(params, rows, found, flat, speed, "**Longer-budget check** (`chk`): held.")
     assert checked.index("- RoPE-Mixed closes the ReLU gap") < checked.index("**Longer-budget check** (`chk`): held.")
@@ -604,11 +607,22 @@ def test_an_interim_table_is_corrected_for_the_family_of_the_finished_study():
     tested = by["plain FAVOR+ is below softmax"]
     p_for, p_against = tested["p_support"], tested["p_contradict"]
     assert 0 < p_for < 0.05
-    # now: a family of one row (2 p-values); with the plan: that row and the 4 rows its runs will test
+    # now: a family of one row (2 p-values); the 4 rows the plan will test are seed 002's, another family
     assert now["plain FAVOR+ is below softmax"]["p_support_holm"] == pytest.approx(min(1.0, 2 * p_for))
-    assert tested["p_support_holm"] == pytest.approx(stats.holm([p_for, p_against] + [1.0] * 8)[0])
-    assert tested["p_support_holm"] == pytest.approx(min(1.0, 10 * p_for))
+    assert tested["p_support_holm"] == pytest.approx(min(1.0, 2 * p_for))
     assert claims.family_size(planned) == (1, 5)
+    assert {row["family"] for row in planned if row["pending"]} == {claims.S002.tag}
+    # a planned row of the tested row's own source joins its family with both p-values at 1
+    same_source = [
+        *table,
+        Claim(claims.S001, "plain ReLU is below softmax", "less", Comparison("relu+ape", "softmax+ape")),
+    ]
+    joined = {row["claim"]: row for row in evaluate_claims(found, same_source, planned=later)}
+    assert joined["plain FAVOR+ is below softmax"]["p_support_holm"] == pytest.approx(
+        stats.holm([p_for, p_against, 1.0, 1.0])[0]
+    )
+    # the whole-table correction stays as a sensitivity reading: 10 p-values there
+    assert tested["verdict_whole_table"] == ("supported" if 10 * p_for < 0.05 else "inconclusive")
     pending = [row for row in planned if row["pending"]]
     assert len(pending) == 4 and all(row["verdict"] == claims.NO_DATA for row in pending)
     assert "in the Holm family" in claims.verdict_text(pending[0])

@@ -158,24 +158,32 @@ def _open_line(rows: list[dict]) -> str | None:
 
 
 def _family_line(rows: list[dict]) -> str | None:
-    """Why claims with few seeds stay open however clear their interval: the Holm threshold of the whole
-    claims table (`rows`), as the t statistic each seed count must exceed (stats.holm_first_step_t), or
-    None when no inconclusive accuracy claim has two seeds or more."""
-    tests = 2 * family_size(rows)[1]
-    open_rows = [r for r in rows if r["verdict"] == INCONCLUSIVE and r.get("measure") == TOP1 and r["seeds"] >= 2]
-    if not tests or not open_rows:
+    """Why claims with few seeds stay open however clear their interval: per Holm family of the claims
+    table (`rows`), the t statistic each seed count must exceed to pass its first step
+    (stats.holm_first_step_t), or None when no inconclusive accuracy claim has two seeds or more."""
+    parts = []
+    for family in sorted({r["family"] for r in rows}):
+        members = [r for r in rows if r["family"] == family]
+        tests = 2 * family_size(members)[1]
+        open_rows = [
+            r for r in members if r["verdict"] == INCONCLUSIVE and r.get("measure") == TOP1 and r["seeds"] >= 2
+        ]
+        if not tests or not open_rows:
+            continue
+        per_seeds = sorted(Counter(r["seeds"] for r in open_rows).items())
+        needs = ", ".join(
+            f"{n} seeds: t > {stats.holm_first_step_t(tests, n, ALPHA):.1f} ({k} inconclusive)" for n, k in per_seeds
+        )
+        parts.append(f"{family} ({tests} one-sided p-values, first step p < {ALPHA / tests:.4f}): {needs}")
+    if not parts:
         return None
-    per_seeds = sorted(Counter(r["seeds"] for r in open_rows).items())
-    needs = "; ".join(
-        f"{n} seeds: t > {stats.holm_first_step_t(tests, n, ALPHA):.1f} ({k} inconclusive claim{'s' * (k != 1)})"
-        for n, k in per_seeds
-    )
     return (
-        f"- claims the seeds cannot decide at this family size: one Holm correction over {tests} one-sided "
-        f"p-values asks p < α/{tests} = {ALPHA / tests:.5f} of its first step (later steps relax only after a "
-        "rejection), which a t-test over n seeds reaches only when the effect lies more standard errors beyond "
-        f"the bound it tests than — {needs}. A claim with few seeds can therefore have its whole interval on "
-        "one side of its bound (its reading says so) and still be inconclusive."
+        "- claims the seeds cannot decide at their family's size: Holm's first step asks p < α/m of the m one-sided "
+        "p-values of a family (later steps relax only after a rejection), which a t-test over n seeds reaches only "
+        "when the effect lies more standard errors beyond the bound it tests than — "
+        + "; ".join(parts)
+        + ". A claim with few seeds can therefore have its whole interval on one side of its bound (its reading "
+        "says so) and still be inconclusive."
     )
 
 
@@ -198,8 +206,8 @@ def design_answer_text(
     model = params.model
     equal = (
         f"*equal* within ±{params.design.margin_points:g} point is **supported** when both one-sided tests "
-        f"(TOST) stay below α = {ALPHA:g} after one Holm correction over the whole claims table, **contradicted** "
-        "when the test beyond the margin does"
+        f"(TOST) stay below α = {ALPHA:g} after Holm's correction within the pre-registered contrasts (one family), "
+        "**contradicted** when the test beyond the margin does"
     )
     lines = []
     contrasts_of = {d: [r for r in rows if r["source"] == source and r["dataset"] == d] for d in params.datasets}

@@ -1,12 +1,15 @@
-"""Verdicts: each claim tested on run records, one row per (claim, dataset), one Holm family per table.
+"""Verdicts: each claim tested on run records, one row per (claim, dataset), one Holm family per source.
 
 The contrast is computed per training seed — the seed is the unit of replication
 (rpevit.stats.contrast_test): for top-1, a − b in points (or (a − b) − (c − d)), at the trained
 resolution or at another one evaluated without fine-tuning, with the image-level standard error
 (test-set sampling alone) beside the seed-level one. Time claims read the side-by-side speed
 benchmark only (rpevit.claims.speed). One symmetric rule decides every tested row: Holm's correction
-over all one-sided p-values of the table (stats.family_verdicts). Rows outside the family carry a
-verdict that says why (UNDECIDED, NO_DATA, NOT_TESTABLE) and the reason.
+over all one-sided p-values of its family (stats.family_verdicts) — the claims of one source: a
+study's pre-registered contrasts decide its answer among themselves, each seed's replication claims
+form their own family; one correction over the whole table is kept as a sensitivity reading
+(`verdict_whole_table`). Rows outside the families carry a verdict that says why (UNDECIDED,
+NO_DATA, NOT_TESTABLE) and the reason.
 """
 
 from __future__ import annotations
@@ -117,7 +120,9 @@ def evaluate_claims(
 ) -> list[dict]:
     """The claims table: one row per (claim, dataset) with its Comparison, the means of a and b, the
     effect with its interval and seed- and image-level standard errors, both one-sided p-values raw and
-    Holm-adjusted over the whole table, the verdict and, for rows without one, the reason. Time claims
+    Holm-adjusted within the row's family (its source: a design's pre-registered contrasts are one
+    family, each seed's claims another), the verdict, `verdict_whole_table` (the sensitivity reading
+    of one Holm correction over every tested row) and, for rows without a verdict, the reason. Time claims
     read `speed` (the per-round rows of `python -m rpevit bench speed`, bench.read_speed).
 
     `planned` ((dataset, variant, seed) triples the preset has finished or will still train:
@@ -153,15 +158,29 @@ def evaluate_claims(
             rows.append(row)
     for row in rows:
         row["pending"] = seeds_of is not None and _pending(row, seeds_of)
-    family = [row for row in rows if "verdict" not in row or row["pending"]]
-    tests = [{"p_support": 1.0, "p_contradict": 1.0} if row["pending"] else row for row in family]
-    for row, decided in zip(family, stats.family_verdicts(tests, ALPHA)):
+    tested = [row for row in rows if "verdict" not in row or row["pending"]]
+    families: dict[str, list[dict]] = {}
+    for row in tested:
+        families.setdefault(row["source"].tag, []).append(row)
+    for tag, family in families.items():
+        for row, decided in zip(family, stats.family_verdicts(_tests(family), ALPHA), strict=True):
+            row.update(family=tag, family_size=len(family))
+            if not row["pending"]:
+                row.update(decided, reason="")
+    # sensitivity reading: the verdict one Holm correction over the whole table would give
+    for row, decided in zip(tested, stats.family_verdicts(_tests(tested), ALPHA), strict=True):
         if not row["pending"]:
-            row.update(decided, reason="")
+            row["verdict_whole_table"] = decided["verdict"]
     for row in rows:
         row.setdefault("p_support_holm", math.nan)
         row.setdefault("p_contradict_holm", math.nan)
+        row.setdefault("family", row["source"].tag)
     return rows
+
+
+def _tests(rows: list[dict]) -> list[dict]:
+    """The p-values a family's Holm correction takes: a pending row's at 1 (it rejects nothing)."""
+    return [{"p_support": 1.0, "p_contradict": 1.0} if row["pending"] else row for row in rows]
 
 
 def mark_unplanned(rows: list[dict], variants, planned=None) -> list[dict]:
@@ -186,8 +205,8 @@ def mark_unplanned(rows: list[dict], variants, planned=None) -> list[dict]:
 
 
 def family_size(rows: list[dict]) -> tuple[int, int]:
-    """(rows tested now, rows of the Holm family) of a claims table from evaluate_claims: the family also
-    holds the rows the preset's remaining runs will test (`pending`, from evaluate_claims' `planned`)."""
+    """(rows tested now, rows of the Holm families) of (part of) a claims table from evaluate_claims: the
+    families also hold the rows the preset's remaining runs will test (`pending`, from `planned`)."""
     tested = sum(1 for row in rows if not math.isnan(row["p_support_holm"]))
     return tested, tested + sum(1 for row in rows if row["pending"])
 

@@ -200,12 +200,14 @@ def family_text(rows: list[dict]) -> str:
 
 
 def claims_table(rows: list[dict]) -> list[dict]:
-    """The short claims table of the report: claim, verdict, effect in words; numbers in claims_details."""
+    """The short claims table of the report: claim, the bare verdict, its reading, effect in words; numbers
+    in claims_details."""
     datasets = len({r["dataset"] for r in rows}) > 1
     return [
         {
             "claim": f"{r['source'].tag}: {r['claim']}" + (f" ({r['dataset']})" if datasets else ""),
-            "verdict": verdict_text(r),
+            "verdict": r["verdict"],
+            "reading": verdict_text(r),
             EFFECT_HEADER: effect_words(r) or "—",
         }
         for r in rows
@@ -233,9 +235,11 @@ def claims_details(rows: list[dict]) -> list[dict]:
                 "test": r.get("test", ""),
                 "p for": r.get("p_support", math.nan),
                 "p against": r.get("p_contradict", math.nan),
+                "Holm family": r.get("family", ""),
                 "p for (Holm)": r["p_support_holm"],
                 "p against (Holm)": r["p_contradict_holm"],
                 "verdict": r["verdict"],
+                "verdict, one Holm over the whole table": r.get("verdict_whole_table", ""),
                 "reason": r.get("reason", ""),
             }
         )

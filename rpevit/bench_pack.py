@@ -1,0 +1,139 @@
+"""Benchmark of packed training: aggregate training images/s of K runs in one vectorised step
+(pack.PackedStep) against one run's plain step (the sequential engine's), per variant, measured side
+by side in one process: interleaved rounds, the median of each cell, the ratio to the single run.
+
+    python -m rpevit bench pack --params fmnist_converged --packs 1,2,4,8 --rounds 5 [--device cuda]
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from types import SimpleNamespace
+
+import torch
+import torch.nn.functional as F
+
+from .data import DATASETS
+from .device import autocast, resolve_device
+from .model import build_model
+from .pack import PackedStep, draws_of
+from .params import load_params
+from .run import model_config_for
+from .tables import markdown_table
+from .train import param_groups
+
+PRIMARY = "softmax+ape,favor+ape,relu+ape,softmax+rope_mixed,favor+rope_mixed,relu+rope_mixed"
+
+
+def _models(params, variant: str, count: int, device):
+    config = model_config_for(params, params.datasets[0])
+    models, optimizers = [], []
+    for seed in range(count):
+        torch.manual_seed(seed)
+        model = build_model(variant, config, seed=seed).to(device).train()
+        models.append(model)
+        optimizers.append(torch.optim.AdamW(param_groups(model, params.train.weight_decay), lr=params.train.lr))
+    return models, optimizers
+
+
+def _synchronize(device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _single(params, variant: str, device, batch, steps: int):
+    """Images/s of one run's plain training step (what train._train_epoch does per step)."""
+    (model,), (optimizer,) = _models(params, variant, 1, device)
+    images, labels = batch
+    train_cfg = params.train
+
+    def step():
+        with autocast(device, train_cfg.amp):
+            logits = model(images[0])
+        loss = F.cross_entropy(logits.float(), labels[0], label_smoothing=train_cfg.label_smoothing)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if train_cfg.grad_clip:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), train_cfg.grad_clip)
+        optimizer.step()
+        model.count_training_step()
+
+    return step, labels.shape[1]
+
+
+def _packed(params, variant: str, count: int, device, batch, steps: int):
+    """Images/s of K runs in one packed step (their own stochastic-depth draws and optimizers)."""
+    models, optimizers = _models(params, variant, count, device)
+    schedulers = [torch.optim.lr_scheduler.LambdaLR(o, lambda s: 1.0) for o in optimizers]
+    packed = PackedStep(models, optimizers, schedulers, params.train, device)
+    members = [SimpleNamespace(state=SimpleNamespace(model=m), rng=_rng(device)) for m in models]
+    images, labels = batch[0][:count], batch[1][:count]
+    live = list(range(count))
+
+    def step():
+        losses, _ = packed.forward(images, labels, draws_of(members, labels.shape[1], device))
+        packed.update(losses, live)
+
+    return step, count * labels.shape[1]
+
+
+def _rng(device) -> dict:
+    state = {"torch": torch.get_rng_state()}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def _timed(step, images: int, steps: int, device) -> float:
+    step()  # warm-up
+    _synchronize(device)
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    _synchronize(device)
+    return images * steps / (time.perf_counter() - start)
+
+
+def pack_rows(params, variants: list[str], packs: list[int], device, steps: int, rounds: int) -> list[dict]:
+    """Per variant and K: median aggregate images/s over interleaved rounds, and its ratio to one run."""
+    info = DATASETS[params.datasets[0]]
+    batch_size, largest = params.train.batch_size, max(packs)
+    shape = (largest, batch_size, info.channels, info.image_size, info.image_size)
+    batch = (torch.randn(shape, device=device), torch.randint(0, info.num_classes, shape[:2], device=device))
+    rows = []
+    for variant in variants:
+        cells = {"single": _single(params, variant, device, batch, steps)}
+        cells.update({k: _packed(params, variant, k, device, batch, steps) for k in packs})
+        speeds = {name: [] for name in cells}
+        for _ in range(rounds):
+            for name, (step, images) in cells.items():
+                speeds[name].append(_timed(step, images, steps, device))
+        single = statistics.median(speeds["single"])
+        row = {"variant": variant, "single run img/s": single}
+        for k in packs:
+            median = statistics.median(speeds[k])
+            row[f"K={k} img/s"] = median
+            row[f"K={k} ×"] = median / single
+        rows.append(row)
+    return rows
+
+
+def run_pack_bench(args) -> None:
+    """`python -m rpevit bench pack`: print the table (Markdown) with its conditions."""
+    from .metrics import machine_load
+
+    params = load_params(args.params.split(",")[0])
+    device = resolve_device(args.device)
+    variants = [v.strip() for v in (args.variants or PRIMARY).split(",")]
+    packs = [int(k) for k in (args.packs or "1,2,4,8").split(",")]
+    steps = args.steps or 4
+    load = machine_load()
+    print(
+        f"device: {device}, {torch.get_num_threads()} threads, torch {torch.__version__}; preset {params.name}'s model "
+        f"and batch ({params.train.batch_size}) on {params.datasets[0]}-shaped random images; {steps} steps × "
+        f"{args.rounds} interleaved rounds per cell, median; ×: aggregate images/s over one run's plain step; "
+        f"1-minute load {load['load_average']:.2f} at the start"
+    )
+    rows = pack_rows(params, variants, packs, device, steps, args.rounds)
+    print(markdown_table(rows, list(rows[0]), digits=2))
