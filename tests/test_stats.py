@@ -273,7 +273,8 @@ def test_holm_first_step_t_is_where_a_claim_starts_to_pass_holm(tests, seeds):
 def test_the_holm_thresholds_quoted_in_the_docs():
     text = (Path(__file__).resolve().parents[1] / "docs" / "statistics.md").read_text()
     three, eight = stats.holm_first_step_t(52, 3), stats.holm_first_step_t(52, 8)
-    assert f"(52 p-values) that is t > {three:.1f} with 3 seeds and t > {eight:.1f} with 8" in text
+    assert f"(52 p-values) that would be t > {three:.1f} with 3 seeds and t > {eight:.1f} with 8" in text
+    assert f"(12 p-values) it is t > {stats.holm_first_step_t(12, 8):.1f} with 8 seeds" in text
 
 
 @pytest.mark.parametrize(
