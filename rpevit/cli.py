@@ -260,6 +260,14 @@ def cmd_gpu_sitting(args) -> int:
     return command(args)
 
 
+def cmd_gap_pilot(args) -> int:
+    """A gap pilot's report (go/no-go, gaps per budget, seeds the factorial needs) from its kept records."""
+    from .gap_pilot import write_report
+
+    print("\n".join(write_report(args.params)))
+    return 0
+
+
 def cmd_findings(args) -> int:
     """Copy a report's generated answer into the Findings block of docs/results.md."""
     from .params import PROJECT_ROOT
@@ -449,6 +457,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     from .sitting import add_parser as add_sitting
 
+    gap = sub.add_parser("gap-pilot", help="a gap pilot's report: go/no-go, gaps per budget, seeds needed")
+    gap.add_argument("params", nargs="?", default="canvas_gap_pilot", help="the pilot's preset")
+
     add_sitting(sub)
     doctor = sub.add_parser("doctor", help="check the installation; --gpu: the GPU acceptance run")
     doctor.add_argument(
@@ -522,6 +533,7 @@ COMMANDS = {
     "pilot": cmd_pilot,
     "doctor": cmd_doctor,
     "gpu-sitting": cmd_gpu_sitting,
+    "gap-pilot": cmd_gap_pilot,
 }
 
 
