@@ -416,7 +416,7 @@ def run_attention_bench(args) -> None:
 
 
 def run_bias_bench(args) -> None:
-    """Relative bias inside linear attention (issue 13): time and memory of every bias method × exact
+    """Relative bias inside linear attention: time and memory of every bias method × exact
     path per linear backend and N, as ratios to plain linear attention of the same backend, in one run."""
     from .attention import linear_backends
     from .attention.linear import bias_paths

@@ -1,4 +1,4 @@
-"""Has a run converged? The plateau rule of the converged study (issue 18): the best validation top-1
+"""Has a run converged? The plateau rule of the converged study: the best validation top-1
 gains less than `tolerance` points over the last `fraction` of the epochs. And a design's longer-budget
 check (design.plateau_check): its contrasts, paired by seed, against the study's at its own budget."""
 

@@ -1,4 +1,4 @@
-"""`python -m rpevit doctor --gpu`: the GPU acceptance run of issue 19, for whoever has a CUDA GPU.
+"""`python -m rpevit doctor --gpu`: the GPU acceptance run, for whoever has a CUDA GPU.
 
 One line per check, `ok`, `FAIL` or `skip`, then the path of the benchmark report:
 

@@ -1,5 +1,5 @@
 """The pilot of a study's recipe: learning curves and a table of every pilot run, and which recipe
-meets the bar (issue 18, step 1). `python -m rpevit pilot PRESET [PRESET …] --out reports/<name>`
+meets the bar. `python -m rpevit pilot PRESET [PRESET …] --out reports/<name>`
 writes README.md, pilot_runs.{csv,md} and pilot_curves.png from the presets' kept records."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Exact linear attention with a separable relative bias, applied axis by axis (issue 13).
+"""Exact linear attention with a separable relative bias, applied axis by axis.
 
 When the bias is additive over the axes, b_h(Δ) = r_h[Δrow] + c_h[Δcol], the weights factor,
 exp(b) = exp(r)·exp(c), and the N×N patch block of [c_ij] is the Kronecker product R ⊗ C of an H×H

@@ -1,4 +1,4 @@
-"""Separable relative biases: b_h(Δ) = r_h[Δrow] + c_h[Δcol] (issue 13).
+"""Separable relative biases: b_h(Δ) = r_h[Δrow] + c_h[Δcol].
 
 Both members are ordinary `RelativeBias` modules — softmax adds the gathered table as a logit bias
 and the 2D-FFT path of linear attention reads `table(grid)` unchanged — and in addition expose
