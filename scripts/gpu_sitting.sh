@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
 # The prepared GPU sitting, run on the lent machine by the device tool from the repository root
 # (docs/scaling.md): the GPU image's own torch, rpevit from the checkout, data from the carried
-# ./data folder, results into $OUT. Usage: bash scripts/gpu_sitting.sh PRESET [MINUTES]
+# ./data folder, results into $OUT; first the compile check (tests/test_compile.py) on the GPU.
+# Usage: bash scripts/gpu_sitting.sh PRESET [MINUTES]
 set -euo pipefail
 preset=${1:?usage: gpu_sitting.sh PRESET [MINUTES]}
-minutes=${2:-8}
+minutes=${2:-6}  # plus up to 2.5 min of compile check: a device call of ≤ 10 min
 export PYTHONPATH=. PYTHONUNBUFFERED=1
 out=${OUT:-/tmp/sitting-out}
+mkdir -p "$out"
 python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.is_available())"
 nvidia-smi --query-gpu=name,memory.total,utilization.gpu --format=csv,noheader || true
 python3 -m rpevit status "$preset" | head -3
-python3 -m rpevit gpu-sitting "$preset" --minutes "$minutes" --out "$out" --data-root data 2>&1 | tee "$out/sitting.log"
+# the compile check on this machine's torch and GPU: no graph break, no recompile (about a minute)
+timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_compile.py 2>&1 | tail -15 | tee "$out/compile_check.log" || true
+# SITTING_DEVICE=cpu: a dry run on a machine without CUDA (one runner, sequential engine)
+python3 -m rpevit gpu-sitting "$preset" --minutes "$minutes" --out "$out" --data-root data \
+  --device "${SITTING_DEVICE:-cuda}" 2>&1 | tee "$out/sitting.log"
