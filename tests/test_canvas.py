@@ -98,3 +98,20 @@ def test_example_images_are_at_the_canvas_size():
     x = data.example_images(dataset.train, dataset.info, 2)
     assert x.shape == (2, 1, 56, 56) and x.dtype == torch.float32
     assert data.training_images("mnist5k_canvas56") == data.training_images("mnist5k")
+
+
+@pytest.mark.parametrize("features", [8, 16])
+def test_the_favor_feature_count_dial_is_a_preset_option_in_the_run_key(features, tiny_params):
+    """FAVOR+ with fewer random features (a controlled approximation gap): model.favor.num_features."""
+    from rpevit.model import build_model
+    from rpevit.params import model_config
+    from rpevit.run import Run
+
+    dialled = dataclasses.replace(
+        tiny_params,
+        model=model_config(**{**dataclasses.asdict(tiny_params.model), "favor": {"num_features": features}}),
+    )
+    model = build_model("favor+ape", dialled.model)
+    assert model.blocks[0].attn.backend.omega.shape[0] == features
+    assert Run(dialled, "mnist5k", "favor+ape", 1).key != Run(tiny_params, "mnist5k", "favor+ape", 1).key
+    assert Run(dialled, "mnist5k", "softmax+ape", 1).key == Run(tiny_params, "mnist5k", "softmax+ape", 1).key
