@@ -14,10 +14,13 @@ it, naming every repair in the log and the study summary:
 - a finished run whose final checkpoint is lost while the previous one is good trains its last
   epoch again (bit-exact on CPU), so it has its tested weights again;
 - a lost run record is rebuilt from a good kept copy where the run's checkpoint is here;
-- a kept copy that is missing, damaged or stale is restored from runs/.
+- a kept copy that is missing, damaged or stale is restored from runs/;
+- kept weights (weights.pt: runs.weights_wanted) that are damaged, made for another result, or missing
+  for the preset's first seed are written again from the run's checkpoint where it is here.
 
-`run_cell` does this under the run's lock, then trains what is missing, evaluates what lacks
-resolution rows and keeps the result; both engines (study.run_study, cluster.run_study_ray) run
+`run_cell` does this under the run's lock (first removing temporary files of interrupted writes in
+both places), then trains what is missing, evaluates what lacks resolution rows and keeps the
+result; both engines (study.run_study, cluster.run_study_ray) run
 every cell through it; `run_pack` does the same for runs of one variant trained together.
 """
 
@@ -31,7 +34,7 @@ from . import records
 from .errors import UserError
 from .params import Params
 from .run import Run
-from .runs import keep_first_weights
+from .runs import keep_first_weights, weights_wanted
 from .train import Diverged, train_run
 
 
@@ -145,6 +148,9 @@ def settle(cell: Run, repair: bool) -> State:
     stale = _differs(directory, kept) if keep and current is not None else []
     if stale:
         fix(f"kept {' and '.join(stale)} in {kept} restored from {directory}", lambda: records.keep(directory, kept))
+    elif keep and current is not None and final and (why := weights_wanted(cell)):
+        message = f"kept {records.KEPT_WEIGHTS} in {kept} is {why}"
+        fix(message, lambda: records.note(f"repaired: {message}: {keep_first_weights(cell)}"), names_itself=True)
     state.evaluate = not state.train and needs_evaluation(cell.params, state.record)
     return state
 
@@ -221,7 +227,7 @@ def run_cell(cell: Run, load, *, progress: bool = False) -> dict:
         return state.record
     try:
         with records.RunLock(cell.dir):
-            records.clean_temporary(cell.dir)
+            _clean_temporary(cell)
             state = settle(cell, repair=True)
             if state.repairs:  # a second look sees what the repairs left (a record set aside: train)
                 state = settle(cell, repair=True)
@@ -270,7 +276,7 @@ def run_pack(pack: list[Run], load) -> list[dict]:
                 print(f"skipped: {exc}", flush=True)
                 rows[i] = failure_row(cell, "skipped", str(exc))
                 continue
-            records.clean_temporary(cell.dir)
+            _clean_temporary(cell)
             state = settle(cell, repair=True)
             if state.repairs:
                 state = settle(cell, repair=True)
@@ -281,6 +287,13 @@ def run_pack(pack: list[Run], load) -> list[dict]:
         for i, cell, state in ready:
             rows[i] = _finish(cell, state, load)
     return [rows[i] for i in range(len(pack))]
+
+
+def _clean_temporary(cell: Run) -> None:
+    """Remove what interrupted writes left in the run directory and its kept folder (the lock held)."""
+    records.clean_temporary(cell.dir)
+    if cell.params.keep_records:
+        records.clean_temporary(cell.kept_dir)
 
 
 def _current(cell: Run) -> dict | None:

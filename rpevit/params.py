@@ -231,6 +231,8 @@ def _coerce(value, tp, key: str):
                 continue
         raise bad
     if origin is tuple:
+        if isinstance(value, str):
+            raise UserError(f"{key}: {value!r} is a single string; it must be a list, e.g. [{value}].")
         items = value if isinstance(value, (list, tuple)) else [value]
         return tuple(_coerce(v, typing.get_args(tp)[0], f"{key}[{i}]") for i, v in enumerate(items))
     if tp is type(None):
@@ -376,6 +378,8 @@ def _validate(params: Params) -> None:
     _no_duplicates("datasets", params.datasets, str)
     _no_duplicates("variants", params.variants, lambda v: parse_variant(v).name)
     _no_duplicates("seeds", params.seeds, int)
+    if negative := [s for s in params.seeds if s < 0]:
+        raise UserError(f"seeds: {negative[0]} is not valid; seeds must be integers ≥ 0.")
     validate_model(params.model)
     params.train.check()
     if params.data.augment != "auto":
@@ -395,6 +399,7 @@ def _validate(params: Params) -> None:
             f"data.val_size: {params.data.val_size} is not valid; it must be a positive integer "
             "or null for the default."
         )
+    _check_train_size(params)
     patch = params.model.patch_size
     for name in params.datasets:
         size = DATASETS[name].image_size
@@ -418,6 +423,33 @@ def _validate(params: Params) -> None:
             f"evaluate.resolutions: {bad} are not positive multiples of model.patch_size = {patch}; "
             "list image sizes divisible by the patch size."
         )
+    smallest = min(DATASETS[name].image_size for name in params.datasets)
+    if huge := [r for r in params.evaluate.resolutions if r > MAX_RESOLUTION_FACTOR * smallest]:
+        raise UserError(
+            f"evaluate.resolutions: {huge} exceed {MAX_RESOLUTION_FACTOR}× the {smallest}×{smallest} images of this "
+            f"preset's datasets; list image sizes up to {MAX_RESOLUTION_FACTOR * smallest}."
+        )
+
+
+MAX_RESOLUTION_FACTOR = 8  # evaluate.resolutions: at most this many times a dataset's image size
+
+
+def _check_train_size(params: Params) -> None:
+    """data.train_size must not exceed the training images of a dataset (counted without reading them)."""
+    from .data import training_images
+
+    if params.data.train_size is None:
+        return
+    for name in params.datasets:
+        try:
+            available = training_images(name, params.data.val_size)
+        except TypeError:  # a dataset without a known training-split size: checked when it loads
+            continue
+        if params.data.train_size > available:
+            raise UserError(
+                f"data.train_size: {params.data.train_size} exceeds the {available} training images of {name}; "
+                "give at most that many, or null for the whole training split."
+            )
 
 
 def _check_plateau_check(params: Params) -> None:

@@ -266,19 +266,37 @@ def save_kept_weights(kept_directory: Path, record: dict, state: dict) -> Path:
     return path
 
 
+def _read_kept_weights(kept_directory: Path, record: dict | None) -> tuple[dict | None, str | None]:
+    """(the kept weights' state dict, None), or (None, why not): "missing", damaged, or made for another result."""
+    path = Path(kept_directory) / KEPT_WEIGHTS
+    if record is None or not path.is_file():
+        return None, "missing"
+    if (problem := checkpoint_problem(path)) is not None:
+        return None, f"damaged ({problem})"
+    try:
+        kept = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # truncated or foreign file: not usable, and not ours to move
+        return None, f"damaged ({type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else 'unreadable'})"
+    if not isinstance(kept, dict) or not isinstance(kept.get("state"), dict):
+        return None, "damaged (not kept weights)"
+    if any(kept.get(k) != record.get(k) for k in WEIGHTS_MARK):
+        return None, "made for another result of the run"
+    return kept["state"], None
+
+
 def load_kept_weights(kept_directory: Path, record: dict | None) -> dict | None:
     """The weights kept beside `record` (a state dict), or None: none kept, unreadable, or made for
     another result (a field of WEIGHTS_MARK differs). A tracked file: loaded with weights_only, never moved."""
-    path = Path(kept_directory) / KEPT_WEIGHTS
-    if record is None or not path.is_file() or checkpoint_problem(path) is not None:
-        return None
-    try:
-        kept = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception:  # truncated or foreign file: not usable, and not ours to move
-        return None
-    if not isinstance(kept, dict) or any(kept.get(k) != record.get(k) for k in WEIGHTS_MARK):
-        return None
-    return kept.get("state")
+    return _read_kept_weights(kept_directory, record)[0]
+
+
+def kept_weights_problem(kept_directory: Path, record: dict | None) -> str | None:
+    """Why the weights beside `record` cannot be used ("missing", "damaged (…)", "made for another
+    result of the run"), or None when they can."""
+    return _read_kept_weights(kept_directory, record)[1]
+
+
+LOCK_GRACE_SECONDS = 5.0  # an unreadable or empty lock younger than this may still be being written
 
 
 class RunBusy(RuntimeError):
@@ -298,7 +316,8 @@ def pid_alive(pid: int) -> bool:
 
 class RunLock:
     """Exclusive use of a run directory: `<dir>/.lock` holds "pid host". A lock of a dead process on
-    this host is stale and taken over; a live one raises RunBusy. Re-entrant within a process: the
+    this host is stale and taken over, and so is one that cannot be read or names no process once it
+    is LOCK_GRACE_SECONDS old; a live one (or a younger unreadable one) raises RunBusy. Re-entrant within a process: the
     grid cell holds it across training, evaluation and keeping, and train_run takes it again."""
 
     _held: dict[Path, int] = {}
@@ -327,7 +346,10 @@ class RunLock:
                         f"{self.path.parent} is being trained by process {holder}; "
                         "skipping it (delete the .lock file if that process is gone)"
                     ) from None
-                self.path.unlink(missing_ok=True)  # stale: its process is gone
+                try:
+                    self.path.unlink(missing_ok=True)  # stale: its process is gone
+                except OSError as exc:
+                    raise RunBusy(f"could not take over the stale lock {self.path} ({exc.strerror or exc})") from None
                 continue
             with os.fdopen(fd, "w") as handle:
                 handle.write(me)
@@ -336,22 +358,32 @@ class RunLock:
 
     def holder(self) -> str | None:
         """Who else holds this lock — "PID on HOST" of another live process — else None (no lock, a
-        stale one of a dead process on this host, or this process's own). A lock whose content cannot
-        be read counts as held: its writer may be between creating it and writing its name."""
+        stale one of a dead process on this host, or this process's own). A lock that cannot be read
+        or parsed counts as held for LOCK_GRACE_SECONDS after it was last written (its writer may be
+        between creating it and writing its name), then as stale."""
         try:
-            content = self.path.read_text()
+            content = self.path.read_bytes()
         except FileNotFoundError:
             return None
         except OSError:
-            return "unknown (unreadable lock)"
+            return None if self._older_than_grace() else "unknown (unreadable lock)"
         try:
-            text, host = content.split()
+            text, host = content.decode("utf-8").split()
             pid = int(text)
-        except ValueError:
-            return "unknown (lock not written yet, or its writer died mid-write)"
+        except ValueError:  # empty, garbled or not UTF-8 (UnicodeDecodeError is a ValueError)
+            pid, host = 0, ""
+        if pid < 1:
+            return None if self._older_than_grace() else "unknown (lock not written yet, or its writer died mid-write)"
         if host != socket.gethostname() or (pid != os.getpid() and pid_alive(pid)):
             return f"{pid} on {host}"
         return None
+
+    def _older_than_grace(self) -> bool:
+        """Whether the lock file was last written more than LOCK_GRACE_SECONDS ago (True if it is gone)."""
+        try:
+            return time.time() - self.path.stat().st_mtime > LOCK_GRACE_SECONDS
+        except OSError:
+            return True
 
     def __exit__(self, *exc_info) -> None:
         self._held[self.path] -= 1

@@ -181,27 +181,48 @@ def inspected_model(run: Run, device=None):
     return _loaded_model(run, state, device), records.read_record(run.kept_dir)
 
 
-def keep_first_weights(run: Run) -> str:
-    """The automatic form of keep_weights, called where a finished run's kept record is current: a
-    run of the preset's first seed (the first the design trains) keeps its tested weights beside its
-    kept record unless some seed of its variant and dataset has weights kept already, so a fresh clone
-    inspects every trained variant even where runs/ is lost. The seed, not the order runs finish in,
-    decides (the same files under --engine ray). Returns a line to print ('' when there is nothing to say)."""
-    if not run.params.keep_records or run.seed != run.params.seeds[0]:
+def weights_wanted(run: Run) -> str:
+    """Why the run's kept folder should get its tested weights ('' when it need not): the weights
+    there are damaged or made for another result of the run, or they are missing where the run is the
+    preset's first seed (the first the design trains) and no seed of its variant and dataset holds
+    weights. Reads the kept record without moving anything."""
+    if not run.params.keep_records:
         return ""
-    record = records.read_record(run.kept_dir)
+    record = records.peek_record(run.kept_dir)
     if not run.matches(record) or record.get("status") != "finished":
+        return ""
+    why = records.kept_weights_problem(run.kept_dir, record)
+    if why != "missing":
+        return why or ""
+    if run.seed != run.params.seeds[0]:
         return ""
     if any(_holds_kept_weights(run.params, seed_dir) for seed_dir in run.kept_dir.parent.glob("seed*")):
         return ""
+    return "missing (the preset's first seed keeps its variant's weights)"
+
+
+def keep_first_weights(run: Run) -> str:
+    """The automatic form of keep_weights, called where a finished run's kept record is current: a
+    run of the preset's first seed keeps its tested weights beside its kept record unless some seed
+    of its variant and dataset has weights kept already, so a fresh clone inspects every trained
+    variant even where runs/ is lost; kept weights that are damaged (moved aside) or made for another
+    result are written again (weights_wanted). The seed, not the order runs finish in, decides (the
+    same files under --engine ray). Returns a line to print ('' when there is nothing to say)."""
+    why = weights_wanted(run)
+    if not why:
+        return ""
+    record = records.read_record(run.kept_dir)
     checkpoint = _checkpoint_with_tested_weights(run.dir, record)
     if checkpoint is None:
         return (
             "its checkpoint no longer holds its tested weights, so none are kept for inspection; "
             f"`python -m rpevit keep-weights {run.params.name}` keeps another seed's where its checkpoint is"
         )
+    if why.startswith("damaged"):
+        records.move_aside(run.kept_dir / records.KEPT_WEIGHTS, why)
     path = records.save_kept_weights(run.kept_dir, record, checkpoint["best"]["state"])
-    return f"its tested weights kept in {path} (the preset's first seed; notebooks 20, 30 and 90 inspect them)"
+    first = "the preset's first seed; " if run.seed == run.params.seeds[0] else ""
+    return f"its tested weights kept in {path} ({first}notebooks 20, 30 and 90 inspect them)"
 
 
 def _holds_kept_weights(params: Params, kept_dir: Path) -> bool:

@@ -69,6 +69,7 @@ class RunRecord:
     compiled: bool = _f(summary=False, default=False)
     compile_seconds: float = _f(summary=False, default=0.0)  # torch.compile's time before epoch 1 (not in its seconds)
     torch: str = _f(summary=False)
+    code_revision: str = _f(summary=False)  # rpevit.revision: the git commit (+dirty), else a hash of the sources
     data_source: str = _f(summary=False)
     augment: str = _f(summary=False)
     test_predictions: str = _f(summary=False, result=True)  # space-separated predicted classes, test-split order

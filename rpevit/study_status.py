@@ -2,16 +2,19 @@
 runs, the runs in flight and their epochs, what it still wants and how long that takes at the pace of
 the finished runs (time_limit.expected_seconds); for a designed study also its complete primary
 seeds, the stopping rule's half-widths, its budgets, the runs waiting on the stopping rule or held
-for its longer-budget check, and that check's own status. It trains nothing and writes no result."""
+for its longer-budget check, and that check's own status; kept weights that are missing or damaged,
+and how many finished records come from other code revisions. It trains nothing and writes no result."""
 
 from __future__ import annotations
 
-from . import design
+from . import design, records
 from .bench import train_costs
 from .catalog import grid, in_flight_and_records, pace_records, secondary_held
 from .params import Params, load_params
 from .progress import label
+from .revision import code_revision, short_revision
 from .run import Run
+from .runs import weights_wanted
 from .time_limit import epochs_done, expected_total
 from .variants import parse_variant
 
@@ -153,8 +156,44 @@ def status_lines(params: Params, runs_root=None, reports_root=None) -> list[str]
                 else ""
             )
         )
+    lines += _kept_weights_lines(params, runs_root, reports_root) + _revision_line(finished)
     if params.design.plateau_check:
         lines += [
             f"  {line}" for line in status_lines(load_params(params.design.plateau_check), runs_root, reports_root)
         ]
     return lines
+
+
+def _kept_weights_lines(params: Params, runs_root=None, reports_root=None) -> list[str]:
+    """The kept weights that are missing or damaged (runs.weights_wanted), grouped by why: those the
+    next study writes again from checkpoints here, and those whose checkpoints are not here."""
+    found: dict[tuple[bool, str], list[str]] = {}
+    for place in grid(params) if params.keep_records else ():
+        run = Run(params, *place, runs_root=runs_root, reports_root=reports_root)
+        if why := weights_wanted(run):
+            here = run.matches(records.peek_record(run.dir)) and (run.dir / records.CHECKPOINT).is_file()
+            found.setdefault((here, why), []).append(run.label)
+    return [
+        f"kept weights {why}: {', '.join(labels)} — "
+        + (
+            "the next study writes them again from their checkpoints here"
+            if here
+            else f"their checkpoints are not here: run `python -m rpevit study {params.name}` where they were trained"
+        )
+        for (here, why), labels in found.items()
+    ]
+
+
+def _revision_line(finished: list[dict]) -> list[str]:
+    """How many finished records come from other code revisions than this one (rpevit.revision)."""
+    if not finished:
+        return []
+    current = short_revision(code_revision())
+    other = [r for r in finished if r.get("code_revision") != code_revision()]
+    unknown = sum(not r.get("code_revision") for r in finished)
+    if not other:
+        return [f"code revision: every finished record comes from the current one ({current})"]
+    return [
+        f"code revision: {len(other)} of {len(finished)} finished records come from other code revisions than "
+        f"the current one ({current})" + (f", {unknown} of them of unknown revision" if unknown else "")
+    ]

@@ -28,6 +28,7 @@ from . import data as data_lib
 from .device import autocast, deterministic, device_name, precision, resolve_device, true_fp32
 from .errors import UserError
 from .model import build_model
+from .revision import code_revision
 from .run import Run
 from .runs import predict
 from .schema import make_record
@@ -552,6 +553,7 @@ def _test_and_record(
             "compiled": compiled,
             "compile_seconds": compile_seconds,
             "torch": torch.__version__,
+            "code_revision": code_revision(),
             "data_source": dataset.source,
             "augment": state.recipe,
             "config": run.config,

@@ -103,3 +103,12 @@ def test_module_entry_point_exit_code():
     assert result.returncode == 2
     assert result.stderr.startswith("error: no preset file 'no_such_preset'")
     assert "Traceback" not in result.stderr
+
+
+def test_a_negative_seed_is_refused_before_training(capsys, tmp_path, monkeypatch):
+    from rpevit import records
+
+    monkeypatch.setattr(records, "RUNS_ROOT", tmp_path / "runs")
+    code, out, err = run_main(capsys, "train", "--params", "smoke", "--variant", "softmax+ape", "--seed", "-1")
+    assert code == 2 and err == "error: --seed: -1 is not valid; seeds must be integers ≥ 0.\n" and out == ""
+    assert not (tmp_path / "runs").exists()

@@ -1,8 +1,8 @@
-"""Damaged files, every kind in every place: {record, kept record, history, kept history, checkpoint,
-previous checkpoint} × {truncated, empty, garbled, deleted} on a finished and on an unfinished run
+"""Damaged files, every kind in every place: {record, kept record, history, kept history, kept weights,
+checkpoint, previous checkpoint} × {truncated, empty, garbled, deleted} on a finished and on an unfinished run
 of a tiny preset with keep_records. Each case is recovered by one study, named in the summary where
-something had to be repaired, and ends identical to an undamaged run (records, kept copies and
-histories), in runs/ and in the kept copy alike."""
+something had to be repaired, and ends identical to an undamaged run (records, kept copies,
+histories and kept weights), in runs/ and in the kept copy alike."""
 
 from __future__ import annotations
 
@@ -10,15 +10,17 @@ import dataclasses
 import shutil
 
 import pytest
+import torch
 
 from rpevit import catalog, cell, records, study
 from rpevit.data import Dataset, Split
 from rpevit.params import EvaluateConfig
 from rpevit.run import Run
 from rpevit.schema import result_view
+from rpevit.study_status import status_lines
 from rpevit.train import train_run
 
-FILES = ("record", "kept record", "history", "kept history", "checkpoint", "prev checkpoint")
+FILES = ("record", "kept record", "history", "kept history", "kept weights", "checkpoint", "prev checkpoint")
 DAMAGES = ("truncated", "empty", "garbled", "deleted")
 # deleting these leaves nothing to repair: an unfinished run has no record or kept copy yet, resumes
 # from checkpoint.prev.pt without a word, rewrites its history; a finished run needs no previous checkpoint
@@ -26,6 +28,7 @@ SILENT_DELETIONS = {
     ("unfinished", "record"),
     ("unfinished", "kept record"),
     ("unfinished", "kept history"),
+    ("unfinished", "kept weights"),
     ("unfinished", "history"),
     ("unfinished", "checkpoint"),
     ("unfinished", "prev checkpoint"),
@@ -84,6 +87,7 @@ def _paths(runs_root, reports_root):
         "kept record": kept / records.RECORD,
         "history": run / records.HISTORY,
         "kept history": kept / records.HISTORY,
+        "kept weights": kept / records.KEPT_WEIGHTS,
         "checkpoint": run / records.CHECKPOINT,
         "prev checkpoint": run / records.PREVIOUS_CHECKPOINT,
     }
@@ -125,6 +129,7 @@ def test_damaged_file_is_recovered_named_and_identical(tiny, tmp_path, state, da
     assert files["kept record"].read_bytes() == files["record"].read_bytes()
     assert files["kept history"].read_bytes() == files["history"].read_bytes()
     assert _history(files["history"]) == _history(reference["history"])
+    _assert_kept_weights(files, reference)
     assert files["checkpoint"].is_file()
     summary = (reports_root / "damage" / "summary.md").read_text()
     if (state, target) not in SILENT_DELETIONS or damage != "deleted":
@@ -133,6 +138,59 @@ def test_damaged_file_is_recovered_named_and_identical(tiny, tmp_path, state, da
             assert list(files[target].parent.glob(f"{files[target].name}.damaged-*")), "kept aside"
     again = study.run_study(params, runs_root=runs_root, reports_root=reports_root, dataset_loader=lambda *a: data)
     assert "Notes" not in (reports_root / "damage" / "summary.md").read_text() and len(again) == 1  # settled
+
+
+def _assert_kept_weights(files, reference) -> None:
+    """The kept weights are the reference's tensors, marked with the kept record's result."""
+    record = records.read_record(files["kept record"].parent)
+    kept = torch.load(files["kept weights"], weights_only=True)
+    expected = torch.load(reference["kept weights"], weights_only=True)
+    assert {k: kept[k] for k in records.WEIGHTS_MARK} == {k: record[k] for k in records.WEIGHTS_MARK}
+    result = ("key", "best_epoch", "top1")  # the mark less the time it finished
+    assert {k: kept[k] for k in result} == {k: expected[k] for k in result}
+    assert kept["state"].keys() == expected["state"].keys()
+    assert all(torch.equal(kept["state"][k], v) for k, v in expected["state"].items())
+
+
+def test_a_kill_while_keeping_leaves_nothing_behind(tiny, tmp_path, capsys):
+    """Killed after the kept record and history were copied and before the weights were saved, with a
+    temporary file of an interrupted write left in the kept folder: the next study saves the weights
+    (the record alone is not enough), names it, removes the temporary file, and then has nothing to do."""
+    params, data, root = tiny
+    shutil.copytree(root / "finished", tmp_path, dirs_exist_ok=True)
+    files = _paths(tmp_path / "runs", tmp_path / "reports")
+    reference = _paths(root / "finished" / "runs", root / "finished" / "reports")
+    files["kept weights"].unlink()
+    leftover = files["kept record"].parent / ".record.json.x1y2z3.tmp"
+    leftover.write_bytes(b'{"variant": ')
+    (run,) = cell.cells(params, catalog.grid(params), tmp_path / "runs", tmp_path / "reports")
+    state = cell.settle(run, repair=False)
+    assert state.kind == "stale" and "weights.pt" in state.repairs[0] and "missing" in state.repairs[0]
+    roots = {"runs_root": tmp_path / "runs", "reports_root": tmp_path / "reports"}
+    assert "the next study writes them again from their checkpoints here" in "\n".join(status_lines(params, **roots))
+    study.run_study(params, **roots, dataset_loader=lambda *a: data)
+    assert "weights.pt" in (tmp_path / "reports" / "damage" / "summary.md").read_text()
+    _assert_kept_weights(files, reference)
+    assert not leftover.exists() and not list(files["kept record"].parent.glob(".*"))
+    assert not cell.settle(run, repair=False).work
+    assert not any(line.startswith("kept weights") for line in status_lines(params, **roots))
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbled", "deleted"])
+def test_kept_weights_lost_where_the_checkpoint_is_not_are_named_by_status(tiny, tmp_path, capsys, damage):
+    """A fresh clone (kept records only) whose kept weights are damaged or deleted: the study cannot
+    restore them and says nothing is wrong with the records; status names them and where to go."""
+    params, data, root = tiny
+    shutil.copytree(root / "finished" / "reports", tmp_path / "reports")
+    files = _paths(tmp_path / "elsewhere", tmp_path / "reports")
+    _damage(files["kept weights"], damage, files["kept weights"].read_bytes())
+    roots = {"runs_root": tmp_path / "elsewhere", "reports_root": tmp_path / "reports"}
+    (line,) = [line for line in status_lines(params, **roots) if line.startswith("kept weights")]
+    why = "missing" if damage == "deleted" else "damaged"
+    assert line.startswith(f"kept weights {why}") and "softmax+ape | mnist5k | seed 0" in line
+    assert "their checkpoints are not here: run `python -m rpevit study damage` where they were trained" in line
+    (run,) = cell.cells(params, catalog.grid(params), tmp_path / "elsewhere", tmp_path / "reports")
+    assert not cell.settle(run, repair=False).work  # nothing here to restore them from, nothing to retrain
 
 
 def test_run_history_of_a_truncated_history_is_empty_not_a_traceback(tiny, tmp_path, capsys):

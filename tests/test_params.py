@@ -207,3 +207,43 @@ def test_evaluate_variants_choose_which_runs_are_evaluated(tmp_path):
     assert load_params(write(tmp_path, text % "[]")).evaluate.covers("favor+ape")  # none listed: all
     with pytest.raises(UserError, match=r"evaluate.variants: relu\+ape not in this preset's variants"):
         load_params(write(tmp_path, text % "[relu+ape]"))
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("evaluate: {resolutions: [20, 100000]}", r"evaluate\.resolutions: \[100000\] exceed 8× the 28×28 images"),
+        ("evaluate: {resolutions: [228]}", r"list image sizes up to 224"),
+        ("data: {train_size: 10000000}", r"data\.train_size: 10000000 exceeds the 4000 training images of mnist5k"),
+        ("data: {train_size: 4001}", r"exceeds the 4000 training images"),
+        ("seeds: [0, -1]", r"seeds: -1 is not valid; seeds must be integers ≥ 0"),
+        ("variants: softmax+ape", r"variants: 'softmax\+ape' is a single string; it must be a list, e\.g\. \["),
+        ("datasets: mnist5k", r"datasets: 'mnist5k' is a single string; it must be a list"),
+    ],
+    ids=[
+        "resolution-huge",
+        "resolution-over-8x",
+        "train-size-huge",
+        "train-size-one-over",
+        "seed-negative",
+        "variants-string",
+        "datasets-string",
+    ],
+)
+def test_input_gaps_are_refused_with_one_message(tmp_path, text, message):
+    base = {"datasets": "datasets: [mnist5k]", "variants": "variants: [softmax+ape]"}
+    key = text.split(":")[0]
+    lines = [line for name, line in base.items() if name != key] + [text]
+    with pytest.raises(UserError, match=message) as refused:
+        load_params(write(tmp_path, "\n".join(lines) + "\n"))
+    assert "\n" not in str(refused.value)
+
+
+def test_the_bounds_themselves_are_accepted(tmp_path):
+    text = "datasets: [mnist5k]\nvariants: [softmax+ape]\nseeds: [0]\ndata: {train_size: 4000}\n"
+    params = load_params(write(tmp_path, text + "evaluate: {resolutions: [4, 224]}\n"))
+    assert params.data.train_size == 4000 and params.evaluate.resolutions == (4, 224)
+    fashion = "datasets: [fashion_mnist]\nvariants: [softmax+ape]\ndata: {val_size: 10000, train_size: %d}\n"
+    assert load_params(write(tmp_path, fashion % 50000)).data.train_size == 50000
+    with pytest.raises(UserError, match=r"exceeds the 50000 training images of fashion_mnist"):
+        load_params(write(tmp_path, fashion % 50001))

@@ -317,13 +317,30 @@ def test_preflight_catches_model_errors_without_touching_the_rng():
         ({"seeds": [0, 1, 0]}, r"seeds: 0 and 0 are the same entry"),
         ({"name": "../../escape"}, r"preset name '\.\./\.\./escape' is not a plain name"),
         ({"name": ".hidden"}, r"preset name '\.hidden' is not a plain name"),
+        ({"evaluate": {"resolutions": [100000]}}, r"evaluate\.resolutions: \[100000\] exceed 8× the 28×28 images"),
+        ({"data": {"train_size": 10000000}}, r"data\.train_size: 10000000 exceeds the 4000 training images"),
+        ({"seeds": [-1]}, r"seeds: -1 is not valid; seeds must be integers ≥ 0"),
+        ({"variants": "softmax+ape"}, r"variants: 'softmax\+ape' is a single string; it must be a list"),
     ],
-    ids=["heads-0", "dim-huge", "batch-huge", "variant-twice", "variant-two-orders", "seed-twice", "escape", "dot"],
+    ids=[
+        "heads-0",
+        "dim-huge",
+        "batch-huge",
+        "variant-twice",
+        "variant-two-orders",
+        "seed-twice",
+        "escape",
+        "dot",
+        "resolution-huge",
+        "train-size-huge",
+        "seed-negative",
+        "variants-string",
+    ],
 )
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, roots, capsys, edit, message):
     preset = yaml.safe_load(TINY_PRESET)
     for key, value in edit.items():
-        preset[key] = {**preset[key], **value} if isinstance(value, dict) else value
+        preset[key] = {**preset.get(key, {}), **value} if isinstance(value, dict) else value
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(preset))
     code, out, err = cli(capsys, "study", path)
@@ -369,6 +386,19 @@ def test_kill_harness_refuses_a_missing_workdir(tmp_path):
     )
     assert result.returncode == 2 and result.stderr.count("\n") == 1 and result.stderr.startswith("error: ")
     assert not missing.exists() and "Traceback" not in result.stderr
+
+
+def test_kill_harness_refuses_a_used_workdir(tmp_path):
+    """A workdir's earlier reference run would be reused (and time nothing): refused with one line."""
+    (tmp_path / "reference").mkdir()
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "kill_resume.py"), "--workdir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2 and result.stderr.count("\n") == 1 and "holds an earlier harness run" in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["reference"]
 
 
 def test_the_run_lock_is_re_entrant_within_a_process(tmp_path, monkeypatch):

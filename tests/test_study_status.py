@@ -12,6 +12,7 @@ from rpevit import design, records
 from rpevit.catalog import grid, pace_records, secondary_held, study_records
 from rpevit.cli import main
 from rpevit.params import checked_by, load_params
+from rpevit.revision import code_revision, short_revision
 from rpevit.run import Run
 from rpevit.study import run_study
 from rpevit.study_status import remaining_hours, status_lines
@@ -45,7 +46,8 @@ def test_status_names_runs_in_flight_and_the_hours_left(half_done):
     lines = status_lines(params, **roots)
     assert lines[0] == "tiny: 2 of 4 runs finished"
     assert lines[1] == "in flight: softmax+ape on mnist5k, seed 1, 1 of 2 epochs done"
-    assert lines[2].startswith("left: 2 runs (1 in flight); ≈ ") and len(lines) == 3
+    assert lines[2].startswith("left: 2 runs (1 in flight); ≈ ") and len(lines) == 4
+    assert lines[3] == f"code revision: every finished record comes from the current one ({current_revision()})"
     finished = study_records(params, **roots)
     pace = {
         v: statistics.median(r["train_seconds_per_epoch"] for r in finished if r["variant"] == v)
@@ -57,6 +59,31 @@ def test_status_names_runs_in_flight_and_the_hours_left(half_done):
     assert unknown == 0
     # 2 epochs to train and 1 (its checkpoint holds one), each with 5 % validation, and 3 closing epochs each
     assert hours == pytest.approx(((2 * 1.05 + 3) * pace["softmax+none"] + (1 * 1.05 + 3) * pace["softmax+ape"]) / 3600)
+
+
+def current_revision() -> str:
+    return short_revision(code_revision())
+
+
+def test_status_counts_finished_records_of_other_code_revisions(half_done):
+    """Every record names the code revision that made it; status counts those of other revisions, and
+    records without one as of unknown revision."""
+    params, roots = half_done
+    finished = study_records(params, **roots)
+    assert {r["code_revision"] for r in finished} == {code_revision()} and code_revision()
+    first, second = (Run.of(params, r, **roots).dir for r in finished)
+    records.write_json(first / records.RECORD, {**records.read_record(first), "code_revision": "0" * 40})
+    line = status_lines(params, **roots)[-1]
+    assert line == (
+        f"code revision: 1 of 2 finished records come from other code revisions than the current one "
+        f"({current_revision()})"
+    )
+    older = {k: v for k, v in records.read_record(second).items() if k != "code_revision"}
+    records.write_json(second / records.RECORD, older)  # a record made before records named their revision
+    assert status_lines(params, **roots)[-1].endswith(
+        "2 of 2 finished records come from other code revisions than "
+        f"the current one ({current_revision()}), 1 of them of unknown revision"
+    )
 
 
 def test_status_without_a_finished_run_says_it_has_no_pace(tiny_params, tmp_path):
