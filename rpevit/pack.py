@@ -28,6 +28,7 @@ from . import distributed, metrics, records
 from .device import autocast, deterministic, precision, resolve_device, true_fp32
 from .errors import UserError
 from .run import Run
+from .run_record import record_finished_run, write_diverged
 from .train import (
     Diverged,
     _branch,
@@ -38,10 +39,8 @@ from .train import (
     _set_rng_state,
     _start,
     _State,
-    _test_and_record,
     _validation,
     _write_checkpoint,
-    _write_diverged,
 )
 
 
@@ -146,7 +145,7 @@ def _train_group(members: list[_Member], dataset, device, replica) -> list[dict]
                     f"{m.run.variant} on {m.run.dataset} (seed {m.run.seed}): non-finite loss at epoch {epoch + 1}, "
                     f"step {m.first_bad_step + 1} (in a pack); the last good checkpoint (epoch {epoch}) is kept."
                 )
-                _write_diverged(m.run, m.run.dir, error)
+                write_diverged(m.run, m.run.dir, error)
                 print(f"diverged: {error}", flush=True)
                 records_out[id(m)] = records.read_record(m.run.dir)
                 active.remove(m)
@@ -163,7 +162,7 @@ def _train_group(members: list[_Member], dataset, device, replica) -> list[dict]
                 _end_epoch(m.state, row, m.run, m.run.dir / records.CHECKPOINT, device, computed_in, {})
     for m in active:
         with _own_random_state(m, device):
-            records_out[id(m)] = _test_and_record(
+            records_out[id(m)] = record_finished_run(
                 m.run, dataset, m.state, m.run.dir, device, computed_in, False, 0.0, replica
             )
     return [records_out[id(m)] for m in members]

@@ -9,29 +9,27 @@ the run with a clear message and leaves the last good checkpoint in place.
 
 In parts: `train_run` decides (already done / train) under the run's lock; `_train` sets up or
 resumes (`_start`, `_checkpoint_to_resume`, `_resume`), runs the epoch loop (`_train_epoch`,
-`_validation`, `_end_epoch` writing the checkpoint) and tests and records (`_test_and_record`).
+`_validation`, `_end_epoch` writing the checkpoint) and tests and records (`run_record.record_finished_run`).
 Data parallelism (torchrun) is one `distributed.Replica` object: the only process, or a rank
 that trains on its shard of every global batch while rank 0 (`replica.is_main`) writes.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from . import budgets, distributed, metrics, records, runs
+from . import budgets, distributed, metrics, records
 from . import data as data_lib
-from .device import autocast, deterministic, device_name, precision, resolve_device, true_fp32
+from .device import autocast, deterministic, precision, resolve_device, true_fp32
 from .errors import UserError
 from .model import build_model
-from .revision import code_revision
 from .run import Run
+from .run_record import record_finished_run, write_diverged
 from .runs import predict
-from .schema import make_record
 
 
 class Diverged(RuntimeError):
@@ -164,7 +162,7 @@ def train_run(
             try:
                 return _train(run, dataset, out_dir, resume, progress, on_epoch_end, replica)
             except Diverged as exc:
-                _write_diverged(run, out_dir, exc)
+                write_diverged(run, out_dir, exc)
                 raise
     except BaseException as exc:
         if not decided:  # tell the others rank 0 failed
@@ -183,24 +181,6 @@ def _follow(run: Run, dataset, out_dir: Path, resume: bool, progress: bool, repl
         return _train(run, dataset, out_dir, resume, progress, None, replica)
     except Diverged:
         raise distributed.PeerFailed(code=1) from None
-
-
-def _write_diverged(run: Run, out_dir: Path, exc: Diverged) -> None:
-    records.write_json(
-        out_dir / records.RECORD,
-        make_record(
-            preset=run.params.name,
-            dataset=run.dataset,
-            variant=run.variant,
-            seed=run.seed,
-            backend=run.parsed.backend,
-            positions=list(run.parsed.positions),
-            status="diverged",
-            message=str(exc),
-            key=run.key,
-            config=run.config,
-        ),
-    )
 
 
 def _train(run: Run, dataset, out_dir: Path, resume: bool, progress: bool, on_epoch_end, replica) -> dict:
@@ -266,7 +246,7 @@ def _train(run: Run, dataset, out_dir: Path, resume: bool, progress: bool, on_ep
                 on_epoch_end(row)
         if not replica.is_main:
             return {"status": "trained", "rank": replica.rank}
-        return _test_and_record(run, dataset, state, out_dir, device, trained_in, compiled, compile_seconds, replica)
+        return record_finished_run(run, dataset, state, out_dir, device, trained_in, compiled, compile_seconds, replica)
 
 
 # --------------------------------------------------------------------------------------------
@@ -493,73 +473,3 @@ def _validation(model, dataset, train_cfg, device) -> dict:
         "val_loss": F.cross_entropy(val_logits, val_labels).item(),
         "val_acc": (val_logits.argmax(-1) == val_labels).float().mean().item(),
     }
-
-
-# --------------------------------------------------------------------------------------------
-# test and record
-
-
-def _test_and_record(
-    run: Run, dataset, state: _State, out_dir: Path, device, precision: str, compiled: bool, compile_seconds, replica
-) -> dict:
-    """Test the best-validation weights, count FLOPs, time inference and write the run's record."""
-    train_cfg, info, model, history, best = run.train_config, dataset.info, state.model, state.history, state.best
-    train_peak_mb = metrics.peak_memory_mb(device)
-    records.write_csv(out_dir / records.HISTORY, history)  # complete even if a kill came before its last write
-
-    print(
-        f"[{run.label}] testing the best-validation weights (epoch {best['epoch']}), counting FLOPs, timing inference",
-        flush=True,
-    )
-    model.load_state_dict(best["state"])
-    test_logits, test_labels = predict(model, dataset.test, info, train_cfg.eval_batch_size, device, train_cfg.amp)
-    num_params = metrics.count_parameters(model)
-    timing_images = runs.timing_images(dataset, train_cfg, device)
-    epoch_seconds = [row["seconds"] for row in history]
-    record = make_record(
-        **{
-            "preset": run.params.name,
-            "dataset": run.dataset,
-            "variant": run.variant,
-            "backend": run.parsed.backend,
-            "positions": list(run.parsed.positions),
-            "seed": run.seed,
-            "status": "finished",
-            "key": run.key,
-            "epochs": train_cfg.epochs,
-            "best_epoch": best["epoch"],
-            "best_val_acc": best["val_acc"],
-            "budgets": state.branches,
-            **metrics.classification_metrics(test_logits, test_labels, num_params),
-            # per-image test predictions (space-separated class indices, in test-split order): paired statistics
-            "test_predictions": " ".join(map(str, test_logits.argmax(-1).tolist())),
-            "test_correct": metrics.correct_string(test_logits, test_labels),
-            "num_params": num_params,
-            "flops_per_image": metrics.matmul_flops(model, timing_images[:2]),
-            "train_seconds_per_epoch": sum(epoch_seconds) / len(epoch_seconds),
-            "train_images_per_second": len(dataset.train) * len(epoch_seconds) / sum(epoch_seconds),
-            **metrics.inference_timing(
-                model,
-                timing_images,
-                batch_size=train_cfg.eval_batch_size,
-                amp="bf16" if precision == "bf16" else "off",
-                compile_model=compiled,
-            ),
-            **metrics.machine_load(),
-            "peak_memory_mb": train_peak_mb,
-            "device": str(device),
-            "device_name": device_name(device),
-            "amp": precision,
-            "compiled": compiled,
-            "compile_seconds": compile_seconds,
-            "torch": torch.__version__,
-            "code_revision": code_revision(),
-            "data_source": dataset.source,
-            "augment": state.recipe,
-            "config": run.config,
-            "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "world_size": replica.world_size,
-        }
-    )
-    records.write_json(out_dir / records.RECORD, record)
-    return record
