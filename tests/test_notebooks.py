@@ -1,9 +1,9 @@
 """The study notebooks and their execution into reports/<preset>/ (rpevit.notebooks).
 
-Static checks of every notebook (stored without outputs, the declared kernel, report_dir, no CDN,
-no leftovers of concurrent development, its parameters checked right after its parameters cell),
-then the execution machinery on small synthetic notebooks: only declared parameters are passed, one
-line per notebook, outputs tracked per notebook, stale outputs removed, paths relative to the
+Static checks of every notebook (stored without outputs but nbval's references, the declared kernel,
+report_dir, no CDN, no leftovers of concurrent development, its parameters checked right after its
+parameters cell), then the execution machinery on small synthetic notebooks: only declared parameters
+are passed, one line per notebook, outputs tracked per notebook, stale outputs removed, paths relative to the
 project, a per-cell time limit — and ad-hoc papermill runs of a real notebook: one that must write
 nothing, and a misspelled parameter or an unknown preset that must stop it with one line.
 """
@@ -54,7 +54,9 @@ def test_notebook_is_stored_clean_and_declares_the_rpevit_kernel(path, caplog):
     assert nb.metadata["kernelspec"]["name"] == KERNEL_NAME
     assert nb.metadata["kernelspec"]["display_name"] == "Python (rpevit)"
     code = [c for c in nb.cells if c.cell_type == "code"]
-    assert all(not c.outputs and c.execution_count is None for c in code), "stored with outputs"
+    checked = [c for c in code if "nbval-check-output" in c.metadata.get("tags", [])]  # nbval's references
+    assert all(not c.outputs and c.execution_count is None for c in code if c not in checked), "stored with outputs"
+    assert all(c.execution_count == 1 for c in checked), "a cell marked for nbval without its reference"
     parameters = [c for c in code if "parameters" in c.metadata.get("tags", [])]
     assert len(parameters) == 1
     with caplog.at_level(logging.WARNING):

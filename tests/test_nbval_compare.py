@@ -1,0 +1,124 @@
+"""`make test` compares what the notebooks compute: nbval (`--nbval-lax`) checks every cell tagged
+`nbval-check-output` against the outputs stored with it (the references, kept by scripts/nbclean.py),
+after notebooks/nbval_sanitize.cfg has removed what varies between machines and runs (timings, dates,
+paths, addresses, floating noise). The sanitizer on sample lines: it removes that and keeps every number a
+check reads; then nbval itself, in a subprocess with `make test`'s flags, on copies of the cheapest
+notebook (00_derivation_checks, seconds): the stored copy passes, and a copy with one number of a
+reference changed and one computation planted fails exactly at those two cells.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+from nbval.plugin import get_sanitize_patterns
+
+from rpevit.params import PROJECT_ROOT
+
+SANITIZE = PROJECT_ROOT / "notebooks" / "nbval_sanitize.cfg"
+NBVAL = ["--nbval-lax", "--nbval-current-env", "--nbval-sanitize-with", str(SANITIZE)]
+CHECKED = "nbval-check-output"
+
+
+def _sanitized(text: str) -> str:
+    """`text` as nbval sees it before comparing (its own parser and order of the patterns)."""
+    for regex, replace in get_sanitize_patterns(SANITIZE.read_text(encoding="utf-8")):
+        text = re.sub(regex, replace, text)
+    return text
+
+
+def test_make_test_compares_the_notebooks_with_the_sanitizer():
+    makefile = (PROJECT_ROOT / "Makefile").read_text()
+    line = next(line for line in makefile.splitlines() if "--nbval-lax" in line)
+    assert line.endswith(" ".join(NBVAL).replace(str(PROJECT_ROOT) + "/", "") + " notebooks")
+    assert len(get_sanitize_patterns(SANITIZE.read_text(encoding="utf-8"))) == 7  # every section parsed
+
+
+@pytest.mark.parametrize(
+    "one, other",
+    [
+        ("45 checks passed, 0 failed (2.8 s).", "45 checks passed, 0 failed (13 s)."),
+        (
+            "| rope_axial | 0 | 2.7e-16 | 5.5e-16 | 1e-10 | PASS |",
+            "| rope_axial | 0 | 2.5e-16 | 0.0e+00 | 1e-10 | PASS |",
+        ),
+        (
+            "| ψ = φ | float32 | 3.1e-07 | 2.0e-07 | 1e-05 | PASS |",
+            "| ψ = φ | float32 | 2.8e-07 | 2.4e-07 | 1e-05 | PASS |",
+        ),
+        ("a violation of -1.2e-13", "a violation of 4.48e-16"),
+        ("trained 2026-11-26 on cpu", "trained 2027-01-02 on cpu"),
+        ("written 2026-11-26T07:37:46.123Z", "written 2026-11-27 10:00:01"),
+        ("at 07:37:46, 12 ms per image, 1.5 min", "at 23:01:02, 9.75 ms per image, 3 min"),
+        ("read /work/main/runs/smoke/record.json", "read /home/ci/rpevit/runs/smoke/record.json"),
+        ("<Figure at 0x7f3a2b1c9d00>", "<Figure at 0x55d0c0ffee00>"),
+        ("ratio 0.30000000000000004", "ratio 0.30000000000000002"),
+    ],
+)
+def test_the_sanitizer_removes_what_varies_between_runs(one, other):
+    assert one != other and _sanitized(one) == _sanitized(other)
+
+
+@pytest.mark.parametrize(
+    "one, other",
+    [
+        (
+            "| orthogonal | 16 | 1 | 0.3845 | +3.21e-02 | 3.7e-02 |",
+            "| orthogonal | 16 | 1 | 0.3854 | +3.21e-02 | 3.7e-02 |",
+        ),
+        (
+            "| orthogonal | 16 | 1 | 0.3845 | +3.21e-02 | 3.7e-02 |",
+            "| orthogonal | 16 | 1 | 0.3845 | -3.21e-02 | 3.7e-02 |",
+        ),
+        ("| softmax+krpe | 2.61e-16 | < 1e-09 | PASS |", "| softmax+krpe | 2.61e-16 | < 1e-09 | FAIL |"),
+        ("| rope_mixed | 64 | 4.6e-16 | 1e-10 | PASS |", "| rope_mixed | 64 | 4.6e-16 | 1e-08 | PASS |"),
+        ("| relu+rope_axial (pre-map) | 9.23e-01 |", "| relu+rope_axial (pre-map) | 9.32e-01 |"),
+        ("log-log slopes: orthogonal -0.452", "log-log slopes: orthogonal -0.425"),
+        ("45 checks passed, 0 failed (2.8 s).", "44 checks passed, 1 failed (2.8 s)."),
+        ("6 run records for smoke, 6 finished", "6 run records for smoke, 5 finished"),
+        ("runs/smoke/softmax+ape", "runs/smoke/favor+ape"),
+    ],
+)
+def test_the_sanitizer_keeps_what_a_check_reads(one, other):
+    assert _sanitized(one) != _sanitized(other)
+
+
+def _nbval(folder, notebook: str) -> tuple[int, dict[int, str], str]:
+    """nbval with `make test`'s flags on one notebook in `folder`, in a subprocess (its kernel starts in
+    `folder`): the exit status, {n: 'PASSED' | 'FAILED'} per item `Cell n` (n: the code cell's index among
+    the code cells) and the output."""
+    command = [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", *NBVAL, notebook]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=600)
+    found = re.finditer(r"^(PASSED|FAILED|ERROR) \S+::Cell (\d+)", result.stdout, re.MULTILINE)
+    return result.returncode, {int(m.group(2)): m.group(1) for m in found}, result.stdout + result.stderr
+
+
+@pytest.mark.slow
+def test_nbval_fails_on_a_changed_reference_or_computation_and_passes_the_stored_notebook(tmp_path):
+    text = (PROJECT_ROOT / "notebooks" / "00_derivation_checks.ipynb").read_text(encoding="utf-8")
+    (tmp_path / "stored.ipynb").write_text(text, encoding="utf-8")
+    nb = json.loads(text)
+    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    number = {c.get("id"): n for n, c in enumerate(code)}
+    favor, premap = (code[number[i]] for i in ("00-12", "00-08"))  # (c) FAVOR+ error table; pre-map contrast
+    assert CHECKED in favor["metadata"]["tags"] and CHECKED in premap["metadata"]["tags"]
+    table = next(o["data"]["text/markdown"] for o in favor["outputs"] if "text/markdown" in o.get("data", {}))
+    row = next(i for i, line in enumerate(table) if line.startswith("| orthogonal | 16 | 1 | 0.3845 |"))
+    table[row] = table[row].replace("0.3845", "0.3846")  # one number of a stored reference
+    source = "".join(premap["source"])
+    assert source.count("seed=seed,") == 1
+    premap["source"] = source.replace("seed=seed,", "seed=seed + 1,")  # a computation changed, its table not
+    (tmp_path / "changed.ipynb").write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+
+    status, outcomes, output = _nbval(tmp_path, "stored.ipynb")
+    assert status == 0 and outcomes == dict.fromkeys(range(len(code)), "PASSED"), output[-5000:]
+    status, outcomes, output = _nbval(tmp_path, "changed.ipynb")
+    failed = {n for n, outcome in outcomes.items() if outcome != "PASSED"}
+    assert status == 1 and len(outcomes) == len(code) and failed == {number["00-08"], number["00-12"]}, output[-5000:]
+    assert output.count("Cell outputs differ") == 2 and "0.3846" in output
