@@ -115,3 +115,13 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if item.module.__name__.rsplit(".", 1)[-1] in SLOW_MODULES:
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture
+def roots(tmp_path, monkeypatch):
+    """Runs and reports in tmp_path for the in-process CLI and study runner."""
+    from rpevit import records
+
+    monkeypatch.setattr(records, "RUNS_ROOT", tmp_path / "runs")
+    monkeypatch.setattr(records, "REPORTS_ROOT", tmp_path / "reports")
+    return tmp_path / "runs", tmp_path / "reports"

@@ -118,3 +118,13 @@ def require_module(name: str, reason: str):
         return importlib.import_module(name)
     except ImportError:
         skip_unless_ci(reason)
+
+
+def cli(capsys, *argv):
+    """(exit code, stdout, stderr) of `python -m rpevit *argv` run in-process; never a traceback."""
+    from rpevit.cli import main
+
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err and "UnicodeDecodeError" not in out + err
+    return code, out, err

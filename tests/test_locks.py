@@ -11,7 +11,8 @@ import time
 import pytest
 
 from rpevit import records
-from rpevit.cli import main
+
+from helpers import cli
 
 PRESET = """\
 name: locks
@@ -52,20 +53,6 @@ def test_an_unreadable_lock_is_busy_while_young_then_taken_over(tmp_path, conten
     with records.RunLock(tmp_path):
         assert lock.read_text() == f"{os.getpid()} {socket.gethostname()}"
     assert not lock.exists()
-
-
-@pytest.fixture
-def roots(tmp_path, monkeypatch):
-    monkeypatch.setattr(records, "RUNS_ROOT", tmp_path / "runs")
-    monkeypatch.setattr(records, "REPORTS_ROOT", tmp_path / "reports")
-    return tmp_path / "runs", tmp_path / "reports"
-
-
-def cli(capsys, *argv):
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    assert "Traceback" not in out + err and "UnicodeDecodeError" not in out + err
-    return code, out, err
 
 
 def test_study_and_status_with_a_non_utf8_lock(tmp_path, roots, capsys):

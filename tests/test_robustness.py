@@ -22,7 +22,7 @@ from rpevit.params import load_params
 from rpevit.run import Run
 from rpevit.train import train_run
 
-from helpers import require_module
+from helpers import cli, require_module
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY_PRESET = """\
@@ -42,21 +42,6 @@ def preset(tmp_path):
     path = tmp_path / "tiny.yaml"
     path.write_text(TINY_PRESET)
     return path
-
-
-@pytest.fixture
-def roots(tmp_path, monkeypatch):
-    """Runs and reports in tmp_path for the in-process CLI and study runner."""
-    monkeypatch.setattr(records, "RUNS_ROOT", tmp_path / "runs")
-    monkeypatch.setattr(records, "REPORTS_ROOT", tmp_path / "reports")
-    return tmp_path / "runs", tmp_path / "reports"
-
-
-def cli(capsys, *argv):
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    assert "Traceback" not in out + err
-    return code, out, err
 
 
 def run_dir(roots, variant="softmax+ape", seed=0):
