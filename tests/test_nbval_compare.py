@@ -121,4 +121,4 @@ def test_nbval_fails_on_a_changed_reference_or_computation_and_passes_the_stored
     status, outcomes, output = _nbval(tmp_path, "changed.ipynb")
     failed = {n for n, outcome in outcomes.items() if outcome != "PASSED"}
     assert status == 1 and len(outcomes) == len(code) and failed == {number["00-08"], number["00-12"]}, output[-5000:]
-    assert output.count("Cell outputs differ") == 2 and "0.3846" in output
+    assert "Cell outputs differ" in output and "0.3846" in output  # (pytest may repeat the message in its summary)
