@@ -323,7 +323,7 @@ def test_answer_says_not_answered_without_data_and_names_the_findings():
     assert "— partly: yes for 1 of the 4 rows, no for 1; no verdict for the other 2 (2 no data).**" in text
     assert "effects Performer − softmax: positive = Performer ahead" in text
     assert (
-        "gap closed (interval inside ±1 point): `relu+krpe − softmax+krpe` on toy: "
+        "matches softmax (interval inside ±1 point): `relu+krpe − softmax+krpe` on toy: "
         "relu (Performer) ahead by 0.00 points [0.00, 0.00] (4 seeds)" in text
     )
     assert "- per Performer backend: `favor` 1 contradicted, 1 no data; `relu` 1 supported, 1 no data." in text
