@@ -69,11 +69,12 @@ class MapSource:
         from . import runs
 
         self.params, self.device, self._runs = params, torch.device(device), runs
-        self.datasets = {}
+        self.datasets, self.missing = {}, []  # missing: datasets whose files are not on this machine
         for name in dict.fromkeys(t["dataset"] for t in inspection_targets(params, found, seed)):
             try:
                 self.datasets[name] = runs.dataset_for(params, name, device="cpu")
             except UserError as exc:
+                self.missing.append(name)
                 print(f"Dataset {name} is not available here, so its runs are left out.\n{exc}")
         self.targets = {t["label"]: t for t in inspection_targets(params, found, seed) if t["dataset"] in self.datasets}
         self.note = runs.weightless_note(params, found)

@@ -226,3 +226,18 @@ def test_show_map_colour_bar_on_signed_maps():
         5,
         3,
     )
+
+
+def test_map_source_names_a_dataset_whose_files_are_missing(tiny_params, monkeypatch, capsys):
+    """Without the dataset's files the explorer says which dataset is missing and how to get it
+    (notebook 90 then does not advise training what is already trained)."""
+    from rpevit import runs
+    from rpevit.errors import UserError
+
+    def missing(params, name, device="cpu"):
+        raise UserError(f"{name}: no files found; apt-get install dataset-fashion-mnist")
+
+    monkeypatch.setattr(runs, "dataset_for", missing)
+    source = inspection.MapSource(tiny_params, [], seed=0)
+    assert source.missing == ["mnist5k"] and source.targets == {} and not source.trained
+    assert "apt-get install dataset-fashion-mnist" in capsys.readouterr().out
