@@ -22,7 +22,7 @@ PRESET = textwrap.dedent(
     seeds: [1]
     data: {train_size: 2000}
     model: {patch_size: 7, dim: 16, depth: 1, heads: 2, mlp_dim: 32}
-    train: {epochs: 120, batch_size: 50, lr: 0.003, warmup_epochs: 1, eval_batch_size: 250, timing_images: 8}
+    train: {epochs: 200, batch_size: 50, lr: 0.003, warmup_epochs: 1, eval_batch_size: 250, timing_images: 8}
     """
 )
 
