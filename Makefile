@@ -4,6 +4,7 @@
 #   make check                  lint + the fast tests (no training, subprocesses, Ray or notebooks)
 #   make lab                    JupyterLab on the project with the rpevit kernel (saves notebooks/ clean)
 #   make bench                  throughput benchmarks (numbers for reports, not tests)
+#   make mutation               mutation testing of the numerical core ([tool.mutmut]; reports/bench/mutation.md)
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -12,8 +13,9 @@ TORCH_VERSION ?= 2.13.0
 TORCHVISION_VERSION ?= 0.28.0
 STAMP := $(VENV)/.installed
 LAB_PORT ?= 8888
+MUTATION_JOBS ?= 2
 
-.PHONY: install study test check lab bench clean
+.PHONY: install study test check lab bench mutation clean
 
 install: $(STAMP)
 
@@ -55,6 +57,15 @@ bench: $(STAMP)
 	$(PY) -m rpevit bench data --params smoke,fashion_mnist
 	$(PY) -m rpevit bench attention
 	$(PY) -m rpevit bench patches
+
+# Not part of `make test`: mutmut copies rpevit/ and tests/ to mutants/, mutates the files that
+# [tool.mutmut] only_mutate names and runs the tests that cover each mutated function. mutants/ is
+# the tool's work folder (git-ignored); `mutmut show <name>` prints one mutant's diff.
+mutation: $(STAMP)
+	$(PY) -m pip install --quiet -e ".[mutation]"
+	rm -rf mutants
+	OMP_NUM_THREADS=1 $(VENV)/bin/mutmut run --max-children $(MUTATION_JOBS)
+	$(VENV)/bin/mutmut results --all true
 
 clean:
 	rm -rf $(VENV) runs

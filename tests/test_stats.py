@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -301,3 +302,195 @@ def test_equal_kind_p_values_by_hand(values):
         assert result["p_contradict"] == pytest.approx(2 * smaller, rel=1e-9)
     else:
         assert result["p_contradict"] == 1.0
+
+
+# --------------------------------------------------------------------------- boundaries found by mutation testing
+# (make mutation; reports/bench/mutation.md): each test below kills mutants that the tests above let survive.
+
+
+@pytest.mark.parametrize("confidence", [0.0, 1.0, 1.5])
+def test_confidence_must_lie_strictly_inside_zero_one(confidence):
+    with pytest.raises(ValueError, match="confidence must lie strictly between 0 and 1"):
+        stats.t_interval([1.0, 2.0, 3.0], confidence)
+
+
+@pytest.mark.parametrize("n_resamples", [0, -3, 2.5])
+def test_bootstrap_rejects_a_non_positive_or_fractional_resample_count(n_resamples):
+    with pytest.raises(ValueError, match="n_resamples must be a positive integer"):
+        stats.bootstrap_accuracy(np.ones(10, dtype=bool), n_resamples=n_resamples)
+
+
+def test_one_resample_is_a_valid_count():
+    assert stats._check_resamples(1) == 1
+
+
+def test_margin_bounds_and_messages():
+    for bad in (math.inf, -math.inf, math.nan, -0.5, None):
+        with pytest.raises(ValueError, match=r"finite number >= 0 "):
+            stats._check_margin(bad, allow_zero=True)
+    with pytest.raises(ValueError, match=r"finite number > 0 "):
+        stats._check_margin(0.0)  # zero is refused unless allowed, by default
+    assert stats._check_margin(0.0, allow_zero=True) == 0.0
+    assert stats._check_margin(0.5) == 0.5
+
+
+def test_at_least_accepts_zero_margin_and_equal_accepts_a_small_one():
+    x = [0.5, 0.7, 0.6]
+    assert stats.contrast_test(x, "at_least", margin=0.0)["p_support"] < 1
+    assert stats.contrast_test(x, "equal", margin=0.5)["confidence"] == pytest.approx(0.9)
+    with pytest.raises(ValueError, match=r"finite number > 0 "):
+        stats.contrast_test(x, "equal", margin=0.0)
+    with pytest.raises(ValueError, match="margin"):
+        stats.contrast_test(x, "at_least", margin=None)
+
+
+def test_correctness_errors_name_the_argument():
+    good, bad = np.ones(4, dtype=bool), np.array([0, 2, 1, 1])
+    with pytest.raises(ValueError, match="^correct_a must hold"):
+        stats.mcnemar_exact(bad, good)
+    with pytest.raises(ValueError, match="^correct_b must hold"):
+        stats.mcnemar_exact(good, bad)
+    with pytest.raises(ValueError, match="^correct_a and correct_b must have the same shape"):
+        stats.mcnemar_exact(good, good[:3])
+    with pytest.raises(ValueError, match="^correct is empty"):
+        stats.bootstrap_accuracy([])
+
+
+def _float32(values):
+    return np.asarray(values, dtype=np.float32)
+
+
+def test_float32_inputs_are_computed_in_float64():
+    """The functions promise float64 arithmetic whatever the input dtype (float32 sums round differently)."""
+    v = _float32([0.1, 0.2, 0.7, 0.3, 0.9, 0.35, 0.123])
+    w = v.astype(np.float64)
+    assert stats.t_interval(v) == stats.t_interval(w)
+    assert stats.contrast_test(v, "greater") == stats.contrast_test(w, "greater")
+    slower = v[::-1] * np.float32(1.1)
+    assert stats.time_ratio(v, slower) == stats.time_ratio(w, slower.astype(np.float64))
+    p = _float32([0.013, 0.0021, 0.3, 0.047, 0.011, 0.0007, 0.9])
+    assert stats.holm(p) == stats.holm(p.astype(np.float64))
+    grid = _float32(np.linspace(0.1, 3.3, 14).reshape(2, 7))
+    assert stats.image_standard_error(grid) == stats.image_standard_error(grid.astype(np.float64))
+
+
+def test_t_interval_edges():
+    two = stats.t_interval([1.0, 3.0])
+    half = scipy_stats.t.ppf(0.975, 1) * math.sqrt(2) / math.sqrt(2)
+    assert (two["low"], two["high"]) == (pytest.approx(2 - half), pytest.approx(2 + half))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no degrees-of-freedom warning: n = 1 returns before any spread
+        one = stats.t_interval([4.0])
+    assert one["n"] == 1 and math.isnan(one["low"]) and math.isnan(one["high"])
+    with pytest.raises(ValueError, match=r"^t_interval got non-finite values \(nan or inf\)$"):
+        stats.t_interval([1.0, math.nan])
+
+
+def test_mean_ci_table_uses_the_confidence_and_ddof_1():
+    rows = stats.mean_ci_table({"two": [1.0, 3.0], "one": [5.0], "three": [1.0, 2.0, 6.0]}, confidence=0.5)
+    assert rows[0]["std"] == pytest.approx(math.sqrt(2))
+    assert rows[2] == {
+        "group": "three",
+        **stats.t_interval([1.0, 2.0, 6.0], 0.5),
+        "std": pytest.approx(np.std([1, 2, 6], ddof=1)),
+    }
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        single = stats.mean_ci_table({"one": [5.0]})[0]
+    assert math.isnan(single["std"])
+
+
+def _scipy_percentile_bootstrap(x, confidence, n_resamples, seed):
+    result = scipy_stats.bootstrap(
+        (np.asarray(x, dtype=np.float64),),
+        np.mean,
+        n_resamples=n_resamples,
+        confidence_level=confidence,
+        method="percentile",
+        **{stats._BOOTSTRAP_RNG_ARG: np.random.default_rng(seed)},
+    )
+    return result.confidence_interval
+
+
+@pytest.mark.parametrize("n_images", [3000, 37])  # 4,000,000 / 3000 is not whole: the batch must stay an integer
+def test_bootstrap_matches_scipy_percentile_bootstrap(n_images):
+    x = np.random.default_rng(5).random(n_images) < 0.5  # at 3000 images 2001 resamples would move `high`
+    result = stats.bootstrap_accuracy(x, confidence=0.9, n_resamples=500, seed=3)
+    reference = _scipy_percentile_bootstrap(x, 0.9, 500, 3)
+    assert (result["low"], result["high"]) == (reference.low, reference.high)
+    default = stats.bootstrap_accuracy(x)
+    reference = _scipy_percentile_bootstrap(x, 0.95, 2000, 0)
+    assert (default["low"], default["high"]) == (reference.low, reference.high)
+
+
+def test_mcnemar_without_discordant_images():
+    x = np.array([1, 0, 1, 1], dtype=bool)
+    assert stats.mcnemar_exact(x, x) == {"p_value": 1.0, "a_only": 0, "b_only": 0}
+
+
+def test_time_ratio_is_welch_on_log_times():
+    a, b = np.array([2.0, 2.2, 1.9, 2.6, 2.1]), np.array([1.0, 1.01, 0.99])
+    result = stats.time_ratio(a, b, confidence=0.8)
+    welch = scipy_stats.ttest_ind(np.log(a), np.log(b), equal_var=False)
+    ci = welch.confidence_interval(0.8)
+    assert result == {
+        "ratio": pytest.approx(math.exp(np.log(a).mean() - np.log(b).mean())),
+        "low": pytest.approx(math.exp(ci.low)),
+        "high": pytest.approx(math.exp(ci.high)),
+        "p": pytest.approx(welch.pvalue),
+        "n_a": 5,
+        "n_b": 3,
+    }
+    with pytest.raises(ValueError, match=r"^time_ratio needs two or more timings of each side \(1-D arrays\)$"):
+        stats.time_ratio(np.ones((2, 2)), [1.0, 2.0])
+    with pytest.raises(ValueError, match="^time_ratio needs positive, finite timings$"):
+        stats.time_ratio([1.0, 0.0], [1.0, 2.0])
+
+
+def test_holm_accepts_a_zero_p_value():
+    assert stats.holm([0.0, 0.5]) == [0.0, 0.5]
+
+
+def test_one_sided_edges():
+    assert stats._one_sided(0.5, 1.0, 3, 0.0, upper=True) == pytest.approx(scipy_stats.t.sf(0.5, 3))
+    for upper in (True, False):
+        assert stats._one_sided(0.0, 0.0, 3, 0.0, upper=upper) == 1.0  # a tie is no evidence either way
+    assert stats._one_sided(1.0, 0.0, 3, 0.0, upper=True) == 0.0
+    assert stats._one_sided(-1.0, 0.0, 3, 0.0, upper=True) == 1.0
+    assert stats._one_sided(-1.0, 0.0, 3, 0.0, upper=False) == 0.0
+    assert stats._one_sided(1.0, 0.0, 3, 0.0, upper=False) == 1.0
+
+
+def test_contrast_test_argument_checks():
+    with pytest.raises(ValueError, match="expected one of greater, less, at_least, equal$"):
+        stats.contrast_test([1.0, 2.0], "bigger")
+    with pytest.raises(ValueError, match="alpha must lie strictly between 0 and 0.5"):
+        stats.contrast_test([1.0, 2.0], "greater", alpha=0.0)
+    with pytest.raises(ValueError, match="non-empty 1-D"):
+        stats.contrast_test([[1.0, 2.0], [3.0, 4.0]], "greater")
+
+
+def test_at_least_with_two_seeds_by_hand():
+    x, margin = np.array([0.4, -0.1]), 0.5
+    se, df = x.std(ddof=1) / math.sqrt(2), 1
+    result = stats.contrast_test(x, "at_least", margin=margin)
+    assert result["confidence"] == pytest.approx(0.9)
+    assert result["high"] - result["effect"] == pytest.approx(scipy_stats.t.ppf(0.95, df) * se)
+    assert result["p_support"] == pytest.approx(scipy_stats.t.sf((x.mean() + margin) / se, df))
+    assert result["p_contradict"] == pytest.approx(scipy_stats.t.cdf((x.mean() + margin) / se, df))
+
+
+def test_image_standard_error_with_two_images():
+    c = np.array([[0.0, 100.0], [100.0, 100.0]])
+    assert stats.image_standard_error(c) == pytest.approx(math.sqrt(5000.0 / 2) / 2)
+
+
+def test_holm_first_step_t_with_two_seeds():
+    assert stats.holm_first_step_t(1, 2) == pytest.approx(scipy_stats.t.isf(0.05, 1))
+
+
+def test_family_verdict_needs_p_strictly_below_alpha():
+    """2 × 0.025 is exactly 0.05 in floating point: an adjusted p equal to alpha decides nothing."""
+    tests = [{"p_support": 0.025, "p_contradict": 1.0}, {"p_support": 1.0, "p_contradict": 0.025}]
+    at_alpha = stats.family_verdicts(tests[:1]) + stats.family_verdicts(tests[1:])
+    assert [row["verdict"] for row in at_alpha] == [stats.INCONCLUSIVE, stats.INCONCLUSIVE]

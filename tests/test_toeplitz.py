@@ -346,3 +346,22 @@ def test_compute_dtype_of_is_at_least_float32_and_keeps_float64():
     assert compute_dtype_of(half) == torch.float32
     assert compute_dtype_of(half, None, f64) == torch.float64
     assert compute_dtype_of(None) == torch.float32
+
+
+def test_shape_error_messages_name_the_expected_shapes():
+    """Found by mutation testing (reports/bench/mutation.md): the messages must give the (2H−1, 2W−1) table and
+    the (heads, 3) cls_terms shapes, and the shape actually received."""
+    grid = GRIDS[0]  # 5×7: table (heads, 9, 13)
+    q_num, k_num, q_den, k_den, v, table, cls_terms = make_inputs(grid)
+    with pytest.raises(ValueError, match=rf"^table must be \(heads={HEADS}, 9, 13\) for a 5×7 grid, got "):
+        biased_linear_attention(q_num, k_num, q_den, k_den, v, grid, table[:, 1:], cls_terms)
+    with pytest.raises(ValueError, match=rf"^cls_terms must be \(heads={HEADS}, 3\), got \({HEADS}, 2\)$"):
+        biased_linear_attention(q_num, k_num, q_den, k_den, v, grid, table, cls_terms[:, :2])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_fft_operator_bytes_per_channel_is_the_spectrum_size(dtype):
+    """The chunking budget counts one channel's rfft2 spectrum on the P×Q torus: P·(Q/2+1) complex numbers."""
+    operator = toeplitz.FFTOperator(5, 7)
+    spectrum = torch.fft.rfft2(torch.zeros(operator.size, dtype=dtype))
+    assert operator.bytes_per_channel(5, 7, dtype) == spectrum.numel() * spectrum.element_size()
