@@ -170,6 +170,11 @@ def write_report(preset: str, reports_root=None) -> list[str]:
     change = budget_change_rows(top1, variants, seeds, short, longest)
     gap_change = gap_change_rows(top1, seeds, short, longest)
     folder = (reports_root or records.REPORTS_ROOT) / preset
+    runs_table = [
+        {"variant": v, "seed": sd, **{f"top-1 at {b}": top1.get((v, sd, b), math.nan) for b in budgets}}
+        for v in variants
+        for sd in seeds
+    ]
     records.write_csv(folder / "pilot_gaps.csv", rows)
     lines = [
         f"# {preset}: the gap pilot",
@@ -182,6 +187,9 @@ def write_report(preset: str, reports_root=None) -> list[str]:
         "",
         factorial_seeds(rows, longest),
         "",
+        "## Test top-1 per run and budget (%; best-validation weights of each budget)",
+        "",
+        markdown_table(runs_table, list(runs_table[0]), digits=2),
         "## Gap per budget (test top-1, Performer − softmax, points; negative: softmax ahead)",
         "",
         markdown_table(rows, list(rows[0]), digits=2),

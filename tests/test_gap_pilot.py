@@ -58,3 +58,15 @@ def test_seed_count_reaches_a_quarter_of_the_gap():
     rows = gap_pilot.gap_rows(gap_pilot.budget_top1(_found(-2.0, -0.5)), [32], [1, 2])
     text = gap_pilot.factorial_seeds(rows, 32)
     assert "G = 1.80 points" in text and "0.83" in text  # √2 × 0.28 < 0.83: the floor holds
+
+
+def test_the_report_is_written_from_the_records(tmp_path, monkeypatch):
+    from rpevit import catalog
+
+    monkeypatch.setattr(catalog, "study_records", lambda params, reports_root=None: _found(-2.0, -0.5))
+    lines = gap_pilot.write_report("canvas_gap_pilot", reports_root=tmp_path)
+    text = (tmp_path / "canvas_gap_pilot" / "README.md").read_text()
+    assert text == "\n".join(lines) + "\n" and "6 of 6 runs finished" in text
+    assert "**GO**: favor is behind softmax by 1.80 points at 32 epochs" in text
+    assert "| favor+ape | 2 | 79 | 83 | 84.40 |" in text  # the per-run table, budgets from the branches
+    assert (tmp_path / "canvas_gap_pilot" / "pilot_gaps.csv").is_file()
