@@ -17,9 +17,10 @@ from typing import Literal
 
 import yaml
 
-from .design import Design, check_design
+from .design import Design
 from .errors import UserError
 from .options import added, neutral
+from .params_checks import validate, validate_model  # noqa: F401  (validate_model: part of this module's API)
 from .paths import check_name
 
 
@@ -338,154 +339,6 @@ def model_config(**config) -> ModelConfig:
     return build_dataclass(ModelConfig, config, "model")
 
 
-def validate_model(model: ModelConfig, where: str = "model") -> None:
-    """Check the architecture's arithmetic: dims positive and divisible, image divisible by patch."""
-    for key in ("patch_size", "dim", "depth", "heads", "mlp_dim"):
-        if getattr(model, key) < 1:
-            raise UserError(f"{where}.{key} must be a positive integer, got {getattr(model, key)}.")
-    if model.dim % model.heads:
-        raise UserError(f"{where}.dim={model.dim} must be divisible by {where}.heads={model.heads}.")
-    for key in ("dropout", "drop_path"):
-        if not 0.0 <= getattr(model, key) < 1.0:
-            raise UserError(f"{where}.{key} must be in [0, 1), got {getattr(model, key)}.")
-
-
-def _no_duplicates(key: str, values, canonical) -> None:
-    """One UserError if two entries of a grid axis name the same thing (spelled alike or not)."""
-    seen: dict = {}
-    for value in values:
-        name = canonical(value)
-        if name in seen:
-            same = f" (both are {name})" if str(seen[name]) != str(value) else ""
-            raise UserError(f"{key}: {seen[name]!r} and {value!r} are the same entry{same}; list each once.")
-        seen[name] = value
-
-
-def _validate(params: Params) -> None:
-    from .data import DATASETS
-    from .variants import parse_variant
-
-    for name in params.datasets:
-        if name not in DATASETS:
-            raise UserError(f"datasets: unknown dataset {name!r}; choose from {', '.join(DATASETS)}.")
-    for variant in params.variants:
-        try:
-            parse_variant(variant)
-        except UserError as exc:
-            raise UserError(f"variants: {exc}") from None
-    if not params.datasets or not params.variants or not params.seeds:
-        raise UserError("datasets, variants and seeds must each list at least one entry.")
-    _no_duplicates("datasets", params.datasets, str)
-    _no_duplicates("variants", params.variants, lambda v: parse_variant(v).name)
-    _no_duplicates("seeds", params.seeds, int)
-    if negative := [s for s in params.seeds if s < 0]:
-        raise UserError(f"seeds: {negative[0]} is not valid; seeds must be integers ≥ 0.")
-    validate_model(params.model)
-    params.train.check()
-    if params.data.augment != "auto":
-        from .data.pipeline import recipe_steps
-
-        try:
-            recipe_steps(params.data.augment)
-        except UserError as exc:
-            raise UserError(f"data.augment: {exc}") from None
-    if params.data.train_size is not None and params.data.train_size < 1:
-        raise UserError(
-            f"data.train_size: {params.data.train_size} is not valid; it must be a positive integer "
-            "or null for the whole training split."
-        )
-    if params.data.val_size is not None and params.data.val_size < 1:
-        raise UserError(
-            f"data.val_size: {params.data.val_size} is not valid; it must be a positive integer "
-            "or null for the default."
-        )
-    _check_train_size(params)
-    patch = params.model.patch_size
-    for name in params.datasets:
-        size = DATASETS[name].image_size
-        if size % patch:
-            raise UserError(
-                f"model.patch_size: {patch} does not divide the {size}×{size} images of {name}; "
-                "choose a patch size that divides the image size."
-            )
-    grid = {parse_variant(v).name for v in params.variants}
-    check_design(params.design, params.variants, params.seeds)
-    _check_plateau_check(params)
-    strays = [v for v in params.evaluate.variants if parse_variant(v).name not in grid]
-    if strays:
-        raise UserError(
-            f"evaluate.variants: {', '.join(strays)} not in this preset's variants; list variants of the grid "
-            "(or none, to evaluate all)."
-        )
-    bad = [r for r in params.evaluate.resolutions if r < patch or r % patch]
-    if bad:
-        raise UserError(
-            f"evaluate.resolutions: {bad} are not positive multiples of model.patch_size = {patch}; "
-            "list image sizes divisible by the patch size."
-        )
-    smallest = min(DATASETS[name].image_size for name in params.datasets)
-    if huge := [r for r in params.evaluate.resolutions if r > MAX_RESOLUTION_FACTOR * smallest]:
-        raise UserError(
-            f"evaluate.resolutions: {huge} exceed {MAX_RESOLUTION_FACTOR}× the {smallest}×{smallest} images of this "
-            f"preset's datasets; list image sizes up to {MAX_RESOLUTION_FACTOR * smallest}."
-        )
-
-
-MAX_RESOLUTION_FACTOR = 8  # evaluate.resolutions: at most this many times a dataset's image size
-
-
-def _check_train_size(params: Params) -> None:
-    """data.train_size must not exceed the training images of a dataset (counted without reading them)."""
-    from .data import training_images
-
-    if params.data.train_size is None:
-        return
-    for name in params.datasets:
-        try:
-            available = training_images(name, params.data.val_size)
-        except TypeError:  # a dataset without a known training-split size: checked when it loads
-            continue
-        if params.data.train_size > available:
-            raise UserError(
-                f"data.train_size: {params.data.train_size} exceeds the {available} training images of {name}; "
-                "give at most that many, or null for the whole training split."
-            )
-
-
-def _check_plateau_check(params: Params) -> None:
-    """design.plateau_check names a preset that trains this design's primary variants, with the same
-    data, model and optimiser, for more epochs on some of its seeds (and has no check of its own)."""
-    from .variants import parse_variant
-
-    name = params.design.plateau_check
-    if not name:
-        return
-    where = f"design.plateau_check ({name})"
-    raw = yaml.safe_load(preset_path(name).read_text(encoding="utf-8"))
-    if isinstance(raw, dict) and (raw.get("design") or {}).get("plateau_check"):
-        raise UserError(f"{where}: that preset names a plateau check of its own; a check cannot have one.")
-    try:
-        check = load_params(name)
-    except UserError as exc:
-        raise UserError(f"{where}: {exc}") from None
-
-    def names(variants):
-        return sorted(parse_variant(v).name for v in variants)
-
-    same_recipe = (check.data, check.model, dataclasses.replace(check.train, epochs=params.train.epochs))
-    problems = [
-        (check.name == params.name, "have a name of its own (its runs and records would overwrite this study's)"),
-        (names(check.design.primary) != names(params.design.primary), "train exactly this design's primary variants"),
-        (check.datasets != params.datasets, f"use the datasets {params.datasets}"),
-        (not set(check.seeds) <= set(params.seeds), "use seeds of this preset (the runs are paired by seed)"),
-        (check.train.epochs <= params.train.epochs, f"train more than {params.train.epochs} epochs"),
-        (same_recipe != (params.data, params.model, params.train), "change nothing but train.epochs"),
-    ]
-    wrong = [what for bad, what in problems if bad]
-    if wrong:
-        raise UserError(f"{where}: a longer-budget check must {'; '.join(wrong)}.")
-
-
 def preset_path(name_or_path: str | Path) -> Path:
     """Resolve a preset name (`smoke`) or a path (`params/smoke.yaml`) to an existing file."""
     path = Path(name_or_path)
@@ -547,7 +400,11 @@ def load_params(name_or_path: str | Path) -> Params:
             raise UserError(f"{path}: model.{key} is set by the dataset; remove it from the preset.")
     try:
         params = build_dataclass(Params, raw)
-        _validate(params)
+        validate(
+            params,
+            read_preset=lambda name: yaml.safe_load(preset_path(name).read_text(encoding="utf-8")),
+            load_preset=load_params,
+        )
     except UserError as exc:
         raise UserError(f"{path}: {exc}") from None
     return params
