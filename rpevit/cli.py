@@ -36,60 +36,10 @@ def _dataset(args, params):
 
 
 def cmd_list(args) -> int:
-    """Print backends, positional methods, variants, datasets and presets (or one of them, filtered)."""
-    from .attention import BACKENDS
-    from .data import DATASETS
-    from .params import list_presets
-    from .position import MECHANISMS, POSITIONS
-    from .variants import list_variants, parse_variant
+    """Print backends, positional methods, variants, datasets and presets (rpevit/listing.py)."""
+    from .listing import list_command
 
-    for flag, value, allowed in (
-        ("--backend", args.backend, BACKENDS),
-        ("--position", args.position, POSITIONS),
-        ("--mechanism", args.mechanism, MECHANISMS),
-    ):
-        if value is not None and value not in allowed:
-            raise UserError(f"{flag}: unknown {value!r}; choose from {', '.join(allowed)}.")
-
-    def show(part: str) -> bool:
-        return args.what in ("all", part)
-
-    if show("backends"):
-        print("backends:")
-        for name, cls in BACKENDS.items():
-            if args.backend in (None, name):
-                print(f"  {name}: {'exact' if cls.exact else 'linear'} — {cls.summary}")
-    if show("positions"):
-        print("positional methods (name: mechanism, relative/absolute — description):")
-        for mechanism in MECHANISMS:
-            for name, method in POSITIONS.items():
-                if (
-                    method.mechanism == mechanism
-                    and args.mechanism in (None, mechanism)
-                    and args.position in (None, name)
-                ):
-                    kind = "relative" if method.relative else "absolute"
-                    print(f"  {name}: {mechanism}, {kind} — {method.summary}")
-    if show("datasets"):
-        print("datasets:  " + ", ".join(DATASETS))
-    if show("presets"):
-        print("presets:   " + ", ".join(list_presets()))
-    if show("variants"):
-        variants = [v for v in list_variants() if _variant_matches(parse_variant(v), args)]
-        print(f"variants ({len(variants)}):")
-        for name in variants:
-            print("  " + name)
-    return 0
-
-
-def _variant_matches(variant, args) -> bool:
-    from .position import POSITIONS
-
-    return (
-        args.backend in (None, variant.backend)
-        and args.position in (None, *variant.positions)
-        and (args.mechanism is None or any(POSITIONS[p].mechanism == args.mechanism for p in variant.positions))
-    )
+    return list_command(args)
 
 
 def cmd_train(args) -> int:
@@ -311,30 +261,6 @@ def cmd_pilot(args) -> int:
     return 0
 
 
-def cmd_bench(args) -> int:
-    """Benchmarks: throughput of training and of the data pipeline, engines (ratios in one run)."""
-    print(
-        "command: python -m rpevit " + " ".join(sys.argv[1:])
-        if sys.argv[0].endswith("__main__.py")
-        else f"command: rpevit bench {args.what}",
-        flush=True,
-    )
-    if args.what == "pack":
-        from .bench_pack import run_pack_bench
-
-        run_pack_bench(args)
-        return 0
-    if args.what == "engines":  # whole studies: orchestration layer, not rpevit.bench
-        from .bench_engines import run_engines_bench
-
-        run_engines_bench(args)
-        return 0
-    from .bench import run_bench
-
-    run_bench(args.what, args)
-    return 0
-
-
 class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors: `error: <what> (see python -m rpevit <command> --help)`, status 2."""
 
@@ -466,42 +392,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--gpu", action="store_true", help="on a CUDA machine: CUDA tests, sync check, torchrun, Ray, GPU benchmarks"
     )
 
-    bench = sub.add_parser("bench", help="throughput benchmarks")
-    bench.add_argument(
-        "what",
-        choices=["train", "data", "levers", "speed", "attention", "bias", "patches", "engines", "pack"],
-        help="what to measure",
-    )
-    bench.add_argument(
-        "--sides",
-        default="8,16,32,64,128",
-        help="attention: grid sides (N = side²), default 8,16,32,64,128 = 64…16384 tokens",
-    )
-    bench.add_argument(
-        "--softmax-cpu-max",
-        type=int,
-        default=4096,
-        help="attention: largest N on CPU for softmax and relative-bias methods (memory)",
-    )
-    bench.add_argument("--params", default="smoke", help="comma-separated presets whose model/data to use")
-    bench.add_argument("--compile", action="store_true", help="torch.compile the model (CUDA only)")
-    bench.add_argument(
-        "--variant", help="train/data: the variant to time (default: each preset's first); levers: comma-separated"
-    )
-    bench.add_argument("--batches", default="128,256", help="levers: comma-separated batch sizes")
-    bench.add_argument("--rounds", type=int, default=5, help="speed: interleaved rounds per variant")
-    bench.add_argument("--csv", help="speed: write the per-round timings here (what the time claims read)")
-    bench.add_argument("--no-compile", action="store_true", help="levers: leave torch.compile out")
-    bench.add_argument("--steps", type=int, help="timed steps per measurement (train/data 20, attention 5)")
-    bench.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
-    bench.add_argument(
-        "--workers", type=int, default=2, help="engines: Ray tasks at once (a local cluster of workers × cpus-per-run)"
-    )
-    bench.add_argument("--cpus-per-run", type=int, default=1, help="engines: CPUs (torch threads) per Ray task")
-    bench.add_argument("--variants", help="engines, pack: comma-separated variants (default: the preset's / primary)")
-    bench.add_argument("--packs", help="pack: comma-separated pack sizes K (default 1,2,4,8)")
-    bench.add_argument("--epochs", type=int, help="engines: override train.epochs (a quicker check)")
-    bench.add_argument("--root", help="engines: directory for both runs trees (default: a new temporary directory)")
+    from .bench_cli import add_bench_parser
+
+    add_bench_parser(sub)
     return parser
 
 
@@ -519,6 +412,13 @@ EXAMPLES = """examples:
   python -m rpevit doctor --gpu                      the GPU acceptance run (README: On a GPU)
 """
 
+
+def _bench(args) -> int:
+    from .bench_cli import cmd_bench
+
+    return cmd_bench(args)
+
+
 COMMANDS = {
     "list": cmd_list,
     "train": cmd_train,
@@ -529,7 +429,7 @@ COMMANDS = {
     "status": cmd_status,
     "findings": cmd_findings,
     "keep-weights": cmd_keep_weights,
-    "bench": cmd_bench,
+    "bench": _bench,
     "pilot": cmd_pilot,
     "doctor": cmd_doctor,
     "gpu-sitting": cmd_gpu_sitting,

@@ -1,0 +1,71 @@
+"""The `bench` command: its arguments and its dispatch to the benchmark modules (rpevit/bench.py,
+bench_pack.py, bench_engines.py). Benchmarks print Markdown tables of ratios measured side by side;
+they are never tests."""
+
+from __future__ import annotations
+
+import sys
+
+
+def add_bench_parser(sub) -> None:
+    """The `bench` sub-command's arguments."""
+    bench = sub.add_parser("bench", help="throughput benchmarks")
+    bench.add_argument(
+        "what",
+        choices=["train", "data", "levers", "speed", "attention", "bias", "patches", "engines", "pack"],
+        help="what to measure",
+    )
+    bench.add_argument(
+        "--sides",
+        default="8,16,32,64,128",
+        help="attention: grid sides (N = side²), default 8,16,32,64,128 = 64…16384 tokens",
+    )
+    bench.add_argument(
+        "--softmax-cpu-max",
+        type=int,
+        default=4096,
+        help="attention: largest N on CPU for softmax and relative-bias methods (memory)",
+    )
+    bench.add_argument("--params", default="smoke", help="comma-separated presets whose model/data to use")
+    bench.add_argument("--compile", action="store_true", help="torch.compile the model (CUDA only)")
+    bench.add_argument(
+        "--variant", help="train/data: the variant to time (default: each preset's first); levers: comma-separated"
+    )
+    bench.add_argument("--batches", default="128,256", help="levers: comma-separated batch sizes")
+    bench.add_argument("--rounds", type=int, default=5, help="speed: interleaved rounds per variant")
+    bench.add_argument("--csv", help="speed: write the per-round timings here (what the time claims read)")
+    bench.add_argument("--no-compile", action="store_true", help="levers: leave torch.compile out")
+    bench.add_argument("--steps", type=int, help="timed steps per measurement (train/data 20, attention 5)")
+    bench.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    bench.add_argument(
+        "--workers", type=int, default=2, help="engines: Ray tasks at once (a local cluster of workers × cpus-per-run)"
+    )
+    bench.add_argument("--cpus-per-run", type=int, default=1, help="engines: CPUs (torch threads) per Ray task")
+    bench.add_argument("--variants", help="engines, pack: comma-separated variants (default: the preset's / primary)")
+    bench.add_argument("--packs", help="pack: comma-separated pack sizes K (default 1,2,4,8)")
+    bench.add_argument("--epochs", type=int, help="engines: override train.epochs (a quicker check)")
+    bench.add_argument("--root", help="engines: directory for both runs trees (default: a new temporary directory)")
+
+
+def cmd_bench(args) -> int:
+    """Benchmarks: throughput of training and of the data pipeline, engines (ratios in one run)."""
+    print(
+        "command: python -m rpevit " + " ".join(sys.argv[1:])
+        if sys.argv[0].endswith("__main__.py")
+        else f"command: rpevit bench {args.what}",
+        flush=True,
+    )
+    if args.what == "pack":
+        from .bench_pack import run_pack_bench
+
+        run_pack_bench(args)
+        return 0
+    if args.what == "engines":  # whole studies: orchestration layer, not rpevit.bench
+        from .bench_engines import run_engines_bench
+
+        run_engines_bench(args)
+        return 0
+    from .bench import run_bench
+
+    run_bench(args.what, args)
+    return 0

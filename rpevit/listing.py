@@ -1,0 +1,63 @@
+"""The `list` command: every backend, positional method, variant (filtered by backend or position),
+dataset and preset, as the package's registries name them."""
+
+from __future__ import annotations
+
+from .errors import UserError
+
+
+def list_command(args) -> int:
+    """Print backends, positional methods, variants, datasets and presets (or one of them, filtered)."""
+    from .attention import BACKENDS
+    from .data import DATASETS
+    from .params import list_presets
+    from .position import MECHANISMS, POSITIONS
+    from .variants import list_variants, parse_variant
+
+    for flag, value, allowed in (
+        ("--backend", args.backend, BACKENDS),
+        ("--position", args.position, POSITIONS),
+        ("--mechanism", args.mechanism, MECHANISMS),
+    ):
+        if value is not None and value not in allowed:
+            raise UserError(f"{flag}: unknown {value!r}; choose from {', '.join(allowed)}.")
+
+    def show(part: str) -> bool:
+        return args.what in ("all", part)
+
+    if show("backends"):
+        print("backends:")
+        for name, cls in BACKENDS.items():
+            if args.backend in (None, name):
+                print(f"  {name}: {'exact' if cls.exact else 'linear'} — {cls.summary}")
+    if show("positions"):
+        print("positional methods (name: mechanism, relative/absolute — description):")
+        for mechanism in MECHANISMS:
+            for name, method in POSITIONS.items():
+                if (
+                    method.mechanism == mechanism
+                    and args.mechanism in (None, mechanism)
+                    and args.position in (None, name)
+                ):
+                    kind = "relative" if method.relative else "absolute"
+                    print(f"  {name}: {mechanism}, {kind} — {method.summary}")
+    if show("datasets"):
+        print("datasets:  " + ", ".join(DATASETS))
+    if show("presets"):
+        print("presets:   " + ", ".join(list_presets()))
+    if show("variants"):
+        variants = [v for v in list_variants() if _variant_matches(parse_variant(v), args)]
+        print(f"variants ({len(variants)}):")
+        for name in variants:
+            print("  " + name)
+    return 0
+
+
+def _variant_matches(variant, args) -> bool:
+    from .position import POSITIONS
+
+    return (
+        args.backend in (None, variant.backend)
+        and args.position in (None, *variant.positions)
+        and (args.mechanism is None or any(POSITIONS[p].mechanism == args.mechanism for p in variant.positions))
+    )
