@@ -21,7 +21,7 @@ from .pack import PackedStep, draws_of
 from .params import load_params
 from .run import model_config_for
 from .tables import markdown_table
-from .train import param_groups
+from .train import _rng_state, param_groups
 
 PRIMARY = "softmax+ape,favor+ape,relu+ape,softmax+rope_mixed,favor+rope_mixed,relu+rope_mixed"
 
@@ -42,7 +42,7 @@ def _synchronize(device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _single(params, variant: str, device, batch, steps: int):
+def _single(params, variant: str, device, batch):
     """Images/s of one run's plain training step (what train._train_epoch does per step)."""
     (model,), (optimizer,) = _models(params, variant, 1, device)
     images, labels = batch
@@ -62,12 +62,12 @@ def _single(params, variant: str, device, batch, steps: int):
     return step, labels.shape[1]
 
 
-def _packed(params, variant: str, count: int, device, batch, steps: int):
+def _packed(params, variant: str, count: int, device, batch):
     """Images/s of K runs in one packed step (their own stochastic-depth draws and optimizers)."""
     models, optimizers = _models(params, variant, count, device)
     schedulers = [torch.optim.lr_scheduler.LambdaLR(o, lambda s: 1.0) for o in optimizers]
     packed = PackedStep(models, optimizers, schedulers, params.train, device)
-    members = [SimpleNamespace(state=SimpleNamespace(model=m), rng=_rng(device)) for m in models]
+    members = [SimpleNamespace(state=SimpleNamespace(model=m), rng=_rng_state(device)) for m in models]
     images, labels = batch[0][:count], batch[1][:count]
     live = list(range(count))
 
@@ -76,13 +76,6 @@ def _packed(params, variant: str, count: int, device, batch, steps: int):
         packed.update(losses, live)
 
     return step, count * labels.shape[1]
-
-
-def _rng(device) -> dict:
-    state = {"torch": torch.get_rng_state()}
-    if device.type == "cuda":
-        state["cuda"] = torch.cuda.get_rng_state(device)
-    return state
 
 
 def _timed(step, images: int, steps: int, device) -> float:
@@ -103,8 +96,8 @@ def pack_rows(params, variants: list[str], packs: list[int], device, steps: int,
     batch = (torch.randn(shape, device=device), torch.randint(0, info.num_classes, shape[:2], device=device))
     rows = []
     for variant in variants:
-        cells = {"single": _single(params, variant, device, batch, steps)}
-        cells.update({k: _packed(params, variant, k, device, batch, steps) for k in packs})
+        cells = {"single": _single(params, variant, device, batch)}
+        cells.update({k: _packed(params, variant, k, device, batch) for k in packs})
         speeds = {name: [] for name in cells}
         for _ in range(rounds):
             for name, (step, images) in cells.items():

@@ -204,7 +204,7 @@ def unpack(folder: Path) -> list[str]:
                     continue
                 target = (records.RUNS_ROOT if top == "runs" else records.REPORTS_ROOT) / rest
                 data = archive.extractfile(member).read()
-                finished_here = (target.parent / records.RECORD).is_file() and records.read_record(target.parent)
+                finished_here = records.read_record(target.parent) is not None
                 if target.exists() and target.name == records.CHECKPOINT and not finished_here:
                     if _epochs(data) <= _epochs(target.read_bytes()):
                         kept += 1

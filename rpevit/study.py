@@ -139,9 +139,10 @@ def run_study(
         order = designed_order(params, todo, meter, time_limit)
     else:
         order = plain_order(params, todo, time_limit)
-    if pack_size is not None and not params.design.active:
-        order = packs(list(order), pack_size)
-    for group in order if pack_size is not None and not params.design.active else ([item] for item in order):
+    # the pack engine groups a plain grid by variant; a design's adaptive order trains one run per pack
+    packed = pack_size is not None and not params.design.active
+    groups = packs(list(order), pack_size) if packed else ([item] for item in order)
+    for group in groups:
         for run, _ in group:
             meter.event("running", run.place)
         if pack_size is None:
