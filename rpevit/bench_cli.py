@@ -43,6 +43,7 @@ def add_bench_parser(sub) -> None:
     bench.add_argument("--cpus-per-run", type=int, default=1, help="engines: CPUs (torch threads) per Ray task")
     bench.add_argument("--variants", help="engines, pack: comma-separated variants (default: the preset's / primary)")
     bench.add_argument("--packs", help="pack: comma-separated pack sizes K (default 1,2,4,8)")
+    bench.add_argument("--capture", action="store_true", help="pack: also time every cell graph-captured")
     bench.add_argument("--epochs", type=int, help="engines: override train.epochs (a quicker check)")
     bench.add_argument("--root", help="engines: directory for both runs trees (default: a new temporary directory)")
 

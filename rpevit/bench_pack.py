@@ -1,8 +1,10 @@
 """Benchmark of packed training: aggregate training images/s of K runs in one vectorised step
 (pack.PackedStep) against one run's plain step (the sequential engine's), per variant, measured side
 by side in one process: interleaved rounds, the median of each cell, the ratio to the single run.
+With `--capture` every cell is also timed graph-captured (rpevit.capture: CUDA graphs on CUDA); on
+CUDA each row also gives the best cell's MFU against the GPU's stated dense bf16 peak.
 
-    python -m rpevit bench pack --params fmnist_converged --packs 1,2,4,8 --rounds 5 [--device cuda]
+    python -m rpevit bench pack --params fmnist_converged --packs 1,2,4,8 --rounds 5 [--device cuda] [--capture]
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from types import SimpleNamespace
 import torch
 import torch.nn.functional as F
 
+from . import capture as capture_lib
 from .data import DATASETS
 from .device import autocast, resolve_device
 from .model import build_model
@@ -42,15 +45,16 @@ def _synchronize(device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _single(params, variant: str, device, batch):
+def _single(params, variant: str, device, batch, captured: bool = False):
     """Images/s of one run's plain training step (what train._train_epoch does per step)."""
     (model,), (optimizer,) = _models(params, variant, 1, device)
+    forward = capture_lib.capture(model, device) if captured else model
     images, labels = batch
     train_cfg = params.train
 
     def step():
         with autocast(device, train_cfg.amp):
-            logits = model(images[0])
+            logits = forward(images[0])
         loss = F.cross_entropy(logits.float(), labels[0], label_smoothing=train_cfg.label_smoothing)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -62,11 +66,11 @@ def _single(params, variant: str, device, batch):
     return step, labels.shape[1]
 
 
-def _packed(params, variant: str, count: int, device, batch):
+def _packed(params, variant: str, count: int, device, batch, captured: bool = False):
     """Images/s of K runs in one packed step (their own stochastic-depth draws and optimizers)."""
     models, optimizers = _models(params, variant, count, device)
     schedulers = [torch.optim.lr_scheduler.LambdaLR(o, lambda s: 1.0) for o in optimizers]
-    packed = PackedStep(models, optimizers, schedulers, params.train, device)
+    packed = PackedStep(models, optimizers, schedulers, params.train, device, captured=captured)
     members = [SimpleNamespace(state=SimpleNamespace(model=m), rng=_rng_state(device)) for m in models]
     images, labels = batch[0][:count], batch[1][:count]
     live = list(range(count))
@@ -78,8 +82,12 @@ def _packed(params, variant: str, count: int, device, batch):
     return step, count * labels.shape[1]
 
 
+WARM_UP_STEPS = 3  # a captured step compiles, warms up, then records its CUDA graph
+
+
 def _timed(step, images: int, steps: int, device) -> float:
-    step()  # warm-up
+    for _ in range(WARM_UP_STEPS):
+        step()
     _synchronize(device)
     start = time.perf_counter()
     for _ in range(steps):
@@ -88,26 +96,44 @@ def _timed(step, images: int, steps: int, device) -> float:
     return images * steps / (time.perf_counter() - start)
 
 
-def pack_rows(params, variants: list[str], packs: list[int], device, steps: int, rounds: int) -> list[dict]:
-    """Per variant and K: median aggregate images/s over interleaved rounds, and its ratio to one run."""
+def _training_flops(params, variant: str, device) -> float:
+    """Training matmul FLOPs per image: 3 × the forward's (rpevit.metrics.matmul_flops)."""
+    from .metrics import matmul_flops
+
+    (model,), _ = _models(params, variant, 1, device)
+    info = DATASETS[params.datasets[0]]
+    return 3 * matmul_flops(model, torch.randn(2, info.channels, info.image_size, info.image_size, device=device))
+
+
+def pack_rows(
+    params, variants: list[str], packs: list[int], device, steps: int, rounds: int, captures=(False,), peak=None
+) -> list[dict]:
+    """Per variant, K and capture: median aggregate images/s over interleaved rounds, and its ratio to
+    one run's plain (uncaptured) step; with `peak` (FLOP/s) the best cell's MFU."""
     info = DATASETS[params.datasets[0]]
     batch_size, largest = params.train.batch_size, max(packs)
     shape = (largest, batch_size, info.channels, info.image_size, info.image_size)
     batch = (torch.randn(shape, device=device), torch.randint(0, info.num_classes, shape[:2], device=device))
     rows = []
     for variant in variants:
-        cells = {"single": _single(params, variant, device, batch)}
-        cells.update({k: _packed(params, variant, k, device, batch) for k in packs})
+        cells = {}
+        for captured in captures:
+            tag = " captured" if captured else ""
+            cells[f"single{tag}"] = _single(params, variant, device, batch, captured)
+            cells.update({f"K={k}{tag}": _packed(params, variant, k, device, batch, captured) for k in packs})
         speeds = {name: [] for name in cells}
         for _ in range(rounds):
             for name, (step, images) in cells.items():
                 speeds[name].append(_timed(step, images, steps, device))
         single = statistics.median(speeds["single"])
         row = {"variant": variant, "single run img/s": single}
-        for k in packs:
-            median = statistics.median(speeds[k])
-            row[f"K={k} img/s"] = median
-            row[f"K={k} ×"] = median / single
+        for name in list(cells)[1:]:
+            median = statistics.median(speeds[name])
+            row[f"{name} img/s"] = median
+            row[f"{name} ×"] = median / single
+        if peak:
+            best = max(statistics.median(v) for v in speeds.values())
+            row["best MFU %"] = 100 * best * _training_flops(params, variant, device) / peak
         rows.append(row)
     return rows
 
@@ -128,5 +154,12 @@ def run_pack_bench(args) -> None:
         f"{args.rounds} interleaved rounds per cell, median; ×: aggregate images/s over one run's plain step; "
         f"1-minute load {load['load_average']:.2f} at the start"
     )
-    rows = pack_rows(params, variants, packs, device, steps, args.rounds)
+    captures = (False, True) if args.capture else (False,)
+    peak = None
+    if device.type == "cuda":
+        from .metrics import bf16_peak
+
+        peak = bf16_peak(torch.cuda.get_device_name(device))
+        print(f"GPU {torch.cuda.get_device_name(device)}; dense bf16 peak {peak / 1e12 if peak else 'unknown'} TFLOP/s")
+    rows = pack_rows(params, variants, packs, device, steps, args.rounds, captures, peak)
     print(markdown_table(rows, list(rows[0]), digits=2))

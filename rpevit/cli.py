@@ -25,6 +25,8 @@ def _params(args):
         download=params.data.download or getattr(args, "download", False),
     )
     train = params.train if not getattr(args, "device", None) else dataclasses.replace(params.train, device=args.device)
+    if getattr(args, "capture", False):  # train.compile is neutral: run keys and records stay the same
+        train = dataclasses.replace(train, compile=True)
     return dataclasses.replace(params, data=data, train=train)
 
 
@@ -106,6 +108,9 @@ def cmd_study(args) -> int:
     if args.engine == "ray":
         from .cluster import run_study_ray
 
+        if args.pack_size is not None and args.pack_size < 1:
+            raise UserError(f"--pack-size {args.pack_size} is not valid: a positive integer.")
+
         if limit is not None:
             raise UserError(
                 "--time-limit works with the sequential engine only; on Ray, stop the study with Ray's own "
@@ -118,6 +123,7 @@ def cmd_study(args) -> int:
             gpus_per_run=0.0 if args.gpus_per_run is None else args.gpus_per_run,
             cpus_per_run=1 if args.cpus_per_run is None else args.cpus_per_run,
             progress=False if args.no_progress else None,
+            pack_size=args.pack_size,
         )
         failed = [r for r in results if r.get("status") in ("failed", "skipped")]
         print(
@@ -128,7 +134,7 @@ def cmd_study(args) -> int:
     if args.address or args.gpus_per_run is not None or args.cpus_per_run is not None:
         raise UserError("--address, --gpus-per-run and --cpus-per-run need --engine ray.")
     if args.pack_size is not None and (args.pack_size < 1 or args.engine not in (None, "pack")):
-        raise UserError(f"--pack-size {args.pack_size} is not valid: a positive integer, with --engine pack.")
+        raise UserError(f"--pack-size {args.pack_size} is not valid: a positive integer, with --engine pack or ray.")
     engine = args.engine or ("pack" if resolve_device(params.train.device).type == "cuda" else "sequential")
     pack_size = (args.pack_size or 0) if engine == "pack" else None
     results = run_study(params, progress=not args.no_progress, time_limit=limit, pack_size=pack_size)
@@ -293,6 +299,11 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--download", action="store_true", help="allow torchvision to download datasets")
         p.add_argument("--device", choices=["auto", "cpu", "cuda"], help="override train.device")
         p.add_argument("--no-progress", action="store_true", help="no progress bars")
+        p.add_argument(
+            "--capture",
+            action="store_true",
+            help="graph-capture the training step on CUDA (torch.compile with CUDA graphs; sets train.compile)",
+        )
 
     train = sub.add_parser("train", help="train one variant")
     train.add_argument("--params", required=True, help="preset name or YAML path, e.g. params/smoke.yaml")
@@ -311,7 +322,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="sequential: one run after another in this process (default on CPU); pack: the runs of one variant "
         "in one vectorised step (default on CUDA); ray: one Ray task per run",
     )
-    study.add_argument("--pack-size", type=int, help="--engine pack: at most this many runs per pack (default: all)")
+    study.add_argument(
+        "--pack-size",
+        type=int,
+        help="--engine pack: at most this many runs per pack (default: all); --engine ray: one pack per task",
+    )
     study.add_argument(
         "--address",
         help="--engine ray: a running Ray cluster, HOST:6379 or auto "

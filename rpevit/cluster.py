@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 from . import catalog, design, records, runs, study
-from .cell import cells, failure_row, run_cell, settle
+from .cell import cells, failure_row, run_cell, run_pack, settle
 from .errors import UserError
 from .params import Params
 from .progress import Progress, label
@@ -141,33 +141,42 @@ def _tell(ray, board, event: dict) -> None:
 
 
 def _run_task(
-    run: Run,
+    runs: list[Run],
     check_name: str,
     cpus_per_run: int,
     board,
     dataset_loader=None,
 ) -> dict:
-    """One cell on a Ray worker, through cell.run_cell (repair, train resuming from its checkpoint,
-    evaluate, keep); returns {"row": its summary row, host, pid, seconds, recovered}."""
+    """One cell (or one pack of one variant's cells) on a Ray worker, through cell.run_cell (repair,
+    train resuming from its checkpoint, evaluate, keep) or cell.run_pack; returns {"rows": their
+    summary rows, host, pid, seconds, recovered}."""
     import ray
     import torch
 
     torch.set_num_threads(cpus_per_run)
     host, pid = socket.gethostname(), os.getpid()
-    tell = {"run": run.place, "host": host, "pid": pid}
-    _tell(ray, board, {"kind": "running", **tell})
+    tells = [{"run": run.place, "host": host, "pid": pid} for run in runs]
+    for tell in tells:
+        _tell(ray, board, {"kind": "running", **tell})
     records.recovered.clear()
     started = time.perf_counter()
     result = {"host": host, "pid": pid, "recovered": records.recovered}
+    first = runs[0]
+
+    def load(run=first):
+        return _dataset(run.params, run.dataset, dataset_loader)
+
     try:
-        _check_shared(str(run.runs_root), check_name, host)
-        _clear_stale_foreign_lock(run.dir)
-        row = run_cell(run, lambda: _dataset(run.params, run.dataset, dataset_loader))
-        return {**result, "row": row, "seconds": time.perf_counter() - started}
+        _check_shared(str(first.runs_root), check_name, host)
+        for run in runs:
+            _clear_stale_foreign_lock(run.dir)
+        rows = [run_cell(first, load)] if len(runs) == 1 else run_pack(runs, load)
+        return {**result, "rows": rows, "seconds": time.perf_counter() - started}
     except UserError as exc:
-        return {**result, "row": failure_row(run, "failed", f"{exc} (on {host})")}
-    finally:  # the slot is free: the driver counts the run as no longer running (its result follows)
-        _tell(ray, board, {"kind": "ended", **tell})
+        return {**result, "rows": [failure_row(run, "failed", f"{exc} (on {host})") for run in runs]}
+    finally:  # the slots are free: the driver counts the runs as no longer running (their results follow)
+        for tell in tells:
+            _tell(ray, board, {"kind": "ended", **tell})
 
 
 # --------------------------------------------------------------------------------------------
@@ -273,6 +282,7 @@ def run_study_ray(
     progress: bool | None = None,
     dataset_loader=None,
     on_event=None,
+    pack_size: int | None = None,
 ) -> list[dict]:
     """Run every missing run of the preset's grid as Ray tasks, then write the summary.
 
@@ -287,7 +297,9 @@ def run_study_ray(
     whether stdout is a terminal (None). `dataset_loader(params, name)`: a picklable module-level
     function loading a dataset in the workers (default `runs.dataset_for`). `on_event(dict)` is
     called in the driver for every event (kind running/done/failed/diverged/skipped, dataset,
-    variant, seed, host, pid, attempt).
+    variant, seed, host, pid, attempt). `pack_size` (the pack engine on Ray; 0: no limit): each task
+    trains one pack of a variant's runs (cell.run_pack) on its CPUs and GPU share, so with
+    `gpus_per_run=1` Ray places one pack per GPU; a design's adaptive order keeps one run per task.
 
     Returns the records of the grid in grid order, plus a row with status `failed` or `skipped`
     (and its `message`) for each run that failed or was skipped in this sitting.
@@ -334,17 +346,19 @@ def run_study_ray(
         board = ray.remote(num_cpus=0)(_Board).remote()
         news = BoardNews(ray, board)
         task = remote_task(ray, gpus_per_run)
-        for run in todo:
+        packed = pack_size is not None and not params.design.active
+        groups = [[r for r, _ in g] for g in study.packs([(r, None) for r in todo], pack_size)] if packed else None
+        for group in groups or [[run] for run in todo]:
             ref = task.options(
                 num_cpus=cpus_per_run,
                 num_gpus=gpus_per_run,
                 max_retries=max_retries,
                 retry_exceptions=False,
-                name=f"rpevit {run.variant} {run.dataset} seed{run.seed}",
-            ).remote(run, check.name, cpus_per_run, board, dataset_loader)
-            pending[ref] = run
+                name=f"rpevit {group[0].variant} {group[0].dataset} seed{','.join(str(r.seed) for r in group)}",
+            ).remote(group, check.name, cpus_per_run, board, dataset_loader)
+            pending[ref] = group
         tty = sys.stdout.isatty() if progress is None else progress
-        meter = Progress(len(pending), tty, on_event, name=f"study {params.name}")
+        meter = Progress(len(todo), tty, on_event, name=f"study {params.name}")
         attempts: dict = {}
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.5)
@@ -357,12 +371,12 @@ def run_study_ray(
                     attempts[key] = attempts.get(key, 0) + 1
                     meter.event("running", key, host=event["host"], pid=event["pid"], attempt=attempts[key])
             for ref in ready:
-                run = pending.pop(ref)
-                kind, message, info = _outcome(ray, ref, run)
-                worker_notes += info.pop("recovered", [])
-                rows[run.place] = info.pop("row", None) or failure_row(run, kind, message)
-                outcomes[run.place] = kind
-                meter.event(kind, run.place, message, attempt=attempts.get(run.place, 1), **info)
+                group = pending.pop(ref)
+                for run, (kind, message, info) in zip(group, _outcomes(ray, ref, group), strict=True):
+                    worker_notes += info.pop("recovered", [])
+                    rows[run.place] = info.pop("row", None) or failure_row(run, kind, message)
+                    outcomes[run.place] = kind
+                    meter.event(kind, run.place, message, attempt=attempts.get(run.place, 1), **info)
     except BaseException:
         for ref in pending:  # interrupted: stop this sitting's tasks (their checkpoints stay)
             ray.cancel(ref, force=True)
@@ -421,31 +435,38 @@ class BoardNews:
         self.board = None
 
 
-def _outcome(ray, ref, run: Run):
-    """(kind, message, info) of a finished task: done / diverged / skipped / failed; info holds the
-    worker's host, pid, recovered notes and the cell's summary row."""
-    name = label(*run.place)
+def _outcomes(ray, ref, group: list[Run]) -> list[tuple]:
+    """(kind, message, info) of each run of a finished task: done / diverged / skipped / failed; info
+    holds the worker's host, pid, recovered notes (with the task's first run) and the cell's summary row."""
+    name = ", ".join(label(*run.place) for run in group)
     try:
         result = ray.get(ref)
     except ray.exceptions.RayTaskError as exc:
         cause = getattr(exc, "cause", None) or exc
         print(f"error in {name}:\n{exc}", file=sys.stderr, flush=True)  # the worker's traceback
         last = str(cause).strip().splitlines()[-1] if str(cause).strip() else ""
-        return "failed", f"{type(cause).__name__}: {last}", {}
+        return [("failed", f"{type(cause).__name__}: {last}", {}) for _ in group]
     except ray.exceptions.RayError as exc:  # the worker (or its node) died on every attempt
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        return "failed", f"{type(exc).__name__}: its worker died on every attempt ({first})", {}
-    row = result["row"]
-    info = {"host": result.get("host"), "pid": result.get("pid"), "recovered": result.get("recovered", [])}
+        return [("failed", f"{type(exc).__name__}: its worker died on every attempt ({first})", {}) for _ in group]
+    found = []
+    for i, (run, row) in enumerate(zip(group, result["rows"], strict=True)):
+        notes = result.get("recovered", []) if i == 0 else []  # the task's notes, told once
+        info = {"host": result.get("host"), "pid": result.get("pid"), "recovered": notes}
+        found.append(_outcome_of(run, row, info, result.get("seconds", 0.0)))
+    return found
+
+
+def _outcome_of(run: Run, row: dict, info: dict, seconds: float) -> tuple:
     status = row.get("status")
     if status in ("failed", "skipped", "diverged"):
         return status, row.get("message", ""), {**info, "row": row}
     if catalog.current_record(run) is None:
         message = (
-            f"the worker on {result.get('host')} finished the run but its record is not in {run.runs_root} as "
+            f"the worker on {info['host']} finished the run but its record is not in {run.runs_root} as "
             "the driver sees it: every node must see the runs directory at the same path (a shared filesystem)"
         )
         return "failed", message, info
-    top1, seconds = row.get("top1"), result.get("seconds", 0.0)
-    message = (f"top-1 {100 * top1:.2f}%, " if top1 is not None else "") + f"{seconds:.0f} s on {result.get('host')}"
+    top1 = row.get("top1")
+    message = (f"top-1 {100 * top1:.2f}%, " if top1 is not None else "") + f"{seconds:.0f} s on {info['host']}"
     return "done", message, {**info, "row": row}

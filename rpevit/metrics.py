@@ -287,3 +287,28 @@ class Timer:
     def __exit__(self, *exc_info) -> None:
         synchronize(self.device)
         self.seconds = time.perf_counter() - self._start
+
+
+# dense (no sparsity) bf16 tensor-core peaks, TFLOP/s, from NVIDIA's data sheets; the longest
+# name contained in torch.cuda.get_device_name() wins
+BF16_PEAK_TFLOPS = {
+    "B200": 2250.0,
+    "B100": 1750.0,
+    "H200": 989.4,
+    "GH200": 989.4,
+    "H100 NVL": 835.0,
+    "H100 PCIe": 756.0,
+    "H100": 989.4,  # SXM
+    "A100": 312.0,
+    "L40S": 362.0,
+    "L40": 181.0,
+    "L4": 121.0,
+    "A10G": 70.0,
+    "A10": 125.0,
+}
+
+
+def bf16_peak(name: str) -> float | None:
+    """The GPU's stated dense bf16 peak in FLOP/s, or None when the table does not know it."""
+    known = [key for key in BF16_PEAK_TFLOPS if key.lower() in name.lower()]
+    return BF16_PEAK_TFLOPS[max(known, key=len)] * 1e12 if known else None

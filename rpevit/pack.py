@@ -23,8 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call, vmap
 
+from . import capture, distributed, metrics, records
 from . import data as data_lib
-from . import distributed, metrics, records
 from .device import autocast, deterministic, precision, resolve_device, true_fp32
 from .errors import UserError
 from .run import Run
@@ -132,12 +132,19 @@ def _train_group(members: list[_Member], dataset, device, replica) -> list[dict]
     computed_in = precision(device, train_cfg.amp)
     records_out: dict[int, dict] = {}
     active = list(members)
+    captured = capture.captures(train_cfg, device)
+    step_fn, compile_seconds = None, 0.0
     for epoch in range(members[0].state.epoch, train_cfg.epochs):
         for m in active:
             with _own_random_state(m, device):
                 if _branch(m.state, m.state.model, m.run, dataset, device, replica):
                     _write_checkpoint(m.state, m.run, m.run.dir / records.CHECKPOINT, device, computed_in, {})
-        seconds = _packed_epoch(active, dataset, device, epoch)
+        if step_fn is None or len(step_fn.models) != len(active):  # built again when a member diverged
+            step_fn = _step_for(active, train_cfg, device, captured)
+            if captured:
+                last = len(dataset.train) % train_cfg.batch_size
+                compile_seconds += step_fn.warm_up(dataset, [train_cfg.batch_size] + ([last] if last else []))
+        seconds = _packed_epoch(active, dataset, device, epoch, step_fn)
         for m in list(active):
             loss_sum, correct, seen = m.sums
             if m.first_bad_step >= 0:
@@ -163,7 +170,7 @@ def _train_group(members: list[_Member], dataset, device, replica) -> list[dict]
     for m in active:
         with _own_random_state(m, device):
             records_out[id(m)] = record_finished_run(
-                m.run, dataset, m.state, m.run.dir, device, computed_in, False, 0.0, replica
+                m.run, dataset, m.state, m.run.dir, device, computed_in, captured, compile_seconds, replica
             )
     return [records_out[id(m)] for m in members]
 
@@ -179,7 +186,7 @@ class PackedStep:
     `functional_call` of the first model with the stacked parameters and buffers, one backward, then
     each member's own gradient clipping, optimizer and schedule steps (as `train._train_epoch` does)."""
 
-    def __init__(self, models, optimizers, schedulers, train_cfg, device):
+    def __init__(self, models, optimizers, schedulers, train_cfg, device, *, captured: bool = False):
         self.models, self.optimizers, self.schedulers = models, optimizers, schedulers
         self.train_cfg, self.device, template = train_cfg, device, models[0]
 
@@ -189,6 +196,31 @@ class PackedStep:
 
         self.with_draws = vmap(loss_of, in_dims=(0, 0, 0, 0, 0))
         self.without_draws = vmap(loss_of, in_dims=(0, 0, 0, 0, None))
+        if captured:  # one graph for the vectorised forward and backward (rpevit.capture); a break raises
+            self.with_draws = capture.capture(self.with_draws, device, fullgraph=True)
+            self.without_draws = capture.capture(self.without_draws, device, fullgraph=True)
+
+    def warm_up(self, dataset, batch_sizes) -> float:
+        """Compile (and on CUDA record) the captured step for every batch size the epochs will see,
+        before the first timed epoch: example images, draws from a forked random state, gradients
+        dropped, so training itself is unchanged. Returns the seconds spent (the records'
+        compile_seconds)."""
+        template, count = self.models[0], len(self.models)
+        forked = [self.device] if self.device.type == "cuda" else []
+        with metrics.Timer(self.device) as timer, torch.random.fork_rng(devices=forked):
+            for size in batch_sizes:
+                images = data_lib.example_images(dataset.train, dataset.info, size).to(self.device)
+                labels = dataset.train.labels[:size].to(self.device)
+                draws = template.drop_path_draws(size, self.device)
+                losses, _ = self.forward(  # stacked copies: the strides of the real step's inputs
+                    torch.stack([images] * count),
+                    torch.stack([labels] * count),
+                    None if draws is None else torch.stack([draws] * count),
+                )
+                losses.sum().backward()
+            for optimizer in self.optimizers:
+                optimizer.zero_grad(set_to_none=True)
+        return timer.seconds
 
     def forward(self, images, labels, draws):
         """(losses (K,), logits (K, B, classes)) of stacked images (K, B, C, H, W) and labels (K, B)."""
@@ -220,13 +252,18 @@ def draws_of(members, batch: int, device) -> torch.Tensor | None:
     return torch.stack(draws) if draws[0] is not None else None
 
 
-def _packed_epoch(members: list[_Member], dataset, device, epoch: int) -> float:
+def _step_for(members: list[_Member], train_cfg, device, captured: bool) -> PackedStep:
+    """The members' packed step (captured where rpevit.capture says so)."""
+    optimizers, schedulers = [m.state.optimizer for m in members], [m.state.scheduler for m in members]
+    return PackedStep([m.state.model for m in members], optimizers, schedulers, train_cfg, device, captured=captured)
+
+
+def _packed_epoch(members: list[_Member], dataset, device, epoch: int, step_fn: PackedStep) -> float:
     """One pass over the training set for every member at once; each member's (loss sum, correct,
     seen) lands in its `sums` and its first non-finite step in `first_bad_step`. Returns seconds."""
     info, train_cfg = dataset.info, members[0].run.train_config
-    models = [m.state.model for m in members]
-    for model in models:
-        model.train()
+    for m in members:
+        m.state.model.train()
     iterators = [
         data_lib.batches(
             dataset.train,
@@ -242,9 +279,6 @@ def _packed_epoch(members: list[_Member], dataset, device, epoch: int) -> float:
     for m in members:
         m.sums = [torch.zeros((), device=device), torch.zeros((), device=device), 0]
         m.first_bad_step = -1
-    step_fn = PackedStep(
-        models, [m.state.optimizer for m in members], [m.state.scheduler for m in members], train_cfg, device
-    )
     with metrics.Timer(device) as timer:
         for step, batch in enumerate(zip(*iterators, strict=True)):
             images = torch.stack([x for x, _ in batch])

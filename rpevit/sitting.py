@@ -49,6 +49,9 @@ def add_parser(sub) -> None:
         "--processes", type=int, help="study runners side by side (default: 3 on CUDA, each training packs; 1 on CPU)"
     )
     sitting.add_argument("--device", choices=["cuda", "cpu"], default="cuda", help="cpu: for tests only")
+    sitting.add_argument(
+        "--capture", action="store_true", help="graph-captured packed steps (CUDA graphs; rpevit.capture)"
+    )
     sitting.add_argument("--data-root", help="folder holding the dataset files (carried with the sitting)")
     sitting.add_argument("--unpack", metavar="DIR", help="put a sitting's packed results into this checkout")
 
@@ -73,7 +76,8 @@ def command(args) -> int:
         )
     params = load_params(args.params)
     processes = args.processes or (PACKED_RUNNERS if args.device == "cuda" else 1)
-    return sit(params, args.params, args.minutes, Path(args.out), args.device, processes, args.data_root)
+    extra = ["--capture"] if args.capture else []
+    return sit(params, args.params, args.minutes, Path(args.out), args.device, processes, args.data_root, extra)
 
 
 def _device_line(device: str) -> str:
@@ -88,7 +92,9 @@ def _device_line(device: str) -> str:
     )
 
 
-def sit(params, preset: str, minutes: float, out: Path, device: str, processes: int, data_root: str | None) -> int:
+def sit(
+    params, preset: str, minutes: float, out: Path, device: str, processes: int, data_root: str | None, extra=()
+) -> int:
     """Run the sitting for `params` (named `preset` on the command line, see the module's docstring);
     1 if a runner failed on its own, else 0 (also when the deadline stopped runners: the sitting's normal end)."""
     start = time.monotonic()
@@ -103,6 +109,7 @@ def sit(params, preset: str, minutes: float, out: Path, device: str, processes: 
     limit = max(1, int((deadline - time.monotonic()) // 60))
     engine = "pack" if device == "cuda" else "sequential"
     command = [sys.executable, "-m", "rpevit", "study", preset, "--device", device, "--engine", engine, "--no-progress"]
+    command += list(extra)  # e.g. --capture
     logs = [out / f"runner{i}.log" for i in range(processes)] if processes <= 4 else [None] * processes
     runners = []
     for i in range(processes):

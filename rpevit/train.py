@@ -1,6 +1,6 @@
 """Training loop (nanoGPT-style, one sitting): AdamW, linear warmup + cosine decay, label
 smoothing, gradient clipping; bf16 autocast where `train.amp` asks for it (rpevit.device) and
-optional torch.compile on CUDA.
+optional graph capture on CUDA (rpevit.capture: torch.compile with CUDA graphs).
 
 Protocol of seed 001: validate every epoch, test the best-validation weights. Each epoch ends
 with an atomic checkpoint holding everything needed for an exact resume (model, optimizer,
@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from . import budgets, distributed, metrics, records
+from . import budgets, capture, distributed, metrics, records
 from . import data as data_lib
 from .device import autocast, deterministic, precision, resolve_device, true_fp32
 from .errors import UserError
@@ -88,11 +88,6 @@ def _restore_generator(generator, checkpoint: dict, device, seed: int, label: st
         "not bit for bit as one uninterrupted run would",
         flush=True,
     )
-
-
-def compiles(train_cfg, device) -> bool:
-    """torch.compile is used where asked for and on CUDA (on the CPU it costs more than it saves)."""
-    return bool(train_cfg.compile) and device.type == "cuda"
 
 
 def _compile_ahead(forward, model, dataset, batch_sizes, device, amp: str, replica) -> float:
@@ -197,14 +192,14 @@ def _train(run: Run, dataset, out_dir: Path, resume: bool, progress: bool, on_ep
         if checkpoint is not None:
             _resume(state, checkpoint, run, device, trained_in, checkpoint_path, replica)
 
-        compiled = compiles(train_cfg, device)
+        compiled = capture.captures(train_cfg, device)
 
         def first_image():
             return data_lib.example_images(dataset.train, dataset.info, 1).to(device)
 
         trainer = replica.wrap(state.model, device, first_image)
         replica.announce(run.label, train_cfg.batch_size)
-        forward = torch.compile(trainer) if compiled else trainer
+        forward = capture.capture(trainer, device, world_size=replica.world_size) if compiled else trainer
         compile_seconds = 0.0
         if compiled and state.epoch < train_cfg.epochs:
             last = len(dataset.train) % train_cfg.batch_size

@@ -263,6 +263,35 @@ def test_ray_grid_equals_sequential_and_runs_only_what_is_missing(ray_cluster, g
     assert events == [] and [cluster.result_fields(r) for r in again] == [cluster.result_fields(r) for r in results]
 
 
+def test_ray_packs_train_one_variants_runs_per_task_to_the_sequential_records(
+    ray_cluster, grid_params, one_thread, tmp_path
+):
+    """--engine ray --pack-size: each Ray task trains one pack (cell.run_pack) — one per GPU with
+    --gpus-per-run 1 — and every record equals the sequential engine's (accuracy fields exactly)."""
+    loader = functools.partial(tiny_loader, n_train=256)
+    reference = sequential(grid_params, tmp_path / "seq", loader)
+    events = []
+    results = cluster.run_study_ray(
+        grid_params,
+        cpus_per_run=1,
+        runs_root=tmp_path / "ray" / "runs",
+        reports_root=tmp_path / "ray" / "reports",
+        progress=False,
+        dataset_loader=loader,
+        on_event=events.append,
+        pack_size=0,
+    )
+    running = [e for e in events if e["kind"] == "running"]
+    assert len(running) == 4 and sorted(e["kind"] for e in events if e["kind"] != "running") == ["done"] * 4
+    workers = {v: {e["pid"] for e in running if e["variant"] == v} for v in ("softmax+none", "softmax+ape")}
+    assert all(len(pids) == 1 for pids in workers.values()), workers  # a variant's two seeds: one task
+    for ours, theirs in zip(results, reference, strict=True):  # as tests/test_pack.py: vmap sums round apart
+        for key in ("status", "top1", "top5", "test_correct", "best_epoch", "best_val_acc"):
+            assert ours[key] == theirs[key], (ours["variant"], ours["seed"], key)
+        assert ours["log_likelihood"] == pytest.approx(theirs["log_likelihood"], rel=1e-6)
+        assert [r["top1"] for r in ours["resolution_eval"]] == [r["top1"] for r in theirs["resolution_eval"]]
+
+
 def test_failed_run_is_named_and_the_others_go_on(ray_cluster, tiny_params, tmp_path, capsys):
     params = dataclasses.replace(
         tiny_params,

@@ -37,3 +37,73 @@ def test_compiled_training_step_has_no_graph_break_and_no_recompile(variant):
         optimizer.zero_grad(set_to_none=True)
         model.count_training_step()
     assert counter.frame_count == 1, f"{variant}: {counter.frame_count} compiled frames (recompiles)"
+
+
+def _packed_models(variant: str, count: int):
+    models = []
+    for seed in range(count):
+        torch.manual_seed(seed)
+        model = build_model(
+            variant, seed=seed, dim=32, depth=2, heads=2, mlp_dim=64, image_size=16, drop_path=0.1,
+            favor={"redraw_steps": 2},
+        )  # fmt: skip
+        models.append(model.to(DEVICE).train())
+    return models
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_captured_packed_step_has_no_graph_break_and_no_recompile(variant, monkeypatch):
+    """The pack engine's vectorised step (vmap over functional_call of 3 runs) as one graph over
+    steps with FAVOR+ redraws and each run's own stochastic-depth draws; one more graph for the
+    epoch's shorter last batch, none after."""
+    from types import SimpleNamespace
+
+    from torch._dynamo.testing import CompileCounter
+
+    from rpevit import capture, pack
+    from rpevit.train import _rng_state
+
+    torch._dynamo.reset()
+    counter = CompileCounter()
+    monkeypatch.setattr(capture, "BACKEND", counter)
+    models = _packed_models(variant, 3)
+    optimizers = [torch.optim.AdamW(m.parameters(), lr=1e-3) for m in models]
+    schedulers = [torch.optim.lr_scheduler.LambdaLR(o, lambda s: 1.0) for o in optimizers]
+    train_cfg = SimpleNamespace(amp="bf16", label_smoothing=0.1, grad_clip=1.0)
+    step = pack.PackedStep(models, optimizers, schedulers, train_cfg, DEVICE, captured=True)
+    members = [SimpleNamespace(state=SimpleNamespace(model=m), rng=_rng_state(DEVICE)) for m in models]
+    for batch in (4, 4, 4, 4, 3, 4, 3):  # redraws every 2 steps; batch 3 = an epoch's last batch
+        images = torch.randn(3, batch, 1, 16, 16, device=DEVICE)
+        labels = torch.randint(0, 10, (3, batch), device=DEVICE)
+        losses, _ = step.forward(images, labels, pack.draws_of(members, batch, DEVICE))
+        assert torch.isfinite(losses).all()
+        step.update(losses, [0, 1, 2])
+    assert counter.frame_count == 2, f"{variant}: {counter.frame_count} compiled frames (2 batch sizes)"
+
+
+@pytest.mark.parametrize("variant", ["favor+ape", "softmax+rope_mixed"])
+def test_a_pack_trained_through_the_captured_step_gives_the_plain_packs_records(
+    variant, tiny_params, tiny_dataset, tmp_path, monkeypatch
+):
+    """Capture changes how the step runs, not what it computes: dynamo's captured graph run by eager
+    kernels (backend "eager"; on CUDA inductor's kernels differ in rounding) trains the same records,
+    warm-up included (it draws from a forked random state and drops its gradients)."""
+    import dataclasses
+
+    from rpevit import capture, pack
+    from rpevit.run import Run
+
+    model = dataclasses.replace(tiny_params.model, drop_path=0.2)
+    params = dataclasses.replace(tiny_params, model=model)
+    plain = [Run(params, "mnist5k", variant, seed, runs_root=tmp_path / "plain") for seed in (0, 1)]
+    expected = pack.train_pack(plain, tiny_dataset)
+    monkeypatch.setattr(capture, "BACKEND", "eager")
+    monkeypatch.setattr(capture, "captures", lambda train_cfg, device: True)
+    torch._dynamo.reset()
+    captured = [Run(params, "mnist5k", variant, seed, runs_root=tmp_path / "captured") for seed in (0, 1)]
+    got = pack.train_pack(captured, tiny_dataset)
+    for a, b in zip(got, expected, strict=True):
+        assert a["compiled"] and not b["compiled"]
+        for key in ("top1", "test_correct", "best_epoch", "best_val_acc"):
+            assert a[key] == b[key], key
+        assert a["log_likelihood"] == pytest.approx(b["log_likelihood"], rel=1e-6)

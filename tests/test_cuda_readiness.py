@@ -599,7 +599,7 @@ def test_doctor_gpu_refuses_without_cuda_in_one_line():
 
 
 def test_bf16_peaks_by_device_name():
-    from rpevit.doctor import bf16_peak
+    from rpevit.metrics import bf16_peak
 
     assert bf16_peak("NVIDIA H100 80GB HBM3") == 989.4e12
     assert bf16_peak("NVIDIA H100 PCIe") == 756e12

@@ -67,11 +67,11 @@ def test_a_kill_inside_a_pack_resumes_to_the_uninterrupted_records(tiny_params, 
     cut = [Run(params, "mnist5k", "favor+ape", s, runs_root=tmp_path / "b") for s in (0, 1)]
     real, calls = pack._packed_epoch, []
 
-    def killed_in_epoch_two(members, dataset, device, epoch):
+    def killed_in_epoch_two(members, dataset, device, epoch, step_fn):
         calls.append(epoch)
         if epoch == 1:
             raise KeyboardInterrupt  # a kill in the middle of the pack's second epoch
-        return real(members, dataset, device, epoch)
+        return real(members, dataset, device, epoch, step_fn)
 
     monkeypatch.setattr(pack, "_packed_epoch", killed_in_epoch_two)
     with pytest.raises(KeyboardInterrupt):
@@ -144,3 +144,21 @@ def test_softmax_inside_vmap_without_sdpa_equals_sdpa(monkeypatch):
     torch.testing.assert_close(explicit, fused, rtol=1e-10, atol=1e-12)
     for a, b in zip(explicit_grads, fused_grads, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-11)
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--pack-size", "0"], "--pack-size 0 is not valid: a positive integer, with --engine pack or ray."),
+        (["--engine", "sequential", "--pack-size", "2"], "--pack-size 2 is not valid"),
+        (["--engine", "ray", "--pack-size", "-1"], "--pack-size -1 is not valid: a positive integer."),
+    ],
+)
+def test_a_bad_pack_size_is_one_error_line_before_any_training(argv, message, capsys, tmp_path, monkeypatch):
+    from rpevit.cli import main
+
+    monkeypatch.setattr(records, "RUNS_ROOT", tmp_path / "runs")
+    assert main(["study", "smoke", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and err.count("\n") == 1
+    assert not (tmp_path / "runs").exists()

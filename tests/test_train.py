@@ -134,8 +134,7 @@ def test_compile_time_is_reported_apart_and_inference_is_timed_as_recorded(
     import dataclasses
     import types
 
-    from rpevit import metrics
-    from rpevit import train as train_module
+    from rpevit import capture, metrics
 
     clock = [0.0]
 
@@ -144,7 +143,7 @@ def test_compile_time_is_reported_apart_and_inference_is_timed_as_recorded(
         return clock[0]
 
     class SlowCompile(torch.nn.Module):
-        def __init__(self, model):
+        def __init__(self, model, **options):
             super().__init__()
             self.model, self.shapes = model, set()
 
@@ -162,7 +161,7 @@ def test_compile_time_is_reported_apart_and_inference_is_timed_as_recorded(
 
     real_timing = metrics.inference_timing
     monkeypatch.setattr(torch, "compile", SlowCompile)
-    monkeypatch.setattr(train_module, "compiles", lambda train_cfg, device: train_cfg.compile)
+    monkeypatch.setattr(capture, "captures", lambda train_cfg, device: train_cfg.compile)
     monkeypatch.setattr(metrics, "inference_timing", spy)
     monkeypatch.setattr(metrics, "time", types.SimpleNamespace(perf_counter=perf_counter))
     params = dataclasses.replace(tiny_params, train=dataclasses.replace(tiny_params.train, compile=True, amp="bf16"))
