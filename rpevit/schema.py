@@ -56,8 +56,8 @@ class RunRecord:
     flops_per_image: int = _f("MFLOPs/img", 1e-6, metric=True, result=True)  # forward matmul FLOPs
     train_seconds_per_epoch: float = _f("s/epoch", metric=True)
     train_images_per_second: float = _f("train img/s", metric=True)
-    ms_per_image_batched: float = _f("ms/img (batch)", metric=True)
-    ms_single_image: float = _f("ms/img (single)", metric=True)
+    ms_per_image_batched: float = _f("ms/img (batch, in-run timing)", metric=True)
+    ms_single_image: float = _f("ms/img (single, in-run timing)", metric=True)
     peak_memory_mb: float = _f("peak MB", metric=True)  # training peak: CUDA allocated / CPU resident set
     load_average: float = _f()  # 1-minute load when the timings were taken
     cpu_count: int = _f(summary=False)

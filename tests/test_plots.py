@@ -10,7 +10,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
-from rpevit import plots  # noqa: E402
+from rpevit import cost_plots, plots  # noqa: E402
 from rpevit.report import variant_style  # noqa: E402
 
 VARIANTS = ["softmax+ape", "favor+rope_mixed", "favor+rope_mixed+ape", "relu+krpe"]
@@ -105,12 +105,12 @@ def test_accuracy_vs_cost_faceted_by_backend_with_benchmark_times_only():
         for v in VARIANTS
         for r in (0, 1, 2)
     ]
-    points = plots.accuracy_cost_points(done, speed)
+    points = cost_plots.accuracy_cost_points(done, speed)
     assert len(points) == len(VARIANTS)  # one point per variant, not per run
     point = next(p for p in points if p["variant"] == "softmax+ape")
     assert point["top-1 %"] == pytest.approx(81.0) and (point["low"], point["high"]) == pytest.approx((80.0, 82.0))
     assert point["ms_per_image_batched"] == 1.5 and point["train_ms_per_image"] == pytest.approx(1.0)  # medians
-    fig = plots.accuracy_vs_cost(points, "t")
+    fig = cost_plots.accuracy_vs_cost(points, "t")
     titles = [a.get_title() for a in fig.axes if a.get_title()]
     assert titles == ["softmax", "favor", "relu"] and len(fig.axes) == 9  # 3 costs × 3 backends
     labels = {t.get_text() for a in fig.axes for t in a.texts}
@@ -120,13 +120,13 @@ def test_accuracy_vs_cost_faceted_by_backend_with_benchmark_times_only():
             assert 99.0 not in list(line.get_xdata())  # the runs' own timings never plotted
     plt.close(fig)
 
-    bare = plots.accuracy_cost_points(done, None)
+    bare = cost_plots.accuracy_cost_points(done, None)
     assert all("ms_per_image_batched" not in p for p in bare)
-    fig = plots.accuracy_vs_cost(bare, "t", no_bench="No speed benchmark for p")
+    fig = cost_plots.accuracy_vs_cost(bare, "t", no_bench="No speed benchmark for p")
     assert len(fig.axes) == 3 and {a.get_xlabel() for a in fig.axes} == {"matmul MFLOPs / image"}
     assert any("No speed benchmark" in t.get_text() for t in fig.texts)
     plt.close(fig)
-    interactive = plots.accuracy_vs_cost_interactive(bare, "t")
+    interactive = cost_plots.accuracy_vs_cost_interactive(bare, "t")
     assert interactive.layout.xaxis.title.text == "matmul MFLOPs / image"
     trace = next(t for t in interactive.data if t.name == "relu+krpe")
     assert trace.marker.color == variant_style("relu+krpe")["color"] and trace.marker.symbol == "triangle-up"
@@ -144,9 +144,9 @@ def test_resolution_legend_names_every_variant():
 
 def test_accuracy_vs_cost_names_the_dataset_when_there_are_several():
     done = [_record("softmax+ape", 0, 0.8), {**_record("softmax+ape", 0, 0.9), "dataset": "mnist5k"}]
-    points = plots.accuracy_cost_points(done, None)
+    points = cost_plots.accuracy_cost_points(done, None)
     assert len(points) == 2
-    fig = plots.accuracy_vs_cost(points, "t")
+    fig = cost_plots.accuracy_vs_cost(points, "t")
     assert {t.get_text() for t in fig.axes[0].texts} == {"ape · fashion_mnist", "ape · mnist5k"}
     plt.close(fig)
 
@@ -154,10 +154,41 @@ def test_accuracy_vs_cost_names_the_dataset_when_there_are_several():
 def test_accuracy_vs_cost_says_each_seed_count_when_they_differ():
     """Primary variants with 8 seeds beside secondary ones with 3: the title cannot say one count."""
     done = [_record("softmax+ape", s, 0.8) for s in range(8)] + [_record("softmax+krpe", s, 0.8) for s in range(3)]
-    fig = plots.accuracy_vs_cost(plots.accuracy_cost_points(done, None), "t")
+    fig = cost_plots.accuracy_vs_cost(cost_plots.accuracy_cost_points(done, None), "t")
     assert {t.get_text() for t in fig.axes[0].texts} == {"ape (8)", "krpe (3)"}
     assert "their number in brackets" in fig._suptitle.get_text() and "8 seeds" not in fig._suptitle.get_text()
     plt.close(fig)
-    fig = plots.accuracy_vs_cost(plots.accuracy_cost_points(done[:8], None), "t")
+    fig = cost_plots.accuracy_vs_cost(cost_plots.accuracy_cost_points(done[:8], None), "t")
     assert "mean over 8 seeds" in fig._suptitle.get_text() and {t.get_text() for t in fig.axes[0].texts} == {"ape"}
     plt.close(fig)
+
+
+def test_accuracy_vs_cost_labels_never_overlap_and_a_long_bar_is_cut_with_its_end_written():
+    """Crowded points get labels at least LABEL_GAP of the axis apart; a collapsed run is left out of
+    its variant's mean (and said so); a seed range far below the rest is cut at the axis with its low end."""
+    done = [_record(v, s, 0.90 + 0.0001 * s) for v in VARIANTS for s in (0, 1, 2)]
+    done += [_record("relu+krpe", 3, 0.70)]  # one bad seed: its range reaches 70 %
+    done += [_record("favor+rope_mixed", 9, 0.10)]  # collapsed
+    points = cost_plots.accuracy_cost_points(done, None, collapsed={("favor+rope_mixed", 9)})
+    favor = next(p for p in points if p["variant"] == "favor+rope_mixed")
+    assert favor["collapsed"] == 1 and favor["low"] > 89
+    fig = cost_plots.accuracy_vs_cost(points, "t")
+    for axis in fig.axes:
+        low, high = axis.get_ylim()
+        assert low > 80  # not stretched to the cut range
+        labels = [t for t in axis.texts if not t.get_text().startswith("↓")]
+        heights = sorted(t.xyann[1] for t in labels)
+        assert all(b - a >= cost_plots.LABEL_GAP * (high - low) - 1e-9 for a, b in zip(heights, heights[1:]))
+        assert all(low <= h <= high for h in heights)
+    texts = {t.get_text() for a in fig.axes for t in a.texts}
+    assert "↓ 70.0" in texts and any("[1 collapsed, left out]" in t for t in texts)
+    plt.close(fig)
+
+
+def test_label_heights_keep_their_order_and_stay_inside():
+    heights = cost_plots.label_heights([5.0, 5.0, 5.0, 1.0], 0.0, 6.0, 1.0)
+    assert heights[3] == min(heights)  # the lowest point keeps the lowest label
+    ordered = sorted(heights)
+    assert all(b - a >= 1.0 - 1e-12 for a, b in zip(ordered, ordered[1:]))
+    assert 0.0 <= min(heights) and max(heights) <= 6.0
+    assert cost_plots.label_heights([], 0, 1, 0.1) == []
