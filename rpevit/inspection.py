@@ -16,15 +16,17 @@ from .run import Run
 from .variants import parse_variant
 
 
-def inspection_targets(params, found: list[dict], seed: int = 0, has_weights=None) -> list[dict]:
-    """What to inspect: one finished run per variant and dataset (its lowest seed) among `found`
-    whose weights can be loaded here (`has_weights(record)`, default runs.inspectable_here: a checkpoint
-    here or weights kept in the repository), or — when
+def inspection_targets(
+    params, found: list[dict], seed: int = 0, has_weights=None, every_seed: bool = False
+) -> list[dict]:
+    """What to inspect: one finished run per variant and dataset (its lowest seed; `every_seed`: each
+    seed, for the explorer's choice) among `found` whose weights can be loaded here (`has_weights(record)`,
+    default runs.inspectable_here: a checkpoint here or weights kept in the repository), or — when
     there is none — every variant × dataset of the preset at init (seed `seed`). Each target:
     variant, dataset, seed, record (None: untrained) and a label naming it."""
     from .runs import inspectable
 
-    first = inspectable(params, found, has_weights)
+    first = inspectable(params, found, has_weights, every_seed)
     if first:
         return [
             {
@@ -65,18 +67,21 @@ class MapSource:
     available on this machine are left out, with a message naming it.
     """
 
-    def __init__(self, params, found: list[dict], seed: int = 0, device="cpu", max_models: int = 8):
+    def __init__(
+        self, params, found: list[dict], seed: int = 0, device="cpu", max_models: int = 8, every_seed: bool = False
+    ):
         from . import runs
 
         self.params, self.device, self._runs = params, torch.device(device), runs
         self.datasets, self.missing = {}, []  # missing: datasets whose files are not on this machine
-        for name in dict.fromkeys(t["dataset"] for t in inspection_targets(params, found, seed)):
+        targets = inspection_targets(params, found, seed, every_seed=every_seed)
+        for name in dict.fromkeys(t["dataset"] for t in targets):
             try:
                 self.datasets[name] = runs.dataset_for(params, name, device="cpu")
             except UserError as exc:
                 self.missing.append(name)
                 print(f"Dataset {name} is not available here, so its runs are left out.\n{exc}")
-        self.targets = {t["label"]: t for t in inspection_targets(params, found, seed) if t["dataset"] in self.datasets}
+        self.targets = {t["label"]: t for t in targets if t["dataset"] in self.datasets}
         self.note = runs.weightless_note(params, found)
         self.trained = any(t["record"] is not None for t in self.targets.values())
         self.model = functools.lru_cache(maxsize=max_models)(self._model)

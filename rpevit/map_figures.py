@@ -1,6 +1,8 @@
-"""Drawing attention maps: a map over an image or on its own colour scale (`show_map`, `as_picture`),
-the explorer's figure of one query's attention (`query_figure`, on the fixed `uniform_scale`) and
-the name of a token (`describe_query`). The notebooks' other figures are in `plots`."""
+"""Drawing attention maps: a map over an image or on a given colour scale (`show_map`, `as_picture`),
+notebook 30's grid of every head with one colour scale per row (`attention_grid`) and two variants'
+maps side by side on one shared scale (`side_by_side`), the explorer's figure of one query's
+attention (`query_figure`, on the fixed `uniform_scale`) and the name of a token (`describe_query`).
+The notebooks' other figures are in `plots`."""
 
 from __future__ import annotations
 
@@ -14,14 +16,19 @@ def as_picture(raw: torch.Tensor) -> np.ndarray:
 
 
 def show_map(
-    ax, values: np.ndarray, image: np.ndarray | None = None, signed: bool | None = None, colorbar: bool | None = None
+    ax,
+    values: np.ndarray,
+    image: np.ndarray | None = None,
+    signed: bool | None = None,
+    colorbar: bool | None = None,
+    limit: float | None = None,
 ):
-    """imshow a map on its own colour scale (min … max), over the image if given. Signed maps (`signed`,
-    default: any value < 0) use a diverging scale centred at 0 and get a colour bar unless
-    colorbar=False. Returns the image artist."""
+    """imshow a map, over the image if given: on 0 … `limit` (default: its own maximum), or for signed
+    maps (`signed`, default: any value < 0) on a diverging scale −limit … limit centred at 0, with a
+    colour bar unless colorbar=False (default: signed maps only). Returns the image artist."""
     signed = bool(values.min() < 0) if signed is None else signed
-    limit = float(np.abs(values).max()) or 1.0
-    kwargs = dict(cmap="RdBu_r", vmin=-limit, vmax=limit) if signed else dict(cmap="inferno")
+    limit = (float(np.abs(values).max()) or 1.0) if limit is None else limit
+    kwargs = dict(cmap="RdBu_r", vmin=-limit, vmax=limit) if signed else dict(cmap="inferno", vmin=0.0, vmax=limit)
     if image is None:
         artist = ax.imshow(values, **kwargs)
     else:
@@ -34,6 +41,85 @@ def show_map(
         bar = ax.figure.colorbar(artist, ax=ax, fraction=0.046, pad=0.03)
         bar.ax.tick_params(labelsize=5)
     return artist
+
+
+def _bar(fig, artist, axes, label: str):
+    bar = fig.colorbar(artist, ax=axes, fraction=0.03, pad=0.01, aspect=12)
+    bar.ax.tick_params(labelsize=5)
+    bar.set_label(label, fontsize=6)
+
+
+def _clean(axes) -> None:
+    for ax in np.ravel(axes):
+        ax.set_xticks([])
+        ax.set_yticks([])
+
+
+def attention_grid(pictures, captions, per_layer: dict, heads: int, title: str):
+    """Rows: each image × each layer of `per_layer` ({layer: (images, heads, H, W) weights}); columns:
+    the image (captioned), each head's map, the mean of the heads over the image. One colour scale
+    per row — 0 … the row's largest weight, or −m … m centred at 0 when any weight of the figure is
+    negative (post-map rotations) — with its colour bar, so heads of a row compare by colour."""
+    import matplotlib.pyplot as plt
+
+    layers = sorted(per_layer)
+    signed = any(bool((np.asarray(per_layer[layer]) < 0).any()) for layer in layers)
+    nrows, ncols = len(pictures) * len(layers), heads + 2
+    fig, axes = plt.subplots(
+        nrows, ncols, figsize=(1.8 * ncols + 0.6, 1.7 * nrows), squeeze=False, layout="constrained"
+    )
+    for i, picture in enumerate(pictures):
+        for j, layer in enumerate(layers):
+            row = axes[i * len(layers) + j]
+            values = np.asarray(per_layer[layer][i])  # (heads, H, W)
+            limit = float(np.abs(values[:heads]).max()) or 1.0
+            row[0].imshow(picture, cmap="gray" if picture.ndim == 2 else None)
+            row[0].set_title(captions[i], fontsize=6.5)
+            row[0].set_ylabel(f"layer {layer}", fontsize=8)
+            for h in range(heads):
+                artist = show_map(row[1 + h], values[h], signed=signed, colorbar=False, limit=limit)
+                row[1 + h].set_title(f"head {h}", fontsize=7)
+            show_map(row[-1], values[:heads].mean(0), image=picture, signed=signed, colorbar=False, limit=limit)
+            row[-1].set_title("mean of heads", fontsize=7)
+            _bar(fig, artist, list(row[1:]), "weight")
+    _clean(axes)
+    fig.suptitle(title, fontsize=9)
+    return fig
+
+
+def side_by_side(pictures, captions, maps: dict, layer: int, title: str):
+    """Two (or more) variants' head-averaged maps of one layer for the same images, on one colour
+    scale shared by every map panel (one colour bar): rows are images; columns the image and each
+    variant of `maps` ({variant: (images, H, W) weights}) over it, then each variant's map alone."""
+    import matplotlib.pyplot as plt
+
+    names = list(maps)
+    values = {name: np.asarray(maps[name]) for name in names}
+    signed = any(bool((v < 0).any()) for v in values.values())
+    limit = max(float(np.abs(v).max()) for v in values.values()) or 1.0
+    ncols = 1 + 2 * len(names)
+    fig, axes = plt.subplots(
+        len(pictures), ncols, figsize=(1.9 * ncols + 0.6, 1.8 * len(pictures)), squeeze=False, layout="constrained"
+    )
+    for i, picture in enumerate(pictures):
+        row = axes[i]
+        row[0].imshow(picture, cmap="gray" if picture.ndim == 2 else None)
+        row[0].set_title(captions[i], fontsize=6.5)
+        for k, name in enumerate(names):
+            show_map(row[1 + k], values[name][i], image=picture, signed=signed, colorbar=False, limit=limit)
+            artist = show_map(row[1 + len(names) + k], values[name][i], signed=signed, colorbar=False, limit=limit)
+            if i == 0:
+                row[1 + k].set_title(f"{name}\nover the image", fontsize=7)
+                row[1 + len(names) + k].set_title(name, fontsize=7)
+    _bar(fig, artist, list(axes[:, 1:].ravel()), f"weight (layer {layer}, mean of heads; one scale)")
+    _clean(axes)
+    fig.suptitle(title, fontsize=9)
+    return fig
+
+
+def caption(index: int, truth: str, prediction: str) -> str:
+    """A test image's caption: its index, true class and the model's prediction (✗ when wrong)."""
+    return f"test #{index}: {truth}" + ("" if truth == prediction else f"\npredicted {prediction} ✗")
 
 
 def describe_query(grid, query: int) -> str:
@@ -54,6 +140,7 @@ def uniform_scale(num_keys: int, octaves: int = UNIFORM_OCTAVES) -> dict:
     near-uniform map reads as near-uniform."""
     ticks = list(range(-octaves, octaves + 1, 2))
     labels = [f"{2.0**t / num_keys:.2g}" + (f" = 1/{num_keys} (uniform)" if t == 0 else "") for t in ticks]
+    labels[0], labels[-1] = f"≤ {labels[0]}", f"≥ {labels[-1]} (saturated)"  # the ends hold everything beyond
     return dict(
         colorscale="RdBu",
         reversescale=True,

@@ -270,18 +270,18 @@ def keep_weights(params: Params, found: list[dict], runs_root=None, reports_root
     return lines or [f"preset {params.name} has no finished run yet: nothing to keep"]
 
 
-def inspectable(params: Params, found: list[dict], has_weights=None) -> list[dict]:
-    """One finished run per variant and dataset (its lowest seed) among `found` whose weights can be
-    loaded here (`has_weights(record)`, default inspectable_here: a checkpoint here or kept weights),
-    in the preset's order of datasets and variants."""
+def inspectable(params: Params, found: list[dict], has_weights=None, every_seed: bool = False) -> list[dict]:
+    """One finished run per variant and dataset (its lowest seed; `every_seed`: each of its seeds) among
+    `found` whose weights can be loaded here (`has_weights(record)`, default inspectable_here: a
+    checkpoint here or kept weights), in the preset's order of datasets and variants, then by seed."""
     has_weights = has_weights or (lambda record: inspectable_here(params, record))
-    first: dict[tuple[str, str], dict] = {}
+    chosen: dict[tuple, dict] = {}
     for r in sorted((r for r in found if r.get("status") == "finished"), key=lambda r: r["seed"]):
         if has_weights(r):
-            first.setdefault((r["dataset"], r["variant"]), r)
+            chosen.setdefault((r["dataset"], r["variant"]) + ((r["seed"],) if every_seed else ()), r)
     places = ((d, parse_variant(v).name) for d in params.datasets for v in params.variants)
     order = {place: i for i, place in enumerate(places)}
-    return sorted(first.values(), key=lambda r: order.get((r["dataset"], r["variant"]), len(order)))  # preset order
+    return sorted(chosen.values(), key=lambda r: (order.get((r["dataset"], r["variant"]), len(order)), r["seed"]))
 
 
 def weightless_note(params, found: list[dict], has_weights=None) -> str:

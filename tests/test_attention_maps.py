@@ -148,6 +148,8 @@ def test_inspection_targets_untrained_then_finished(tiny_params):
     found = [record, {**record, "status": "diverged"}, {**record, "seed": 1}]
     (target,) = inspection.inspection_targets(tiny_params, found, has_weights=lambda r: True)  # one seed per variant
     assert target["record"] is record and "test top-1 50.0%, 3 ep" in target["label"]
+    every = inspection.inspection_targets(tiny_params, found, has_weights=lambda r: True, every_seed=True)
+    assert [t["seed"] for t in every] == [0, 1] and len({t["label"] for t in every}) == 2  # the explorer's seed choice
     # a kept record without its checkpoint on this machine: the untrained models, and a note naming the variant
     assert all(t["record"] is None for t in inspection.inspection_targets(tiny_params, found))
     note = runs.weightless_note(tiny_params, found)
@@ -226,6 +228,40 @@ def test_show_map_colour_bar_on_signed_maps():
         5,
         3,
     )
+
+
+def test_attention_grid_shares_one_colour_scale_per_row_with_a_colour_bar():
+    rng = np.random.default_rng(0)
+    per_layer = {0: rng.random((2, 3, 4, 4)), 3: 5 * rng.random((2, 3, 4, 4))}  # layer 3's weights 5× larger
+    pictures = [np.zeros((16, 16)), np.zeros((16, 16))]
+    captions = [map_figures.caption(0, "Bag", "Bag"), map_figures.caption(1, "Coat", "Shirt")]
+    assert captions == ["test #0: Bag", "test #1: Coat\npredicted Shirt ✗"]
+    fig = map_figures.attention_grid(pictures, captions, per_layer, heads=3, title="t")
+    images = [a for a in fig.axes if a.images and a.get_title().startswith("head")]
+    for row, (image, layer) in enumerate([(0, 0), (0, 3), (1, 0), (1, 3)]):
+        heads = images[3 * row : 3 * row + 3]
+        limits = {h.images[0].get_clim() for h in heads}
+        assert limits == {(0.0, float(per_layer[layer][image].max()))}  # one scale for the row's heads
+    bars = [a for a in fig.axes if a.get_label() == "<colorbar>"]
+    assert len(bars) == 4  # one per row
+    plt.close(fig)
+
+
+def test_side_by_side_puts_both_variants_on_one_scale():
+    maps = {"softmax+ape": np.full((2, 4, 4), 0.1), "favor+ape": np.full((2, 4, 4), 0.4)}
+    fig = map_figures.side_by_side([np.zeros((16, 16))] * 2, ["a", "b"], maps, layer=3, title="t")
+    panels = [a for a in fig.axes if a.images and a.images[-1].get_cmap().name == "inferno"]
+    assert len(panels) == 2 * 2 * 2  # images × variants × (over the image, alone)
+    limits = {a.images[-1].get_clim() for a in panels}
+    assert limits == {(0.0, 0.4)}  # every map panel on the shared scale, set by the larger variant
+    assert sum(a.get_label() == "<colorbar>" for a in fig.axes) == 1
+    plt.close(fig)
+
+
+def test_the_explorer_scale_says_where_it_saturates():
+    ticks = map_figures.uniform_scale(50)["colorbar"]["ticktext"]
+    assert ticks[0].startswith("≤ ") and ticks[-1].startswith("≥ 0.32") and "saturated" in ticks[-1]
+    assert "1/50 (uniform)" in ticks[len(ticks) // 2]
 
 
 def test_map_source_names_a_dataset_whose_files_are_missing(tiny_params, monkeypatch, capsys):
