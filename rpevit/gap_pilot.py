@@ -21,6 +21,11 @@ from .tables import markdown_table, signed
 GO_GAP = 1.5  # a Performer behind softmax by at least this many points at the longest budget: go on
 DD_SD_FLOOR = 0.83  # points: the smallest SD of a difference of differences the seed count is planned on
 PERFORMERS = ("favor", "relu")
+# the pre-registered order of pilots (params/canvas_gap_pilot.yaml): what follows a NO-GO on each task
+NEXT_AFTER_NO_GO = {
+    "fashion_mnist_canvas40": "the 56×56 canvas (params/canvas56_gap_pilot.yaml), then the FAVOR+ feature dial",
+    "fashion_mnist_canvas56": "the FAVOR+ feature-count dial (16, then 8 features) on the 56×56 canvas",
+}
 
 
 def budget_top1(records_: list[dict]) -> dict[tuple[str, int, int], float]:
@@ -110,8 +115,9 @@ def seeds_needed(gap: float, sd: float, confidence: float = 0.95, cap: int = 200
     return None
 
 
-def decision(rows: list[dict], longest: int, complete: bool) -> str:
-    """The go/no-go line of the preset's rule, with the numbers it read."""
+def decision(rows: list[dict], longest: int, complete: bool, dataset: str = "fashion_mnist_canvas40") -> str:
+    """The go/no-go line of the preset's rule, with the numbers it read (and, on NO-GO, the next pilot
+    of the pre-registered order for this `dataset`)."""
     at_end = [r for r in rows if r["epochs"] == longest and r["seeds"] > 0]
     if not at_end:
         return f"**Go/no-go: not decided yet** — no Performer–softmax pair has finished {longest} epochs."
@@ -128,7 +134,9 @@ def decision(rows: list[dict], longest: int, complete: bool) -> str:
         )
     return (
         f"**NO-GO{status}**: no Performer is behind softmax by ≥ {GO_GAP} points at {longest} epochs. Mean gaps "
-        f"with APE: {gaps}. Next by the pre-registered order: the 56×56 canvas, then the FAVOR+ feature dial."
+        f"with APE: {gaps}. Next by the pre-registered order: "
+        + NEXT_AFTER_NO_GO.get(dataset, "none left: no pilot opened a gap, and that is the answer")
+        + "."
     )
 
 
@@ -183,7 +191,7 @@ def write_report(preset: str, reports_root=None) -> list[str]:
         "the variants, seeds, recipe, budgets, the go/no-go rule and the seed rule. "
         f"{finished} of {planned} runs finished.",
         "",
-        decision(rows, longest, finished == planned),
+        decision(rows, longest, finished == planned, params.datasets[0]),
         "",
         factorial_seeds(rows, longest),
         "",

@@ -70,3 +70,25 @@ def test_the_report_is_written_from_the_records(tmp_path, monkeypatch):
     assert "**GO**: favor is behind softmax by 1.80 points at 32 epochs" in text
     assert "| favor+ape | 2 | 79 | 83 | 84.40 |" in text  # the per-run table, budgets from the branches
     assert (tmp_path / "canvas_gap_pilot" / "pilot_gaps.csv").is_file()
+
+
+def test_a_no_go_names_the_next_pilot_of_the_pre_registered_order():
+    rows = gap_pilot.gap_rows(gap_pilot.budget_top1(_found(-1.0, -0.5)), [8, 16, 32], [1, 2])
+    after_40 = gap_pilot.decision(rows, 32, True, "fashion_mnist_canvas40")
+    after_56 = gap_pilot.decision(rows, 32, True, "fashion_mnist_canvas56")
+    assert "params/canvas56_gap_pilot.yaml" in after_40 and "feature-count dial" in after_56
+    assert "no pilot opened a gap" in gap_pilot.decision(rows, 32, True, "something_else")
+
+
+def test_the_56_pilot_is_the_40_pilot_on_the_larger_canvas():
+    """Pre-registered to differ from the 40×40 pilot only in its task."""
+    import dataclasses
+
+    from rpevit.params import load_params
+
+    forty, fifty_six = load_params("canvas_gap_pilot"), load_params("canvas56_gap_pilot")
+    assert fifty_six.datasets == ("fashion_mnist_canvas56",)
+    same = ("variants", "seeds", "model", "train", "data", "order", "keep_records")
+    assert {k: getattr(fifty_six, k) for k in same} == {k: getattr(forty, k) for k in same}
+    renamed = dataclasses.replace(fifty_six, name=forty.name, description=forty.description, datasets=forty.datasets)
+    assert renamed == forty
