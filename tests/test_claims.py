@@ -226,7 +226,7 @@ def test_protocol_reads_the_preset_and_the_records():
     assert row["runs finished"] == "2 of 3" and row["trained on"] == "cpu fp32 (1), cuda bf16 (1)"
     assert "no finished run" in claims.protocol_rows(params, [])[0]["test images"]
     text = claims.protocol_text(params)
-    assert f"±{claims.registry.MARGIN_POINTS:g} point" in text and f"±{claims.registry.MARGIN_TIME_PCT:g} %" in text
+    assert f"±{claims.registry.MARGIN_POINTS:g} point" in text and "0.80–1.20× the other's inference time" in text
     assert f"{len(claims.CLAIMS)} claims" in text and "Performer − softmax (positive = Performer ahead)" in text
 
 
@@ -305,8 +305,12 @@ def test_effects_and_undecided_rows_state_their_direction():
     assert claims.interval_reading(_tested(3.0, 2.0, 4.0, kind="at_least")).endswith(", wholly beyond −1 point")
     assert claims.verdict_text(_tested(0.3, 0.1, 0.5, verdict="supported")) == "supported"
     slower = dict(_tested(174.0, 131.0, 217.0), measure=claims.TIME, verdict="undecided", reason=claims.BUSY)
-    assert claims.effect_words(slower) == "favor (Performer) slower by 174.0 % inference time [131.0, 217.0]"
+    assert claims.effect_words(slower) == "favor (Performer) at 2.74× softmax's time [2.31, 3.17]"  # one time unit
     assert claims.verdict_text(slower) == "undecided: busy machine"
+    reading = claims.interval_reading(dict(slower, margin=20.0, kind="equal"))
+    assert reading == "interval excludes 1×: favor (Performer) slower, wholly beyond 0.80–1.20× time"
+    crossing = claims.interval_reading(dict(_tested(10.0, -5.0, 25.0), measure=claims.TIME, margin=20.0))
+    assert crossing == "interval spans 1×: direction unclear; crossing the 0.80–1.20× time margin"
     assert claims.effect_words(_tested(float("nan"), float("nan"), float("nan"))) == ""
 
 
@@ -407,13 +411,13 @@ def _sweep(speed: dict[int, float], noise: float = 0.03, batches: int = 6) -> li
 
 def test_speed_crossover_verdicts_follow_the_planted_crossover():
     def verdict(speed):
-        rows = claims.crossover_rows(claims.speedups(_sweep(speed)))
+        rows = claims.crossover_rows(claims.time_ratios(_sweep(speed)))
         assert len(rows) == 1 and rows[0]["source"] == claims.S000_SPEED
         return rows[0]
 
     at_256 = verdict({16: 0.5, 64: 0.8, 256: 1.6, 1024: 4.0})
     assert at_256["verdict"] == "supported" and at_256["measured from (tokens)"] == 256
-    assert abs(at_256["effect"] - 1.6) < 0.1
+    assert abs(at_256["effect"] - 1 / 1.6) < 0.04  # time × softmax: a 1.6× speed-up is 0.625× the time
     early = verdict({16: 0.5, 64: 1.5, 256: 2.0, 1024: 4.0})
     assert early["verdict"] == "contradicted" and early["reason"] == "faster already at 64 tokens"
     assert claims.verdict_text(early) == "contradicted (faster already at 64 tokens)"
@@ -426,14 +430,18 @@ def test_speed_crossover_verdicts_follow_the_planted_crossover():
     assert tie["verdict"] == "inconclusive"
 
 
-def test_speedups_give_intervals_around_the_planted_ratio():
-    rows = claims.speedups(_sweep({64: 0.5, 1024: 3.0}))
+def test_time_ratios_give_intervals_around_the_planted_ratio_in_the_one_time_unit():
+    """time × softmax = Performer time / softmax time (> 1: slower): a Performer planted 2× slower reads 2."""
+    rows = claims.time_ratios(_sweep({64: 0.5, 1024: 3.0}))
     assert [r["reading"] for r in rows] == ["slower", "faster"]
-    for row, planted in zip(rows, (0.5, 3.0)):
-        assert row["low"] < row["speedup ×"] < row["high"]
+    for row, planted in zip(rows, (2.0, 1 / 3.0)):
+        assert row["low"] < row[claims.TIME_X] < row["high"]
         assert row["low"] < planted * 1.05 and planted * 0.95 < row["high"]
-    figure = claims.speedup_figure(rows)
+    figure = claims.time_ratio_figure(rows)
     assert len(figure.axes[0].lines) >= 3  # the series, 1× and the claimed crossover
+    assert "> 1: slower" in figure.axes[0].get_ylabel()
+    crossover = claims.crossover_table(claims.crossover_rows(rows))
+    assert any("time × softmax" in key and "> 1: slower" in key for key in crossover[0])
 
 
 def test_baseline_text_states_the_softmax_level_with_its_interval():
@@ -477,8 +485,8 @@ def test_a_speed_sweep_on_a_busy_machine_gives_no_verdict():
         for t, speedup in {16: 0.5, 64: 0.8, 256: 1.6, 1024: 4.0}.items()
         for b, s in (("softmax", 1.0), ("relu", 1.0 / speedup))
     ]
-    quiet = claims.crossover_rows(claims.speedups(sweep))
-    loaded = claims.crossover_rows(claims.speedups(sweep), busy_machine=True)
+    quiet = claims.crossover_rows(claims.time_ratios(sweep))
+    loaded = claims.crossover_rows(claims.time_ratios(sweep), busy_machine=True)
     assert quiet[0]["verdict"] == "supported" and claims.verdict_text(loaded[0]) == "undecided: busy machine"
 
 

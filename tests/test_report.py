@@ -404,20 +404,21 @@ def test_secondary_claims_show_once_two_seeds_pair_them():
     assert findings.secondary_so_far(params, found[:0]) == ""
 
 
-def test_each_backend_has_one_colour_in_every_speed_figure():
+def test_the_speed_figure_draws_each_backend_in_its_variants_look():
+    """As every other figure: colour by leading method (APE), marker and line style by backend."""
     from matplotlib.colors import to_hex
 
-    from rpevit.claims import speedup_figure
-    from rpevit.report import METHOD_COLOURS, backend_colour
+    from rpevit.claims import TIME_X, time_ratio_figure
+    from rpevit.report import variant_style
 
-    colours = [backend_colour(b) for b in BACKENDS]
-    assert len(set(colours)) == len(colours) and not set(colours) & set(METHOD_COLOURS)
     rows = [
-        {"backend": b, "tokens": t, "speedup ×": 1.5, "low": 1.2, "high": 1.8}
-        for b in ("relu", "favor")
-        for t in (16, 64)
+        {"backend": b, "tokens": t, TIME_X: 1.5, "low": 1.2, "high": 1.8} for b in ("relu", "favor") for t in (16, 64)
     ]
-    fig = speedup_figure(rows)  # relu drawn first: its colour is still relu's, not the first in a cycle
-    drawn = {bars.get_label(): to_hex(bars.lines[0].get_color()) for bars in fig.axes[0].containers}
-    assert drawn == {"favor": backend_colour("favor"), "relu": backend_colour("relu")}
+    fig = time_ratio_figure(rows)  # relu drawn first: its look is still relu+ape's, not the first in a cycle
+    drawn = {bars.get_label(): bars.lines[0] for bars in fig.axes[0].containers}
+    assert set(drawn) == {"favor+ape", "relu+ape"}
+    for label, line in drawn.items():
+        style = variant_style(label)
+        assert to_hex(line.get_color()) == to_hex(style["color"]) and line.get_marker() == style["marker"]
+        assert line.get_linestyle() == style["linestyle"] or style["linestyle"] not in ("-", "--", ":", "-.")
     plt.close(fig)

@@ -15,7 +15,7 @@ The margins and α of the seeds' claims: `rpevit.claims.registry` (ALPHA, MARGIN
 from ..bench import read_speed
 from .design_answer import design_answer_text
 from .evaluation import RULED_OUT, correctness, evaluate_claims, family_size, mark_unplanned, missing_runs
-from .figures import VERDICT_STYLES, forest_figure, speedup_figure
+from .figures import VERDICT_STYLES, forest_figure, time_ratio_figure
 from .narration import (
     EFFECT_HEADER,
     SIGN,
@@ -60,7 +60,7 @@ from .registry import (
     claims_for,
     design_claims,
 )
-from .speed import BUSY, CROSSOVER_TOKENS, crossover_rows, speedups
+from .speed import BUSY, CROSSOVER_TOKENS, TIME_X, crossover_rows, time_ratios
 
 __all__ = [
     "BUSY",
@@ -81,6 +81,7 @@ __all__ = [
     "SIGN",
     "SUPPORTED",
     "TIME",
+    "TIME_X",
     "TOP1",
     "UNDECIDED",
     "VERDICTS",
@@ -114,8 +115,8 @@ __all__ = [
     "run_table",
     "seed_table",
     "speed_text",
-    "speedup_figure",
-    "speedups",
+    "time_ratio_figure",
+    "time_ratios",
     "verdict_counts",
     "verdict_text",
 ]

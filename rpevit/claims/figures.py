@@ -7,9 +7,9 @@ import math
 
 import numpy as np
 
-from .narration import SIGN, effect_words, performer_vs_exact, verdict_text
+from .narration import SIGN, effect_words, performer_vs_exact, time_multiple, verdict_text
 from .registry import ALPHA, CONTRADICTED, INCONCLUSIVE, NO_DATA, NOT_TESTABLE, SUPPORTED, TOP1, UNDECIDED
-from .speed import CROSSOVER_TOKENS
+from .speed import CROSSOVER_TOKENS, TIME_X
 
 VERDICT_STYLES = {  # verdict → (colour, marker)
     SUPPORTED: ("tab:green", "o"),
@@ -28,20 +28,31 @@ def _panels(rows: list[dict]) -> list[tuple[str, str, list[dict]]]:
     return [(str(source), measure, panel) for (source, measure), panel in groups.items()]
 
 
-def _limits(panel: list[dict]) -> tuple[float, float]:
-    """This panel's own x range: every interval, effect and margin, and 0, with some room (±1 when the
-    panel has none of them)."""
-    values = [-1.0, 1.0] if not any(math.isfinite(r.get("effect", math.nan)) or r.get("margin") for r in panel) else []
-    values += [0.0] + [r[k] for r in panel for k in ("low", "high", "effect") if math.isfinite(r.get(k, math.nan))]
-    values += [s * r["margin"] for r in panel if r.get("margin") for s in (-1, 1)]
+def _limits(panel: list[dict], origin: float = 0.0) -> tuple[float, float]:
+    """This panel's own x range: every interval, effect and margin, and `origin`, with some room (±1
+    around it when the panel has none of them)."""
+    empty = not any(math.isfinite(r.get("effect", math.nan)) or r.get("margin") for r in panel)
+    values = [origin - 1.0, origin + 1.0] if empty else []
+    values += [origin] + [r[k] for r in panel for k in ("low", "high", "effect") if math.isfinite(r.get(k, math.nan))]
+    values += [origin + s * r["margin"] for r in panel if r.get("margin") for s in (-1, 1)]
     low, high = min(values), max(values)
     pad = 0.08 * (high - low or 2.0)
     return low - pad, high + pad
 
 
+def _as_time_multiple(row: dict) -> dict:
+    """A time claims row drawn in the one time unit: a's time × b's (1 + effect/100), the band around 1."""
+    out = dict(row)
+    for key in ("effect", "low", "high"):
+        if math.isfinite(row.get(key, math.nan)):
+            out[key] = time_multiple(row[key])
+    out["margin"] = row["margin"] / 100 if row.get("margin") else row.get("margin")
+    return out
+
+
 def _axis_label(panel: list[dict], measure: str) -> str:
     if measure != TOP1:
-        return "effect 100·(a/b − 1), % of inference time per image (positive: a slower; a = Performer)"
+        return "inference time per image × softmax's (> 1: slower; a = Performer)"
     if all(performer_vs_exact(r["comparison"]) for r in panel):
         differences = any(r["comparison"].differences for r in panel)
         return f"effect in points of test top-1: {SIGN}" + (
@@ -50,13 +61,15 @@ def _axis_label(panel: list[dict], measure: str) -> str:
     return "effect a − b in points of test top-1 (positive: a, the claim's first variant, ahead)"
 
 
-def _row(axis, y: float, row: dict, limits: tuple[float, float]) -> None:
+def _row(axis, y: float, row: dict, limits: tuple[float, float], origin: float = 0.0, words: str = "") -> None:
+    """One claims row at height y: its band around `origin` (no effect: 0; time multiples: 1), the
+    effect with its interval, and the verdict with `words` (default: effect_words of the row)."""
     margin, key = row.get("margin"), row["verdict"]
     if row["kind"] == "equal" and margin:
-        axis.fill_betweenx([y - 0.42, y + 0.42], -margin, margin, color=BAND, lw=0)
+        axis.fill_betweenx([y - 0.42, y + 0.42], origin - margin, origin + margin, color=BAND, lw=0)
     elif row["kind"] == "at_least" and margin is not None:
-        axis.fill_betweenx([y - 0.42, y + 0.42], -margin, limits[1], color=REGION, lw=0)
-        axis.plot([-margin, -margin], [y - 0.42, y + 0.42], color="tab:green", lw=0.8)
+        axis.fill_betweenx([y - 0.42, y + 0.42], origin - margin, limits[1], color=REGION, lw=0)
+        axis.plot([origin - margin] * 2, [y - 0.42, y + 0.42], color="tab:green", lw=0.8)
     if key in (NO_DATA, NOT_TESTABLE) or not math.isfinite(row.get("effect", math.nan)):
         axis.text(
             sum(limits) / 2,
@@ -75,7 +88,7 @@ def _row(axis, y: float, row: dict, limits: tuple[float, float]) -> None:
         axis.plot([row["low"], row["high"]], [y, y], color=colour, lw=2.2)
     axis.plot(row["effect"], y, marker=marker, color=colour, markersize=7, markeredgecolor="black", markeredgewidth=0.5)
     axis.annotate(
-        f"{key} · {effect_words(row)}" + (f" ({row['reason']})" if row.get("reason") else ""),
+        f"{key} · {words or effect_words(row)}" + (f" ({row['reason']})" if row.get("reason") else ""),
         (1.01, y),
         xycoords=axis.get_yaxis_transform(),
         va="center",
@@ -107,11 +120,13 @@ def forest_figure(rows: list[dict], title: str = ""):
         layout="constrained",
     )
     for axis, (source, measure, panel) in zip(axes[:, 0], panels):
-        limits = _limits(panel)
+        origin = 0.0 if measure == TOP1 else 1.0  # time: multiples of softmax's time, 1 = as fast
+        drawn = panel if measure == TOP1 else [_as_time_multiple(r) for r in panel]
+        limits = _limits(drawn, origin)
         positions = list(range(len(panel)))[::-1]
-        for y, row in zip(positions, panel):
-            _row(axis, y, row, limits)
-        axis.axvline(0, color="black", lw=0.8)
+        for y, row, original in zip(positions, drawn, panel):
+            _row(axis, y, row, limits, origin, effect_words(original))
+        axis.axvline(origin, color="black", lw=0.8)
         axis.set_xlim(*limits)
         axis.set_ylim(-0.7, max(len(panel), 1) - 0.3)
         labels = [r["claim"] + (f" · {r['dataset']}" if datasets else "") for r in panel]
@@ -136,38 +151,32 @@ def forest_figure(rows: list[dict], title: str = ""):
     return fig
 
 
-def speedup_figure(speedup_rows: list[dict], tokens: int = CROSSOVER_TOKENS, title: str = ""):
-    """Speedup of each Performer over softmax vs tokens (log-log) with its interval, 1× and the claimed
-    crossover marked. Returns the matplotlib figure."""
+def time_ratio_figure(rows: list[dict], tokens: int = CROSSOVER_TOKENS, title: str = ""):
+    """Each Performer's inference time as a multiple of softmax's (> 1: slower) vs tokens (log-log)
+    with its interval, 1× and the claimed crossover marked; each backend in its variant's look (with
+    APE, as every figure draws it). Returns the matplotlib figure."""
     import matplotlib.pyplot as plt
 
-    from ..report import backend_colour, plain_log_ticks, variant_style
+    from ..report import plain_log_ticks, variant_style
 
     fig, axis = plt.subplots(figsize=(7.5, 4.5), layout="constrained")
-    for backend in dict.fromkeys(r["backend"] for r in speedup_rows):
-        mine = sorted((r for r in speedup_rows if r["backend"] == backend), key=lambda r: r["tokens"])
-        y = np.array([r["speedup ×"] for r in mine])
+    for backend in dict.fromkeys(r["backend"] for r in rows):
+        mine = sorted((r for r in rows if r["backend"] == backend), key=lambda r: r["tokens"])
+        y = np.array([r[TIME_X] for r in mine])
         errors = [y - [r["low"] for r in mine], [r["high"] for r in mine] - y]
-        axis.errorbar(
-            [r["tokens"] for r in mine],
-            y,
-            yerr=errors,
-            capsize=3,
-            label=backend,
-            color=backend_colour(backend),  # as in notebook 60's patch sweep
-            marker=variant_style(f"{backend}+ape")["marker"],
-        )
+        style = variant_style(f"{backend}+ape")
+        axis.errorbar([r["tokens"] for r in mine], y, yerr=errors, capsize=3, label=f"{backend}+ape", **style)
     axis.axhline(1.0, color="black", lw=0.8)
     axis.axvline(tokens, color="grey", lw=0.8, ls="--", label=f"claimed crossover ({tokens} tokens)")
     axis.set_xscale("log")
     axis.set_yscale("log")
-    ticks = sorted({r["tokens"] for r in speedup_rows})
+    ticks = sorted({r["tokens"] for r in rows})
     axis.set_xticks(ticks, [str(t) for t in ticks], minor=False)
     axis.set_xticks([], minor=True)
     plain_log_ticks(axis)
     axis.set_xlabel("tokens (patch 8 → 1 on 32×32 images)")
-    axis.set_ylabel("softmax time / Performer time (>1: Performer faster)")
-    axis.set_title(title or f"Inference speedup over softmax, {100 * (1 - ALPHA):.0f}% intervals")
+    axis.set_ylabel("Performer time / softmax time (× softmax; > 1: slower)")
+    axis.set_title(title or f"Inference time × softmax's, {100 * (1 - ALPHA):.0f}% intervals")
     axis.grid(alpha=0.3, which="both")
     axis.legend(fontsize=8)
     return fig

@@ -107,12 +107,25 @@ def _unit(measure: str) -> str:
     return "points" if measure == TOP1 else "% inference time"
 
 
+def time_multiple(percent: float) -> float:
+    """A time claim's effect 100·(a/b − 1) as the one time unit of the reports: a's time × b's (> 1: slower)."""
+    return 1 + percent / 100
+
+
 def effect_words(row: dict) -> str:
     """The effect of a claims row in words with its interval, oriented to the side ahead:
-    'favor (Performer) ahead by 0.65 points [0.19, 1.12]'; '' without an effect."""
+    'favor (Performer) ahead by 0.65 points [0.19, 1.12]'; time as a multiple of the other side's:
+    'favor (Performer) at 1.84× softmax's time [1.74, 1.93]'; '' without an effect."""
     effect = row.get("effect", math.nan)
     if not math.isfinite(effect):
         return ""
+    if row["measure"] != TOP1:
+        a, b = side_names(row["comparison"])
+        text = f"{a} at {time_multiple(effect):.2f}× {b.split(' (')[0]}'s time"
+        low, high = row.get("low", math.nan), row.get("high", math.nan)
+        if not math.isfinite(low):
+            return text + " (no interval)"
+        return text + f" [{time_multiple(low):.2f}, {time_multiple(high):.2f}]"
     positive = effect >= 0
     digits = 2 if row["measure"] == TOP1 else 1
     text = (
@@ -127,8 +140,10 @@ def effect_words(row: dict) -> str:
 
 def _margin_text(row: dict) -> str:
     margin = row["margin"]
-    size = points(margin) if row["measure"] == TOP1 else f"{margin:g} %"
-    return f"±{size}" if row["kind"] == "equal" else f"−{size}"
+    if row["measure"] != TOP1:  # the one time unit: × the other's time
+        low, high = time_multiple(-margin), time_multiple(margin)
+        return f"{low:.2f}–{high:.2f}× time" if row["kind"] == "equal" else f"≤ {high:.2f}× time"
+    return f"±{points(margin)}" if row["kind"] == "equal" else f"−{points(margin)}"
 
 
 def interval_reading(row: dict) -> str:
@@ -139,22 +154,24 @@ def interval_reading(row: dict) -> str:
     if not math.isfinite(low):
         return "no interval"
     comparison, measure = row["comparison"], row["measure"]
+    none = "0" if measure == TOP1 else "1×"  # no effect: 0 points, or the same time (1× the other's)
     if low > 0:
-        text, known = f"interval excludes 0: {ahead(comparison, True, measure)}", True
+        text, known = f"interval excludes {none}: {ahead(comparison, True, measure)}", True
     elif high < 0:
-        text, known = f"interval excludes 0: {ahead(comparison, False, measure)}", True
+        text, known = f"interval excludes {none}: {ahead(comparison, False, measure)}", True
     else:
-        text, known = "interval spans 0: direction unclear", False
+        text, known = f"interval spans {none}: direction unclear", False
     if known and row["kind"] in ("greater", "less"):
         text += " as claimed" if (low > 0) == (row["kind"] == "greater") else ", against the claim"
     margin = row.get("margin")
     if margin:
         bounds = (-margin, margin) if row["kind"] == "equal" else (-margin,)
         crossed = [bound for bound in bounds if low < bound < high]
-        if crossed:
+        if crossed and measure != TOP1:
+            text += f"{', but' if known else ';'} crossing the {_margin_text(row)} margin"
+        elif crossed:
             value = f"±{margin:g}" if len(crossed) == 2 else f"{crossed[0]:+g}".replace("-", "−")
-            value += "-point" if measure == TOP1 else " %"
-            text += f"{', but' if known else ';'} crossing the {value} margin"
+            text += f"{', but' if known else ';'} crossing the {value}-point margin"
         elif row["kind"] == "equal" and -margin < low and high < margin:
             text += f", inside {_margin_text(row)}"
         else:
@@ -271,7 +288,7 @@ def crossover_table(crossover: list[dict]) -> list[dict]:
             "claim": r["claim"],
             "sweep (tokens)": f"{r['tokens'][0]}…{r['tokens'][1]}",
             "faster from (tokens)": r["measured from (tokens)"] or "never in the sweep",
-            f"speedup × at {CROSSOVER_TOKENS} tokens (>1: Performer faster)": r["effect"],
+            f"time × softmax at {CROSSOVER_TOKENS} tokens (> 1: slower)": r["effect"],
             "verdict": verdict_text(r),
         }
         for r in crossover
@@ -339,10 +356,11 @@ def protocol_text(params, claims=None) -> str:
             f"MLP {model.mlp_dim}, pool `{model.pool}`.",
             f"- {len(claims)} claims ({', '.join(f'{sum(c.kind == k for c in claims)} {k}' for k in kinds)}), each "
             f"tested on every dataset. Margins fixed before any result: ±{points(MARGIN_POINTS)} of top-1 and "
-            f"±{MARGIN_TIME_PCT:g} % of inference time for `equal` (equivalence, TOST) and `at_least` "
-            "(non-inferiority) claims.",
+            f"{time_multiple(-MARGIN_TIME_PCT):.2f}–{time_multiple(MARGIN_TIME_PCT):.2f}× the other's inference time "
+            "for `equal` (equivalence, TOST) and `at_least` (non-inferiority) claims.",
             "- Sign: every effect is a − b as the claim writes it; wherever a Performer meets softmax that is "
-            "Performer − softmax (positive = Performer ahead); time: 100·(a/b − 1), positive = a slower.",
+            "Performer − softmax (positive = Performer ahead); time: a's time × b's (> 1: a slower), tested as "
+            "100·(a/b − 1) over the benchmark's rounds.",
             f"- Intervals: {100 * (1 - ALPHA):.0f}% for `greater`/`less`, {100 * (1 - 2 * ALPHA):.0f}% for `equal`/"
             f"`at_least` (each bound a one-sided test at α = {ALPHA:g}), Student-t over per-seed contrasts (the seed "
             "is the unit of replication; time: over the rounds of the side-by-side speed benchmark). One Holm "
@@ -604,7 +622,7 @@ def speed_text(crossover: list[dict], where: str) -> str:
         start = row["measured from (tokens)"]
         since = f"faster from {start} tokens on" if start is not None else "never significantly faster"
         lines.append(
-            f"- `{row['backend']}`: {since}; {row['effect']:.2f}× softmax's speed at {CROSSOVER_TOKENS} tokens — "
+            f"- `{row['backend']}`: {since}; {row['effect']:.2f}× softmax's time at {CROSSOVER_TOKENS} tokens — "
             f"**{verdict_text(row)}**."
         )
     return "\n".join(lines)

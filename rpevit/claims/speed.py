@@ -5,7 +5,8 @@
   (rpevit.bench.variant_speeds): per round 100·(a/b − 1), a Student-t over rounds (evaluation);
 - seed 000 §5.3.3 ("Performers are faster than softmax only from ~256 tokens", a patch sweep on
   32×32 images) reads a timing sweep (rpevit.bench.patch_sweep, its `inference_batch_seconds`):
-  per size a ratio of geometric means with a Welch interval (stats.time_ratio), Holm over the sweep.
+  per size the Performer's time as a multiple of softmax's (a ratio of geometric means, > 1: slower)
+  with a Welch interval (stats.time_ratio), Holm over the sweep.
 A benchmark taken on a busy machine (rpevit.metrics.busy) gives no verdict: "undecided: busy machine".
 """
 
@@ -21,6 +22,7 @@ from .registry import ALPHA, CONTRADICTED, INCONCLUSIVE, S000_SPEED, SUPPORTED, 
 
 BUSY = "busy machine"
 CROSSOVER_TOKENS = 256
+TIME_X = "time × softmax"  # a Performer's time per batch as a multiple of softmax's (> 1: slower), the one time unit
 
 
 @dataclass(frozen=True)
@@ -47,21 +49,21 @@ def time_contrast(claim: Claim, speed: list[dict]) -> TimeContrast | None:
     return TimeContrast(100 * (ta / tb - 1), float(ta.mean()), float(tb.mean()), any(busy(r) for r in speed))
 
 
-def speedups(sweep: list[dict], baseline: str = "softmax", confidence: float = 1 - ALPHA) -> list[dict]:
-    """Per Performer backend and token count: how many times faster than `baseline` its inference is
-    (time ratio baseline / Performer, stats.time_ratio on the timed batches), with the interval, the
-    Holm-adjusted p over the sweep and the reading: faster, slower or undecided."""
+def time_ratios(sweep: list[dict], baseline: str = "softmax", confidence: float = 1 - ALPHA) -> list[dict]:
+    """Per Performer backend and token count: its inference time per batch as a multiple of `baseline`'s
+    ("time ×" = Performer / softmax, > 1: slower; stats.time_ratio on the timed batches), with the
+    interval, the Holm-adjusted p over the sweep and the reading: faster, slower or undecided."""
     times = {(r["backend"], r["tokens"]): r["inference_batch_seconds"] for r in sweep}
     rows = []
     for (backend, tokens), performer in times.items():
         if backend == baseline or (baseline, tokens) not in times:
             continue
-        ratio = stats.time_ratio(times[(baseline, tokens)], performer, confidence)
+        ratio = stats.time_ratio(performer, times[(baseline, tokens)], confidence)
         rows.append(
             {
                 "backend": backend,
                 "tokens": tokens,
-                "speedup ×": ratio["ratio"],
+                TIME_X: ratio["ratio"],
                 "low": ratio["low"],
                 "high": ratio["high"],
                 "p": ratio["p"],
@@ -71,7 +73,7 @@ def speedups(sweep: list[dict], baseline: str = "softmax", confidence: float = 1
     for row, adjusted in zip(rows, stats.holm([r["p"] for r in rows])):
         significant = adjusted < ALPHA
         row["p (Holm)"] = adjusted
-        row["reading"] = "faster" if significant and row["speedup ×"] > 1 else "slower" if significant else "undecided"
+        row["reading"] = "faster" if significant and row[TIME_X] < 1 else "slower" if significant else "undecided"
     return rows
 
 
@@ -107,7 +109,7 @@ def crossover_rows(speedup_rows: list[dict], tokens: int = CROSSOVER_TOKENS, bus
             if r["reading"] != "faster":
                 break
             measured = r["tokens"]
-        at = [r["speedup ×"] for r in mine if r["tokens"] == tokens]
+        at = [r[TIME_X] for r in mine if r["tokens"] == tokens]
         rows.append(
             {
                 "source": S000_SPEED,
