@@ -664,3 +664,31 @@ def test_a_row_whose_runs_the_design_ruled_out_says_so():
     # without the plan: only what the preset's variants say
     plain = {str(r["comparison"]): r for r in claims.mark_unplanned(evaluate_claims(found, _gap_table()), variants)}
     assert plain["relu+krpe − softmax+krpe"]["reason"] == "not run yet"
+
+
+def test_the_answer_figure_draws_only_the_pre_registered_contrasts():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from rpevit.claims.registry import design_source
+    from rpevit.params import load_params
+
+    params = load_params("fmnist_converged")
+    found = []
+    rng = np.random.default_rng(1)
+    for variant in params.variants[:6]:
+        for seed in range(1, 4):
+            found.append(
+                {"dataset": "fashion_mnist", "variant": variant, "seed": seed, "status": "finished",
+                 "top1": 0.9 + 0.002 * rng.standard_normal(), "epochs": params.train.epochs}
+            )  # fmt: skip
+    rows = evaluate_claims(found, claims.claims_for(params), datasets=params.datasets)
+    fig = claims.answer_figure(rows, params)
+    (axis,) = fig.axes
+    labels = [t.get_text() for t in axis.get_yticklabels()]
+    primary = [r["claim"] for r in rows if r["source"] == design_source(params)]
+    assert len(primary) == 6 and sorted(labels) == sorted(primary)  # the six contrasts, nothing else
+    plt.close(fig)
+    assert claims.answer_figure(rows, load_params("smoke")) is None  # no design, no answer figure

@@ -15,7 +15,7 @@ The margins and α of the seeds' claims: `rpevit.claims.registry` (ALPHA, MARGIN
 from ..bench import read_speed
 from .design_answer import design_answer_text
 from .evaluation import RULED_OUT, correctness, evaluate_claims, family_size, mark_unplanned, missing_runs
-from .figures import VERDICT_STYLES, forest_figure, time_ratio_figure
+from .figures import VERDICT_STYLES, answer_figure, forest_figure, time_ratio_figure
 from .narration import (
     EFFECT_HEADER,
     SIGN,
@@ -105,6 +105,7 @@ __all__ = [
     "family_size",
     "family_text",
     "forest_figure",
+    "answer_figure",
     "interval_reading",
     "mark_unplanned",
     "missing_runs",

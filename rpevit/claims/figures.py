@@ -180,3 +180,19 @@ def time_ratio_figure(rows: list[dict], tokens: int = CROSSOVER_TOKENS, title: s
     axis.grid(alpha=0.3, which="both")
     axis.legend(fontsize=8)
     return fig
+
+
+def answer_figure(rows: list[dict], params):
+    """The answer in one figure: a designed preset's pre-registered contrasts only — per Performer
+    backend its gap to softmax with APE and with the relative encoding, and how much of the gap the
+    encoding closes — each with its interval, margin band and verdict (Holm within that family), as
+    the forest plot draws them. Returns the matplotlib figure (None without a design)."""
+    from .registry import design_source
+
+    if not params.design.active:
+        return None
+    source = design_source(params)
+    primary = [r for r in rows if r["source"] == source]
+    fig = forest_figure(primary, f"{params.name}: the pre-registered answer")
+    fig.set_size_inches(13, 0.42 * len(primary) + 2.2)
+    return fig
