@@ -1,11 +1,16 @@
-"""Has a run converged? The plateau rule of the converged study: the best validation top-1
-gains less than `tolerance` points over the last `fraction` of the epochs. And a design's longer-budget
-check (design.plateau_check): its contrasts, paired by seed, against the study's at its own budget."""
+"""Has a study converged? Read as budget sensitivity: a design's longer-budget check
+(design.plateau_check) trains the primary variants longer, and each contrast's change, paired by seed,
+is tested against the spread of all the study's seeds (`change_test`: a twin trained longer behaves
+like an independent run, so a change has variance 2σ²/n). The plateau rule of the converged study
+(the best validation top-1 gaining less than `tolerance` points over the last `fraction` of the
+epochs) is kept per run as a description only: under a cosine cool-down the last epochs gain by design."""
 
 from __future__ import annotations
 
 import math
 import statistics
+
+from scipy import stats as scipy_stats
 
 from .catalog import grid, run_history, study_records
 from .data.info import DATASETS
@@ -154,13 +159,36 @@ def convergence_text(rows: list[dict], checked: bool = False) -> str:
     )
 
 
+CHANGE_ALPHA = 0.05  # two-sided, per contrast of the longer-budget check
+
+
+def change_test(changes: list[float], spread: list[float], confidence: float = 1 - CHANGE_ALPHA) -> dict:
+    """Did a contrast move with the longer budget? `changes`: per paired seed, long − short; `spread`: the
+    contrast's per-seed values at the short budget over all the study's seeds. A twin trained longer
+    behaves like an independent run (the fmnist_converged check: per-image agreement of same-seed twins
+    0.68 vs 0.64 across seeds), so under no change the mean of n changes has SD σ·√(2/n), σ the SD of
+    `spread` (df = its seeds − 1): a t-test of the mean change with its interval. {} when not computable."""
+    if not changes or len(spread) < 2:
+        return {}
+    sigma, df = statistics.stdev(spread), len(spread) - 1
+    mean = statistics.fmean(changes)
+    se = sigma * math.sqrt(2 / len(changes))
+    if se == 0:
+        return {}
+    t = mean / se
+    half = scipy_stats.t.ppf(0.5 + confidence / 2, df) * se
+    return {"mean": mean, "low": mean - half, "high": mean + half, "p": float(2 * scipy_stats.t.sf(abs(t), df))}
+
+
 def budget_check_rows(design, short: list[dict], long: list[dict]) -> list[dict]:
     """The longer-budget check (a design's plateau_check), per dataset and pre-registered contrast:
     the contrast (points, design.per_seed_contrast) on the seeds finished at both budgets, at the
     study's epochs (`short`: its analysed records) and at the check's (`long`), the per-seed changes
-    long − short and their mean, the study's 95 % t half-width of that contrast (design.half_widths,
-    over all its analysed seeds) and the reading fixed in the check's preset: "moved" when
-    |mean change| exceeds that half-width, else "holds" ("no paired seed yet" without one)."""
+    long − short and their mean; the reading fixed in the check's preset (descriptive): "moved" when
+    |mean change| exceeds the study's 95 % t half-width of that contrast (design.half_widths, over all its
+    analysed seeds), else "holds"; and, added after that preset was registered, the change tested against
+    all the study's seeds' spread (`change_test`: its 95 % interval, p and "changed" when p < CHANGE_ALPHA,
+    else "no change detected"). Both say "no paired seed yet" without one."""
 
     def accuracy(records, dataset):
         return {
@@ -177,7 +205,8 @@ def budget_check_rows(design, short: list[dict], long: list[dict]) -> list[dict]
             before, after = per_seed_contrast(contrast, at_short), per_seed_contrast(contrast, at_long)
             seeds = sorted(set(before) & set(after))
             changes = [after[s] - before[s] for s in seeds]
-            change = statistics.fmean(changes) if changes else math.nan
+            tested = change_test(changes, list(before.values()))
+            mean = statistics.fmean(changes) if changes else math.nan
             width = widths[contrast.name]
             rows.append(
                 {
@@ -187,9 +216,18 @@ def budget_check_rows(design, short: list[dict], long: list[dict]) -> list[dict]
                     "short budget (points)": statistics.fmean(before[s] for s in seeds) if seeds else math.nan,
                     "long budget (points)": statistics.fmean(after[s] for s in seeds) if seeds else math.nan,
                     "per-seed change (points)": ", ".join(f"{c:+.2f}" for c in changes) or "—",
-                    "mean change (points)": change,
+                    "mean change (points)": mean,
+                    "95% interval of the change": (f"[{tested['low']:+.2f}, {tested['high']:+.2f}]" if tested else "—"),
+                    "p (change)": tested.get("p", math.nan),
                     "short budget 95% half-width (points)": width,
-                    "reading": "no paired seed yet" if not seeds else ("moved" if abs(change) > width else "holds"),
+                    "reading": "no paired seed yet" if not seeds else ("moved" if abs(mean) > width else "holds"),
+                    "tested": (
+                        "no paired seed yet"
+                        if not seeds
+                        else "changed"
+                        if tested and tested["p"] < CHANGE_ALPHA
+                        else "no change detected"
+                    ),
                 }
             )
     return rows
@@ -216,8 +254,10 @@ def budget_check_text(rows: list[dict], check_runs: list[dict], name: str, plann
 
 
 def check_reading(rows: list[dict], long: int) -> str:
-    """One or two sentences: how many contrasts the check's reading rule calls moved (listing them,
-    with their mean change) or holding after `long` epochs (`rows`: budget_check_rows)."""
+    """Two sentences: the check's pre-registered reading (how many contrasts moved by more than the
+    study's 95 % half-width when training ran `long` epochs, listing them, and how many held), then the
+    test of the change against all the study's seeds' spread (`change_test`), added after the check was
+    registered (`rows`: budget_check_rows)."""
     paired = [r for r in rows if r["reading"] != "no paired seed yet"]
     if not paired:
         return "No contrast has a seed finished at both budgets yet."
@@ -225,12 +265,24 @@ def check_reading(rows: list[dict], long: int) -> str:
     listed = "; ".join(f"{r['contrast']} {r['mean change (points)']:+.2f} points" for r in moved)
     counts = sorted({len(r["paired seeds"].split(", ")) for r in paired})
     seeds = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
-    return (
+    text = (
         f"Of {len(paired)} contrast{'s' * (len(paired) != 1)} with paired seeds, {len(moved)} moved by more than "
         f"the study's 95 % half-width when training ran {long} epochs"
         + (f" ({listed})" if moved else "")
         + f", and {len(paired) - len(moved)} held. Descriptive: the check has {seeds} paired "
-        f"seed{'s' * (counts[-1] != 1)}{' per contrast' * (len(counts) > 1)}, too few to test a change."
+        f"seed{'s' * (counts[-1] != 1)}{' per contrast' * (len(counts) > 1)}, too few to test a change on its own."
+    )
+    tested = [r for r in paired if r.get("tested") in ("changed", "no change detected")]
+    if not tested:
+        return text
+    changed = [r for r in tested if r["tested"] == "changed"]
+    found = "; ".join(
+        f"{r['contrast']} {r['mean change (points)']:+.2f} points {r['95% interval of the change']}" for r in changed
+    )
+    return text + (
+        f" Tested against the spread of all the study's seeds (a twin trained longer behaves like a new run, so "
+        f"a change has SD σ·√(2/n); two-sided, α = {CHANGE_ALPHA:g} each; added after the check was registered): "
+        f"{len(changed)} of {len(tested)} changed" + (f" ({found})" if changed else "") + "."
     )
 
 

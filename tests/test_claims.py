@@ -528,7 +528,8 @@ def test_the_pre_registered_answer_states_scope_gaps_closing_cost_and_limits():
     text = claims.design_answer_text(params, rows, found, flat, speed)
     assert text.startswith("**Scope.** `toy` with the recipe of `params/fmnist_converged.yaml`")
     assert "(1,234 parameters), 26 epochs; 5 complete primary seeds (1, 2, 3, 4, 5)" in text
-    assert "The study is **not converged** by its own rule (0 of 30 runs reach a plateau" in text
+    assert "Convergence is read as budget sensitivity: whether the contrasts change when the primary" in text
+    assert "The plateau rule (best validation top-1 gaining" in text and "0 of 30 runs meet it" in text
     lines = text.splitlines()
     favor_ape = next(line for line in lines if line.startswith("- FAVOR+ gap with APE:"))
     gap = re.search(r"APE: −(\d+\.\d\d) points \[−(\d+\.\d\d), −(\d+\.\d\d)\]", favor_ape)  # the a − b sign
@@ -540,7 +541,7 @@ def test_the_pre_registered_answer_states_scope_gaps_closing_cost_and_limits():
     assert "**supported**" in closes and "(95 % interval, 5 seeds)" in closes
     assert "- `favor+ape` vs `softmax+ape`: inference 2.00× [2.00, 2.00], training 2.00× [" in text
     assert "- `relu+rope_mixed` vs `softmax+rope_mixed`: inference 1.00× [" in text
-    assert "whether the gaps hold at convergence" in text and "`fmnist_plateau_check`" in text
+    assert "smaller than its longer-budget check `fmnist_plateau_check` can detect" in text
     assert "**In short.** Of its 6 pre-registered contrasts: 4 supported, 1 contradicted, 1 inconclusive." in text
     family = next(line for line in lines if line.startswith("- claims the seeds cannot decide at their family's"))
     need = scipy_stats.t.isf(0.05 / 12, 4)  # 6 claims, 2 one-sided p-values each; 5 seeds
@@ -555,7 +556,7 @@ def test_the_pre_registered_answer_states_scope_gaps_closing_cost_and_limits():
 
     converged = [{"dataset": "toy", "plateau met": True}] * len(found)
     quiet = claims.design_answer_text(params, rows, found, converged, None)
-    assert "The study is converged by its own rule (30 of 30" in quiet and "whether the gaps hold" not in quiet
+    assert "30 of 30 runs meet it" in quiet and "whether the gaps hold" not in quiet
     assert "- not measured: no side-by-side speed benchmark of `fmnist_converged`" in quiet
     busy = [{**r, "load_average": 9.0, "cpu_count": 2.0} for r in speed]  # timed on a loaded machine: no interval
     loaded = claims.design_answer_text(params, rows, found, converged, busy)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from scipy import stats as scipy_stats
 
 from rpevit.convergence import convergence_rows, convergence_text
 
@@ -91,6 +92,14 @@ def test_the_budget_check_pairs_seeds_and_calls_a_contrast_moved_beyond_the_stud
     assert row["mean change (points)"] == pytest.approx(0.85) and row["reading"] == "holds"  # 0.85 < 1.24
     moved = dict(long) | {("favor+ape", 2): 0.925}  # changes +1.2, +2.0: mean 1.6 > 1.24
     assert budget_check_rows(_contrast_design(), _records(short, 26), _records(moved, 52))[0]["reading"] == "moved"
+    # tested against all seeds' spread: σ = SD(−1.0, −0.5, −1.5) = 0.5, df 2, se = σ·√(2/2)
+    assert row["tested"] == "no change detected"
+    assert row["p (change)"] == pytest.approx(2 * scipy_stats.t.sf(0.85 / 0.5, 2))
+    half_change = scipy_stats.t.ppf(0.975, 2) * 0.5
+    assert row["95% interval of the change"] == f"[{0.85 - half_change:+.2f}, {0.85 + half_change:+.2f}]"
+    far = dict(long) | {("favor+ape", 2): 0.96}  # changes +1.2, +5.0: mean 3.1, t = 6.2
+    changed = budget_check_rows(_contrast_design(), _records(short, 26), _records(far, 52))[0]
+    assert changed["tested"] == "changed" and changed["p (change)"] < 0.05
     (unpaired,) = budget_check_rows(_contrast_design(), _records(short, 26), [])
     assert unpaired["reading"] == "no paired seed yet" and unpaired["paired seeds"] == "—"
 
@@ -99,10 +108,12 @@ def test_the_budget_check_text_says_how_far_the_check_is_and_what_moved():
     from rpevit.convergence import budget_check_text
 
     rows = [
-        {"contrast": "gap A", "reading": "moved", "mean change (points)": 1.5, "paired seeds": "1, 2"},
-        {"contrast": "gap B", "reading": "holds", "mean change (points)": 0.1, "paired seeds": "1, 2"},
+        {"contrast": "gap A", "reading": "moved", "tested": "changed", "mean change (points)": 1.5,
+         "paired seeds": "1, 2", "95% interval of the change": "[+0.50, +2.50]"},
+        {"contrast": "gap B", "reading": "holds", "tested": "no change detected", "mean change (points)": 0.1,
+         "paired seeds": "1, 2", "95% interval of the change": "[-0.90, +1.10]"},
         {"contrast": "gap C", "reading": "no paired seed yet", "mean change (points)": float("nan")},
-    ]
+    ]  # fmt: skip
     none = budget_check_text(rows[2:], [], "chk", 12, (26, 52))
     assert "none of its 12 runs has finished yet" in none and "holds at 26 epochs only" in none
     runs = convergence_rows([_run("a", s, FLAT) for s in range(3)] + [_run("b", 0, RISING)])
@@ -112,7 +123,8 @@ def test_the_budget_check_text_says_how_far_the_check_is_and_what_moved():
         "(75%: fewer than the 90% that calls runs converged)" in text
     )
     assert "Of 2 contrasts with paired seeds, 1 moved" in text and "(gap A +1.50 points)" in text
-    assert "and 1 held" in text and "2 paired seeds, too few to test" in text
+    assert "and 1 held" in text and "2 paired seeds, too few to test a change on its own" in text
+    assert "added after the check was registered): 1 of 2 changed (gap A +1.50 points [+0.50, +2.50])." in text
     uneven = [rows[0], {**rows[1], "paired seeds": "1"}]
     text = budget_check_text(uneven, runs, "chk", 12, (26, 52))
     assert "the check has 1–2 paired seeds per contrast, too few" in text
@@ -138,9 +150,11 @@ def test_budget_check_reads_the_checks_records_and_histories(tmp_path, monkeypat
     assert "at 4 epochs, not 2" in text and "4 of 8 runs finished; the plateau rule is met by 4 of them" in text
     gap, closed = rows  # the study's two contrasts
     assert closed["contrast"] == "closed" and closed["reading"] == "holds"  # (a−b)−(c−d): 0 at both budgets
+    assert closed["tested"] == "no change detected"  # no spread to test against
     assert gap["paired seeds"] == "0" and gap["mean change (points)"] == pytest.approx(0.0)
     assert gap["short budget 95% half-width (points)"] == pytest.approx(2.484, abs=1e-3)  # t(0.975, 2) · 1 / √3
-    assert gap["reading"] == "holds"
+    assert gap["reading"] == "holds" and gap["tested"] == "no change detected"
+    assert gap["p (change)"] == pytest.approx(1.0)
 
 
 def test_budget_check_curves_pair_each_check_run_with_its_twin_and_draw_one_panel_per_variant(tmp_path, monkeypatch):

@@ -359,7 +359,8 @@ def test_study_status_counts_complete_primary_seeds_and_each_budget(monkeypatch)
         "Its longer-budget check `fmnist_plateau_check` (the primary variants at 52 epochs, trained before the "
         "secondary ones): 3 of 12 runs finished, 2 of them meeting the plateau rule. By its pre-registered "
         "reading: Of 1 contrast with paired seeds, 0 moved by more than the study's 95 % half-width when training "
-        "ran 52 epochs, and 1 held. Descriptive: the check has 1 paired seed, too few to test a change." in text
+        "ran 52 epochs, and 1 held. Descriptive: the check has 1 paired seed, too few to test a change on its own."
+        in text
     )  # +1 point is inside the study's half-width over seeds 1-2 (12.7 · 0.35 / √2 = 3.2 points)
     runs[7]["top1"] = 0.9  # now both seeds' gap is 0 at 26 epochs: its half-width is 0, and +1 point moved it
     assert "0 moved" not in findings.study_status("fmnist_converged")
