@@ -5,9 +5,10 @@ with an interval and a verdict (notebook 45_claims; docs/statistics.md).
               preset's `design:` contrasts
 - evaluation: one row per (claim, dataset) from per-seed contrasts (rpevit.stats), one Holm family
 - speed:      time claims from the side-by-side speed benchmark, seed 000's speed crossover
-- narration:  effects and verdicts in words, the report's tables and answer
+- narration:  effects and verdicts in words, the protocol and the answer
+- tables:     the report's tables (claims and details, missing runs, speed claim, protocol, seeds, runs)
 - design_answer: a designed study's pre-registered answer (scope, gaps, closing, cost, limits) in words
-- figures:    the forest plot and the speedup sweep
+- figures:    the forest plot, the answer figure and the time-vs-softmax sweep
 
 The margins and α of the seeds' claims: `rpevit.claims.registry` (ALPHA, MARGIN_POINTS, MARGIN_TIME_PCT).
 """
@@ -22,17 +23,10 @@ from .narration import (
     answer_text,
     baseline_text,
     busy_text,
-    claims_details,
-    claims_table,
-    crossover_table,
     effect_words,
     family_text,
     interval_reading,
-    missing_table,
-    protocol_rows,
     protocol_text,
-    run_table,
-    seed_table,
     speed_text,
     verdict_counts,
     verdict_text,
@@ -61,6 +55,7 @@ from .registry import (
     design_claims,
 )
 from .speed import BUSY, CROSSOVER_TOKENS, TIME_X, crossover_rows, time_ratios
+from .tables import claims_details, claims_table, crossover_table, missing_table, protocol_rows, run_table, seed_table
 
 __all__ = [
     "BUSY",
