@@ -100,3 +100,31 @@ def test_device_tree_slims_the_index_for_travel_and_restores_it_exactly(tmp_path
     subprocess.run(["bash", script, "restore"], cwd=tmp_path, check=True, capture_output=True)
     assert git("status", "--porcelain", "--untracked-files=all") == ""
     assert (tmp_path / ".git/info/exclude").read_text() == exclude_before
+
+
+def test_a_captured_sitting_passes_capture_to_its_runners(tmp_path, monkeypatch):
+    """gpu-sitting --capture starts study runners with --capture (graph-captured packed steps)."""
+    from rpevit import sitting
+    from rpevit.params import load_params
+
+    started = []
+
+    class Runner:
+        def __init__(self, command, **kwargs):
+            started.append(command)
+            self.returncode = 0
+
+        def poll(self):
+            return 0
+
+        def wait(self, timeout=None):
+            return 0
+
+    monkeypatch.setattr(sitting.subprocess, "Popen", Runner)
+    monkeypatch.setattr(sitting.time, "sleep", lambda seconds: None)
+    monkeypatch.setattr(sitting, "pack", lambda preset, out: [])
+    monkeypatch.setattr(sitting, "progress_lines", lambda preset: [])
+    code = sitting.sit(load_params("smoke"), "smoke", 1.0, tmp_path, "cpu", 2, None, ["--capture"])
+    assert code == 0 and len(started) == 2
+    assert all("--capture" in command for command in started)
+    assert all(command[command.index("study") + 1] == "smoke" for command in started)
