@@ -9,9 +9,23 @@ from .errors import UserError
 from .model import build_model
 from .params import load_params
 from .run import Run
-from .study import run_study
-from .train import train_run
 from .variants import list_variants, parse_variant
+
+# the training loop and the study runner load on first use (PEP 562), so `import rpevit` loads the
+# science core (model, positions, attention, parameters) and not the orchestration around it
+_LAZY = {"run_study": ("study", "run_study"), "train_run": ("train", "train_run")}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        from importlib import import_module
+
+        module, attribute = _LAZY[name]
+        value = getattr(import_module(f".{module}", __name__), attribute)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "Run",

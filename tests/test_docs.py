@@ -160,3 +160,34 @@ def test_imports_flow_down_the_layer_table():
     table = layers()
     upward = {(a, b) for a, b in package_imports() if a != b and table[b] > table[a]}
     assert upward == set(), "imports up the layers of docs/architecture.md §1"
+
+
+def test_import_rpevit_loads_the_science_core_only():
+    """`import rpevit` gives models, positions, attention, data and parameters; the training loop, the
+    study runner and everything around them (claims, reports, plots, notebooks, benchmarks, Ray) load
+    only when used (rpevit.run_study / rpevit.train_run resolve on first access)."""
+    import subprocess
+    import sys
+
+    code = "import sys, rpevit; print(' '.join(sorted(m for m in sys.modules if m.startswith('rpevit'))))"
+    loaded = set(
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    )
+    assert {"rpevit.model", "rpevit.attention", "rpevit.position", "rpevit.params"} <= loaded
+    around = {
+        "study",
+        "train",
+        "cell",
+        "pack",
+        "cluster",
+        "claims",
+        "report",
+        "plots",
+        "notebooks",
+        "bench",
+        "analysis",
+    }
+    assert not {m.split(".")[1] for m in loaded if "." in m} & around, sorted(loaded)
+    code = "import rpevit; print(rpevit.run_study.__module__, rpevit.train_run.__module__)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["rpevit.study", "rpevit.train"]
