@@ -188,6 +188,11 @@ def test_index_opens_with_headline_and_lists_each_output_once_by_notebook(tmp_pa
     headline_at, guide_at = index.index("## Headline"), index.index("## Guide")
     checks_at, results_at = index.index("## [00 · Checks](00_checks.ipynb)"), index.index("## [40 · Results]")
     assert headline_at < guide_at < checks_at < results_at and "99_missing" not in index
+    assert "45_variants" not in index  # no per-variant table written: no link to it
+    (folder / "45_variants.md").write_text("x")
+    linked = write_index("p", ["00_checks.ipynb"], root=tmp_path, found=[_record("softmax+ape", 0, 0.9)]).read_text()
+    headline_part = linked[linked.index("## Headline") : linked.index("## Guide")]
+    assert "with its 95 % interval over seeds: [45_variants](45_variants.md)." in headline_part
     assert index.count("40_results.md") == 1 and index.count("40_results.csv") == 1
     assert "- table **40_results** ([md](40_results.md) · [csv](40_results.csv)) — Per-variant results" in index
     assert "- figure **40_curves** ([png](40_curves.png)) — Accuracy vs cost" in index

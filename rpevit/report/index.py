@@ -121,6 +121,21 @@ def report_texts(directory: Path, notebooks: list[str] | None = None) -> list[tu
     ]
 
 
+def _headline_links(directory: Path) -> list[str]:
+    """The headline's pointers to the per-variant table (mean ± 95 % interval over seeds) and the answer
+    figure, where notebook 45 wrote them."""
+    links = [
+        f"{what}: [{name}]({name}{suffix})"
+        for what, name, suffix in (
+            ("every variant's mean test top-1 with its 95 % interval over seeds", "45_variants", ".md"),
+            ("the pre-registered answer in one figure", "45_answer_figure", ".png"),
+        )
+        if (directory / f"{name}{suffix}").is_file()
+    ]
+    text = "; ".join(links)
+    return [f"- {text[:1].upper()}{text[1:]}."] if links else []
+
+
 def write_index(
     preset: str, notebooks: list[str], root=None, found: list[dict] | None = None, designed_study: bool | None = None
 ) -> Path:
@@ -134,6 +149,7 @@ def write_index(
     lines = (
         [f"# Report: {preset}", "", "## Headline", ""]
         + headline(found or [], preset, designed=designed(preset) if designed_study is None else designed_study)
+        + _headline_links(directory)
         + [line for output, body in texts for line in ("", f"### {output['caption']}", "", body)]
         + [
             "",
