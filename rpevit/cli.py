@@ -111,12 +111,6 @@ def cmd_study(args) -> int:
         if args.pack_size is not None and args.pack_size < 1:
             raise UserError(f"--pack-size {args.pack_size} is not valid: a positive integer.")
 
-        if limit is not None:
-            raise UserError(
-                "--time-limit works with the sequential engine only; on Ray, stop the study with Ray's own "
-                "job controls (its runs resume from their last checkpoint), or drop --engine ray."
-            )
-
         results = run_study_ray(
             params,
             address=args.address,
@@ -124,6 +118,7 @@ def cmd_study(args) -> int:
             cpus_per_run=1 if args.cpus_per_run is None else args.cpus_per_run,
             progress=False if args.no_progress else None,
             pack_size=args.pack_size,
+            time_limit=limit,
         )
         failed = [r for r in results if r.get("status") in ("failed", "skipped")]
         print(

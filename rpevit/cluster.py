@@ -283,6 +283,7 @@ def run_study_ray(
     dataset_loader=None,
     on_event=None,
     pack_size: int | None = None,
+    time_limit=None,
 ) -> list[dict]:
     """Run every missing run of the preset's grid as Ray tasks, then write the summary.
 
@@ -300,6 +301,9 @@ def run_study_ray(
     variant, seed, host, pid, attempt). `pack_size` (the pack engine on Ray; 0: no limit): each task
     trains one pack of a variant's runs (cell.run_pack) on its CPUs and GPU share, so with
     `gpus_per_run=1` Ray places one pack per GPU; a design's adaptive order keeps one run per task.
+    `time_limit` (rpevit.time_limit): the sequential engine's rule (study.plain_order) applied per slot —
+    tasks are submitted as the cluster's slots free up, each only if its run is expected to finish in
+    the time left then; the others are not started (and say so).
 
     Returns the records of the grid in grid order, plus a row with status `failed` or `skipped`
     (and its `message`) for each run that failed or was skipped in this sitting.
@@ -321,10 +325,10 @@ def run_study_ray(
     grid = cells(task_params, catalog.grid(params), root, Path(reports_root or records.REPORTS_ROOT).resolve())
     states = [settle(run, repair=False) for run in grid]
     study.check_precision(task_params, states)
-    todo = [run for run, state in zip(grid, states) if state.work]
+    todo = [(run, state) for run, state in zip(grid, states) if state.work]
     if params.design.active:
         held = held_by_design(params, grid, states, root, reports_root)
-        todo = [run for run in todo if run.place not in held]
+        todo = [(run, state) for run, state in todo if run.place not in held]
     if not todo:  # nothing for Ray to do: no cluster needed
         study.announce(params, states)
         return study.summarise(params, grid, {}, [])
@@ -346,20 +350,30 @@ def run_study_ray(
         board = ray.remote(num_cpus=0)(_Board).remote()
         news = BoardNews(ray, board)
         task = remote_task(ray, gpus_per_run)
-        packed = pack_size is not None and not params.design.active
-        groups = [[r for r, _ in g] for g in study.packs([(r, None) for r in todo], pack_size)] if packed else None
-        for group in groups or [[run] for run in todo]:
-            ref = task.options(
-                num_cpus=cpus_per_run,
-                num_gpus=gpus_per_run,
-                max_retries=max_retries,
-                retry_exceptions=False,
-                name=f"rpevit {group[0].variant} {group[0].dataset} seed{','.join(str(r.seed) for r in group)}",
-            ).remote(group, check.name, cpus_per_run, board, dataset_loader)
-            pending[ref] = group
+        # one scheduler: the sequential engine's order and time-limit rule, drawn as slots free up
+        order = study.plain_order(params, todo, time_limit)
+        if pack_size is not None and not params.design.active:
+            order = iter(study.packs(list(order), pack_size))
+        else:
+            order = ([item] for item in order)
+        slots = max(1, int(total_gpus // gpus_per_run if gpus_per_run else total_cpus // cpus_per_run))
+
+        def submit() -> None:
+            while len(pending) < slots and (group := next(order, None)) is not None:
+                runs_ = [run for run, _ in group]
+                ref = task.options(
+                    num_cpus=cpus_per_run,
+                    num_gpus=gpus_per_run,
+                    max_retries=max_retries,
+                    retry_exceptions=False,
+                    name=f"rpevit {runs_[0].variant} {runs_[0].dataset} seed{','.join(str(r.seed) for r in runs_)}",
+                ).remote(runs_, check.name, cpus_per_run, board, dataset_loader)
+                pending[ref] = runs_
+
         tty = sys.stdout.isatty() if progress is None else progress
         meter = Progress(len(todo), tty, on_event, name=f"study {params.name}")
         attempts: dict = {}
+        submit()
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.5)
             events = news.take(complete=bool(ready))  # a run that ended: its running event first
@@ -377,6 +391,7 @@ def run_study_ray(
                     rows[run.place] = info.pop("row", None) or failure_row(run, kind, message)
                     outcomes[run.place] = kind
                     meter.event(kind, run.place, message, attempt=attempts.get(run.place, 1), **info)
+            submit()
     except BaseException:
         for ref in pending:  # interrupted: stop this sitting's tasks (their checkpoints stay)
             ray.cancel(ref, force=True)

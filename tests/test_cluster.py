@@ -292,6 +292,34 @@ def test_ray_packs_train_one_variants_runs_per_task_to_the_sequential_records(
         assert [r["top1"] for r in ours["resolution_eval"]] == [r["top1"] for r in theirs["resolution_eval"]]
 
 
+def test_time_limit_on_ray_starts_only_the_runs_that_fit(ray_cluster, grid_params, one_thread, tmp_path, capsys):
+    """--time-limit on Ray: the sequential engine's rule (study.plain_order) decides each task when a slot
+    frees: with no time left nothing starts and each run says why; with an hour the rest train."""
+    from rpevit.time_limit import TimeLimit
+
+    loader = functools.partial(tiny_loader, n_train=256)
+    roots = {"runs_root": tmp_path / "runs", "reports_root": tmp_path / "reports"}
+    study.run_study(dataclasses.replace(grid_params, seeds=(0,)), dataset_loader=loader, **roots)  # paces
+    capsys.readouterr()
+    events = []
+    cluster.run_study_ray(
+        grid_params, progress=False, dataset_loader=loader, on_event=events.append,
+        time_limit=TimeLimit(1e-6, clock=lambda: 0.0), **roots,
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    assert [e for e in events if e["kind"] == "running"] == []
+    assert out.count("not started: ") == 2 and "a later sitting trains it" in out
+    events.clear()
+    cluster.run_study_ray(
+        grid_params, progress=False, dataset_loader=loader, on_event=events.append,
+        time_limit=TimeLimit(3600, clock=lambda: 0.0), **roots,
+    )  # fmt: skip
+    assert sorted((e["variant"], e["seed"]) for e in events if e["kind"] == "done") == [
+        ("softmax+ape", 1),
+        ("softmax+none", 1),
+    ]
+
+
 def test_failed_run_is_named_and_the_others_go_on(ray_cluster, tiny_params, tmp_path, capsys):
     params = dataclasses.replace(
         tiny_params,
