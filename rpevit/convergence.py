@@ -65,6 +65,20 @@ def collapsed_runs(histories, dataset: str) -> set[tuple[str, int]]:
     return {(v, s) for v, s, rows in histories if rows and collapsed([float(r["val_acc"]) for r in rows], chance)}
 
 
+def split_collapsed(params, records_: list[dict], reports_root=None) -> tuple[list[dict], list[dict]]:
+    """(the records whose run did not collapse, those whose run did): one policy for every table, figure
+    and family — a collapsed run (validation top-1 fell toward chance, `collapsed`) is reported apart,
+    never analysed at its early best epoch as if it were healthy. Judged from each finished run's history."""
+    done = [r for r in records_ if r.get("status") == "finished"]
+    fell = set()
+    for dataset in dict.fromkeys(r["dataset"] for r in done):
+        mine = [r for r in done if r["dataset"] == dataset]
+        histories = [(r["variant"], r["seed"], run_history(Run.of(params, r, reports_root=reports_root))) for r in mine]
+        fell |= {(dataset, variant, seed) for variant, seed in collapsed_runs(histories, dataset)}
+    apart = [r for r in records_ if (r.get("dataset"), r.get("variant"), r.get("seed")) in fell]
+    return [r for r in records_ if (r.get("dataset"), r.get("variant"), r.get("seed")) not in fell], apart
+
+
 CONVERGED_SHARE = 0.9  # a study is called converged when at least this share of its runs meet the plateau rule
 
 

@@ -181,3 +181,18 @@ def test_budget_check_curves_pair_each_check_run_with_its_twin_and_draw_one_pane
     visible = [axis for axis in fig.axes if axis.get_visible()]
     assert [axis.get_title() for axis in visible] == PRIMARY
     assert len(visible[0].get_lines()) == 4  # two curves and two best-epoch markers
+
+
+def test_collapsed_runs_are_split_off_for_every_family(monkeypatch):
+    """One policy: a run whose validation top-1 fell toward chance is reported apart from the analysed ones."""
+    from rpevit import convergence
+    from rpevit.params import load_params
+
+    histories = {1: [0.80, 0.85, 0.20], 2: [0.80, 0.85, 0.86]}  # seed 1 collapsed (fashion_mnist: chance 0.1)
+    monkeypatch.setattr(convergence, "run_history", lambda run: [{"val_acc": v} for v in histories[run.seed]])
+    found = [
+        {"dataset": "fashion_mnist", "variant": "favor+ape", "seed": s, "status": "finished", "top1": 0.8}
+        for s in (1, 2)
+    ] + [{"dataset": "fashion_mnist", "variant": "favor+ape", "seed": 3, "status": "diverged"}]
+    kept, apart = convergence.split_collapsed(load_params("smoke"), found)
+    assert [r["seed"] for r in apart] == [1] and [r["seed"] for r in kept] == [2, 3]
