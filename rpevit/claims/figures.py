@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from .narration import SIGN, effect_words, performer_vs_exact, time_multiple, verdict_text
+from .narration import SIGN, effect_words, interval_reading, performer_vs_exact, time_multiple, verdict_text
 from .registry import ALPHA, CONTRADICTED, INCONCLUSIVE, NO_DATA, NOT_TESTABLE, SUPPORTED, TOP1, UNDECIDED
 from .speed import CROSSOVER_TOKENS, TIME_X
 
@@ -125,7 +125,10 @@ def forest_figure(rows: list[dict], title: str = ""):
         limits = _limits(drawn, origin)
         positions = list(range(len(panel)))[::-1]
         for y, row, original in zip(positions, drawn, panel):
-            _row(axis, y, row, limits, origin, effect_words(original))
+            words = effect_words(original)
+            if original["verdict"] == INCONCLUSIVE and not original.get("reason"):
+                words += f" — {interval_reading(original)}"  # why it is inconclusive, per row
+            _row(axis, y, row, limits, origin, words)
         axis.axvline(origin, color="black", lw=0.8)
         axis.set_xlim(*limits)
         axis.set_ylim(-0.7, max(len(panel), 1) - 0.3)
