@@ -92,7 +92,7 @@ def _row(axis, y: float, row: dict, limits: tuple[float, float], origin: float =
         (1.01, y),
         xycoords=axis.get_yaxis_transform(),
         va="center",
-        fontsize=7.5,
+        fontsize=7,
         color=colour if key != INCONCLUSIVE else "#b35900",
         annotation_clip=False,
     )
@@ -127,7 +127,7 @@ def forest_figure(rows: list[dict], title: str = ""):
         for y, row, original in zip(positions, drawn, panel):
             words = effect_words(original)
             if original["verdict"] == INCONCLUSIVE and not original.get("reason"):
-                words += f" — {interval_reading(original)}"  # why it is inconclusive, per row
+                words += f"\n({interval_reading(original)})"  # why it is inconclusive, on its own line
             _row(axis, y, row, limits, origin, words)
         axis.axvline(origin, color="black", lw=0.8)
         axis.set_xlim(*limits)
