@@ -284,12 +284,12 @@ def _tested(effect, low, high, kind="equal", verdict="inconclusive", p_support=0
 
 def test_effects_and_undecided_rows_state_their_direction():
     ahead = _tested(0.65, 0.19, 1.12)
-    assert claims.effect_words(ahead) == "favor (Performer) ahead by 0.65 points [0.19, 1.12]"
+    assert claims.effect_words(ahead) == "+0.65 points [+0.19, +1.12] (favor (Performer) ahead)"  # the one sign
     assert claims.verdict_text(ahead) == (
         "inconclusive — interval excludes 0: favor (Performer) ahead, but crossing the +1-point margin"
     )
     behind = _tested(-0.83, -1.71, 0.04)
-    assert claims.effect_words(behind) == "softmax ahead by 0.83 points [−0.04, 1.71]"
+    assert claims.effect_words(behind) == "−0.83 points [−1.71, +0.04] (softmax ahead)"  # signed as a − b, then words
     assert claims.interval_reading(behind) == "interval spans 0: direction unclear; crossing the −1-point margin"
     inside = _tested(0.3, 0.1, 0.5, p_support=0.01)
     assert claims.interval_reading(inside) == (
@@ -328,7 +328,7 @@ def test_answer_says_not_answered_without_data_and_names_the_findings():
     assert "effects Performer − softmax: positive = Performer ahead" in text
     assert (
         "matches softmax (interval inside ±1 point): `relu+krpe − softmax+krpe` on toy: "
-        "relu (Performer) ahead by 0.00 points [0.00, 0.00] (4 seeds)" in text
+        "+0.00 points [+0.00, +0.00] (relu (Performer) ahead) (4 seeds)" in text
     )
     assert "- per Performer backend: `favor` 1 contradicted, 1 no data; `relu` 1 supported, 1 no data." in text
     only_open = [r for r in rows if str(r["comparison"]) != "relu+krpe − softmax+krpe"]
@@ -337,8 +337,9 @@ def test_answer_says_not_answered_without_data_and_names_the_findings():
     open_only = [dict(r, verdict=claims.INCONCLUSIVE) for r in rows if r["verdict"] != claims.NO_DATA]
     assert "— no verdict from the data so far (2 inconclusive).**" in claims.answer_text(open_only, [], 10)
     assert "All 10 planned runs have finished" in text
-    assert "a gap beyond ±1 point remains" in text and "`favor+krpe − softmax+krpe` on toy: softmax ahead by" in text
-    assert "For scale" in text and "`favor+ape − softmax+ape` on toy: softmax ahead by" in text
+    assert "a gap beyond ±1 point remains" in text and "`favor+krpe − softmax+krpe` on toy: −" in text
+    assert "(softmax ahead)" in text
+    assert "For scale" in text and "`favor+ape − softmax+ape` on toy: −" in text
 
 
 def test_busy_text_flags_busy_timings_and_the_benchmark_the_time_claims_read():
@@ -391,7 +392,9 @@ def test_forest_figure_has_a_panel_per_source_and_measure_each_on_its_own_scale(
     for axis in fig.axes:  # every inconclusive row says why: where its interval lies
         for text in (t.get_text() for t in axis.texts if t.get_text().startswith("inconclusive · ")):
             assert "\n(interval " in text or "(" in text, text
-    assert any(t.get_text().startswith("supported · ape ahead by 90.00 points") for t in resolution.texts)
+    assert any(
+        t.get_text().startswith("supported · +90.00 points") and "(ape ahead)" in t.get_text() for t in resolution.texts
+    )
     assert resolution.get_xlim()[1] > 85 and gap.get_xlim()[1] < 30  # each panel on its own scale
     assert "a, the claim's first variant" in resolution.get_xlabel()
     assert fig.legends and "supported" in [t.get_text() for t in fig.legends[0].get_texts()]

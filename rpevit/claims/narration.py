@@ -15,6 +15,7 @@ from ..analysis import finished
 from ..attention import exact_backends
 from ..catalog import grid
 from ..metrics import busy
+from ..tables import signed
 from ..variants import parse_variant
 from .evaluation import family_size
 from .registry import (
@@ -110,29 +111,22 @@ def time_multiple(percent: float) -> float:
 
 
 def effect_words(row: dict) -> str:
-    """The effect of a claims row in words with its interval, oriented to the side ahead:
-    'favor (Performer) ahead by 0.65 points [0.19, 1.12]'; time as a multiple of the other side's:
+    """The effect of a claims row with its interval in the one sign of every page (a − b: Performer −
+    softmax wherever a Performer meets softmax), then who is ahead in words:
+    '−0.83 points [−1.71, +0.04] (softmax ahead)'; time as a multiple of the other side's:
     'favor (Performer) at 1.84× softmax's time [1.74, 1.93]'; '' without an effect."""
     effect = row.get("effect", math.nan)
     if not math.isfinite(effect):
         return ""
+    low, high = row.get("low", math.nan), row.get("high", math.nan)
     if row["measure"] != TOP1:
         a, b = side_names(row["comparison"])
         text = f"{a} at {time_multiple(effect):.2f}× {b.split(' (')[0]}'s time"
-        low, high = row.get("low", math.nan), row.get("high", math.nan)
         if not math.isfinite(low):
             return text + " (no interval)"
         return text + f" [{time_multiple(low):.2f}, {time_multiple(high):.2f}]"
-    positive = effect >= 0
-    digits = 2 if row["measure"] == TOP1 else 1
-    text = (
-        f"{ahead(row['comparison'], positive, row['measure'])} by {plain(abs(effect), digits)} {_unit(row['measure'])}"
-    )
-    low, high = row.get("low", math.nan), row.get("high", math.nan)
-    if not math.isfinite(low):
-        return text + " (no interval)"
-    low, high = (low, high) if positive else (-high, -low)
-    return text + f" [{plain(low, digits)}, {plain(high, digits)}]"
+    interval = f" [{signed(low)}, {signed(high)}]" if math.isfinite(low) else " (no interval)"
+    return f"{signed(effect)} points{interval} ({ahead(row['comparison'], effect >= 0, row['measure'])})"
 
 
 def _margin_text(row: dict) -> str:
