@@ -34,6 +34,17 @@ def planned_runs(params: Params, current: list[dict]) -> list[tuple[str, str, in
     return done + design.wanted_runs(params, current)
 
 
+def planned_line(params: Params, current: list[dict]) -> str:
+    """'k of n planned runs finished for <preset>': n counts, for a design, its finished runs and those
+    its stopping rule still wants (planned_runs) — the count notebook 45 states — with the grid's
+    size named as the most it could train."""
+    done = sum(r.get("status") == "finished" for r in current)
+    line = f"{done} of {len(planned_runs(params, current))} planned runs finished for {params.name}"
+    if params.design.active:
+        line += f" (a designed study: its stopping rule and budgets could train at most {len(grid(params))})"
+    return line
+
+
 def _current(run: Run):
     """(record, its directory) of the run's current record — from runs/, else the copy kept in
     reports/ — if it was made with the preset's current settings, else None."""

@@ -73,3 +73,22 @@ def test_results_table_flags_timings_taken_on_a_busy_machine():
     ]
     rows = {row["variant"]: row for row in results_table(loaded)}
     assert rows["softmax+ape"]["busy timings"] == "1/2" and rows["favor+ape"]["busy timings"] == "0/1"
+
+
+def test_the_runs_own_timings_are_labelled_as_such_beside_the_benchmarks():
+    """The results table's times are each run's own (taken after training, under whatever load): their
+    columns say so, so they are not read as the speed benchmark's numbers (the cost figure's)."""
+    columns = [column for _, column, _ in METRIC_COLUMNS if "ms/img" in column]
+    assert columns and all("in-run timing" in column for column in columns)
+
+
+def test_planned_line_counts_what_notebook_45_counts():
+    from rpevit.catalog import planned_line
+    from rpevit.params import load_params
+
+    smoke = load_params("smoke")
+    found = [{"dataset": "mnist5k", "variant": v, "seed": 0, "status": "finished"} for v in smoke.variants[:4]]
+    assert planned_line(smoke, found) == f"4 of {len(smoke.variants)} planned runs finished for smoke"
+    designed = load_params("fmnist_converged")
+    line = planned_line(designed, [])
+    assert line.startswith("0 of ") and "could train at most 102)" in line  # its design's count, the grid named apart
