@@ -17,6 +17,7 @@ from .data.info import DATASETS
 from .design import half_widths, per_seed_contrast
 from .params import load_params
 from .run import Run
+from .tables import signed
 
 PLATEAU_FRACTION = 0.2
 PLATEAU_TOLERANCE = 0.2  # points of validation top-1
@@ -300,6 +301,32 @@ def check_reading(rows: list[dict], long: int) -> str:
     )
 
 
+def variant_change_sentence(short: list[dict], long: list[dict], long_epochs: int) -> str:
+    """Per variant finished at both budgets: its test top-1 change (points, paired by seed), tested like a
+    contrast's (`change_test`, against the spread of that variant's seeds at the short budget)."""
+
+    def top1(records):
+        return {
+            (r["dataset"], r["variant"], r["seed"]): 100 * r["top1"] for r in records if r.get("status") == "finished"
+        }
+
+    before, after = top1(short), top1(long)
+    parts, changed = [], 0
+    for dataset, variant in dict.fromkeys((d, v) for d, v, _ in after):
+        seeds = sorted(s for d, v, s in after if (d, v) == (dataset, variant) and (d, v, s) in before)
+        spread = [a for (d, v, _), a in before.items() if (d, v) == (dataset, variant)]
+        tested = change_test([after[(dataset, variant, s)] - before[(dataset, variant, s)] for s in seeds], spread)
+        if tested:
+            changed += tested["p"] < CHANGE_ALPHA
+            parts.append(f"{variant} {signed(tested['mean'])} [{signed(tested['low'])}, {signed(tested['high'])}]")
+    if not parts:
+        return ""
+    return (
+        f" Per variant, test top-1 at {long_epochs} epochs minus the study's, paired by seed (points, 95 % interval, "
+        f"tested the same way): {'; '.join(parts)} — {changed} of {len(parts)} changed."
+    )
+
+
 def budget_check(params, analysed: list[dict], reports_root=None) -> tuple[str, list[dict]] | None:
     """The longer-budget check of a designed study (`params.design.plateau_check`), from the check's
     current records: (budget_check_text, budget_check_rows) against the study's `analysed` records;
@@ -312,7 +339,8 @@ def budget_check(params, analysed: list[dict], reports_root=None) -> tuple[str, 
     rows = budget_check_rows(params.design, analysed, found)
     epochs = (params.train.epochs, check.train.epochs)
     runs = finished_convergence(check, found, reports_root)
-    return budget_check_text(rows, runs, name, len(grid(check)), epochs), rows
+    text = budget_check_text(rows, runs, name, len(grid(check)), epochs)
+    return text + variant_change_sentence(analysed, found, epochs[1]), rows
 
 
 def budget_check_curves(params, reports_root=None) -> list[dict]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from scipy import stats as scipy_stats
 
@@ -196,3 +198,15 @@ def test_collapsed_runs_are_split_off_for_every_family(monkeypatch):
     ] + [{"dataset": "fashion_mnist", "variant": "favor+ape", "seed": 3, "status": "diverged"}]
     kept, apart = convergence.split_collapsed(load_params("smoke"), found)
     assert [r["seed"] for r in apart] == [1] and [r["seed"] for r in kept] == [2, 3]
+
+
+def test_each_variants_change_with_the_longer_budget_is_tested_against_its_seeds_spread():
+    from rpevit.convergence import variant_change_sentence
+
+    short = _records({("favor+ape", 1): 0.880, ("favor+ape", 2): 0.890, ("favor+ape", 3): 0.885}, 26)
+    long = _records({("favor+ape", 1): 0.920, ("favor+ape", 2): 0.930}, 52)  # +4.0 points on both paired seeds
+    text = variant_change_sentence(short, long, 52)
+    sigma = 0.5  # SD of 88.0, 89.0, 88.5
+    half = scipy_stats.t.ppf(0.975, 2) * sigma * math.sqrt(2 / 2)
+    assert f"favor+ape +4.00 [+{4 - half:.2f}, +{4 + half:.2f}]" in text and "1 of 1 changed" in text
+    assert variant_change_sentence(short, [], 52) == ""  # nothing finished at the longer budget
