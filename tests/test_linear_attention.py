@@ -27,6 +27,8 @@ HEAD_DIM, HEADS = 8, 3
 GRID = Grid(5, 7, cls=True)
 GRID_NO_CLS = Grid(5, 7, cls=False)
 
+FEATURE_SEEDS = [5253820757564114760, 7229531956929275695]  # feature_seed(0, 0, 0), (3, 2, 7)
+
 BACKEND_CASES = {
     "favor": (FavorAttention, {}),
     "relu-identity": (ReluAttention, {"feature_map": "identity"}),
@@ -494,3 +496,222 @@ def test_model_end_to_end(variant, overrides):
     tokens = 49 + (overrides.get("pool", "cls") == "cls")
     assert len(maps) == 2 and maps[0].shape == (2, 4, tokens, tokens)
     torch.testing.assert_close(maps[0].sum(-1), torch.ones(2, 4, tokens), rtol=1e-5, atol=1e-5)
+
+
+# ---------------------------------------------------------------- boundaries found by mutation testing
+# (reports/bench/mutation.md): which exact path a bias takes, the compute dtype, ω's seeds, messages
+
+
+def bias_module(kind):
+    """A relative-bias module with random parameters: manhattan (separable, decaying) or krpe (neither)."""
+    from rpevit.position.relative import KernelizedRPE, KrpeOptions
+    from rpevit.position.separable import ManhattanDecay, ManhattanOptions
+
+    torch.manual_seed(5)
+    config = make_config(image_size=20, patch_size=4, pool="cls")
+    module = (
+        ManhattanDecay(ManhattanOptions(), config, HEAD_DIM, HEADS)
+        if kind == "manhattan"
+        else KernelizedRPE(KrpeOptions(), config, HEAD_DIM, HEADS)
+    )
+    with torch.no_grad():
+        for parameter in module.parameters():
+            parameter.add_(0.3 * torch.randn_like(parameter))
+    return module
+
+
+def refuse(name):
+    def fail(*args, **kwargs):
+        raise AssertionError(f"{name} must not be called on this path")
+
+    return fail
+
+
+ROUTES = {  # (bias, bias_path): the linear module's functions that path must not call
+    ("manhattan", "auto"): ("biased_linear_attention", "biased_linear_weights"),
+    ("manhattan", "axis"): ("biased_linear_attention", "biased_linear_weights"),
+    ("manhattan", "scan"): ("biased_linear_attention", "biased_linear_weights"),
+    ("krpe", "fft"): ("separable_linear_attention", "biased_linear_weights"),
+    ("krpe", "dense"): ("separable_linear_attention", "biased_linear_attention"),
+}
+
+
+@pytest.mark.parametrize("bias_kind,path", list(ROUTES))
+@pytest.mark.parametrize("case", ["favor", "relu-random"])
+def test_each_bias_path_is_the_one_taken(case, bias_kind, path, monkeypatch):
+    """Every exact path gives the same numbers, so only a spy tells them apart: a separable bias goes
+    axis by axis (never through the 2D FFT or the dense N×N matrix), a non-separable one where its
+    bias_path says. The result still equals the dense matrix times v, in float64."""
+    from rpevit.attention import linear
+
+    backend = make_backend(case, bias_path=path).double()
+    bias = bias_module(bias_kind).double()
+    q, k, v = random_qkv(GRID, torch.float64)
+    expected = backend.weights(q, k, GRID, bias) @ v
+    for name in ROUTES[bias_kind, path]:
+        monkeypatch.setattr(linear, name, refuse(name))
+    out = backend(q, k, v, GRID, bias)
+    torch.testing.assert_close(out, expected, rtol=1e-10, atol=1e-10)
+
+
+def test_auto_compares_costs_with_the_head_dim(monkeypatch):
+    """auto asks fft_is_cheaper(grid, m, d) with d = v's last axis (not the heads or token axis)."""
+    from rpevit.attention import linear
+
+    asked = []
+    monkeypatch.setattr(linear, "fft_is_cheaper", lambda grid, m, d: asked.append((grid, m, d)) or False)
+    backend = make_backend("favor")
+    q, k, v = random_qkv(GRID)
+    backend(q, k, v, GRID, bias_module("krpe"))
+    assert asked == [(GRID, backend.num_features, HEAD_DIM)]
+
+
+@pytest.mark.parametrize("bias_kind", [None, "manhattan", "krpe"])
+@pytest.mark.parametrize("case", ["favor", "relu-learned"])
+def test_bf16_inputs_are_computed_in_float32(case, bias_kind):
+    """bf16 q, k, v: features, sums and bias run in float32 and only the result is rounded to bf16, so the
+    output is the float32 computation on the same bf16 values rounded once (≤ 1 bf16 step of 2⁻⁸ relative,
+    where a bf16 computation is off by several); `weights` returns q's dtype."""
+    backend = make_backend(case, bias_path="fft" if bias_kind == "krpe" else "auto")
+    bias = bias_module(bias_kind) if bias_kind else None
+    q, k, v = (t.bfloat16() for t in random_qkv(GRID, scale=2.0))
+    with torch.no_grad():
+        out = backend(q, k, v, GRID, bias)
+        expected = backend(q.float(), k.float(), v.float(), GRID, bias)
+        assert out.dtype == torch.bfloat16
+        assert float(((out.float() - expected).abs() / expected.abs().clamp_min(1e-3)).max()) <= 2**-8
+        weights = backend.weights(q, k, GRID, bias)
+        assert weights.dtype == torch.bfloat16
+        assert float((weights.float() - backend.weights(q.float(), k.float(), GRID, bias)).abs().max()) <= 2**-9
+
+
+def test_feature_seed_is_pinned():
+    """ω's redraw seeds are part of a run's identity across versions and processes: pinned values."""
+    from rpevit.attention.linear import feature_seed
+
+    assert [feature_seed(0, 0, 0), feature_seed(3, 2, 7)] == FEATURE_SEEDS
+    assert all(0 <= s < 2**63 for s in FEATURE_SEEDS)
+
+
+def test_redraw_reads_only_seed_layer_and_count():
+    """A redraw's ω is orthogonal_gaussian_matrix drawn from feature_seed(seed, layer, count), whatever the
+    global RNG holds; a fresh layer draws as seed 0, layer 0; the count is an integer buffer."""
+    layers = []
+    for global_seed in (1, 2):
+        torch.manual_seed(global_seed)
+        layer = make(FavorAttention, redraw_steps=1)
+        layer.train()
+        layers.append(layer)
+    from rpevit.attention.features import orthogonal_gaussian_matrix
+    from rpevit.attention.linear import feature_seed
+
+    for layer in layers:
+        layer.count_training_step()
+    assert torch.equal(layers[0].omega, layers[1].omega)
+    generator = torch.Generator().manual_seed(feature_seed(0, 0, 1))
+    assert torch.equal(layers[0].omega, orthogonal_gaussian_matrix(layers[0].num_features, HEAD_DIM, generator))
+    layers[1].place(4, 3)
+    layers[1].count_training_step()
+    generator = torch.Generator().manual_seed(feature_seed(4, 3, 2))
+    assert torch.equal(layers[1].omega, orthogonal_gaussian_matrix(layers[1].num_features, HEAD_DIM, generator))
+    assert layers[1].redraw_counter.dtype == torch.long and int(layers[1].redraw_counter) == 2
+
+
+def test_option_and_bias_messages_in_full():
+    with pytest.raises(
+        UserError,
+        match=r"^model\.favor\.num_features must be a positive even integer .* got 7; "
+        r"or leave it null for the default 4·⌈d·ln d/4⌉\.$",
+    ):
+        make(FavorAttention, num_features=7)
+    with pytest.raises(UserError, match=r"^model\.relu\.num_features must be a positive integer, got 0\.$"):
+        make(ReluAttention, feature_map="random", num_features=0)
+    assert make(ReluAttention, feature_map="random", num_features=1).feature_dim() == 1  # m = 1 is allowed
+    backend = make(ReluAttention, feature_map="random", num_features=7)
+    with pytest.raises(
+        UserError, match=r"this ReluAttention has m=7\. Choose an even m .* or set rotation_site: pre\.$"
+    ):
+        backend(*random_qkv(GRID), GRID, feature_rotation=StandInRope(8))
+    for path, message in [
+        (
+            "axis",
+            r"^bias_path: 'axis' applies a separable bias \(manhattan, axial_rpe\) axis by axis; "
+            r"KernelizedRPE is not separable — use auto, fft or dense\.$",
+        ),
+        ("scan", r"^bias_path: 'scan' applies a separable bias"),
+    ]:
+        with pytest.raises(UserError, match=message):
+            make(FavorAttention, bias_path=path).check_bias(bias_module("krpe"))
+    from rpevit.position.separable import AxialRPE, AxialRPEOptions
+
+    axial = AxialRPE(AxialRPEOptions(), make_config(image_size=20, patch_size=4, pool="cls"), HEAD_DIM, HEADS)
+    make(FavorAttention, bias_path="axis").check_bias(axial)
+    with pytest.raises(
+        UserError,
+        match=r"^bias_path: 'scan' runs recurrences of a geometric decay \(manhattan\); "
+        r"AxialRPE has no decay rates — use auto, axis, fft or dense\.$",
+    ):
+        make(FavorAttention, bias_path="scan").check_bias(axial)
+
+
+def test_omega_draw_is_pinned():
+    """ω from a seeded generator is part of a run's reproducibility across versions: pinned values, float32
+    by default, and independent of the global RNG."""
+    torch.manual_seed(123)
+    omega = orthogonal_gaussian_matrix(10, 4, torch.Generator().manual_seed(0))
+    assert omega.dtype == torch.float32
+    expected = [
+        -2.787138,
+        -0.931078,
+        -1.077014,
+        0.660017,
+        0.188385,
+        -0.036473,
+        1.370271,
+        -0.809998,
+        -0.128787,
+        -2.102469,
+    ]
+    torch.testing.assert_close(omega[:, 0], torch.tensor(expected), rtol=0, atol=1e-5)
+    assert abs(float(omega.sum()) - -3.203151) < 1e-4
+
+
+@pytest.mark.parametrize("shape", [(7, 8), (3, 7, 8), (2, 3, 7, 8)], ids=["T,d", "h,T,d", "B,h,T,d"])
+def test_favor_feature_formula_for_any_leading_shape(shape):
+    """m^(−1/2)(exp(ωx/d^¼ − |x|²/(2√d) − M) + ε) with M per token (query), one M per leading index (key) or
+    0 (None), for inputs of any leading shape; float64 to 1e-12."""
+    from rpevit.attention.features import FAVOR_EPS, favor_features
+
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    omega = orthogonal_gaussian_matrix(6, 8, torch.Generator().manual_seed(4), torch.float64)
+    logits = x @ omega.T / 8**0.25 - (x * x).sum(-1, keepdim=True) / (2 * 8**0.5)
+    expected = {
+        "query": logits - logits.amax(-1, keepdim=True),
+        "key": logits - logits.amax((-2, -1), keepdim=True),
+        None: logits,
+    }
+    for stabilizer, shifted in expected.items():
+        out = favor_features(x, omega, stabilizer)
+        torch.testing.assert_close(out, (shifted.exp() + FAVOR_EPS) / 6**0.5, rtol=1e-12, atol=1e-15)
+    with pytest.raises(ValueError, match=r"^stabilizer must be 'query', 'key' or None, got 'row'$"):
+        favor_features(x, omega, "row")
+
+
+def test_layer_refuses_a_post_rotation_of_an_odd_feature_count():
+    """MultiHeadAttention checks at build time, before any forward: one message naming backend and m."""
+    from rpevit.attention.layer import MultiHeadAttention
+    from rpevit.params import model_config
+
+    config = model_config(
+        dim=32,
+        heads=4,
+        image_size=28,
+        patch_size=4,
+        relu={"rotation_site": "post", "feature_map": "random", "num_features": 9},
+    )
+    with pytest.raises(
+        UserError,
+        match=r"^a 'post' rotation rotates pairs of features, but backend relu has an odd "
+        r"number of features m=9; choose an even m or model\.relu\.rotation_site: pre\.$",
+    ):
+        MultiHeadAttention(config, "relu", rotary="rope_axial")

@@ -496,6 +496,20 @@ def test_choose_path_rule():
     assert choose_path(Grid(32, 32), 32, 32, torch.device("cpu"), decay=True) == "axis"
     assert choose_path(Grid(64, 64), 112, 32, torch.device("cpu"), decay=False) == "axis"
     assert choose_path(Grid(64, 64), 32, 32, torch.device("cpu"), decay=True) == "axis"
+    assert choose_path(Grid(16, 16, cls=False), 32, 32, torch.device("cpu"), decay=False) == "dense"  # N = 256
+    assert choose_path(Grid(16, 17, cls=False), 32, 32, torch.device("cpu"), decay=False) == "axis"
+
+
+def test_choose_path_fft_crossovers_are_pinned():
+    """ "fft" from the width where 4.8·3·(2H−1)(2W−1)·log2((2H−1)(2W−1)) drops below N·(H + W): pinned at
+    heights 17, 32, 100 (m and d do not enter the rule)."""
+
+    def crossover(height, m):
+        grid = (Grid(height, w, cls=False) for w in range(1, 3000))
+        return next(g.width for g in grid if choose_path(g, m, 32, torch.device("cpu"), decay=True) == "fft")
+
+    assert [crossover(h, 32) for h in (17, 32, 100)] == [866, 922, 963]
+    assert crossover(32, 8) == 922
 
 
 def test_errors():
@@ -524,3 +538,176 @@ def test_errors():
         )
     with pytest.raises(ValueError, match="tokens"):
         separable_linear_attention(q_num, k_num, q_den, k_den, v, Grid(3, 5, cls=False), row, col, None)
+
+
+# boundaries found by mutation testing (reports/bench/mutation.md) -------------------------------------
+
+INPUT_NAMES = ("q_num", "k_num", "q_den", "k_den", "v", "row", "col", "cls")
+
+
+@pytest.mark.parametrize("path", ["axis", "fft", "dense"])
+@pytest.mark.parametrize("wide", INPUT_NAMES)
+def test_any_float64_input_makes_the_whole_computation_float64(path, wide):
+    """The compute dtype is max(float32, every input): one float64 input among float32 ones gives a float64
+    result equal to the float64 reference to 1e-12 (float32 round-off anywhere would be ≈ 1e-7)."""
+    grid = GRIDS[0]
+    inputs = dict(zip(INPUT_NAMES, (*make_inputs(grid, post=True, seed=40), *make_factors(grid, seed=41))))
+    inputs = {name: t if name == wide else t.float().double() for name, t in inputs.items()}  # float32 values
+    expected = reference(*(inputs[n] for n in INPUT_NAMES[:5]), grid, inputs["row"], inputs["col"], inputs["cls"])
+    mixed = [t if name == wide else t.float() for name, t in inputs.items()]
+    out = separable_linear_attention(*mixed[:5], grid, *mixed[5:], path=path)
+    assert out.dtype == F64
+    assert float((out - expected).abs().max() / expected.abs().max()) <= 1e-12
+
+
+@pytest.mark.parametrize("wide", ["q_num", "k_num", "q_den", "k_den", "v", "decay"])
+def test_any_float64_input_of_the_scan_path_makes_it_float64(wide):
+    grid = GRIDS[0]
+    inputs = dict(zip(INPUT_NAMES[:5], make_inputs(grid, post=True, seed=42)))
+    inputs["decay"] = torch.tensor([[0.3, 1.1], [0.05, 0.05], [2.0, 0.7]], dtype=F64)
+    inputs = {name: t if name == wide else t.float().double() for name, t in inputs.items()}
+    row, col = decay_logits(inputs["decay"], grid)
+    expected = reference(*(inputs[n] for n in INPUT_NAMES[:5]), grid, row, col, None)
+    mixed = {name: t if name == wide else t.float() for name, t in inputs.items()}
+    out = separable_linear_attention(
+        *(mixed[n] for n in INPUT_NAMES[:5]), grid, None, None, None, decay=mixed["decay"], path="scan"
+    )
+    assert out.dtype == F64
+    assert float((out - expected).abs().max() / expected.abs().max()) <= 1e-12
+
+
+@pytest.mark.parametrize("path", ["axis", "scan", "fft", "dense"])
+def test_eps_reaches_every_path(path):
+    """An infinite denominator floor makes every output exactly zero: each path passes its `eps` on."""
+    grid = GRIDS[0]
+    rates = torch.tensor([0.3, 0.1, 1.0], dtype=F64)
+    out = separable_linear_attention(*make_inputs(grid, seed=43), grid, decay=rates, path=path, eps=math.inf)
+    assert torch.equal(out, torch.zeros_like(out))
+
+
+@pytest.mark.parametrize("path", ["axis", "scan", "fft", "dense"])
+@pytest.mark.parametrize("shared", ["query", "key"])
+def test_features_shared_on_one_side_only(path, shared):
+    """ψ = φ for the queries but not for the keys (or the other way round): not taken for the fully shared case."""
+    grid = GRIDS[0]
+    q_num, k_num, q_den, k_den, v = make_inputs(grid, post=True, seed=44)
+    if shared == "query":
+        q_num = q_den
+    else:
+        k_num = k_den
+    rates = torch.tensor([0.3, 0.1, 1.0], dtype=F64)
+    row, col = decay_logits(rates, grid)
+    cls = make_factors(grid, seed=45)[2]
+    expected = reference(q_num, k_num, q_den, k_den, v, grid, row, col, cls)
+    out = separable_linear_attention(q_num, k_num, q_den, k_den, v, grid, None, None, cls, decay=rates, path=path)
+    assert (out - expected).abs().max() <= 1e-10
+
+
+def test_error_messages_name_the_problem():
+    grid = GRIDS[0]
+    q_num, k_num, q_den, k_den, v = make_inputs(grid)
+    row, col, cls = make_factors(grid)
+    with pytest.raises(ValueError, match=r"path must be one of auto, axis, scan, fft, dense, got 'fast'"):
+        separable_linear_attention(q_num, k_num, q_den, k_den, v, grid, row, col, cls, path="fast")
+    with pytest.raises(ValueError, match=r"^give row_logits and col_logits, or decay rates$"):
+        separable_linear_attention(q_num, k_num, q_den, k_den, v, grid, row, None, cls)
+    with pytest.raises(ValueError, match=r"^the scan path needs decay rates λ ≥ 0$"):
+        separable_linear_attention(q_num, k_num, q_den, k_den, v, grid, row, col, cls, path="scan")
+    with pytest.raises(ValueError, match=r"^decay rates must be λ ≥ 0 \(the scan recurrences"):
+        separable_linear_attention(*make_inputs(grid), grid, decay=torch.tensor([0.1, -0.1, 0.2], dtype=F64))
+    with pytest.raises(ValueError, match=r"cls_terms must be \(heads=3, 3\), got \(3, 2\)"):
+        separable_linear_attention(q_num, k_num, q_den, k_den, v, grid, row, col, cls[:, :2])
+    with pytest.raises(ValueError, match=r"decay rates must be \(heads=3,\) or \(3, 2\), got \(2,\)"):
+        separable_linear_attention(*make_inputs(grid), grid, decay=torch.tensor([0.1, 0.2], dtype=F64))
+
+
+def kernel_sums_case(op_name, shared=None, seed=80):
+    """(op, params, q_num, k_num, q_den, k_den, v) for a 3×4 grid without CLS, float64; `shared`: None (ψ ≠ φ),
+    "both" (ψ ≡ φ), "query" or "key" (ψ ≡ φ on that side only)."""
+    grid = Grid(3, 4, cls=False)
+    q_num, k_num, q_den, k_den, v = make_inputs(grid, post=True, seed=seed, m=3, d=2)
+    if shared in ("both", "query"):
+        q_num = q_den
+    if shared in ("both", "key"):
+        k_num = k_den
+    row, col, _ = make_factors(grid, seed=seed + 1)
+    if op_name == "axis":
+        op, params = AxisOperator(3, 4), [sep.toeplitz_matrix(row, 3).exp(), sep.toeplitz_matrix(col, 4).exp()]
+    elif op_name == "scan":
+        op, params = (
+            DecayOperator(3, 4),
+            [torch.tensor([0.3, 0.8, 0.5], dtype=F64), torch.tensor([0.6, 0.1, 0.9], dtype=F64)],
+        )
+    else:
+        op, params = FFTOperator(3, 4), [circulant_torus((row[:, :, None] + col[:, None, :]).exp(), 3, 4)]
+    return op, params, q_num, k_num, q_den, k_den, v
+
+
+def unshared(tensors):
+    """The same values as distinct tensors (no sharing shortcut can apply)."""
+    return [t.clone() for t in tensors]
+
+
+@pytest.mark.parametrize("op_name", ["axis", "scan", "fft"])
+@pytest.mark.parametrize("shared", ["both", "query", "key"])
+@pytest.mark.parametrize("output", ["numerator", "denominator", "both"])
+def test_kernel_sums_gradients_of_each_input_alone(op_name, shared, output):
+    """Gradients with only one input requiring them (each in turn), of the numerator, the denominator or
+    both, with ψ ≡ φ on both, one or no side: equal to the gradients of the same call on unshared copies
+    with every input requiring gradients (the backward computes only what is needed, and computes it right)."""
+    op, params, *features = kernel_sums_case(op_name, shared)
+    weight_num = torch.randn(BATCH, HEADS, 12, 2, generator=gen(90), dtype=F64)
+    weight_den = torch.randn(BATCH, HEADS, 12, 1, generator=gen(91), dtype=F64)
+
+    def loss(num, den):
+        return {"numerator": (num * weight_num).sum(), "denominator": (den * weight_den).sum()}.get(
+            output, (num * weight_num).sum() + (den * weight_den).sum()
+        )
+
+    every = [t.clone().requires_grad_() for t in unshared(features + params)]
+    expected = torch.autograd.grad(loss(*kernel_sums(op, every[5:], *every[:5], budget=10**9)), every)
+    names = ["q_num", "k_num", "q_den", "k_den", "v"] + [f"param{i}" for i in range(len(params))]
+    for index, name in enumerate(names):
+        tensors = list(features) + [p.clone() for p in params]
+        leaf = tensors[index].clone().requires_grad_()
+        tensors = [leaf if t is tensors[index] else t for t in tensors]  # keeps ψ ≡ φ where it was shared
+        num, den = kernel_sums(op, tensors[5:], *tensors[:5], budget=1)
+        # a shared tensor's gradient is the sum over both of its roles
+        total = sum(expected[j] for j in range(5) if features[j] is features[index]) if index < 5 else expected[index]
+        (grad,) = torch.autograd.grad(loss(num, den), leaf, allow_unused=True)
+        grad = torch.zeros_like(leaf) if grad is None else grad
+        torch.testing.assert_close(grad, total, rtol=1e-9, atol=1e-11, msg=f"{name}: {output}, shared {shared}")
+
+
+@pytest.mark.parametrize("op_name", ["axis", "scan", "fft"])
+@pytest.mark.parametrize("shared", ["query", "key"])
+def test_kernel_sums_with_features_shared_on_one_side(op_name, shared):
+    op, params, *features = kernel_sums_case(op_name, shared, seed=85)
+    num, den = kernel_sums(op, params, *features, budget=10**9)
+    num_ref, den_ref = kernel_sums(op, params, *unshared(features), budget=10**9)
+    assert (num - num_ref).abs().max() <= 1e-12 and (den - den_ref).abs().max() <= 1e-12
+
+
+@pytest.mark.parametrize("path", ["axis", "scan", "fft", "dense"])
+def test_cls_terms_beyond_exp_range_are_shifted_away(path):
+    """A CLS→patch term of 800 (exp overflows float64): the CLS query's shift covers it, so the result is
+    finite and equals the same attention with the CLS row's terms lowered by 800 (one shift per query)."""
+    grid = GRIDS[0]
+    inputs = make_inputs(grid, post=True, seed=95)
+    rates = torch.tensor([0.3, 0.1, 1.0], dtype=F64)
+    cls = make_factors(grid, seed=96)[2]
+    high = cls + torch.tensor([800.0, 0.0, 0.0], dtype=F64)
+    lowered = cls - torch.tensor([0.0, 0.0, 800.0], dtype=F64)
+    out = separable_linear_attention(*inputs, grid, None, None, high, decay=rates, path=path)
+    same = separable_linear_attention(*inputs, grid, None, None, lowered, decay=rates, path=path)
+    assert torch.isfinite(out).all()
+    assert (out - same).abs().max() <= 1e-10
+
+
+def test_decay_rates_rebuild_both_axes_when_one_is_missing():
+    grid = GRIDS[0]
+    inputs = make_inputs(grid, seed=97)
+    rates = torch.tensor([0.3, 0.1, 1.0], dtype=F64)
+    row = make_factors(grid, seed=98)[0]
+    expected = separable_linear_attention(*inputs, grid, decay=rates, path="axis")
+    assert torch.equal(separable_linear_attention(*inputs, grid, row, None, decay=rates, path="axis"), expected)

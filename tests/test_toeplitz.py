@@ -365,3 +365,100 @@ def test_fft_operator_bytes_per_channel_is_the_spectrum_size(dtype):
     operator = toeplitz.FFTOperator(5, 7)
     spectrum = torch.fft.rfft2(torch.zeros(operator.size, dtype=dtype))
     assert operator.bytes_per_channel(5, 7, dtype) == spectrum.numel() * spectrum.element_size()
+
+
+@pytest.mark.parametrize(
+    "m,d,widths",
+    [(8, 16, [178, 81, 45, 23, 12]), (32, 32, [None, 239, 133, 67, 35]), (112, 32, [None, 324, 178, 89, 45])],
+)
+def test_fft_cost_rule_crossovers_are_pinned(m, d, widths):
+    """The auto rule's FFT-vs-dense decision (fft_is_cheaper's docstring: 1.2·3·(m·d + m)·PQ·log2 PQ against
+    T²·(2m + d)) flips at these widths for heights 4, 8, 16, 32, 64 (None: dense up to width 400); a change of
+    the cost model moves them, and reports/bench/cpu_bias.md measured the rule at these constants."""
+    from rpevit.attention.toeplitz import fft_is_cheaper
+
+    def crossover(height):
+        return next((w for w in range(1, 400) if fft_is_cheaper(Grid(height, w), m, d)), None)
+
+    assert [crossover(h) for h in (4, 8, 16, 32, 64)] == widths
+    # T counts the CLS token: without it the 16-row crossover for m = d = 32 is the same 133 columns
+    assert next(w for w in range(1, 400) if fft_is_cheaper(Grid(16, w, cls=False), 32, 32)) == 133
+
+
+# boundaries found by mutation testing (reports/bench/mutation.md) -------------------------------------
+
+NAMES = ("q_num", "k_num", "q_den", "k_den", "v", "table", "cls_terms")
+
+
+def fft_out(q_num, k_num, q_den, k_den, v, grid, table, cls_terms, **kw):
+    return biased_linear_attention(q_num, k_num, q_den, k_den, v, grid, table, cls_terms, **kw)
+
+
+def dense_out(q_num, k_num, q_den, k_den, v, grid, table, cls_terms, **kw):
+    return biased_linear_weights(q_num, k_num, q_den, k_den, grid, table, cls_terms, **kw) @ v
+
+
+@pytest.mark.parametrize(
+    "path,wide",
+    [(fft_out, n) for n in NAMES] + [(dense_out, n) for n in NAMES if n != "v"],  # v does not enter the weights
+    ids=lambda x: getattr(x, "__name__", x),
+)
+def test_any_float64_input_makes_the_whole_computation_float64(path, wide):
+    """max(float32, every input) is the compute dtype: one float64 input among float32 ones gives float64
+    results equal to the float64 reference to 1e-12 (float32 round-off anywhere would be ≈ 1e-7)."""
+    grid = GRIDS[0]
+    inputs = dict(zip(NAMES, make_inputs(grid, post=True, seed=50)))
+    inputs = {n: t if n == wide else t.float().double() for n, t in inputs.items()}
+    expected = reference_attention(
+        *(inputs[n] for n in NAMES[:5]), reference_bias(inputs["table"], inputs["cls_terms"], grid)
+    )
+    mixed = [t if n == wide else t.float() for n, t in inputs.items()]
+    if path is dense_out:
+        mixed[4] = mixed[4].double()  # the float64 weights @ v needs v in float64 too
+    out = path(*mixed[:5], grid, *mixed[5:])
+    assert out.dtype == F64
+    assert float((out - expected).abs().max() / expected.abs().max()) <= 1e-12
+
+
+@pytest.mark.parametrize("path", [fft_out, dense_out], ids=["fft", "dense"])
+def test_eps_reaches_both_paths(path):
+    """An infinite denominator floor makes every output exactly zero: both paths pass `eps` on."""
+    grid = GRIDS[0]
+    out = path(*make_inputs(grid, seed=51)[:5], grid, *make_inputs(grid, seed=51)[5:], eps=math.inf)
+    assert torch.equal(out, torch.zeros_like(out))
+
+
+@pytest.mark.parametrize("path", [fft_out, dense_out], ids=["fft", "dense"])
+@pytest.mark.parametrize("shared", ["query", "key"])
+def test_features_shared_on_one_side_only(path, shared):
+    grid = GRIDS[0]
+    q_num, k_num, q_den, k_den, v, table, cls_terms = make_inputs(grid, post=True, seed=52)
+    q_num, k_num = (q_den, k_num) if shared == "query" else (q_num, k_den)
+    expected = reference_attention(q_num, k_num, q_den, k_den, v, reference_bias(table, cls_terms, grid))
+    assert (path(q_num, k_num, q_den, k_den, v, grid, table, cls_terms) - expected).abs().max() <= 1e-10
+
+
+@pytest.mark.parametrize("path", [fft_out, dense_out], ids=["fft", "dense"])
+def test_shape_messages(path):
+    grid = GRIDS[0]
+    q_num, k_num, q_den, k_den, v, table, cls_terms = make_inputs(grid, seed=53)
+    with pytest.raises(ValueError, match=r"^cls_terms must be \(heads=3, 3\), got \(3, 2\)$"):
+        path(q_num, k_num, q_den, k_den, v, grid, table, cls_terms[:, :2])
+    with pytest.raises(ValueError, match=r"^table must be \(heads=3, 9, 13\) for a 5×7 grid, got \(3, 9, 12\)$"):
+        path(q_num, k_num, q_den, k_den, v, grid, table[..., 1:], cls_terms)
+
+
+@pytest.mark.parametrize("term", [0, 1, 2], ids=["cls_to_patch", "patch_to_cls", "cls_to_cls"])
+@pytest.mark.parametrize("path", [fft_out, dense_out], ids=["fft", "dense"])
+def test_one_cls_term_far_above_the_rest(path, term):
+    """One CLS term 800 above everything else: each query's row is shifted by its own maximum (patch queries:
+    table and patch→CLS; the CLS query: CLS→patch and CLS→CLS), so no row underflows to zero. Reference:
+    the dense computation with every row shifted by its own maximum (exact: a row's shift cancels)."""
+    grid = GRIDS[0]
+    q_num, k_num, q_den, k_den, v, table, cls_terms = make_inputs(grid, post=True, seed=54)
+    cls_terms = cls_terms + 800.0 * torch.nn.functional.one_hot(torch.tensor(term), 3).to(F64)
+    bias = reference_bias(table, cls_terms, grid)
+    expected = reference_attention(q_num, k_num, q_den, k_den, v, bias - bias.amax(-1, keepdim=True))
+    out = path(q_num, k_num, q_den, k_den, v, grid, table, cls_terms)
+    assert torch.isfinite(out).all()
+    assert float((out - expected).abs().max()) <= 1e-10

@@ -60,7 +60,8 @@ peak at M_i = max_j r[rj − ri] + max_j c[cj − ci] (a row max of R's and of C
 CLS token M_i also covers the patch→CLS term (the CLS query uses max of its two terms). Each M_i
 is detached and cancels in its own row's ratio, so R = exp(r − row max) ≤ 1, C ≤ 1, every row's
 largest weight is 1, and no row underflows however far its logits sit below the head's maximum
-(the FFT path's single per-head shift leaves such rows at the FFT's absolute round-off). The
+(the FFT path shifts once per head for all patch rows, so a patch row far below the table's maximum
+sits at the FFT's absolute round-off). The
 GEMM and scan paths add non-negative weights times the channel values, so their round-off is
 relative to each row's own sums.
 """
@@ -118,11 +119,9 @@ def _check_factors(row_logits, col_logits, grid, heads):
 
 def axis_rates(decay: torch.Tensor, heads: int) -> torch.Tensor:
     """Decay rates per head and axis (h, 2) [λ_row, λ_col] from λ (h,) (both axes) or (h, 2)."""
-    if decay.dim() == 1:
-        decay = decay[:, None].expand(-1, 2)
-    if decay.shape != (heads, 2):
+    if tuple(decay.shape) not in ((heads,), (heads, 2)):
         raise ValueError(f"decay rates must be (heads={heads},) or ({heads}, 2), got {tuple(decay.shape)}")
-    return decay
+    return decay[:, None].expand(-1, 2) if decay.dim() == 1 else decay
 
 
 def decay_logits(decay: torch.Tensor, grid):
@@ -146,7 +145,8 @@ def weights(
 
     A_ij = c_ij ψ(q_i)ᵀψ(k_j) / max(Σ_l c_il φ(q_i)ᵀφ(k_l), ε), c_ij = exp(b_ij − M_i) with B from
     relative.dense_bias(r ⊕ c, CLS terms) and a detached per-query shift M_i = max_j b_ij (cancels in
-    the ratio; unlike toeplitz.biased_linear_weights' per-head shift, no row can underflow). Same
+    the ratio; unlike toeplitz.biased_linear_weights' one shift for all patch rows of a head, no row can
+    underflow). Same
     matrix as biased_linear_weights with table[h, a, b] = row_logits[h, a] + col_logits[h, b].
     """
     heads = q_num.shape[1]

@@ -98,15 +98,21 @@ def _check(table, cls_terms, grid, heads):
 
 
 def kernel_weights(table: torch.Tensor, cls_terms: torch.Tensor | None, grid):
-    """exp(b − M) of the table (h, 2H−1, 2W−1) and of the CLS terms (h, 3), M one max per head.
+    """exp(b − M) of the table (h, 2H−1, 2W−1) and of the CLS terms (h, 3), one shift M per head and query kind.
 
-    M (detached) covers the whole table and, when the grid has CLS, the CLS terms (0 if None).
+    Patch queries read the table and the patch→CLS term: M_patch = max(table, b_patch→CLS); the CLS query
+    reads only CLS→patch and CLS→CLS: M_cls = max of those two (detached; without CLS, M = the table's max).
+    A shift common to a query's whole row cancels in its ratio, so these are exact, and a CLS term far above
+    the table (exp beyond the dtype's range) no longer underflows the patch rows to zero.
     """
     cls = table.new_zeros(table.shape[0], 3) if cls_terms is None else cls_terms.to(table.dtype)
     shift = table.detach().flatten(1).amax(dim=1)  # (h,)
-    if grid.cls:
-        shift = torch.maximum(shift, cls.detach().amax(dim=1))
-    return torch.exp(table - shift[:, None, None]), torch.exp(cls - shift[:, None])
+    if not grid.cls:
+        return torch.exp(table - shift[:, None, None]), torch.exp(cls - shift[:, None])
+    shift = torch.maximum(shift, cls[:, 1].detach())  # patch queries
+    cls_shift = torch.maximum(cls[:, 0], cls[:, 2]).detach()  # the CLS query
+    shifts = torch.stack((cls_shift, shift, cls_shift), dim=1)  # (h, 3): [CLS→patch, patch→CLS, CLS→CLS]
+    return torch.exp(table - shift[:, None, None]), torch.exp(cls - shifts)
 
 
 def circulant_torus(kernel: torch.Tensor, height: int, width: int) -> torch.Tensor:
@@ -228,7 +234,7 @@ def biased_linear_weights(
     """The dense A (B, h, T, T) with biased_linear_attention(..., v, ...) = A v, built as N×N.
 
     A_ij = c_ij ψ(q_i)ᵀψ(k_j) / max(Σ_l c_il φ(q_i)ᵀφ(k_l), ε), c = exp(B − M) with the same
-    per-head shift M as the FFT path; for inspection and as the reference in tests.
+    shifts M as the FFT path (kernel_weights); for inspection and as the reference in tests.
     """
     heads = q_num.shape[1]
     _check(table, cls_terms, grid, heads)
