@@ -19,7 +19,7 @@ from pathlib import Path
 from . import records
 from .data import DATASETS
 from .options import result_fields
-from .params import ModelConfig, Params, TrainConfig
+from .params import ModelConfig, Params, TrainConfig, components
 from .paths import inside
 from .variants import Variant, parse_variant
 
@@ -35,6 +35,20 @@ def model_config_for(params: Params, dataset: str) -> ModelConfig:
 def train_config_for(params: Params, epochs: int | None = None) -> TrainConfig:
     """The preset's training settings, with `epochs` overridden when given."""
     return params.train if epochs is None else dataclasses.replace(params.train, epochs=epochs)
+
+
+# Bump when a change of the training loop, the data pipeline or the model's core changes what a run computes
+# (a fix, not a new option): every record made before stops matching its run's key and is trained again. A
+# backend or positional method declares the same for its own runs with a class attribute
+# `result_revision` (default 1). Revisions of 1 stay out of the key, so no existing key changes.
+CORE_RESULT_REVISION = 1
+
+
+def result_revisions(names) -> dict[str, int]:
+    """The declared result revisions above 1: "core" and each named component's (docs/records.md)."""
+    declared = {"core": CORE_RESULT_REVISION}
+    declared.update({name: getattr(components()[name], "result_revision", 1) for name in names})
+    return {name: revision for name, revision in declared.items() if revision > 1}
 
 
 def _hash(settings) -> str:
@@ -107,9 +121,14 @@ class Run:
 
         `<variant>|<dataset>|<seed>|v2-<hash>` of the data and training settings and the core
         architecture without their result-neutral fields (paths, device, measurement sizes), plus
-        the result fields of the options of the variant's own backend and positional methods.
+        the result fields of the options of the variant's own backend and positional methods, and the
+        result revisions declared above 1 (result_revisions).
         """
-        return f"{self.variant}|{self.dataset}|{self.seed}|v2-{_hash(self._settings(result_fields))}"
+        settings = self._settings(result_fields)
+        revisions = result_revisions((self.parsed.backend, *self.parsed.positions))
+        if revisions:  # a declared fix (CORE_RESULT_REVISION, `result_revision`) retires older records
+            settings["revisions"] = revisions
+        return f"{self.variant}|{self.dataset}|{self.seed}|v2-{_hash(settings)}"
 
     def matches(self, stored) -> bool:
         """True if a record or checkpoint (a dict with a `key`) was made with this run's settings."""

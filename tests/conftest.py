@@ -11,6 +11,15 @@ from rpevit.data import Dataset, Split, load_dataset
 from rpevit.params import load_params
 
 
+@pytest.fixture(autouse=True)
+def fresh_grid_cache():
+    """Each test computes its own grid-derived tensors (offsets, sin-cos tables, angles): a value cached by
+    an earlier test — or by the process a test runner forked from — would hide what this test's code computes."""
+    from rpevit.grid import _CACHE
+
+    _CACHE.clear()
+
+
 def _slice(split: Split, n: int) -> Split:
     return Split(split.images[:n], split.labels[:n])
 

@@ -132,3 +132,24 @@ def test_learned_ape_exact_on_trained_grid_and_bicubic_on_new_grids():
     resized = module.patch_embedding(Grid(10, 12))
     assert resized.shape == (1, 120, 16)
     torch.testing.assert_close(resized, torch.full_like(resized, 0.25), rtol=0, atol=1e-12)
+
+
+def test_learned_ape_init_pooling_dtype_and_weight_decay():
+    """N(0, 0.02²) patch vectors (ViT's init), a CLS vector only with CLS pooling (zeros), both exempt from
+    weight decay; the sum keeps the tokens' dtype."""
+    torch.manual_seed(1)
+    module = build_position("ape", model_config(dim=64, heads=2, image_size=28, patch_size=4), 64, 2)
+    assert module.patches.shape == (1, 49, 64) and abs(float(module.patches.detach().std()) - 0.02) < 0.002
+    assert torch.equal(module.cls, torch.zeros(1, 1, 64))
+    assert module.patches.no_weight_decay is True and module.cls.no_weight_decay is True
+    pooled = build_position("ape", model_config(dim=64, heads=2, image_size=28, patch_size=4, pool="mean"), 64, 2)
+    assert pooled.cls is None
+    assert pooled(torch.zeros(1, 49, 64), Grid(7, 7, cls=False)).shape == (1, 49, 64)
+    out = module(torch.zeros(2, 50, 64, dtype=torch.bfloat16), Grid(7, 7))
+    assert out.dtype == torch.bfloat16
+
+
+def test_sincos_shape_message():
+    module = build_position("ape_sincos", model_config(), 16, 2)
+    with pytest.raises(ValueError, match=r"^SinCosAbsolute expects \(B, 50, 16\) for a 7×7 grid, got \(2, 49, 16\)$"):
+        module(torch.zeros(2, 49, 16), Grid(7, 7))

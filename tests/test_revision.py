@@ -56,3 +56,24 @@ def test_in_a_checkout_the_commit_and_dirty_when_the_package_changed(package):
     assert revision.code_revision() == head + "+dirty"
     assert revision.short_revision(head + "+dirty") == head[:12] + "+dirty"
     assert revision.short_revision("sha256:0123456789ab") == "sha256:0123456789ab"
+
+
+def test_a_declared_result_revision_retires_the_records_it_concerns(monkeypatch):
+    """A component's `result_revision` above 1 changes the keys of that component's runs only (an old record
+    stops matching and its run is trained again); CORE_RESULT_REVISION changes every key; at 1 nothing does."""
+    from rpevit import run as run_module
+    from rpevit.attention.linear import FavorAttention
+    from rpevit.params import load_params
+    from rpevit.run import Run
+
+    params = load_params("smoke")
+    favor, softmax = (Run(params, params.datasets[0], variant, 0) for variant in ("favor+ape", "softmax+ape"))
+    before = {"favor": favor.key, "softmax": softmax.key, "record": {"key": favor.key}}
+    monkeypatch.setattr(FavorAttention, "result_revision", 2, raising=False)
+    assert favor.key != before["favor"] and not favor.matches(before["record"])
+    assert softmax.key == before["softmax"]
+    monkeypatch.setattr(run_module, "CORE_RESULT_REVISION", 2)
+    assert softmax.key != before["softmax"]
+    assert run_module.result_revisions(["favor", "ape"]) == {"core": 2, "favor": 2}
+    monkeypatch.undo()
+    assert (favor.key, softmax.key) == (before["favor"], before["softmax"])
