@@ -303,3 +303,60 @@ def test_weight_decay_tags():
     assert string.frequencies.no_weight_decay and string.phases.no_weight_decay
     assert not getattr(string.proj_q, "no_weight_decay", False)  # linear maps are decayed (documented)
     assert not getattr(string.proj_k, "no_weight_decay", False)
+
+
+# boundaries found by mutation testing (reports/bench/mutation.md) -------------------------------------
+
+
+def test_string_gate_init_distribution_rank_and_position_scale():
+    """ω ~ N(0, π²) per component, φ ~ U[0, 2π) (checked on rank 4,000), rank 1 allowed, and positions scaled
+    so the trained grid spans [0, 1]² — also for a 2×2 trained grid."""
+    from rpevit.position.gates import STRING_FREQUENCY_STD, GateStringOptions
+
+    torch.manual_seed(0)
+    wide = StringGate2D(GateStringOptions(rank=4000), CONFIG, HEAD_DIM, HEADS)
+    assert abs(float(wide.frequencies.detach().std()) / STRING_FREQUENCY_STD - 1) < 0.05
+    phases = wide.phases.detach()
+    assert 0 <= float(phases.min()) < 0.01 and 2 * math.pi - 0.01 < float(phases.max()) < 2 * math.pi
+    assert StringGate2D(GateStringOptions(rank=1), CONFIG, HEAD_DIM, HEADS).rank == 1
+    small = StringGate2D(
+        GateStringOptions(), model_config(dim=32, heads=4, image_size=8, patch_size=4), HEAD_DIM, HEADS
+    )
+    positions = small.positions(Grid(2, 2, cls=False), None, F64)
+    assert torch.equal(positions, torch.tensor([[0.0, 0.0], [0.0, 1.0], [1.0, 0.0], [1.0, 1.0]], dtype=F64))
+
+
+@pytest.mark.parametrize("cls", GATES)
+def test_gate_messages_and_repr(cls):
+    gate = make(cls)
+    grid = Grid(7, 7)
+    q, k = qk(grid)
+    name = type(gate).__name__
+    with pytest.raises(
+        ValueError, match=rf"^{name} expects q of shape \(B, 4, 50, 8\) for a 7×7 grid, got \(2, 4, 50, 7\)"
+    ):
+        gate(q[..., :7], k, grid)
+    with pytest.raises(
+        ValueError, match=rf"^{name} expects k of shape \(B, 4, 50, 8\) for a 7×7 grid, got \(2, 3, 50, 8\)"
+    ):
+        gate(q, k[:, :3], grid)
+    with pytest.raises(ValueError, match=rf"^{name} expects q of shape"):
+        gate(q[0], k, grid)
+    assert repr(gate).startswith(f"{name}(dim=8, heads=4")
+    if cls is IRPEGate:
+        assert "trained=7×7" in repr(gate)
+
+
+@pytest.mark.parametrize("cls", GATES)
+def test_gate_computes_in_the_wider_of_q_and_k(cls):
+    """float32 q with float64 k (or the reverse): the scales and products are float64, each output keeps its
+    input's dtype, and equals the all-float64 result rounded once."""
+    gate = make(cls)
+    q, k = qk(Grid(7, 7), seed=3)
+    q, k = q.float().double(), k.float().double()
+    q_ref, k_ref = gate(q, k, Grid(7, 7))
+    for narrow in ("q", "k"):
+        q_in, k_in = (q.float(), k) if narrow == "q" else (q, k.float())
+        q_out, k_out = gate(q_in, k_in, Grid(7, 7))
+        assert q_out.dtype == q_in.dtype and k_out.dtype == k_in.dtype
+        assert torch.equal(q_out, q_ref.to(q_in.dtype)) and torch.equal(k_out, k_ref.to(k_in.dtype))

@@ -262,3 +262,36 @@ def test_layer_forward_and_gradients_reach_the_bias():
         )
         out.square().sum().backward()
         assert all(p.grad is not None and p.grad.abs().max() > 0 for p in layer.bias.parameters())
+
+
+# boundaries found by mutation testing (reports/bench/mutation.md) -------------------------------------
+
+
+@pytest.mark.parametrize("name", ["krpe", "axial_rpe"])
+def test_learned_tables_start_as_truncated_normal(name):
+    """N(0, 0.02²) truncated at ±2σ (the Swin / iRPE init): std and mean near it, every value inside ±2σ."""
+    torch.manual_seed(0)
+    module = build_position(name, config(image_size=224, patch_size=4, heads=16), 8, 16)
+    values = torch.cat([p.detach().flatten() for n, p in module.named_parameters() if n != "cls_bias"])
+    assert values.numel() >= 3552 and float(values.abs().max()) <= 0.04
+    assert abs(float(values.mean())) < 0.002 and 0.014 < float(values.std()) < 0.020  # truncation: σ·0.88
+
+
+def test_alibi_tables_are_cached_per_head_count_and_exact():
+    """Two ALiBi modules of different head counts on one grid get their own tables: −slope_h·‖Δ‖₂ in float32."""
+    grid = Grid(3, 4)
+    for heads in (2, 4):
+        module = build_position("alibi2d", config(heads=heads), 8, heads)
+        rows = torch.arange(-2, 3, dtype=F64)[:, None]
+        cols = torch.arange(-3, 4, dtype=F64)[None, :]
+        slopes = torch.tensor(alibi_slopes(heads), dtype=F64)[:, None, None]
+        table = module.table(grid)
+        assert table.dtype == torch.float32 and table.shape == (heads, 5, 7)
+        torch.testing.assert_close(table.double(), -slopes * (rows**2 + cols**2).sqrt(), rtol=1e-6, atol=1e-6)
+    with pytest.raises(ValueError, match=r"^heads must be positive, got 0$"):
+        alibi_slopes(0)
+
+
+@pytest.mark.parametrize("name", ["krpe", "alibi2d", "irpe", "manhattan", "axial_rpe"])
+def test_bias_modules_name_their_heads(name):
+    assert f"heads={HEADS}" in repr(build_position(name, config(), 8, HEADS))

@@ -355,3 +355,50 @@ def test_cayley_basis_is_the_checked_solve_without_its_host_sync():
     assert grad.abs().max() > 1e-3
     half = make("string_cayley", dtype=torch.float32).basis(torch.bfloat16)
     assert half.dtype == torch.bfloat16
+
+
+# boundaries found by mutation testing (reports/bench/mutation.md) -------------------------------------
+
+
+def test_messages_theta_boundary_and_repr():
+    with pytest.raises(
+        UserError,
+        match=r"^rope_axial needs a rotated dimension divisible by 4 \(two axes × interleaved pairs\), got 6\. The "
+        r"rotated dimension is the head dimension model\.dim / model\.heads \(or the feature count m at rotation_site "
+        r"'post'\); choose model\.dim, model\.heads \(or the feature count\) so that it is\.$",
+    ):
+        build_position("rope_axial", model_config(dim=12, heads=2), 6, 2)
+    with pytest.raises(
+        UserError, match=r"^rope_mixed needs a rotated dimension divisible by 2 \(interleaved pairs\), got 5\."
+    ):
+        build_position("rope_mixed", model_config(dim=10, heads=2), 5, 2)
+    from rpevit.position.rotary import ThetaOptions
+
+    with pytest.raises(
+        UserError,
+        match=r"^model\.rope_axial\.theta must be a number > 1 \(frequencies θ\^\(−4c/dim\) "
+        r"must decay\), got 1\.0\.$",
+    ):
+        ThetaOptions(theta=1.0).check("model.rope_axial")
+    ThetaOptions(theta=1.5).check("model.rope_axial")  # any θ > 1 decays
+    for name in METHODS:
+        assert f"(dim={DIM}, heads={HEADS}" in repr(make(name))
+
+
+def test_rope_mixed_init_directions_are_uniform():
+    """φ ~ U[0, 2π) per head (checked on 4,000 heads), magnitudes θ^(−4k/dim)."""
+    from rpevit.position.rotary import rope_mixed_init
+
+    torch.manual_seed(0)
+    freqs = rope_mixed_init(8, 4000, 100.0)  # (2, heads, 4)
+    angles = torch.atan2(freqs[1, :, 0], freqs[0, :, 0]) % (2 * math.pi)  # the first pair's direction φ
+    assert float(angles.min()) < 0.01 and float(angles.max()) > 2 * math.pi - 0.01
+    assert abs(float(angles.mean()) - math.pi) < 0.1
+    magnitudes = freqs.norm(dim=0)[0]  # (4,): pairs [0, 2) then [2, 4) restart the ladder
+    torch.testing.assert_close(magnitudes, torch.tensor([1.0, 100.0**-0.5, 1.0, 100.0**-0.5]), rtol=1e-6, atol=0)
+
+
+def test_linear_backends_are_the_kernel_approximations():
+    from rpevit.attention import linear_backends
+
+    assert linear_backends() == ["favor", "relu"]
