@@ -75,8 +75,8 @@ def budget_change_rows(top1: dict, variants: list[str], seeds: list[int], short:
         rows.append(
             {
                 "variant": variant,
-                f"top-1 at {short}": _mean([top1.get((variant, s, short)) for s in seeds]),
-                f"top-1 at {long}": _mean([top1.get((variant, s, long)) for s in seeds]),
+                f"top-1 at {short}": _percent(_mean([top1.get((variant, s, short)) for s in seeds])),
+                f"top-1 at {long}": _percent(_mean([top1.get((variant, s, long)) for s in seeds])),
                 f"change {short}→{long} (per seed)": ", ".join(signed(c) for c in changes) or "—",
             }
         )
@@ -98,6 +98,11 @@ def gap_change_rows(top1: dict, seeds: list[int], short: int, long: int) -> list
             {"gap": f"{backend} − softmax", f"change {short}→{long} (per seed)": ", ".join(map(signed, changes)) or "—"}
         )
     return rows
+
+
+def _percent(value: float | None) -> str:
+    """An accuracy as printed in every table here: two decimals (86.00, not 86), '—' when missing."""
+    return "—" if value is None or math.isnan(value) else f"{value:.2f}"
 
 
 def _mean(values) -> float:
@@ -179,11 +184,14 @@ def write_report(preset: str, reports_root=None) -> list[str]:
     gap_change = gap_change_rows(top1, seeds, short, longest)
     folder = (reports_root or records.REPORTS_ROOT) / preset
     runs_table = [
-        {"variant": v, "seed": sd, **{f"top-1 at {b}": top1.get((v, sd, b), math.nan) for b in budgets}}
+        {"variant": v, "seed": sd, **{f"top-1 at {b}": _percent(top1.get((v, sd, b))) for b in budgets}}
         for v in variants
         for sd in seeds
     ]
     records.write_csv(folder / "pilot_gaps.csv", rows)
+    shown_gaps = [  # signed like every effect in the reports: −0.25, +0.42
+        {**r, "mean gap": "—" if math.isnan(r["mean gap"]) else signed(r["mean gap"])} for r in rows
+    ]
     lines = [
         f"# {preset}: the gap pilot",
         "",
@@ -200,7 +208,7 @@ def write_report(preset: str, reports_root=None) -> list[str]:
         markdown_table(runs_table, list(runs_table[0]), digits=2),
         "## Gap per budget (test top-1, Performer − softmax, points; negative: softmax ahead)",
         "",
-        markdown_table(rows, list(rows[0]), digits=2),
+        markdown_table(shown_gaps, list(rows[0]), digits=2),
         "## Budget sensitivity (per variant, paired by seed)",
         "",
         markdown_table(change, list(change[0]), digits=2),
@@ -208,6 +216,6 @@ def write_report(preset: str, reports_root=None) -> list[str]:
         "Convergence is read as budget sensitivity (no plateau rule): with two seeds these changes are "
         "descriptive; they say whether the gap opens or closes with more training.",
     ]
-    records.write_text(folder / "pilot_gaps.md", markdown_table(rows, list(rows[0]), digits=2))
+    records.write_text(folder / "pilot_gaps.md", markdown_table(shown_gaps, list(rows[0]), digits=2))
     records.write_text(folder / "README.md", "\n".join(lines) + "\n")
     return lines

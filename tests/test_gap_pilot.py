@@ -68,7 +68,7 @@ def test_the_report_is_written_from_the_records(tmp_path, monkeypatch):
     text = (tmp_path / "canvas_gap_pilot" / "README.md").read_text()
     assert text == "\n".join(lines) + "\n" and "6 of 6 runs finished" in text
     assert "**GO**: favor is behind softmax by 1.80 points at 32 epochs" in text
-    assert "| favor+ape | 2 | 79 | 83 | 84.40 |" in text  # the per-run table, budgets from the branches
+    assert "| favor+ape | 2 | 79.00 | 83.00 | 84.40 |" in text  # the per-run table, budgets from the branches
     assert (tmp_path / "canvas_gap_pilot" / "pilot_gaps.csv").is_file()
 
 
