@@ -61,10 +61,10 @@ def grid_params(tiny_params):
 @pytest.fixture
 def design_wanting_nothing(monkeypatch):
     """A stand-in for rpevit.design whose one run the stopping rule does not want, patched into the
-    modules that consult it (the sequential runner, the catalog and the Ray runner)."""
+    modules that consult it (the one scheduler of every engine, and the catalog)."""
     import types
 
-    from rpevit import catalog, cluster, study
+    from rpevit import catalog, study
 
     fake = types.SimpleNamespace(
         ordered_runs=lambda params: [("mnist5k", "softmax+ape", 0)],
@@ -73,7 +73,7 @@ def design_wanting_nothing(monkeypatch):
             "the stopping rule needs 0 primary seeds",
         ),
     )
-    for module in (study, catalog, cluster):
+    for module in (study, catalog):
         monkeypatch.setattr(module, "design", fake)
     return fake
 

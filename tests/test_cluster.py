@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import json
 import math
 import os
@@ -443,7 +444,9 @@ def test_both_engines_keep_the_same_files(ray_cluster, tiny_params, one_thread, 
 
 def test_ray_submits_only_the_runs_the_design_wants(tiny_params, tmp_path, design_wanting_nothing, capsys):
     require_module("ray", NO_RAY)
-    designed = dataclasses.replace(tiny_params, design=types.SimpleNamespace(active=True, plateau_check=None))
+    designed = dataclasses.replace(
+        tiny_params, design=types.SimpleNamespace(active=True, plateau_check=None, primary=["softmax+ape"])
+    )
     # nothing is due, so no task is submitted and no cluster is started
     assert cluster.run_study_ray(designed, runs_root=tmp_path, reports_root=tmp_path) == []
     said = capsys.readouterr().out
@@ -464,9 +467,24 @@ def test_ray_refuses_a_sitting_in_another_precision_before_it_starts(grid_params
         cluster.run_study_ray(grid_params, **roots)
 
 
-def test_ray_submission_holds_back_what_the_runs_submitted_with_it_decide(tmp_path, capsys):
+def designed_draws(params, tmp_path, limit=20):
+    """What study.designed_order hands a Ray-like engine that submits every run it is given and ends none:
+    the places in order, then None where it would wait on them (the engine asks again when one ends)."""
+    grid = cells(params, catalog.grid(params), tmp_path / "runs", tmp_path / "reports")
+    todo = [(run, settle(run, repair=False)) for run in grid]
+    handed: list = []
+    order = study.designed_order(params, todo, Progress(len(todo)), None, submitted=lambda: set(handed))
+    for item in itertools.islice(order, limit):
+        if item is None:
+            return handed + [None]
+        handed.append(item[0].place)
+    return handed
+
+
+def test_ray_draws_count_the_runs_submitted_as_in_flight(tmp_path, capsys):
     """Submitted together, the first primary seeds count as in flight: the seed after them and the
-    secondary variants wait for them instead of training beside them."""
+    secondary variants wait for them instead of training beside them — the Ray engine draws from the
+    sequential engine's designed order with its submitted runs as in flight."""
     path = tmp_path / "designed.yaml"
     path.write_text(
         "datasets: [mnist5k]\nvariants: [softmax+ape, favor+ape, softmax+krpe]\nseeds: [0, 1, 2, 3]\n"
@@ -474,28 +492,19 @@ def test_ray_submission_holds_back_what_the_runs_submitted_with_it_decide(tmp_pa
         "  contrasts: [{name: gap, kind: equal, terms: {favor+ape: 1, softmax+ape: -1}}]\n"
         "  stopping: {min_seeds: 2, max_seeds: 3}\n  secondary_seeds: 1\n"
     )
-    designed = load_params(path)
-    grid = cells(designed, catalog.grid(designed), tmp_path / "runs", tmp_path / "reports")
-    states = [settle(run, repair=False) for run in grid]
-    held = cluster.held_by_design(designed, grid, states, tmp_path / "runs", tmp_path / "reports")
+    draws = designed_draws(load_params(path), tmp_path)
     primary_first = {("mnist5k", v, s) for v in ("softmax+ape", "favor+ape") for s in (0, 1)}
-    assert {run.place for run in grid} - held == primary_first  # min_seeds 2: seeds 0 and 1 go now
-    out = capsys.readouterr().out
-    assert "not started: softmax+krpe on mnist5k, seed 0 (the primary grid comes first" in out
-    assert "run the study again once those finish" in out
+    assert set(draws[:-1]) == primary_first and len(draws) == 5 and draws[-1] is None  # min_seeds 2: seeds 0, 1
 
 
-def test_ray_submission_holds_the_secondary_runs_while_the_longer_budget_check_wants_runs(
-    tmp_path, capsys, monkeypatch
-):
+def test_ray_draws_hold_the_secondary_runs_while_the_longer_budget_check_wants_runs(tmp_path, capsys, monkeypatch):
     from test_design import _accuracies, _finished, checked
 
     designed = checked(tmp_path)  # the check (4 epochs, seeds 0-1) is linked by path
     settled = _finished(_accuracies([0, 1], 0.0))  # the primary grid is settled at 2 seeds
     reads = {designed.name: (set(), settled)}
-    monkeypatch.setattr(catalog, "in_flight_and_records", lambda params, *roots: reads.get(params.name, (set(), [])))
-    grid = cells(designed, catalog.grid(designed), tmp_path / "runs", tmp_path / "reports")
-    states = [settle(run, repair=False) for run in grid]
-    held = cluster.held_by_design(designed, grid, states, tmp_path / "runs", tmp_path / "reports")
-    assert {("mnist5k", "softmax+krpe", 0), ("mnist5k", "softmax+krpe", 1)} <= held
+    for module in (catalog, study):
+        monkeypatch.setattr(module, "in_flight_and_records", lambda params, *roots: reads.get(params.name, (set(), [])))
+    draws = designed_draws(designed, tmp_path)
+    assert not any(place and place[1] == "softmax+krpe" for place in draws)
     assert "not started: softmax+krpe on mnist5k, seed 0 (the longer-budget check" in capsys.readouterr().out

@@ -360,3 +360,16 @@ def test_gate_computes_in_the_wider_of_q_and_k(cls):
         q_out, k_out = gate(q_in, k_in, Grid(7, 7))
         assert q_out.dtype == q_in.dtype and k_out.dtype == k_in.dtype
         assert torch.equal(q_out, q_ref.to(q_in.dtype)) and torch.equal(k_out, k_ref.to(k_in.dtype))
+
+
+@pytest.mark.parametrize("cls", GATES)
+def test_float32_gate_on_float64_inputs_computes_in_float64(cls):
+    """Parameters in float32, q and k in float64: every scale is computed in float64 (the parameters cast
+    up), equal to the same gate held in float64 to 1e-12 — float32 arithmetic anywhere would be ≈ 1e-7 off."""
+    narrow = make(cls, dtype=torch.float32)
+    wide = make(cls, dtype=torch.float32).double()
+    q, k = qk(Grid(7, 7), seed=4)
+    with torch.no_grad():
+        for out, expected in zip(narrow(q, k, Grid(7, 7)), wide(q, k, Grid(7, 7))):
+            assert out.dtype == F64
+            torch.testing.assert_close(out, expected, rtol=1e-12, atol=1e-12)

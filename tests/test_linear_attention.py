@@ -26,6 +26,7 @@ from rpevit.params import ModelConfig
 HEAD_DIM, HEADS = 8, 3
 GRID = Grid(5, 7, cls=True)
 GRID_NO_CLS = Grid(5, 7, cls=False)
+GRID_7 = Grid(7, 7, cls=True)  # the trained grid of the 28-pixel layer configs
 
 FEATURE_SEEDS = [5253820757564114760, 7229531956929275695]  # feature_seed(0, 0, 0), (3, 2, 7)
 
@@ -503,17 +504,16 @@ def test_model_end_to_end(variant, overrides):
 
 
 def bias_module(kind):
-    """A relative-bias module with random parameters: manhattan (separable, decaying) or krpe (neither)."""
+    """A relative-bias module with random parameters: manhattan (separable, decaying), axial (separable, with
+    CLS terms) or krpe (neither)."""
     from rpevit.position.relative import KernelizedRPE, KrpeOptions
-    from rpevit.position.separable import ManhattanDecay, ManhattanOptions
+    from rpevit.position.separable import AxialRPE, AxialRPEOptions, ManhattanDecay, ManhattanOptions
 
     torch.manual_seed(5)
     config = make_config(image_size=20, patch_size=4, pool="cls")
-    module = (
-        ManhattanDecay(ManhattanOptions(), config, HEAD_DIM, HEADS)
-        if kind == "manhattan"
-        else KernelizedRPE(KrpeOptions(), config, HEAD_DIM, HEADS)
-    )
+    build = {"manhattan": (ManhattanDecay, ManhattanOptions), "axial": (AxialRPE, AxialRPEOptions)}
+    cls, options = build.get(kind, (KernelizedRPE, KrpeOptions))
+    module = cls(options(), config, HEAD_DIM, HEADS)
     with torch.no_grad():
         for parameter in module.parameters():
             parameter.add_(0.3 * torch.randn_like(parameter))
@@ -543,15 +543,54 @@ def test_each_bias_path_is_the_one_taken(case, bias_kind, path, monkeypatch):
     axis by axis (never through the 2D FFT or the dense N×N matrix), a non-separable one where its
     bias_path says. The result still equals the dense matrix times v, in float64."""
     from rpevit.attention import linear
+    from rpevit.attention import separable as separable_module
 
     backend = make_backend(case, bias_path=path).double()
     bias = bias_module(bias_kind).double()
     q, k, v = random_qkv(GRID, torch.float64)
-    expected = backend.weights(q, k, GRID, bias) @ v
+    expected = reference_weights(backend, q, k, bias) @ v
     for name in ROUTES[bias_kind, path]:
         monkeypatch.setattr(linear, name, refuse(name))
+    if bias_kind == "manhattan" and path != "auto":  # the configured path goes through, not auto's choice
+        monkeypatch.setattr(separable_module, "choose_path", refuse("choose_path"))
     out = backend(q, k, v, GRID, bias)
     torch.testing.assert_close(out, expected, rtol=1e-10, atol=1e-10)
+    if bias_kind == "manhattan":  # `weights` takes the separable route too
+        torch.testing.assert_close(backend.weights(q, k, GRID, bias) @ v, expected, rtol=1e-10, atol=1e-10)
+
+
+def reference_weights(backend, q, k, bias):
+    """(φ(q)φ(k)ᵀ ∘ exp(B)) / rowsum, B = bias.dense(grid) with its CLS terms, float64, no shift: an
+    independent reference for every bias path (the backend's own features)."""
+    phi_q, phi_k = backend.features(q, k)
+    kernel = (phi_q @ phi_k.transpose(-2, -1)) * bias.dense(GRID).exp()
+    return kernel / kernel.sum(-1, keepdim=True)
+
+
+def test_layer_weights_match_the_independent_reference_with_cls_terms():
+    """The CLS terms of the bias reach every path: weights equal the reference built from bias.dense."""
+    for kind, paths in (("krpe", ("fft", "dense")), ("axial", ("axis", "fft", "dense"))):
+        for path in paths:
+            backend = make_backend("favor", bias_path=path).double()
+            bias = bias_module(kind).double()
+            assert bias.cls_terms() is not None and float(bias.cls_terms().abs().min()) > 0
+            q, k, _ = random_qkv(GRID, torch.float64, seed=5)
+            torch.testing.assert_close(
+                backend.weights(q, k, GRID, bias), reference_weights(backend, q, k, bias), rtol=1e-10, atol=1e-12
+            )
+
+
+def test_favor_keys_use_the_key_stabilizer_and_redraws_keep_the_dtype():
+    from rpevit.attention.features import FAVOR_EPS, favor_features
+
+    backend = make(FavorAttention, redraw_steps=1).double()
+    q, k, _ = random_qkv(GRID, torch.float64, scale=3.0)
+    phi_q, phi_k = backend.features(q, k)
+    assert torch.equal(phi_k, favor_features(k, backend.omega, "key", FAVOR_EPS))
+    assert torch.equal(phi_q, favor_features(q, backend.omega, "query", FAVOR_EPS))
+    backend.train()
+    backend.count_training_step()
+    assert backend.omega.dtype == torch.float64
 
 
 def test_auto_compares_costs_with_the_head_dim(monkeypatch):
@@ -566,14 +605,15 @@ def test_auto_compares_costs_with_the_head_dim(monkeypatch):
     assert asked == [(GRID, backend.num_features, HEAD_DIM)]
 
 
-@pytest.mark.parametrize("bias_kind", [None, "manhattan", "krpe"])
+@pytest.mark.parametrize("bias_kind", [None, "manhattan", "krpe", "krpe-dense"])
 @pytest.mark.parametrize("case", ["favor", "relu-learned"])
 def test_bf16_inputs_are_computed_in_float32(case, bias_kind):
     """bf16 q, k, v: features, sums and bias run in float32 and only the result is rounded to bf16, so the
     output is the float32 computation on the same bf16 values rounded once (≤ 1 bf16 step of 2⁻⁸ relative,
     where a bf16 computation is off by several); `weights` returns q's dtype."""
-    backend = make_backend(case, bias_path="fft" if bias_kind == "krpe" else "auto")
-    bias = bias_module(bias_kind) if bias_kind else None
+    path = {"krpe": "fft", "krpe-dense": "dense"}.get(bias_kind, "auto")
+    backend = make_backend(case, bias_path=path)
+    bias = bias_module(bias_kind.split("-")[0]) if bias_kind else None
     q, k, v = (t.bfloat16() for t in random_qkv(GRID, scale=2.0))
     with torch.no_grad():
         out = backend(q, k, v, GRID, bias)
@@ -715,3 +755,23 @@ def test_layer_refuses_a_post_rotation_of_an_odd_feature_count():
         r"number of features m=9; choose an even m or model\.relu\.rotation_site: pre\.$",
     ):
         MultiHeadAttention(config, "relu", rotary="rope_axial")
+
+
+@pytest.mark.parametrize("backend", ["favor", "relu"])
+def test_layer_hands_a_post_rotation_to_the_backend(backend):
+    """At rotation_site post the layer rotates nothing itself and passes its rotary module to the backend:
+    its output is the backend's with feature_rotation=layer.rotary, and differs from the unrotated one."""
+    from rpevit.attention.layer import MultiHeadAttention
+    from rpevit.params import model_config
+
+    config = model_config(dim=32, heads=4, image_size=28, patch_size=4, **{backend: {"rotation_site": "post"}})
+    torch.manual_seed(0)
+    layer = MultiHeadAttention(config, backend, rotary="rope_mixed").double()
+    x = torch.randn(2, GRID_7.num_tokens, 32, dtype=torch.float64)
+    q, k, v = layer.qkv(x).unflatten(-1, (3, 4, 8)).permute(2, 0, 3, 1, 4)
+    with torch.no_grad():
+        rotated = layer.proj(layer.backend(q, k, v, GRID_7, feature_rotation=layer.rotary).transpose(1, 2).flatten(2))
+        plain = layer.proj(layer.backend(q, k, v, GRID_7).transpose(1, 2).flatten(2))
+        out = layer(x, GRID_7)
+    torch.testing.assert_close(out, rotated, rtol=1e-10, atol=1e-12)
+    assert (out - plain).abs().max() > 1e-4

@@ -24,6 +24,7 @@ from rpevit.attention.separable import (
 )
 from rpevit.attention.toeplitz import FFTOperator, biased_linear_weights, circulant_torus
 from rpevit.checks import relative_violation
+from rpevit.errors import UserError
 from rpevit.grid import Grid
 from rpevit.position.relative import alibi_slopes, dense_bias
 from rpevit.position.separable import AxialRPE, AxialRPEOptions, ManhattanDecay, ManhattanOptions
@@ -711,3 +712,67 @@ def test_decay_rates_rebuild_both_axes_when_one_is_missing():
     row = make_factors(grid, seed=98)[0]
     expected = separable_linear_attention(*inputs, grid, decay=rates, path="axis")
     assert torch.equal(separable_linear_attention(*inputs, grid, row, None, decay=rates, path="axis"), expected)
+
+
+def test_axial_policy_message_and_factor_dtype():
+    with pytest.raises(
+        UserError, match=r"^axial_rpe\.extrapolation: 'wrap' is not valid; expected one of 'clamp', 'interpolate'\.$"
+    ):
+        AxialRPE(AxialRPEOptions(extrapolation="wrap"), config(), 8, HEADS)
+    module = ManhattanDecay(ManhattanOptions(), config(), 8, HEADS)  # float32 buffers
+    assert all(f.dtype == torch.float32 for f in module.factors(GRIDS[0]))
+    assert all(f.dtype == F64 for f in module.double().factors(GRIDS[0]))
+
+
+@pytest.mark.parametrize("path", ["auto", "axis", "scan", "fft", "dense"])
+def test_each_path_is_the_one_taken(path, monkeypatch):
+    """All paths give the same numbers, so spies tell them apart: dense builds `weights`, fft calls the FFT
+    path, axis and scan run their own operator; auto asks choose_path (dense on this small grid)."""
+    calls = []
+
+    def spy(name, function):
+        def wrapped(*args, **kwargs):
+            calls.append(name)
+            return function(*args, **kwargs)
+
+        monkeypatch.setattr(sep, name, wrapped)
+
+    for name in ("weights", "biased_linear_attention", "AxisOperator", "DecayOperator", "choose_path"):
+        spy(name, getattr(sep, name))
+    grid = GRIDS[0]
+    rates = torch.tensor([0.3, 0.1, 1.0], dtype=F64)
+    separable_linear_attention(*make_inputs(grid, seed=99), grid, decay=rates, path=path)
+    expected = {
+        "auto": ["choose_path", "weights"],
+        "axis": ["AxisOperator"],
+        "scan": ["DecayOperator"],
+        "fft": ["biased_linear_attention"],
+        "dense": ["weights"],
+    }
+    assert calls == expected[path]
+
+
+def test_given_logits_win_over_decay_rates():
+    """With decay rates and both logits given, the logits are the bias (the rates only enable the scan path)."""
+    grid = GRIDS[0]
+    inputs = make_inputs(grid, seed=100)
+    row, col, cls = make_factors(grid, seed=101)
+    rates = torch.tensor([0.3, 0.1, 1.0], dtype=F64)
+    out = separable_linear_attention(*inputs, grid, row, col, cls, decay=rates, path="axis")
+    assert (out - reference(*inputs, grid, row, col, cls)).abs().max() <= 1e-10
+
+
+@pytest.mark.parametrize("wide", INPUT_NAMES[:4] + INPUT_NAMES[5:])
+def test_weights_of_any_float64_input_are_float64(wide):
+    """The dense reference `weights` has the same dtype rule as the fast paths: max(float32, every input)."""
+    grid = GRIDS[0]
+    inputs = dict(zip(INPUT_NAMES, (*make_inputs(grid, post=True, seed=102), *make_factors(grid, seed=103))))
+    inputs.pop("v")
+    inputs = {n: t if n == wide else t.float().double() for n, t in inputs.items()}
+    values = list(inputs.values())
+    expected = weights(*values[:4], grid, *values[4:])
+    mixed = [t if n == wide else t.float() for n, t in inputs.items()]
+    out = weights(*mixed[:4], grid, *mixed[4:])
+    assert out.dtype == F64 and float((out - expected).abs().max()) <= 1e-12
+    with pytest.raises(ValueError, match=r"^cls_terms must be \(heads=3, 3\), got \(3, 2\)$"):
+        weights(*mixed[:4], grid, *mixed[4:6], mixed[6][:, :2])

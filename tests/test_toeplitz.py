@@ -462,3 +462,27 @@ def test_one_cls_term_far_above_the_rest(path, term):
     out = path(q_num, k_num, q_den, k_den, v, grid, table, cls_terms)
     assert torch.isfinite(out).all()
     assert float((out - expected).abs().max()) <= 1e-10
+
+
+@pytest.mark.parametrize("path", [fft_out, dense_out], ids=["fft", "dense"])
+def test_a_table_beyond_exp_range_without_cls(path):
+    """No CLS token, a table 400 above zero (exp overflows float64 at 709 once doubled): the shift is the
+    table's maximum, and the result equals the same table lowered by 400 (a constant shift cancels)."""
+    grid = GRIDS[1]
+    q_num, k_num, q_den, k_den, v, table, _ = make_inputs(grid, post=True, seed=55)
+    out = path(q_num, k_num, q_den, k_den, v, grid, table + 400.0, None)
+    assert torch.isfinite(out).all()
+    assert float((out - path(q_num, k_num, q_den, k_den, v, grid, table, None)).abs().max()) <= 1e-10
+
+
+@pytest.mark.parametrize("width", [5, 8])  # torus widths fft_size(9) = 9 (odd) and fft_size(15) = 15
+def test_toeplitz_correlate_on_odd_tori(width):
+    """The reference FFT correlation keeps its torus size on both axes, also where it is odd."""
+    x = torch.randn(1, 2, 3, 4, width, generator=gen(56), dtype=F64)
+    kernel = torch.randn(2, 7, 2 * width - 1, generator=gen(57), dtype=F64)
+    y = toeplitz_correlate(x, kernel)
+    rows, cols = torch.meshgrid(torch.arange(4), torch.arange(width), indexing="ij")
+    r, c = rows.flatten(), cols.flatten()
+    gathered = kernel[:, (r[None, :] - r[:, None]) + 3, (c[None, :] - c[:, None]) + width - 1]  # (h, N_i, N_j)
+    expected = torch.einsum("hij,bhcj->bhci", gathered, x.flatten(-2)).unflatten(-1, (4, width))
+    assert float((y - expected).abs().max()) <= 1e-10
