@@ -65,7 +65,7 @@ mutation: $(STAMP)
 	$(PY) -m pip install --quiet -e ".[mutation]"
 	rm -rf mutants
 	OMP_NUM_THREADS=1 $(VENV)/bin/mutmut run --max-children $(MUTATION_JOBS)
-	$(VENV)/bin/mutmut results --all true
+	$(PY) scripts/mutation_report.py
 
 clean:
 	rm -rf $(VENV) runs

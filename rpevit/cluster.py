@@ -25,13 +25,15 @@ engines` (rpevit.bench_engines).
 from __future__ import annotations
 
 import dataclasses
+import functools
+import itertools
 import os
 import socket
 import sys
 import time
 from pathlib import Path
 
-from . import catalog, design, records, runs, study
+from . import catalog, records, runs, study
 from .cell import cells, failure_row, run_cell, run_pack, settle
 from .errors import UserError
 from .params import Params
@@ -250,26 +252,6 @@ def _task_params(params: Params, gpus_per_run: float) -> Params:
     return dataclasses.replace(params, train=dataclasses.replace(params.train, device=device))
 
 
-def held_by_design(params, grid, states, runs_root, reports_root) -> set[tuple[str, str, int]]:
-    """The places the design does not train in this submission (said, one line each): its stopping
-    rule and budget on the records finished now, with the runs submitted together counted as in
-    flight — so a later primary seed, or a secondary run, waits for the seeds submitted before it;
-    secondary runs are held while the design's longer-budget check wants runs (catalog.secondary_held)."""
-    (busy, finished), held = catalog.in_flight_and_records(params, runs_root, reports_root), set()
-    secondary_held = catalog.secondary_held(params, runs_root, reports_root)
-    for run, state in zip(grid, states):
-        if not (state.work and state.train):
-            continue
-        verdict, why = design.decide(params, run.place, finished, busy, secondary_held=secondary_held)
-        if verdict == "train":
-            busy.add(run.place)
-            continue
-        held.add(run.place)
-        again = "; run the study again once those finish" if verdict == "wait" else ""
-        print(f"not started: {label(*run.place)} ({why}{again})", flush=True)
-    return held
-
-
 def run_study_ray(
     params: Params,
     *,
@@ -301,9 +283,10 @@ def run_study_ray(
     variant, seed, host, pid, attempt). `pack_size` (the pack engine on Ray; 0: no limit): each task
     trains one pack of a variant's runs (cell.run_pack) on its CPUs and GPU share, so with
     `gpus_per_run=1` Ray places one pack per GPU; a design's adaptive order keeps one run per task.
-    `time_limit` (rpevit.time_limit): the sequential engine's rule (study.plain_order) applied per slot —
-    tasks are submitted as the cluster's slots free up, each only if its run is expected to finish in
-    the time left then; the others are not started (and say so).
+    Which runs start, and in which order, is the sequential engine's (study.plain_order, or for a designed
+    study study.designed_order with the runs submitted counted as in flight), drawn as the cluster's slots
+    free up; `time_limit` (rpevit.time_limit) applies its rule at each draw — a run starts only if it is
+    expected to finish in the time left then; the others are not started (and say so).
 
     Returns the records of the grid in grid order, plus a row with status `failed` or `skipped`
     (and its `message`) for each run that failed or was skipped in this sitting.
@@ -326,16 +309,26 @@ def run_study_ray(
     states = [settle(run, repair=False) for run in grid]
     study.check_precision(task_params, states)
     todo = [(run, state) for run, state in zip(grid, states) if state.work]
-    if params.design.active:
-        held = held_by_design(params, grid, states, root, reports_root)
-        todo = [(run, state) for run, state in todo if run.place not in held]
-    if not todo:  # nothing for Ray to do: no cluster needed
+    tty = sys.stdout.isatty() if progress is None else progress
+    meter = Progress(len(todo), tty, on_event, name=f"study {params.name}")
+    pending, rows, outcomes, worker_notes = {}, {}, {}, []
+    # one scheduler for every engine: the sequential engine's orders, drawn as the cluster's slots free up
+    if params.design.active:  # each run chosen when a slot frees, the runs submitted counting as in flight
+        submitted = functools.partial(_places, pending)
+        order = (item and [item] for item in study.designed_order(params, todo, meter, time_limit, submitted))
+    elif pack_size is not None:
+        order = iter(study.packs(list(study.plain_order(params, todo, time_limit)), pack_size))
+    else:
+        order = ([item] for item in study.plain_order(params, todo, time_limit))
+    first = next(order, None) if todo else None
+    if first is None:  # nothing for Ray to do: no cluster needed
+        meter.close()
         study.announce(params, states)
         return study.summarise(params, grid, {}, [])
+    order = itertools.chain([first], order)
 
     started_ray = _connect(ray, address)
     check = runs.write_check_file(root)
-    meter, pending, rows, outcomes, worker_notes = None, {}, {}, {}, []
     try:
         nodes = _check_resources(ray, cpus_per_run, gpus_per_run)
         total_cpus = sum(n["Resources"].get("CPU", 0) for n in nodes)
@@ -350,15 +343,9 @@ def run_study_ray(
         board = ray.remote(num_cpus=0)(_Board).remote()
         news = BoardNews(ray, board)
         task = remote_task(ray, gpus_per_run)
-        # one scheduler: the sequential engine's order and time-limit rule, drawn as slots free up
-        order = study.plain_order(params, todo, time_limit)
-        if pack_size is not None and not params.design.active:
-            order = iter(study.packs(list(order), pack_size))
-        else:
-            order = ([item] for item in order)
         slots = max(1, int(total_gpus // gpus_per_run if gpus_per_run else total_cpus // cpus_per_run))
 
-        def submit() -> None:
+        def submit() -> None:  # None from the order: nothing to start until a submitted run ends
             while len(pending) < slots and (group := next(order, None)) is not None:
                 runs_ = [run for run, _ in group]
                 ref = task.options(
@@ -370,8 +357,6 @@ def run_study_ray(
                 ).remote(runs_, check.name, cpus_per_run, board, dataset_loader)
                 pending[ref] = runs_
 
-        tty = sys.stdout.isatty() if progress is None else progress
-        meter = Progress(len(todo), tty, on_event, name=f"study {params.name}")
         attempts: dict = {}
         submit()
         while pending:
@@ -397,8 +382,7 @@ def run_study_ray(
             ray.cancel(ref, force=True)
         raise
     finally:
-        if meter is not None:
-            meter.close()
+        meter.close()
         check.unlink(missing_ok=True)
         if started_ray:
             ray.shutdown()
@@ -411,6 +395,11 @@ def run_study_ray(
         flush=True,
     )
     return results + [rows[run.place] for run in grid if rows.get(run.place, {}).get("status") in ("failed", "skipped")]
+
+
+def _places(pending: dict) -> set:
+    """The places of the runs submitted and not yet ended (pending: task → its runs)."""
+    return {run.place for group in pending.values() for run in group}
 
 
 class BoardNews:

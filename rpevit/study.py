@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import math
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from . import design, records, runs
@@ -194,7 +195,13 @@ OVERTAKING = {
 }
 
 
-def designed_order(params: Params, todo: list[tuple[Run, State]], meter: Progress, time_limit: TimeLimit | None = None):
+def designed_order(
+    params: Params,
+    todo: list[tuple[Run, State]],
+    meter: Progress,
+    time_limit: TimeLimit | None = None,
+    submitted: Callable[[], set] | None = None,
+):
     """A designed study's runs, each chosen afresh when the last one ends: the first of `todo`
     (design order) that the design would train now (design.decide), that is neither finished, in
     flight in another process, nor tried already by this one, and that a `time_limit` lets start
@@ -203,7 +210,9 @@ def designed_order(params: Params, todo: list[tuple[Run, State]], meter: Progres
     only runs that wait on others are left, poll every POLL_SECONDS (until the time limit ends);
     when none is left, say which runs were not started and why. Scanning from the top each time
     picks up a run another process left unfinished (it stopped) before any later one, so secondary
-    runs never overtake a primary seed that still lacks a run."""
+    runs never overtake a primary seed that still lacks a run. `submitted` (an engine running several
+    at once, Ray): the places this process handed out that have not ended — they count as in flight,
+    and where the order would wait on them it yields None instead (ask again when one ends)."""
     if not todo:
         return
     roots, tried, said = (todo[0][0].runs_root, todo[0][0].reports_root), set(), set()
@@ -211,6 +220,8 @@ def designed_order(params: Params, todo: list[tuple[Run, State]], meter: Progres
     costs = train_costs(params, roots[1])
     while True:
         busy, finished = in_flight_and_records(params, *roots)
+        ours = submitted() if submitted is not None else set()
+        busy = busy | ours
         held = secondary_held(params, *roots)
         pace = pace_records(params, *roots, own=finished)
         done = {(r["dataset"], r["variant"], r["seed"]) for r in finished}
@@ -242,6 +253,9 @@ def designed_order(params: Params, todo: list[tuple[Run, State]], meter: Progres
             for run, why in skips + [(run, f"{why}; the time limit ended") for run, why in waits]:
                 print(f"not started: {label(*run.place)} ({why})", flush=True)
             return
+        if ours:  # what it waits on may be this process's own runs: the engine asks again when one ends
+            yield None
+            continue
         run, why = waits[0]
         if run.place not in said:
             locks = ", ".join(str(run_lock(params, place, run.runs_root).path) for place in sorted(busy))

@@ -3,7 +3,7 @@
     .venv/bin/python scripts/mutation_report.py            # after `make mutation` (mutants/ holds the run)
 
 Reads `mutmut results --all true` and reports/bench/mutation_equivalents.tsv (one reviewed survivor per
-line: mutant name, category, the mutated line as mutmut wrote it), and writes
+line: mutant name, category, the mutated line as mutmut wrote it, an optional note), and writes
 reports/bench/mutation_survivors.md: the score per file, killed / (mutants − equivalent), and every
 survivor with its diff — each equivalent one under its category's reason, every other one as open.
 An equivalence whose mutated line no longer matches the mutant (the code changed since the review) is
@@ -41,6 +41,10 @@ CATEGORIES = {
     "(a QR diagonal exactly 0; x/±1 = x·±1; a boundary no reachable input hits)",
     "label-only": "changes a cache key's constant name or a repr only: no computed value reads it",
     "cpu-softmax": "CPU softmax of a bf16 tensor accumulates in float32 whatever dtype is asked for",
+    "float32-result": "an intermediate computed in float32 instead of float64 before a float32 result: the "
+    "difference is below the result's rounding",
+    "library": "a library call given a value it treats the same (its default, a falsy None, a case it folds); "
+    "the note names it",
 }
 
 
@@ -64,17 +68,19 @@ def mutated_lines(names: list[str]) -> dict[str, tuple[list[str], list[str]]]:
         by_module[name.rsplit(".", 1)[0]].append(name)
     diffs = {}
     for module, members in by_module.items():
-        source = (ROOT / "mutants" / (module.replace(".", "/") + ".py")).read_text()
-        functions = {
-            node.name: ast.get_source_segment(source, node)
+        path = ROOT / "mutants" / module.replace(".", "/")
+        source = (path.with_suffix(".py") if path.with_suffix(".py").exists() else path / "__init__.py").read_text()
+        lines = source.splitlines()
+        functions = {  # name → body lines (the def line left out: it names the mutant)
+            node.name: lines[node.lineno : node.end_lineno]
             for node in ast.walk(ast.parse(source))
             if isinstance(node, ast.FunctionDef)
         }
         for name in members:
             function = name.rsplit(".", 1)[1]
             base, number = function.rsplit("__mutmut_", 1)
-            original = (functions.get(base + "__mutmut_orig") or "").splitlines()[1:]
-            mutant = (functions.get(f"{base}__mutmut_{number}") or "").splitlines()[1:]
+            original = functions.get(base + "__mutmut_orig", [])
+            mutant = functions.get(f"{base}__mutmut_{number}", [])
             removed, added = [], []
             for line in difflib.unified_diff(original, mutant, lineterm="", n=0):
                 if line.startswith("-") and not line.startswith("---"):
@@ -85,8 +91,8 @@ def mutated_lines(names: list[str]) -> dict[str, tuple[list[str], list[str]]]:
     return diffs
 
 
-def reviewed() -> dict[str, tuple[str, str]]:
-    """mutant name → (category, mutated line) from the reviewed equivalents file."""
+def reviewed() -> dict[str, tuple[str, str, str]]:
+    """mutant name → (category, mutated line, note) from the reviewed equivalents file."""
     if not EQUIVALENTS.exists():
         return {}
     with EQUIVALENTS.open() as handle:
@@ -94,7 +100,7 @@ def reviewed() -> dict[str, tuple[str, str]]:
     for row in rows:
         if row[1] not in CATEGORIES:
             sys.exit(f"error: {EQUIVALENTS.name}: unknown category {row[1]!r} for {row[0]}")
-    return {row[0]: (row[1], row[2]) for row in rows}
+    return {row[0]: (row[1], row[2], row[3] if len(row) > 3 else "") for row in rows}
 
 
 def main() -> None:
@@ -106,7 +112,7 @@ def main() -> None:
     equivalents = reviewed()
     verdict = {}
     for name in survivors:
-        category, line = equivalents.get(name, (None, None))
+        category, line, _ = equivalents.get(name, (None, None, ""))
         added = " ".join(diffs[name][1])
         verdict[name] = category if category and line == added else ("stale" if category else "open")
     per_file = collections.defaultdict(collections.Counter)
@@ -142,7 +148,10 @@ def main() -> None:
         members = [n for n in survivors if verdict[n] == category]
         if members:
             lines += [f"### {category} ({len(members)}): {reason}", ""]
-            lines += [f"- `{n}`: `{' '.join(diffs[n][1])}`" for n in members] + [""]
+            for n in members:
+                note = equivalents[n][2]
+                lines.append(f"- `{n}`: `{' '.join(diffs[n][1])}`" + (f" — {note}" if note else ""))
+            lines.append("")
     open_names = [n for n in survivors if verdict[n] in ("open", "stale")]
     lines += [f"## Open survivors ({len(open_names)})", ""]
     for name in open_names:
