@@ -295,3 +295,14 @@ def test_alibi_tables_are_cached_per_head_count_and_exact():
 @pytest.mark.parametrize("name", ["krpe", "alibi2d", "irpe", "manhattan", "axial_rpe"])
 def test_bias_modules_name_their_heads(name):
     assert f"heads={HEADS}" in repr(build_position(name, config(), 8, HEADS))
+
+
+def test_dense_bias_names_the_table_shape_it_needs():
+    from rpevit.position.relative import dense_bias
+
+    with pytest.raises(ValueError, match=r"^a 3×4 grid needs a table \(heads, 5, 7\), got \(2, 5, 6\)$"):
+        dense_bias(torch.zeros(2, 5, 6), None, Grid(3, 4))
+    with_none = dense_bias(torch.zeros(2, 5, 7, dtype=F64), None, Grid(3, 4))
+    assert with_none.dtype == F64 and torch.equal(with_none, torch.zeros_like(with_none))
+    mixed = dense_bias(torch.zeros(2, 5, 7, dtype=F64), torch.ones(2, 3), Grid(3, 4))
+    assert mixed.dtype == F64 and float(mixed[:, 0].sum()) == 2 * 13
