@@ -43,9 +43,15 @@ CATEGORIES = {
     "cpu-softmax": "CPU softmax of a bf16 tensor accumulates in float32 whatever dtype is asked for",
     "float32-result": "an intermediate computed in float32 instead of float64 before a float32 result: the "
     "difference is below the result's rounding",
+    "unused": "a value no later code reads (an extra zero column, CLS terms of a grid without CLS, an argument "
+    "the callee ignores) or a default every caller overrides",
     "library": "a library call given a value it treats the same (its default, a falsy None, a case it folds); "
     "the note names it",
 }
+
+
+# equivalent only in values or only on this machine: a stricter score counts them as survivors
+NOT_STRICT = ("cpu-device", "cost-only", "float32-result", "cpu-softmax")
 
 
 def results() -> dict[str, str]:
@@ -96,7 +102,8 @@ def reviewed() -> dict[str, tuple[str, str, str]]:
     if not EQUIVALENTS.exists():
         return {}
     with EQUIVALENTS.open() as handle:
-        rows = [row for row in csv.reader(handle, delimiter="\t") if row and not row[0].startswith("#")]
+        table = csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)  # the lines hold quotes
+        rows = [row for row in table if row and not row[0].startswith("#")]
     for row in rows:
         if row[1] not in CATEGORIES:
             sys.exit(f"error: {EQUIVALENTS.name}: unknown category {row[1]!r} for {row[0]}")
@@ -139,11 +146,20 @@ def main() -> None:
         score = c["killed"] / max(1, c["mutants"] - equivalent)
         lines.append(f"| {module} | {c['mutants']} | {c['killed']} | {equivalent} | {open_} | {100 * score:.1f} % |")
     score = totals["killed"] / max(1, totals["mutants"] - totals["equivalent"])
+    loose = sum(verdict[n] in NOT_STRICT for n in survivors)
+    strict = totals["killed"] / max(1, totals["mutants"] - totals["equivalent"] + loose)
     lines.append(
         f"| **all** | {totals['mutants']} | {totals['killed']} | {totals['equivalent']} | {totals['open']} | "
         f"**{100 * score:.1f} %** |"
     )
-    lines += ["", "## Equivalent mutants by category", ""]
+    lines += [
+        "",
+        f"Counting the {loose} mutants that are equivalent only in values or only on this CPU "
+        f"({', '.join(NOT_STRICT)}) as survivors: **{100 * strict:.1f} %**.",
+        "",
+        "## Equivalent mutants by category",
+        "",
+    ]
     for category, reason in CATEGORIES.items():
         members = [n for n in survivors if verdict[n] == category]
         if members:
