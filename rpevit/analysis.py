@@ -11,17 +11,15 @@ from collections import defaultdict
 
 from .metrics import busy
 from .params import PROJECT_ROOT
-from .schema import METRIC_COLUMNS
+from .schema import (
+    METRIC_COLUMNS,
+    finished,  # the one filter (re-exported: notebooks import it from here)
+)
 from .variants import parse_variant
 
 PUBLISHED = PROJECT_ROOT / "params" / "published_results.csv"
 
 RESULT_COLUMNS = METRIC_COLUMNS  # (record key, table column, scale), from the record schema
-
-
-def finished(records: list[dict]) -> list[dict]:
-    """Only runs that finished (diverged runs have no metrics)."""
-    return [r for r in records if r.get("status") == "finished"]
 
 
 def _groups(records):

@@ -11,6 +11,8 @@ from __future__ import annotations
 from . import design, records
 from .params import Params, checked_by, load_params
 from .run import Run
+from .schema import finished as finished_runs
+from .schema import is_finished as record_finished
 from .variants import parse_variant
 
 
@@ -30,7 +32,7 @@ def planned_runs(params: Params, current: list[dict]) -> list[tuple[str, str, in
     (design.wanted_runs), so seeds and variants it has ruled out are not counted on."""
     if not params.design.active:
         return grid(params)
-    done = [(r["dataset"], r["variant"], r["seed"]) for r in current if r.get("status") == "finished"]
+    done = [(r["dataset"], r["variant"], r["seed"]) for r in current if record_finished(r)]
     return done + design.wanted_runs(params, current)
 
 
@@ -38,7 +40,7 @@ def planned_line(params: Params, current: list[dict]) -> str:
     """'k of n planned runs finished for <preset>': n counts, for a design, its finished runs and those
     its stopping rule still wants (planned_runs) — the count notebook 45 states — with the grid's
     size named as the most it could train."""
-    done = sum(r.get("status") == "finished" for r in current)
+    done = sum(record_finished(r) for r in current)
     line = f"{done} of {len(planned_runs(params, current))} planned runs finished for {params.name}"
     if params.design.active:
         line += f" (a designed study: its stopping rule and budgets could train at most {len(grid(params))})"
@@ -70,7 +72,7 @@ def run_history(run: Run) -> list[dict]:
     if found is None:
         return []
     record, directory = found
-    return records.read_history(directory, record["epochs"] if record.get("status") == "finished" else None)
+    return records.read_history(directory, record["epochs"] if record_finished(record) else None)
 
 
 def is_finished(run: Run) -> bool:
@@ -110,7 +112,7 @@ def pace_records(params: Params, runs_root=None, reports_root=None, own: list[di
     found = list(study_records(params, runs_root, reports_root) if own is None else own)
     for name in checked_by(params.name):
         found += study_records(load_params(name), runs_root, reports_root)
-    return [r for r in found if r.get("status") == "finished"]
+    return finished_runs(found)
 
 
 def secondary_held(params: Params, runs_root=None, reports_root=None) -> str:

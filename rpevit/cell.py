@@ -35,6 +35,7 @@ from .errors import UserError
 from .params import Params
 from .run import Run
 from .runs import keep_first_weights, weights_wanted
+from .schema import is_finished
 from .train import Diverged, train_run
 
 
@@ -74,7 +75,7 @@ def _read(path: Path, check, *args):
 
 
 def _expected_epochs(record: dict) -> int | None:
-    return record["epochs"] if record.get("status") == "finished" else None
+    return record["epochs"] if is_finished(record) else None
 
 
 def settle(cell: Run, repair: bool) -> State:
@@ -124,15 +125,15 @@ def settle(cell: Run, repair: bool) -> State:
         if why:
             set_aside(kept / records.HISTORY, why)
     if kept_current is not None and kept_history is None and current is None:
-        if kept_current.get("status") == "finished":
+        if is_finished(kept_current):
             set_aside(kept / records.RECORD, "its history is damaged or lost and runs/ has no copy")
             kept_current = None
 
-    if current is not None and current.get("status") == "finished" and not final and previous:
+    if current is not None and is_finished(current) and not final and previous:
         why = f"its final {records.CHECKPOINT} (the tested weights) is lost; the last epoch is trained again"
         set_aside(directory / records.RECORD, why, tag="unverified")
         current, state.train = None, True
-    if current is not None and current.get("status") == "finished" and history is None:
+    if current is not None and is_finished(current) and history is None:
         current = _rebuild_history(cell, current, kept_current, kept_history, final, fix, set_aside)
     if current is None and record is None and kept_current is not None and final:
         fix(
@@ -194,7 +195,7 @@ def _differs(directory: Path, kept: Path) -> list[str]:
 
 def needs_evaluation(params: Params, record: dict | None) -> bool:
     """True if a finished run lacks the preset's multi-resolution evaluation."""
-    if record is None or record.get("status") != "finished" or not params.evaluate.resolutions:
+    if record is None or not is_finished(record) or not params.evaluate.resolutions:
         return False
     if not params.evaluate.covers(record["variant"]):
         return False

@@ -12,6 +12,7 @@ import os
 import sys
 
 from .errors import UserError
+from .schema import is_finished
 from .tables import markdown_table
 
 
@@ -86,7 +87,7 @@ def cmd_train(args) -> int:
             return 0
     else:
         out_dir, record = train()
-    if record.get("status") != "finished":
+    if not is_finished(record):
         print(f"this run is recorded as {record.get('status')}: {record.get('message', '')}")
         return 1
     print(

@@ -39,7 +39,7 @@ from .errors import UserError
 from .params import Params
 from .progress import Progress, label
 from .run import Run
-from .schema import result_view
+from .schema import finished, result_view
 
 INSTALL_HINT = "--engine ray needs Ray: pip install -e '.[cluster]' (or pip install 'ray>=2.9')"
 SHARED_CHECK_PREFIX = runs.SHARED_CHECK_PREFIX
@@ -388,9 +388,10 @@ def run_study_ray(
             ray.shutdown()
     results = study.summarise(params, grid, rows, records.recovered + worker_notes)
     counts = {kind: sum(o == kind for o in outcomes.values()) for kind in ("done", "diverged", "failed", "skipped")}
+    complete = len(finished(results))
     print(
         f"study {params.name}: {counts['done']} done, {counts['diverged']} diverged, {counts['failed']} failed, "
-        f"{counts['skipped']} skipped in this sitting; {sum(r.get('status') == 'finished' for r in results)} "
+        f"{counts['skipped']} skipped in this sitting; {complete} "
         f"of {len(grid)} runs finished",
         flush=True,
     )

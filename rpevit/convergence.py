@@ -17,6 +17,7 @@ from .data.info import DATASETS
 from .design import half_widths, per_seed_contrast
 from .params import load_params
 from .run import Run
+from .schema import finished, is_finished
 from .tables import signed
 
 PLATEAU_FRACTION = 0.2
@@ -70,7 +71,7 @@ def split_collapsed(params, records_: list[dict], reports_root=None) -> tuple[li
     """(the records whose run did not collapse, those whose run did): one policy for every table, figure
     and family — a collapsed run (validation top-1 fell toward chance, `collapsed`) is reported apart,
     never analysed at its early best epoch as if it were healthy. Judged from each finished run's history."""
-    done = [r for r in records_ if r.get("status") == "finished"]
+    done = finished(records_)
     fell = set()
     for dataset in dict.fromkeys(r["dataset"] for r in done):
         mine = [r for r in done if r["dataset"] == dataset]
@@ -96,7 +97,7 @@ def convergence_rows(runs) -> list[dict]:
     run does not). Runs without a history are left out."""
     rows = []
     for record, history in runs:
-        if record.get("status") != "finished" or not history:
+        if not is_finished(record) or not history:
             continue
         val = [float(h["val_acc"]) for h in history]
         fell = collapsed(val, chance_level(record["dataset"]))
@@ -119,7 +120,7 @@ def convergence_rows(runs) -> list[dict]:
 def finished_convergence(params, found: list[dict], reports_root=None) -> list[dict]:
     """convergence_rows of a preset's finished runs among `found` (its records), each read with the
     history beside its current record."""
-    done = [r for r in found if r.get("status") == "finished"]
+    done = finished(found)
     return convergence_rows(
         (r, run_history(Run(params, r["dataset"], r["variant"], r["seed"], reports_root=reports_root))) for r in done
     )
@@ -206,11 +207,7 @@ def budget_check_rows(design, short: list[dict], long: list[dict]) -> list[dict]
     else "no change detected"). Both say "no paired seed yet" without one."""
 
     def accuracy(records, dataset):
-        return {
-            (r["variant"], r["seed"]): r["top1"]
-            for r in records
-            if r.get("status") == "finished" and r.get("dataset") == dataset
-        }
+        return {(r["variant"], r["seed"]): r["top1"] for r in records if is_finished(r) and r.get("dataset") == dataset}
 
     rows = []
     for dataset in sorted({r.get("dataset") for r in short} | {r.get("dataset") for r in long}):
@@ -306,9 +303,7 @@ def variant_change_sentence(short: list[dict], long: list[dict], long_epochs: in
     contrast's (`change_test`, against the spread of that variant's seeds at the short budget)."""
 
     def top1(records):
-        return {
-            (r["dataset"], r["variant"], r["seed"]): 100 * r["top1"] for r in records if r.get("status") == "finished"
-        }
+        return {(r["dataset"], r["variant"], r["seed"]): 100 * r["top1"] for r in records if is_finished(r)}
 
     before, after = top1(short), top1(long)
     parts, changed = [], 0
@@ -356,7 +351,7 @@ def budget_check_curves(params, reports_root=None) -> list[dict]:
     for record in study_records(check, reports_root=reports_root):
         place = (record["dataset"], record["variant"], record["seed"])
         twin = study.get(place)
-        if record.get("status") != "finished" or twin is None or twin.get("status") != "finished":
+        if not is_finished(record) or twin is None or not is_finished(twin):
             continue
         curves = [run_history(Run(p, *place, reports_root=reports_root)) for p in (params, check)]
         if all(curves):

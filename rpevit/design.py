@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from .errors import UserError
+from .schema import finished as finished_runs
+from .schema import is_finished
 
 
 @dataclass(frozen=True)
@@ -187,7 +189,7 @@ def primary_progress(params, records: list[dict]) -> PrimaryProgress:
     design, rule = params.design, params.design.stopping
     primary = _names(design.primary)
     lost = {r["seed"]: r["variant"] for r in records if r.get("status") == "diverged" and r["variant"] in primary}
-    accuracy = {(r["variant"], r["seed"]): r["top1"] for r in records if r.get("status") == "finished"}
+    accuracy = {(r["variant"], r["seed"]): r["top1"] for r in records if is_finished(r)}
     usable = tuple(seed for seed in params.seeds if seed not in lost)
     complete = 0
     for seed in usable[: rule.max_seeds]:
@@ -222,7 +224,7 @@ def decide(
     design = params.design
     primary = _names(design.primary)
     current = [r for r in finished if r.get("dataset") == dataset]
-    mine = [r for r in current if r.get("status") == "finished"]
+    mine = finished_runs(current)
     complete, needed, usable, lost = primary_progress(params, current)
     flying = sorted((usable.index(s), v) for d, v, s in busy if d == dataset and v in primary and s in usable)
     if variant in primary:
@@ -292,9 +294,7 @@ def _standing(params, current: list[dict]) -> tuple[str, bool]:
     rule = params.design.stopping
     complete = progress.usable[: progress.complete]
     target = f"every {100 * rule.confidence:g} % half-width ≤ {rule.half_width:g} points, or {rule.max_seeds} seeds"
-    accuracy = {
-        (r["variant"], r["seed"]): r["top1"] for r in current if r.get("status") == "finished" and r["seed"] in complete
-    }
+    accuracy = {(r["variant"], r["seed"]): r["top1"] for r in current if is_finished(r) and r["seed"] in complete}
     widths = half_widths(params.design, accuracy).values()
     if rule.fixed and len(complete) >= rule.max_seeds:
         return f"the design's fixed {rule.max_seeds} seeds are complete", False

@@ -16,6 +16,7 @@ import statistics
 from scipy import stats as scipy_stats
 
 from . import records
+from .schema import is_finished
 from .tables import markdown_table, signed
 
 GO_GAP = 1.5  # a Performer behind softmax by at least this many points at the longest budget: go on
@@ -32,7 +33,7 @@ def budget_top1(records_: list[dict]) -> dict[tuple[str, int, int], float]:
     """(variant, seed, budget epochs) → test top-1 in points, from finished records and their branches."""
     out = {}
     for r in records_:
-        if r.get("status") != "finished":
+        if not is_finished(r):
             continue
         out[(r["variant"], r["seed"], r["epochs"])] = 100 * r["top1"]
         for budget, branch in (r.get("budgets") or {}).items():
@@ -176,7 +177,7 @@ def write_report(preset: str, reports_root=None) -> list[str]:
     budgets = sorted({*params.train.budgets, longest})
     seeds = list(params.seeds)
     rows = gap_rows(top1, budgets, seeds)
-    finished = sum(r.get("status") == "finished" for r in found)
+    finished = sum(is_finished(r) for r in found)
     planned = len(grid(params))
     short = budgets[-2] if len(budgets) > 1 else longest
     variants = list(dict.fromkeys(v for _, v, _ in grid(params)))

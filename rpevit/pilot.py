@@ -12,6 +12,7 @@ from pathlib import Path
 from . import records
 from .convergence import PLATEAU_FRACTION, PLATEAU_TOLERANCE, plateau_gain
 from .params import load_params
+from .schema import is_finished
 from .tables import markdown_table
 
 BAR = 90.0  # points of mean test top-1 softmax+ape must reach
@@ -72,7 +73,7 @@ def decision_text(rows: list[dict], baseline: str = "softmax+ape") -> str:
     """Which pilot recipes meet the bar, generated from the table: softmax+ape's test top-1 ≥ 90 %
     with a plateau (< 0.2 points of validation gain over the last 20 % of epochs), cheapest first."""
     gain_key = f"val gain over last {PLATEAU_FRACTION:.0%} (points)"
-    finished = [r for r in rows if r["variant"] == baseline and r["status"] == "finished"]
+    finished = [r for r in rows if r["variant"] == baseline and is_finished(r)]
     if not finished:
         return f"No finished `{baseline}` pilot run yet."
     lines = []
@@ -114,9 +115,7 @@ def choice_text(rows: list[dict], chosen: str, baseline: str = "softmax+ape") ->
     same = [
         r
         for r in rows
-        if r["variant"] == baseline
-        and r["status"] == "finished"
-        and _recipe_key(load_params(r["preset"])) == _recipe_key(study)
+        if r["variant"] == baseline and is_finished(r) and _recipe_key(load_params(r["preset"])) == _recipe_key(study)
     ]
     exact = [r for r in same if r["epochs"] == study.train.epochs]
     if not exact:

@@ -26,6 +26,7 @@ import torch
 
 from .params import PROJECT_ROOT
 from .paths import inside
+from .schema import is_finished
 
 _UMASK = os.umask(0)
 os.umask(_UMASK)
@@ -178,7 +179,7 @@ def record_problem(data: bytes) -> tuple[dict | None, str | None]:
         return None, f"{type(exc).__name__}: {exc}"
     if not isinstance(record, dict) or not {"variant", "dataset", "seed", "status"} <= record.keys():
         return None, "not a run record (a JSON object with variant, dataset, seed and status)"
-    if record["status"] == "finished":
+    if is_finished(record):
         bad = [k for k in FINISHED_NUMBERS if not _finite(record.get(k))]
         if bad or not isinstance(record.get("key"), str):
             return None, f"a finished record without a key or finite {', '.join(bad) or 'numbers'}"

@@ -14,7 +14,7 @@ from .device import device_name
 from .revision import code_revision
 from .run import Run
 from .runs import predict
-from .schema import make_record
+from .schema import FINISHED, make_record
 
 
 def write_diverged(run: Run, out_dir: Path, exc: Exception) -> None:
@@ -61,7 +61,7 @@ def record_finished_run(
             "backend": run.parsed.backend,
             "positions": list(run.parsed.positions),
             "seed": run.seed,
-            "status": "finished",
+            "status": FINISHED,
             "key": run.key,
             "epochs": train_cfg.epochs,
             "best_epoch": best["epoch"],

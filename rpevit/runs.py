@@ -24,6 +24,8 @@ from .errors import UserError
 from .model import ViT, build_model
 from .params import Params, TrainConfig
 from .run import Run, model_config_for
+from .schema import finished as finished_runs
+from .schema import is_finished
 from .sizing import check_fits
 from .variants import parse_variant
 
@@ -107,7 +109,7 @@ def trained_model(run: Run, device=None):
     """(model with the run's best-validation weights in eval mode, its record) for a finished run."""
     params, out_dir = run.params, run.dir
     record = records.read_record(out_dir)
-    if record is None or record.get("status") != "finished":
+    if record is None or not is_finished(record):
         raise UserError(
             f"no finished run of {run.variant} on {run.dataset} (seed {run.seed}) in {out_dir}; "
             f"train it first (python -m rpevit train --params {params.name} --variant {run.variant})."
@@ -151,7 +153,7 @@ def kept_weights(run: Run) -> dict | None:
 
 def _weights_kept_for(run: Run, record: dict | None) -> dict | None:
     """The weights kept in run.kept_dir for `record` where it is the run's current finished record, else None."""
-    if not run.matches(record) or record.get("status") != "finished":
+    if not run.matches(record) or not is_finished(record):
         return None
     return records.load_kept_weights(run.kept_dir, record)
 
@@ -189,7 +191,7 @@ def weights_wanted(run: Run) -> str:
     if not run.params.keep_records:
         return ""
     record = records.peek_record(run.kept_dir)
-    if not run.matches(record) or record.get("status") != "finished":
+    if not run.matches(record) or not is_finished(record):
         return ""
     why = records.kept_weights_problem(run.kept_dir, record)
     if why != "missing":
@@ -264,7 +266,7 @@ def keep_weights(params: Params, found: list[dict], runs_root=None, reports_root
             path = records.save_kept_weights(run.kept_dir, kept, checkpoint["best"]["state"])
             lines.append(f"{run.label}: kept {path} ({path.stat().st_size / 2**20:.1f} MiB)")
     places = {(run.dataset, run.variant) for run in chosen}
-    missing = sorted({(r["dataset"], r["variant"]) for r in found if r.get("status") == "finished"} - places)
+    missing = sorted({(r["dataset"], r["variant"]) for r in found if is_finished(r)} - places)
     where = f"no checkpoint in {Path(runs_root or records.RUNS_ROOT)}, no weights kept"
     lines += [f"{v} | {d}: no finished run has its weights here ({where})" for d, v in missing]
     return lines or [f"preset {params.name} has no finished run yet: nothing to keep"]
@@ -276,7 +278,7 @@ def inspectable(params: Params, found: list[dict], has_weights=None, every_seed:
     checkpoint here or kept weights), in the preset's order of datasets and variants, then by seed."""
     has_weights = has_weights or (lambda record: inspectable_here(params, record))
     chosen: dict[tuple, dict] = {}
-    for r in sorted((r for r in found if r.get("status") == "finished"), key=lambda r: r["seed"]):
+    for r in sorted((r for r in found if is_finished(r)), key=lambda r: r["seed"]):
         if has_weights(r):
             chosen.setdefault((r["dataset"], r["variant"]) + ((r["seed"],) if every_seed else ()), r)
     places = ((d, parse_variant(v).name) for d in params.datasets for v in params.variants)
@@ -288,7 +290,7 @@ def weightless_note(params, found: list[dict], has_weights=None) -> str:
     """A line naming the variants (per dataset) with finished runs none of whose weights can be loaded
     here (`has_weights`, default inspectable_here), or '' when every finished variant has one."""
     has_weights = has_weights or (lambda record: inspectable_here(params, record))
-    finished = [r for r in found if r.get("status") == "finished"]
+    finished = finished_runs(found)
     loadable = {(r["dataset"], r["variant"]) for r in finished if has_weights(r)}
     missing = [r for r in sorted(finished, key=lambda r: r["seed"]) if (r["dataset"], r["variant"]) not in loadable]
     places = list(dict.fromkeys(f"{r['variant']} · {r['dataset']}" for r in missing))

@@ -12,6 +12,18 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+FINISHED = "finished"  # a record's status once it was tested (the others: diverged; failed / skipped rows)
+
+
+def is_finished(record: dict | None) -> bool:
+    """True for a record of a run that finished (trained and tested); diverged runs have no metrics."""
+    return record is not None and record.get("status") == FINISHED
+
+
+def finished(records) -> list[dict]:
+    """The records of runs that finished, in their order: the one filter every report and rule uses."""
+    return [r for r in records if is_finished(r)]
+
 
 def _f(
     label: str | None = None,

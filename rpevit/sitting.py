@@ -29,6 +29,7 @@ from pathlib import Path
 from . import records
 from .errors import UserError
 from .params import PROJECT_ROOT, load_params
+from .schema import is_finished
 
 PACKED_RUNNERS = 3  # on CUDA each runner trains packs (one variant's seeds in one vectorised step)
 PART_BYTES = 15 * 2**20  # the device tool brings back files of at most 16 MiB
@@ -241,7 +242,7 @@ def progress_lines(preset: str) -> list[str]:
             continue
         record = records.read_record(directory)
         name = directory.relative_to(base).as_posix()
-        if record and record.get("status") == "finished":
+        if record and is_finished(record):
             lines.append(f"  finished  {name}: top-1 {100 * record['top1']:.2f} %")
         elif (directory / records.CHECKPOINT).is_file():
             epoch = _epochs((directory / records.CHECKPOINT).read_bytes())

@@ -37,7 +37,8 @@ from .params import Params
 from .paths import inside
 from .progress import Progress, label
 from .run import Run
-from .schema import SUMMARY_COLUMNS
+from .schema import SUMMARY_COLUMNS, is_finished
+from .schema import finished as finished_runs
 from .tables import markdown_table
 from .time_limit import TimeLimit, expected_total
 from .variants import parse_variant
@@ -92,7 +93,7 @@ def check_precision(params: Params, states: list[State]) -> None:
     """Before any training: a sitting that trains must train in the precision of the study's
     finished runs (device.check_one_precision)."""
     if any(s.train for s in states):
-        _check_precision(params, [s.record for s in states if s.record and s.record.get("status") == "finished"])
+        _check_precision(params, [s.record for s in states if s.record and is_finished(s.record)])
 
 
 def check_run_precision(params: Params, run: Run) -> None:
@@ -101,7 +102,7 @@ def check_run_precision(params: Params, run: Run) -> None:
     sitting must (check_precision)."""
     if run.place in grid(params) and run.epochs in (None, params.train.epochs):
         found = study_records(params, run.runs_root, run.reports_root)
-        _check_precision(params, [r for r in found if r.get("status") == "finished"])
+        _check_precision(params, finished_runs(found))
 
 
 def _check_precision(params: Params, finished: list[dict]) -> None:
@@ -327,7 +328,7 @@ def retime_study(params: Params, everything: bool = False, runs_root=None, repor
     from .evaluate import retime
     from .metrics import busy
 
-    done = [r for r in study_records(params, runs_root, reports_root) if r.get("status") == "finished"]
+    done = finished_runs(study_records(params, runs_root, reports_root))
     chosen = [r for r in done if everything or busy(r)]
     here = [r for r in chosen if runs.weights_here(params, r, runs_root)]
     without = len(chosen) - len(here)

@@ -15,6 +15,8 @@ from .progress import label
 from .revision import code_revision, short_revision
 from .run import Run
 from .runs import weights_wanted
+from .schema import finished as finished_runs
+from .schema import is_finished
 from .time_limit import epochs_done, expected_total
 from .variants import parse_variant
 
@@ -75,7 +77,7 @@ def _design_lines(params: Params, current: list[dict]) -> list[str]:
         accuracy = {
             (r["variant"], r["seed"]): r["top1"]
             for r in design.complete_seed_records(params, mine)
-            if r.get("status") == "finished" and r["variant"] in primary
+            if is_finished(r) and r["variant"] in primary
         }
         rule = rules.stopping
         widths = design.half_widths(rules, accuracy) if progress.complete >= 2 and not rule.fixed else {}
@@ -95,7 +97,7 @@ def _design_lines(params: Params, current: list[dict]) -> list[str]:
             )
             + (f"; {target}" + "; ".join(f"{name} {w:.2f}" for name, w in widths.items()) if widths else "")
         )
-        finished = [r for r in mine if r.get("status") == "finished"]
+        finished = finished_runs(mine)
         spent = {
             part: design.training_hours(r for r in finished if (r["variant"] in primary) == (part == "primary"))
             for part in ("primary", "secondary")
@@ -115,7 +117,7 @@ def status_lines(params: Params, runs_root=None, reports_root=None) -> list[str]
     """The status of a preset, one fact a line (module docstring); a design's longer-budget check's
     lines follow, indented."""
     busy, current = in_flight_and_records(params, runs_root, reports_root)
-    finished = [r for r in current if r.get("status") == "finished"]
+    finished = finished_runs(current)
     diverged = sum(r.get("status") == "diverged" for r in current)
     total = len(grid(params))
     lines = [

@@ -25,6 +25,7 @@ from . import records
 from .errors import UserError
 from .progress import minutes
 from .run import Run
+from .schema import FINISHED
 
 _PART = re.compile(r"(\d+(?:\.\d+)?)([hms])")
 _UNIT = {"h": 3600.0, "m": 60.0, "s": 1.0}
@@ -103,7 +104,7 @@ def seconds_per_epoch(finished: list[dict], dataset: str, variant: str, costs: d
     for r in finished:
         if (
             r.get("dataset") == dataset
-            and r.get("status", "finished") == "finished"
+            and r.get("status", FINISHED) == FINISHED  # pace rows may carry no status
             and r.get("train_seconds_per_epoch")
         ):
             here = r.get("threads") == torch.get_num_threads()

@@ -191,3 +191,21 @@ def test_import_rpevit_loads_the_science_core_only():
     code = "import rpevit; print(rpevit.run_study.__module__, rpevit.train_run.__module__)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["rpevit.study", "rpevit.train"]
+
+
+def test_the_finished_filter_is_written_once():
+    """Whether a record counts as finished is decided in rpevit/schema.py only (`finished`, `is_finished`,
+    `FINISHED`): no other module of the package compares a status with the literal "finished"."""
+    import re
+    from pathlib import Path
+
+    package = Path(__file__).resolve().parents[1] / "rpevit"
+    inline = re.compile(r"""[!=]=\s*["']finished["']|["']finished["']\s*[!=]=""")
+    found = [
+        f"{path.relative_to(package)}:{number}"
+        for path in sorted(package.rglob("*.py"))
+        if path.name != "schema.py"
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if inline.search(line)
+    ]
+    assert found == []

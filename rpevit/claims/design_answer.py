@@ -15,6 +15,7 @@ from .. import design as design_rules
 from .. import stats
 from ..convergence import PLATEAU_RULE, converged
 from ..metrics import busy
+from ..schema import is_finished
 from ..tables import signed
 from ..variants import parse_variant
 from .evaluation import family_size
@@ -220,7 +221,7 @@ def design_answer_text(
     contrasts_of = {d: [r for r in rows if r["source"] == source and r["dataset"] == d] for d in params.datasets}
     for dataset, contrasts in contrasts_of.items():
         current = [r for r in found if r.get("dataset") == dataset]
-        sizes = sorted({r["num_params"] for r in current if r.get("status") == "finished" and r.get("num_params")})
+        sizes = sorted({r["num_params"] for r in current if is_finished(r) and r.get("num_params")})
         size = "" if not sizes else f" ({sizes[0]:,}" + (f"–{sizes[-1]:,}" if len(sizes) > 1 else "") + " parameters)"
         runs = [c for c in convergence if c.get("dataset") == dataset]
         if len(params.datasets) > 1:

@@ -19,7 +19,7 @@ import math
 import numpy as np
 
 from .. import stats
-from ..analysis import finished
+from ..schema import finished
 from ..variants import parse_variant
 from .registry import (
     ALPHA,

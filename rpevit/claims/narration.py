@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import math
 
-from ..analysis import finished
 from ..attention import exact_backends
 from ..catalog import grid
 from ..metrics import busy
+from ..schema import finished
 from ..tables import signed
 from ..variants import parse_variant
 from .evaluation import family_size

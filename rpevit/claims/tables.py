@@ -9,8 +9,8 @@ import math
 from collections import Counter
 
 from .. import stats
-from ..analysis import finished
 from ..data import training_images
+from ..schema import finished
 from .evaluation import correctness
 from .narration import EFFECT_HEADER, SIGN, _unit, effect_words, verdict_text
 from .speed import CROSSOVER_TOKENS

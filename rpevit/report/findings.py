@@ -7,6 +7,7 @@ from pathlib import Path
 
 from .. import records
 from ..errors import UserError
+from ..schema import finished, is_finished
 from .index import designed, report_texts
 from .store import report_dir
 
@@ -56,7 +57,7 @@ def study_status(preset: str, root=None) -> str:
     params = load_params(preset)
     design = params.design
     current = study_records(params, reports_root=root)
-    found = [r for r in current if r.get("status") == "finished"]
+    found = finished(current)
     primary = {parse_variant(v).name for v in design.primary}
     done = {
         "primary": [r for r in found if r["variant"] in primary],
@@ -93,7 +94,7 @@ def study_status(preset: str, root=None) -> str:
     check = ""
     if design.plateau_check:
         other = load_params(design.plateau_check)
-        kept = [r for r in study_records(other, reports_root=root) if r.get("status") == "finished"]
+        kept = finished(study_records(other, reports_root=root))
         met = sum(r["plateau met"] for r in finished_convergence(other, kept, root))
         rows = budget_check_rows(design, complete_seed_records(params, found), kept)
         check = (
@@ -135,11 +136,7 @@ def settled_primary(params, current: list[dict]) -> str:
         mine = [r for r in current if r["dataset"] == dataset]
         if not mine or not primary_settled(params, mine):
             continue
-        accuracy = {
-            (r["variant"], r["seed"]): r["top1"]
-            for r in complete_seed_records(params, mine)
-            if r.get("status") == "finished"
-        }
+        accuracy = {(r["variant"], r["seed"]): r["top1"] for r in complete_seed_records(params, mine) if is_finished(r)}
         parts = []
         for contrast in design.contrasts:
             values = list(per_seed_contrast(contrast, accuracy).values())
@@ -215,7 +212,7 @@ def _early_study_note(root=None, preset: str = "cpu_claims") -> str:
     from ..params import load_params
 
     try:
-        found = [r for r in study_records(load_params(preset), reports_root=root) if r.get("status") == "finished"]
+        found = finished(study_records(load_params(preset), reports_root=root))
     except UserError:
         return ""
     if not found:

@@ -9,6 +9,7 @@ import statistics
 from pathlib import Path
 
 from .. import records
+from ..schema import finished
 from .store import PLOTLY_JS, read_manifest, report_dir
 
 
@@ -21,7 +22,7 @@ def headline(found: list[dict], preset: str = "<preset>", designed: bool = False
     from ..attention import exact_backends
     from ..variants import parse_variant
 
-    done = [r for r in found if r.get("status") == "finished"]
+    done = finished(found)
     if not done:
         return [
             f"No finished runs yet: run `make study PRESET={preset}` (`python -m rpevit study {preset}`, then "
