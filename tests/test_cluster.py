@@ -508,3 +508,45 @@ def test_ray_draws_hold_the_secondary_runs_while_the_longer_budget_check_wants_r
     draws = designed_draws(designed, tmp_path)
     assert not any(place and place[1] == "softmax+krpe" for place in draws)
     assert "not started: softmax+krpe on mnist5k, seed 0 (the longer-budget check" in capsys.readouterr().out
+
+
+def test_a_designed_study_on_ray_trains_what_the_sequential_engine_trains(
+    ray_cluster, grid_params, one_thread, tmp_path, capsys, monkeypatch
+):
+    """Two slots, a stopping rule over up to 3 seeds: Ray draws from the designed order as slots free up (seed 2
+    waits on the submitted seeds 0 and 1, then the rule decides it), and ends with the sequential engine's
+    records — the same runs, the same results, the same runs not started."""
+    path = tmp_path / "designed.yaml"
+    path.write_text(
+        "datasets: [mnist5k]\nvariants: [softmax+none, softmax+ape]\nseeds: [0, 1, 2]\n"
+        "design:\n  primary: [softmax+none, softmax+ape]\n"
+        "  contrasts: [{name: gap, kind: equal, terms: {softmax+ape: 1, softmax+none: -1}}]\n"
+        "  stopping: {min_seeds: 2, max_seeds: 3, half_width: 0.001}\n"
+    )
+    designed = dataclasses.replace(grid_params, design=load_params(path).design, seeds=(0, 1, 2))
+    loader = functools.partial(tiny_loader, n_train=128)
+    reference = sequential(designed, tmp_path / "seq", loader)
+    said = {line for line in capsys.readouterr().out.splitlines() if line.startswith("not started")}
+    draws, designed_order = [], study.designed_order
+
+    def counted(*args, **kwargs):
+        for item in designed_order(*args, **kwargs):
+            draws.append(item)
+            yield item
+
+    monkeypatch.setattr(study, "designed_order", counted)
+    events = []
+    results = cluster.run_study_ray(
+        designed,
+        runs_root=tmp_path / "ray" / "runs",
+        reports_root=tmp_path / "ray" / "reports",
+        progress=False,
+        dataset_loader=loader,
+        on_event=events.append,
+    )
+    assert sorted((e["variant"], e["seed"]) for e in events if e["kind"] == "done") == sorted(
+        (r["variant"], r["seed"]) for r in reference
+    )
+    assert [cluster.result_fields(r) for r in results] == [cluster.result_fields(r) for r in reference]
+    assert {line for line in capsys.readouterr().out.splitlines() if line.startswith("not started")} == said
+    assert None in draws  # the order waited on submitted runs at least once, and was asked again
