@@ -12,7 +12,7 @@ from . import design, records
 from .params import Params, checked_by, load_params
 from .run import Run
 from .schema import finished as finished_runs
-from .schema import is_finished as record_finished
+from .schema import is_finished
 from .variants import parse_variant
 
 
@@ -32,7 +32,7 @@ def planned_runs(params: Params, current: list[dict]) -> list[tuple[str, str, in
     (design.wanted_runs), so seeds and variants it has ruled out are not counted on."""
     if not params.design.active:
         return grid(params)
-    done = [(r["dataset"], r["variant"], r["seed"]) for r in current if record_finished(r)]
+    done = [(r["dataset"], r["variant"], r["seed"]) for r in current if is_finished(r)]
     return done + design.wanted_runs(params, current)
 
 
@@ -40,7 +40,7 @@ def planned_line(params: Params, current: list[dict]) -> str:
     """'k of n planned runs finished for <preset>': n counts, for a design, its finished runs and those
     its stopping rule still wants (planned_runs) — the count notebook 45 states — with the grid's
     size named as the most it could train."""
-    done = sum(record_finished(r) for r in current)
+    done = sum(is_finished(r) for r in current)
     line = f"{done} of {len(planned_runs(params, current))} planned runs finished for {params.name}"
     if params.design.active:
         line += f" (a designed study: its stopping rule and budgets could train at most {len(grid(params))})"
@@ -72,10 +72,10 @@ def run_history(run: Run) -> list[dict]:
     if found is None:
         return []
     record, directory = found
-    return records.read_history(directory, record["epochs"] if record_finished(record) else None)
+    return records.read_history(directory, record["epochs"] if is_finished(record) else None)
 
 
-def is_finished(run: Run) -> bool:
+def has_record(run: Run) -> bool:
     """True if the run has a record (finished or diverged) made with the preset's current settings."""
     return current_record(run) is not None
 

@@ -129,11 +129,11 @@ def settle(cell: Run, repair: bool) -> State:
             set_aside(kept / records.RECORD, "its history is damaged or lost and runs/ has no copy")
             kept_current = None
 
-    if current is not None and is_finished(current) and not final and previous:
+    if is_finished(current) and not final and previous:
         why = f"its final {records.CHECKPOINT} (the tested weights) is lost; the last epoch is trained again"
         set_aside(directory / records.RECORD, why, tag="unverified")
         current, state.train = None, True
-    if current is not None and is_finished(current) and history is None:
+    if is_finished(current) and history is None:
         current = _rebuild_history(cell, current, kept_current, kept_history, final, fix, set_aside)
     if current is None and record is None and kept_current is not None and final:
         fix(
@@ -195,7 +195,7 @@ def _differs(directory: Path, kept: Path) -> list[str]:
 
 def needs_evaluation(params: Params, record: dict | None) -> bool:
     """True if a finished run lacks the preset's multi-resolution evaluation."""
-    if record is None or not is_finished(record) or not params.evaluate.resolutions:
+    if not is_finished(record) or not params.evaluate.resolutions:
         return False
     if not params.evaluate.covers(record["variant"]):
         return False

@@ -109,7 +109,7 @@ def trained_model(run: Run, device=None):
     """(model with the run's best-validation weights in eval mode, its record) for a finished run."""
     params, out_dir = run.params, run.dir
     record = records.read_record(out_dir)
-    if record is None or not is_finished(record):
+    if not is_finished(record):
         raise UserError(
             f"no finished run of {run.variant} on {run.dataset} (seed {run.seed}) in {out_dir}; "
             f"train it first (python -m rpevit train --params {params.name} --variant {run.variant})."

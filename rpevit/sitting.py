@@ -242,7 +242,7 @@ def progress_lines(preset: str) -> list[str]:
             continue
         record = records.read_record(directory)
         name = directory.relative_to(base).as_posix()
-        if record and is_finished(record):
+        if is_finished(record):
             lines.append(f"  finished  {name}: top-1 {100 * record['top1']:.2f} %")
         elif (directory / records.CHECKPOINT).is_file():
             epoch = _epochs((directory / records.CHECKPOINT).read_bytes())

@@ -93,7 +93,7 @@ def check_precision(params: Params, states: list[State]) -> None:
     """Before any training: a sitting that trains must train in the precision of the study's
     finished runs (device.check_one_precision)."""
     if any(s.train for s in states):
-        _check_precision(params, [s.record for s in states if s.record and is_finished(s.record)])
+        _check_precision(params, [s.record for s in states if is_finished(s.record)])
 
 
 def check_run_precision(params: Params, run: Run) -> None:

@@ -99,7 +99,7 @@ def test_diverged_run_is_recorded_not_retried(grid_params, monkeypatch, tiny_dat
     monkeypatch.setattr(train_module, "_train", diverge)
     results = study.run_study(one, runs_root=tmp_path, reports_root=tmp_path)
     assert results[0]["status"] == "diverged" and "epoch 1, step 3" in results[0]["message"]
-    assert catalog.is_finished(Run(one, "mnist5k", "softmax+ape", 0, runs_root=tmp_path))
+    assert catalog.has_record(Run(one, "mnist5k", "softmax+ape", 0, runs_root=tmp_path))
     assert "| diverged |" in (tmp_path / "tiny" / "summary.md").read_text()
 
 
