@@ -1,19 +1,26 @@
 """rpevit: can relative positional encodings close the gap between softmax ViTs and linear-time
-Performer ViTs, and at what cost?  A variant = one attention backend + positional mechanisms."""
+Performer ViTs, and at what cost?  A variant = one attention backend + positional mechanisms.
+
+Three layers: the science core (`rpevit.core`: models, attention, positions, data, the training
+loop), the lab around it (`rpevit.lab`: presets, runs, records, studies) and analysis
+(`rpevit.analysis`: tables, claims, figures, reports). `import rpevit` loads the core only; the
+lab's names below load on first use (PEP 562)."""
 
 from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from .errors import UserError
-from .model import build_model
-from .params import load_params
-from .run import Run
-from .variants import list_variants, parse_variant
+from .core.config import ModelConfig, model_config
+from .core.errors import UserError
+from .core.model import build_model
+from .core.variants import list_variants, parse_variant
 
-# the training loop and the study runner load on first use (PEP 562), so `import rpevit` loads the
-# science core (model, positions, attention, parameters) and not the orchestration around it
-_LAZY = {"run_study": ("study", "run_study"), "train_run": ("train", "train_run")}
+_LAZY = {
+    "Run": ("lab.run", "Run"),
+    "load_params": ("lab.params", "load_params"),
+    "run_study": ("lab.study", "run_study"),
+    "train_run": ("lab.train", "train_run"),
+}
 
 
 def __getattr__(name: str):
@@ -28,11 +35,13 @@ def __getattr__(name: str):
 
 
 __all__ = [
+    "ModelConfig",
     "Run",
     "UserError",
     "build_model",
     "list_variants",
     "load_params",
+    "model_config",
     "parse_variant",
     "run_study",
     "train_run",

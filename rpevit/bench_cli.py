@@ -1,4 +1,4 @@
-"""The `bench` command: its arguments and its dispatch to the benchmark modules (rpevit/bench.py,
+"""The `bench` command: its arguments and its dispatch to the benchmark modules (rpevit/lab/bench.py,
 bench_pack.py, bench_engines.py). Benchmarks print Markdown tables of ratios measured side by side;
 they are never tests."""
 
@@ -57,16 +57,16 @@ def cmd_bench(args) -> int:
         flush=True,
     )
     if args.what == "pack":
-        from .bench_pack import run_pack_bench
+        from .lab.bench_pack import run_pack_bench
 
         run_pack_bench(args)
         return 0
-    if args.what == "engines":  # whole studies: orchestration layer, not rpevit.bench
-        from .bench_engines import run_engines_bench
+    if args.what == "engines":  # whole studies: orchestration layer, not rpevit.lab.bench
+        from .tools.bench_engines import run_engines_bench
 
         run_engines_bench(args)
         return 0
-    from .bench import run_bench
+    from .lab.bench import run_bench
 
     run_bench(args.what, args)
     return 0

@@ -11,13 +11,13 @@ import dataclasses
 import os
 import sys
 
-from .errors import UserError
-from .schema import is_finished
-from .tables import markdown_table
+from .core.errors import UserError
+from .lab.schema import is_finished
+from .lab.tables import markdown_table
 
 
 def _params(args):
-    from .params import load_params
+    from .lab.params import load_params
 
     params = load_params(args.params)
     data = dataclasses.replace(
@@ -33,7 +33,7 @@ def _params(args):
 
 def _dataset(args, params):
     """Load --dataset (default: the preset's first) onto the preset's device."""
-    from .runs import dataset_for
+    from .lab.runs import dataset_for
 
     return dataset_for(params, args.dataset)
 
@@ -47,12 +47,12 @@ def cmd_list(args) -> int:
 
 def cmd_train(args) -> int:
     """Train one variant of a preset on one dataset (data-parallel when started by torchrun)."""
-    from . import distributed, records
-    from .run import Run
-    from .runs import preflight
-    from .study import check_run_precision
-    from .train import train_run
-    from .variants import parse_variant
+    from .core.variants import parse_variant
+    from .lab import distributed, records
+    from .lab.run import Run
+    from .lab.runs import preflight
+    from .lab.study import check_run_precision
+    from .lab.train import train_run
 
     params = _params(args)
     variant = parse_variant(args.variant).name
@@ -76,7 +76,7 @@ def cmd_train(args) -> int:
     if distributed.init(params.train.device):
         main = distributed.is_main()
         try:
-            distributed.check_shared_runs_root(records.RUNS_ROOT)
+            distributed.check_shared_runs_root(records.runs_root())
             out_dir, record = train()
             distributed.barrier()  # leave together: no rank tears the group down while rank 0 still tests
         except distributed.PeerFailed as exc:  # rank 0 prints the error, once
@@ -99,15 +99,15 @@ def cmd_train(args) -> int:
 
 def cmd_study(args) -> int:
     """Run (or resume) a preset's whole grid and write reports/<preset>/summary.{csv,md}."""
-    from .device import resolve_device
-    from .records import REPORTS_ROOT
-    from .study import run_study
-    from .time_limit import TimeLimit, parse_duration
+    from .core.device import resolve_device
+    from .lab.records import reports_root
+    from .lab.study import run_study
+    from .lab.time_limit import TimeLimit, parse_duration
 
     params = _params(args)
     limit = None if args.time_limit is None else TimeLimit(parse_duration(args.time_limit))
     if args.engine == "ray":
-        from .cluster import run_study_ray
+        from .lab.cluster import run_study_ray
 
         if args.pack_size is not None and args.pack_size < 1:
             raise UserError(f"--pack-size {args.pack_size} is not valid: a positive integer.")
@@ -124,7 +124,7 @@ def cmd_study(args) -> int:
         failed = [r for r in results if r.get("status") in ("failed", "skipped")]
         print(
             f"{len(results) - len(failed)} runs recorded, {len(failed)} failed or skipped; "
-            f"summary: {REPORTS_ROOT / params.name / 'summary.md'}"
+            f"summary: {reports_root() / params.name / 'summary.md'}"
         )
         return 1 if failed else 0
     if args.address or args.gpus_per_run is not None or args.cpus_per_run is not None:
@@ -134,14 +134,14 @@ def cmd_study(args) -> int:
     engine = args.engine or ("pack" if resolve_device(params.train.device).type == "cuda" else "sequential")
     pack_size = (args.pack_size or 0) if engine == "pack" else None
     results = run_study(params, progress=not args.no_progress, time_limit=limit, pack_size=pack_size)
-    print(f"{len(results)} runs recorded; summary: {REPORTS_ROOT / params.name / 'summary.md'}")
+    print(f"{len(results)} runs recorded; summary: {reports_root() / params.name / 'summary.md'}")
     return 0
 
 
 def cmd_evaluate(args) -> int:
     """Evaluate a finished run at other input resolutions (extrapolation / interpolation modes)."""
-    from .evaluate import evaluate_resolutions
-    from .run import Run
+    from .lab.evaluate import evaluate_resolutions
+    from .lab.run import Run
 
     params = _params(args)
     try:
@@ -167,7 +167,7 @@ def cmd_evaluate(args) -> int:
 
 def cmd_notebooks(args) -> int:
     """Execute the study notebooks with papermill into reports/<preset>/ and index them."""
-    from .notebooks import execute_notebooks
+    from .analysis.notebooks import execute_notebooks
 
     outputs = execute_notebooks(
         args.params,
@@ -182,7 +182,7 @@ def cmd_notebooks(args) -> int:
 
 def cmd_retime(args) -> int:
     """Time finished runs' inference again on a quiet machine (runs first timed on a busy one)."""
-    from .study import retime_study
+    from .lab.study import retime_study
 
     retimed = retime_study(_params(args), everything=args.all)
     print(f"{len(retimed)} runs re-timed")
@@ -190,13 +190,13 @@ def cmd_retime(args) -> int:
 
 
 def cmd_doctor(args) -> int:
-    """The installation's health: torch, the device; with --gpu the GPU acceptance run (rpevit.doctor)."""
+    """The installation's health: torch, the device; with --gpu the GPU acceptance run (rpevit.tools.doctor)."""
     import torch
 
-    from .params import PROJECT_ROOT
+    from .lab.params import PROJECT_ROOT
 
     if args.gpu:
-        from .doctor import run_gpu_doctor
+        from .tools.doctor import run_gpu_doctor
 
         return run_gpu_doctor(PROJECT_ROOT)
     cuda = torch.cuda.is_available()
@@ -206,15 +206,15 @@ def cmd_doctor(args) -> int:
 
 
 def cmd_gpu_sitting(args) -> int:
-    """A GPU sitting: train for N minutes, pack the results to carry back (rpevit/sitting.py)."""
-    from .sitting import command
+    """A GPU sitting: train for N minutes, pack the results to carry back (rpevit/lab/sitting.py)."""
+    from .lab.sitting import command
 
     return command(args)
 
 
 def cmd_gap_pilot(args) -> int:
     """A gap pilot's report (go/no-go, gaps per budget, seeds the factorial needs) from its kept records."""
-    from .gap_pilot import write_report
+    from .analysis.gap_pilot import write_report
 
     print("\n".join(write_report(args.params)))
     return 0
@@ -222,8 +222,8 @@ def cmd_gap_pilot(args) -> int:
 
 def cmd_findings(args) -> int:
     """Copy a report's generated answer into the Findings block of docs/results.md."""
-    from .params import PROJECT_ROOT
-    from .report import sync_findings
+    from .analysis.report import sync_findings
+    from .lab.params import PROJECT_ROOT
 
     changed = sync_findings(PROJECT_ROOT / "docs" / "results.md", args.params, link_prefix="../")
     print(f"docs/results.md Findings {'updated from' if changed else 'already match'} reports/{args.params}/")
@@ -232,7 +232,7 @@ def cmd_findings(args) -> int:
 
 def cmd_status(args) -> int:
     """Where a study stands: finished runs, runs in flight, what it still wants and how long that takes."""
-    from .study_status import status_lines
+    from .lab.study_status import status_lines
 
     print("\n".join(status_lines(_params(args))))
     return 0
@@ -240,15 +240,15 @@ def cmd_status(args) -> int:
 
 def cmd_keep_weights(args) -> int:
     """Keep one finished run's tested weights per variant beside a preset's kept records."""
-    from .catalog import study_records
-    from .records import REPORTS_ROOT
-    from .runs import keep_weights
+    from .lab.catalog import study_records
+    from .lab.records import reports_root
+    from .lab.runs import keep_weights
 
     params = _params(args)
     lines = keep_weights(params, study_records(params))
     print("\n".join(lines))
     if any(": kept " in line for line in lines):
-        print(f"commit them with the records: git add {REPORTS_ROOT / params.name / 'records'}")
+        print(f"commit them with the records: git add {reports_root() / params.name / 'records'}")
     return 0
 
 
@@ -256,7 +256,7 @@ def cmd_pilot(args) -> int:
     """Write a recipe pilot's report (learning curves, table, decision) from its presets' records."""
     from pathlib import Path
 
-    from .pilot import write_pilot_report
+    from .tools.pilot import write_pilot_report
 
     out = write_pilot_report(args.presets, Path(args.out), chosen=args.chosen)
     print(f"pilot report: {out / 'README.md'}")
@@ -270,6 +270,7 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"error: {message} (see {self.prog} --help)\n")
 
 
+# long: the CLI's one declarative table, a few lines per command; split, its commands would scatter
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser for every sub-command."""
     parser = _Parser(
@@ -392,7 +393,7 @@ def build_parser() -> argparse.ArgumentParser:
     pilot.add_argument("--out", required=True, help="the report folder (e.g. reports/fmnist_pilot)")
     pilot.add_argument("--chosen", help="the study preset whose recipe the pilot chose (e.g. fmnist_converged)")
 
-    from .sitting import add_parser as add_sitting
+    from .lab.sitting import add_parser as add_sitting
 
     gap = sub.add_parser("gap-pilot", help="a gap pilot's report: go/no-go, gaps per budget, seeds needed")
     gap.add_argument("params", nargs="?", default="canvas_gap_pilot", help="the pilot's preset")
@@ -450,9 +451,9 @@ COMMANDS = {
 
 def main(argv=None) -> int:
     """Entry point: run a sub-command; user errors → one message, exit status 2."""
-    from .notebooks import NotebookFailed
-    from .records import RunBusy
-    from .train import Diverged
+    from .analysis.notebooks import NotebookFailed
+    from .lab.records import RunBusy
+    from .lab.train import Diverged
 
     args = build_parser().parse_args(argv)
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 and args.command != "train":

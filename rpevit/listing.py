@@ -3,16 +3,16 @@ dataset and preset, as the package's registries name them."""
 
 from __future__ import annotations
 
-from .errors import UserError
+from .core.errors import UserError
 
 
 def list_command(args) -> int:
     """Print backends, positional methods, variants, datasets and presets (or one of them, filtered)."""
-    from .attention import BACKENDS
-    from .data import DATASETS
-    from .params import list_presets
-    from .position import MECHANISMS, POSITIONS
-    from .variants import list_variants, parse_variant
+    from .core.attention import BACKENDS
+    from .core.data import DATASETS
+    from .core.position import MECHANISMS, POSITIONS
+    from .core.variants import list_variants, parse_variant
+    from .lab.params import list_presets
 
     for flag, value, allowed in (
         ("--backend", args.backend, BACKENDS),
@@ -54,7 +54,7 @@ def list_command(args) -> int:
 
 
 def _variant_matches(variant, args) -> bool:
-    from .position import POSITIONS
+    from .core.position import POSITIONS
 
     return (
         args.backend in (None, variant.backend)

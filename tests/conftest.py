@@ -7,15 +7,15 @@ import dataclasses
 import pytest
 import torch
 
-from rpevit.data import Dataset, Split, load_dataset
-from rpevit.params import load_params
+from rpevit.core.data import Dataset, Split, load_dataset
+from rpevit.lab.params import load_params
 
 
 @pytest.fixture(autouse=True)
 def fresh_grid_cache():
     """Each test computes its own grid-derived tensors (offsets, sin-cos tables, angles): a value cached by
     an earlier test — or by the process a test runner forked from — would hide what this test's code computes."""
-    from rpevit.grid import _CACHE
+    from rpevit.core.grid import _CACHE
 
     _CACHE.clear()
 
@@ -60,11 +60,11 @@ def grid_params(tiny_params):
 
 @pytest.fixture
 def design_wanting_nothing(monkeypatch):
-    """A stand-in for rpevit.design whose one run the stopping rule does not want, patched into the
+    """A stand-in for rpevit.lab.design whose one run the stopping rule does not want, patched into the
     modules that consult it (the one scheduler of every engine, and the catalog)."""
     import types
 
-    from rpevit import catalog, study
+    from rpevit.lab import catalog, study
 
     fake = types.SimpleNamespace(
         ordered_runs=lambda params: [("mnist5k", "softmax+ape", 0)],
@@ -82,8 +82,8 @@ def design_wanting_nothing(monkeypatch):
 def counted(monkeypatch, tiny_dataset):
     """Serve the tiny dataset to the runner and count (and optionally crash) training runs:
     (calls, state), state["crash_on"] = k raises KeyboardInterrupt in the k-th run."""
-    from rpevit import cell, runs
-    from rpevit.train import train_run
+    from rpevit.lab import cell, runs
+    from rpevit.lab.train import train_run
 
     calls = []
     state = {"crash_on": None}
@@ -129,8 +129,7 @@ def pytest_collection_modifyitems(items):
 @pytest.fixture
 def roots(tmp_path, monkeypatch):
     """Runs and reports in tmp_path for the in-process CLI and study runner."""
-    from rpevit import records
 
-    monkeypatch.setattr(records, "RUNS_ROOT", tmp_path / "runs")
-    monkeypatch.setattr(records, "REPORTS_ROOT", tmp_path / "reports")
+    monkeypatch.setenv("RPEVIT_RUNS", str(tmp_path / "runs"))
+    monkeypatch.setenv("RPEVIT_REPORTS", str(tmp_path / "reports"))
     return tmp_path / "runs", tmp_path / "reports"

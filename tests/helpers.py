@@ -10,8 +10,8 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from rpevit.checks import offset_ratios
-from rpevit.grid import Grid
+from rpevit.core.checks import offset_ratios
+from rpevit.core.grid import Grid
 
 
 def trained_like(module: torch.nn.Module, seed: int | None, scale: float, mode: str = "add") -> torch.nn.Module:
@@ -38,7 +38,7 @@ def trained_like(module: torch.nn.Module, seed: int | None, scale: float, mode: 
 def log_ratio_spread(weights: torch.Tensor, grid: Grid) -> float:
     """The §5 test in log form: the largest spread over queries i of log(A[i, i+Δ] / A[i, i]), any Δ.
 
-    Same groups as rpevit.checks.relative_violation (built on its `offset_ratios`), but each spread is
+    Same groups as rpevit.core.checks.relative_violation (built on its `offset_ratios`), but each spread is
     measured in log space, so every offset is held to the same relative precision. The shared check
     divides every spread by the largest ratio over all offsets; when the ratios span ~1e6 (e.g.
     rope_mixed, or the affine IRPEGate control), a tiny value of it still allows a relative error
@@ -76,9 +76,9 @@ def resumed_like_straight(params, dataset, variant: str, tmp_path, epochs: int =
     interrupt after epoch 1 and a resume; asserts their histories (but wall seconds) are equal."""
     import pytest
 
-    from rpevit import records
-    from rpevit.run import Run
-    from rpevit.train import train_run
+    from rpevit.lab import records
+    from rpevit.lab.run import Run
+    from rpevit.lab.train import train_run
 
     straight = train_run(Run(params, dataset.info.name, variant, 0, epochs=epochs), dataset, tmp_path / "a")
 

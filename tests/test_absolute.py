@@ -1,4 +1,4 @@
-"""Tests for rpevit.position.absolute: the fixed 2D sin-cos APE (formula, consistency across
+"""Tests for rpevit.core.position.absolute: the fixed 2D sin-cos APE (formula, consistency across
 grids, CLS, no parameters, errors, cache) and the learned APE (exact on the trained grid,
 bicubic-resized on others)."""
 
@@ -8,11 +8,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from rpevit import grid as grid_module
-from rpevit.errors import UserError
-from rpevit.grid import Grid
-from rpevit.params import model_config
-from rpevit.position import build_position
+from rpevit.core import grid as grid_module
+from rpevit.core.config import model_config
+from rpevit.core.errors import UserError
+from rpevit.core.grid import Grid
+from rpevit.core.position import build_position
 
 F64 = torch.float64
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from rpevit.analysis import gap_table, published_results, published_side_by_side, results_table
-from rpevit.schema import METRIC_COLUMNS, make_record
+from rpevit.lab.schema import METRIC_COLUMNS, make_record
 
 SEEDS = Path(__file__).resolve().parents[2] / "shared" / "seeds"
 
@@ -83,8 +83,8 @@ def test_the_runs_own_timings_are_labelled_as_such_beside_the_benchmarks():
 
 
 def test_planned_line_counts_what_notebook_45_counts():
-    from rpevit.catalog import planned_line
-    from rpevit.params import load_params
+    from rpevit.lab.catalog import planned_line
+    from rpevit.lab.params import load_params
 
     smoke = load_params("smoke")
     found = [{"dataset": "mnist5k", "variant": v, "seed": 0, "status": "finished"} for v in smoke.variants[:4]]

@@ -1,5 +1,5 @@
-"""Attention inspection (rpevit.inspection, attention_measures, layer_probes, map_figures and the
-FAVOR+ / FFT checks of rpevit.checks): maps and distances of models, single-layer matrices for the
+"""Attention inspection (rpevit.analysis.inspection, attention_measures, layer_probes, map_figures and the
+FAVOR+ / FFT checks of rpevit.core.checks): maps and distances of models, single-layer matrices for the
 relative-property check, offset maps, FAVOR+ estimator error, the dense reference of the FFT path,
 runs to inspect and the explorer's figure."""
 
@@ -15,11 +15,13 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from rpevit import attention_measures, checks, inspection, layer_probes, map_figures, runs  # noqa: E402
-from rpevit.attention import BACKENDS  # noqa: E402
-from rpevit.checks import relative_violation  # noqa: E402
-from rpevit.grid import Grid  # noqa: E402
-from rpevit.position import POSITIONS  # noqa: E402
+from rpevit.analysis import attention_measures, inspection, map_figures
+from rpevit.core import checks, layer_probes
+from rpevit.core.attention import BACKENDS  # noqa: E402
+from rpevit.core.checks import relative_violation  # noqa: E402
+from rpevit.core.grid import Grid  # noqa: E402
+from rpevit.core.position import POSITIONS  # noqa: E402
+from rpevit.lab import runs  # noqa: E402
 
 GRID = Grid(3, 4, cls=True)
 
@@ -206,7 +208,7 @@ def test_a_near_uniform_map_is_not_stretched_over_its_own_range():
 
 
 def test_datasets_name_their_classes():
-    from rpevit.data import DATASETS
+    from rpevit.core.data import DATASETS
 
     assert DATASETS["fashion_mnist"].class_name(0) == "T-shirt/top"
     assert DATASETS["fashion_mnist"].class_name(9) == "Ankle boot"
@@ -267,8 +269,8 @@ def test_the_explorer_scale_says_where_it_saturates():
 def test_map_source_names_a_dataset_whose_files_are_missing(tiny_params, monkeypatch, capsys):
     """Without the dataset's files the explorer says which dataset is missing and how to get it
     (notebook 90 then does not advise training what is already trained)."""
-    from rpevit import runs
-    from rpevit.errors import UserError
+    from rpevit.core.errors import UserError
+    from rpevit.lab import runs
 
     def missing(params, name, device="cpu"):
         raise UserError(f"{name}: no files found; apt-get install dataset-fashion-mnist")

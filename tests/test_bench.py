@@ -1,4 +1,4 @@
-"""rpevit.bench's side-by-side measurements: structure and order, never speed targets (those are
+"""rpevit.lab.bench's side-by-side measurements: structure and order, never speed targets (those are
 ratios in reports/bench/, measured on a quiet machine)."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import dataclasses
 
 import pytest
 
-from rpevit import bench
-from rpevit.params import load_params
+from rpevit.lab import bench
+from rpevit.lab.params import load_params
 
 
 @pytest.fixture
@@ -41,10 +41,10 @@ def test_levers_time_every_setting_and_ratio_to_fp32_eager(small):
 
 
 def test_bench_engines_reads_its_options_from_the_command_line():
-    """`python -m rpevit bench engines` (moved from `python -m rpevit.cluster compare`): the preset with
+    """`python -m rpevit bench engines` (moved from `python -m rpevit.lab.cluster compare`): the preset with
     --variants and --epochs applied, the Ray options passed through."""
-    from rpevit.bench_engines import engines_params
     from rpevit.cli import build_parser
+    from rpevit.tools.bench_engines import engines_params
 
     args = build_parser().parse_args(
         ["bench", "engines", "--params", "smoke", "--variants", "softmax+ape, relu+ape", "--epochs", "1"]

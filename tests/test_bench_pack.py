@@ -7,8 +7,9 @@ import math
 
 import torch
 
-from rpevit import bench_pack, capture
-from rpevit.params import load_params
+from rpevit.core import capture
+from rpevit.lab import bench_pack
+from rpevit.lab.params import load_params
 
 
 def test_pack_rows_time_every_pack_size_plain_and_captured_with_mfu(monkeypatch):

@@ -7,10 +7,11 @@ import dataclasses
 
 import pytest
 
-from rpevit import budgets, records
-from rpevit.errors import UserError
-from rpevit.run import Run
-from rpevit.train import train_run
+from rpevit.core import budgets
+from rpevit.core.errors import UserError
+from rpevit.lab import records
+from rpevit.lab.run import Run
+from rpevit.lab.train import train_run
 
 HISTORY_KEYS = ("epoch", "train_loss", "train_acc", "val_loss", "val_acc", "lr")
 

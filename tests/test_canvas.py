@@ -8,9 +8,9 @@ import dataclasses
 import pytest
 import torch
 
-from rpevit import data
-from rpevit.data import DATASETS, canvas, load_dataset
-from rpevit.data.info import Dataset, Split
+from rpevit.core import data
+from rpevit.core.data import DATASETS, canvas, load_dataset
+from rpevit.core.data.info import Dataset, Split
 
 
 def _where(canvas_image: torch.Tensor, image: torch.Tensor) -> list[tuple[int, int]]:
@@ -103,9 +103,9 @@ def test_example_images_are_at_the_canvas_size():
 @pytest.mark.parametrize("features", [8, 16])
 def test_the_favor_feature_count_dial_is_a_preset_option_in_the_run_key(features, tiny_params):
     """FAVOR+ with fewer random features (a controlled approximation gap): model.favor.num_features."""
-    from rpevit.model import build_model
-    from rpevit.params import model_config
-    from rpevit.run import Run
+    from rpevit.core.config import model_config
+    from rpevit.core.model import build_model
+    from rpevit.lab.run import Run
 
     dialled = dataclasses.replace(
         tiny_params,

@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from rpevit import claims, stats
-from rpevit.claims import Claim, Comparison, correctness, evaluate_claims
-from rpevit.schema import make_record
+from rpevit.analysis import claims
+from rpevit.analysis.claims import Claim, Comparison, correctness, evaluate_claims
+from rpevit.core import stats
+from rpevit.lab.schema import make_record
 
 T = claims.Source("t")
 
@@ -132,7 +133,7 @@ def test_a_comparison_is_a_value_with_terms_and_words():
     assert dod.terms == {"favor+rope_mixed": 1, "softmax+rope_mixed": -1, "favor+ape": -1, "softmax+ape": 1}
     with pytest.raises(ValueError, match="needs both c and d"):
         Comparison("favor+ape", "softmax+ape", c="relu+ape")
-    from rpevit.claims import narration
+    from rpevit.analysis.claims import narration
 
     assert narration.side_names(plain) == ("favor (Performer)", "softmax")
     assert narration.side_names(Comparison("softmax+ape", "softmax+rope_axial")) == ("ape", "rope_axial")
@@ -152,8 +153,8 @@ def test_resolution_claims_read_the_evaluated_correctness():
 
 
 def test_every_testable_published_claim_names_variants_of_the_converged_preset():
-    from rpevit.params import load_params
-    from rpevit.variants import parse_variant
+    from rpevit.core.variants import parse_variant
+    from rpevit.lab.params import load_params
 
     params = load_params("fmnist_converged")
     variants = {parse_variant(v).name for v in params.variants}
@@ -211,7 +212,7 @@ def test_seed_and_run_tables_give_means_and_intervals():
 
 
 def test_protocol_reads_the_preset_and_the_records():
-    from rpevit.params import load_params
+    from rpevit.lab.params import load_params
 
     params = load_params("smoke")
     rng = np.random.default_rng(3)
@@ -498,7 +499,7 @@ def test_a_speed_sweep_on_a_busy_machine_gives_no_verdict():
 
 def _designed_study(rng, plan: dict[str, float], seeds=(1, 2, 3, 4, 5), n=20000):
     """fmnist_converged's design on dataset 'toy': primary records with planted accuracies."""
-    from rpevit.params import load_params
+    from rpevit.lab.params import load_params
 
     params = dataclasses.replace(load_params("fmnist_converged"), datasets=("toy",))
     found = []
@@ -679,8 +680,8 @@ def test_the_answer_figure_draws_only_the_pre_registered_contrasts():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from rpevit.claims.registry import design_source
-    from rpevit.params import load_params
+    from rpevit.analysis.claims.registry import design_source
+    from rpevit.lab.params import load_params
 
     params = load_params("fmnist_converged")
     found = []

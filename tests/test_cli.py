@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import rpevit.data as data_lib
+import rpevit.core.data as data_lib
 from rpevit.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,13 +55,13 @@ def test_missing_dataset_lists_paths_and_hint(capsys, tmp_path, monkeypatch):
 
 
 def test_train_checks_the_study_precision_before_it_loads_data(capsys, tmp_path, monkeypatch):
-    import rpevit.study
-    from rpevit.errors import UserError
+    import rpevit.lab.study
+    from rpevit.core.errors import UserError
 
     def refuse(params, run):
         raise UserError(f"refused {run.variant} seed {run.seed} of {params.name}")
 
-    monkeypatch.setattr(rpevit.study, "check_run_precision", refuse)
+    monkeypatch.setattr(rpevit.lab.study, "check_run_precision", refuse)
     code, _, err = run_main(
         capsys, "train", "--params", "fashion_mnist", "--variant", "softmax+ape", "--seed", "2",
         "--data-root", str(tmp_path),
@@ -106,9 +106,8 @@ def test_module_entry_point_exit_code():
 
 
 def test_a_negative_seed_is_refused_before_training(capsys, tmp_path, monkeypatch):
-    from rpevit import records
 
-    monkeypatch.setattr(records, "RUNS_ROOT", tmp_path / "runs")
+    monkeypatch.setenv("RPEVIT_RUNS", str(tmp_path / "runs"))
     code, out, err = run_main(capsys, "train", "--params", "smoke", "--variant", "softmax+ape", "--seed", "-1")
     assert code == 2 and err == "error: --seed: -1 is not valid; seeds must be integers ≥ 0.\n" and out == ""
     assert not (tmp_path / "runs").exists()

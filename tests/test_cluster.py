@@ -1,4 +1,4 @@
-"""Study on Ray (rpevit.cluster): a real local Ray cluster runs tiny grids; every record equals the
+"""Study on Ray (rpevit.lab.cluster): a real local Ray cluster runs tiny grids; every record equals the
 sequential runner's; a worker killed mid-run is retried and resumes from its checkpoint; a failed
 run is named and the others go on. The Ray tests are skipped (with the reason shown) only where
 Ray is not installed."""
@@ -21,12 +21,13 @@ import types
 import pytest
 import torch
 
-from rpevit import bench_engines, catalog, cluster, progress, records, runs, study
-from rpevit.cell import cells, settle
-from rpevit.data import Dataset, Split
-from rpevit.errors import UserError
-from rpevit.params import load_params
-from rpevit.progress import Progress
+from rpevit.core.data import Dataset, Split
+from rpevit.core.errors import UserError
+from rpevit.lab import catalog, cluster, progress, records, runs, study
+from rpevit.lab.cell import cells, settle
+from rpevit.lab.params import load_params
+from rpevit.lab.progress import Progress
+from rpevit.tools import bench_engines
 
 from helpers import require_module
 
@@ -296,7 +297,7 @@ def test_ray_packs_train_one_variants_runs_per_task_to_the_sequential_records(
 def test_time_limit_on_ray_starts_only_the_runs_that_fit(ray_cluster, grid_params, one_thread, tmp_path, capsys):
     """--time-limit on Ray: the sequential engine's rule (study.plain_order) decides each task when a slot
     frees: with no time left nothing starts and each run says why; with an hour the rest train."""
-    from rpevit.time_limit import TimeLimit
+    from rpevit.lab.time_limit import TimeLimit
 
     loader = functools.partial(tiny_loader, n_train=256)
     roots = {"runs_root": tmp_path / "runs", "reports_root": tmp_path / "reports"}
@@ -397,7 +398,7 @@ def test_killed_worker_is_retried_and_the_run_resumes(ray_cluster, tiny_params, 
 
 
 def test_compare_engines_reports_a_ratio(ray_cluster, tiny_params, one_thread, tmp_path, capsys):
-    """bench engines (rpevit.bench_engines) on the caller's data loader: both engines, same results."""
+    """bench engines (rpevit.tools.bench_engines) on the caller's data loader: both engines, same results."""
     params = dataclasses.replace(
         tiny_params,
         variants=("softmax+none", "softmax+ape"),

@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from rpevit.model import build_model
+from rpevit.core.model import build_model
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 VARIANTS = [f"{b}+{m}" for b in ("softmax", "favor", "relu") for m in ("ape", "rope_mixed", "krpe", "string_circulant")]
@@ -60,8 +60,9 @@ def test_captured_packed_step_has_no_graph_break_and_no_recompile(variant, monke
 
     from torch._dynamo.testing import CompileCounter
 
-    from rpevit import capture, pack
-    from rpevit.train import _rng_state
+    from rpevit.core import capture
+    from rpevit.lab import pack
+    from rpevit.lab.train import _rng_state
 
     torch._dynamo.reset()
     counter = CompileCounter()
@@ -90,8 +91,9 @@ def test_a_pack_trained_through_the_captured_step_gives_the_plain_packs_records(
     warm-up included (it draws from a forked random state and drops its gradients)."""
     import dataclasses
 
-    from rpevit import capture, pack
-    from rpevit.run import Run
+    from rpevit.core import capture
+    from rpevit.lab import pack
+    from rpevit.lab.run import Run
 
     model = dataclasses.replace(tiny_params.model, drop_path=0.2)
     params = dataclasses.replace(tiny_params, model=model)

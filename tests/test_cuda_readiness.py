@@ -13,8 +13,8 @@ import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 
-from rpevit.errors import UserError
-from rpevit.grid import Grid
+from rpevit.core.errors import UserError
+from rpevit.core.grid import Grid
 
 from helpers import require_module
 
@@ -53,8 +53,8 @@ class HostToDevice(TorchFunctionMode):
 
 def test_grid_positions_and_decay_rates_are_made_on_the_device():
     """Defect 2: scaled patch positions and per-axis decay rates were `torch.tensor([...], device)`."""
-    from rpevit.params import model_config
-    from rpevit.position import build_position
+    from rpevit.core.config import model_config
+    from rpevit.core.position import build_position
 
     grid = Grid(5, 6, cls=True, trained=(3, 3), interpolate=True)
     decay = build_position("manhattan", model_config(dim=16, heads=2), 8, 2).to(META)
@@ -69,7 +69,7 @@ def test_grid_positions_and_decay_rates_are_made_on_the_device():
 
 def test_separable_auto_path_reads_no_device_value():
     """Defect 3: the auto path tested the decay rates' sign with `bool()` (a sync, a graph break)."""
-    from rpevit.attention.separable import separable_linear_attention
+    from rpevit.core.attention.separable import separable_linear_attention
 
     grid, heads, m, d = Grid(3, 4, cls=True), 2, 6, 4
     q, k = (torch.empty(2, heads, grid.num_tokens, m, device=META) for _ in range(2))
@@ -81,7 +81,7 @@ def test_separable_auto_path_reads_no_device_value():
 
 def test_amp_auto_needs_bf16_support_and_asked_bf16_runs_anywhere(monkeypatch):
     """Defect 8: `amp: auto` picked bf16 on any GPU (V100 and T4 have none); `amp: bf16` was fp32 on CPU."""
-    from rpevit import device as device_lib
+    from rpevit.core import device as device_lib
 
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: False)
@@ -97,7 +97,7 @@ def test_amp_auto_needs_bf16_support_and_asked_bf16_runs_anywhere(monkeypatch):
 def test_the_planned_precision_is_told_without_a_gpu_where_it_can_be(monkeypatch):
     """amp 'auto' is fp32 on a CPU and bf16 on a GPU with bf16 (one run key for both): the study checks
     the precision a sitting will train in before it trains; unknown only for 'auto' on a GPU not seen."""
-    from rpevit import device as device_lib
+    from rpevit.core import device as device_lib
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert device_lib.planned_precision("cpu", "auto") == "fp32" == device_lib.planned_precision("auto", "auto")
@@ -112,7 +112,7 @@ def test_the_planned_precision_is_told_without_a_gpu_where_it_can_be(monkeypatch
 
 
 def test_a_study_is_not_continued_in_another_precision():
-    from rpevit import device as device_lib
+    from rpevit.core import device as device_lib
 
     finished = [{"amp": "fp32"}, {"amp": "fp32"}, {"amp": "bf16"}]
     said = "preset p: 2 of its 3 finished runs trained in fp32, but this sitting would train in bf16"
@@ -127,7 +127,7 @@ def test_a_study_is_not_continued_in_another_precision():
 
 def test_kernel_sum_channels_trace_without_graph_breaks():
     """Defect 9: `torch.mul(..., out=)` into a permuted view broke the graph on the axis bias path."""
-    from rpevit.attention.kernel_sums import outer_channels
+    from rpevit.core.attention.kernel_sums import outer_channels
 
     k_num, values, k_den = torch.randn(2, 3, 4, 5), torch.randn(2, 4, 4, 5), torch.randn(2, 3, 4, 5)
     for layout in ("channels_first", "rows_first"):
@@ -142,7 +142,7 @@ def test_kernel_sum_channels_trace_without_graph_breaks():
 def test_ray_gpu_runs_get_a_fresh_worker_each():
     """Defect 1: GPU runs reused Ray workers (CUDA context, allocator cache, dataset cache outlived a run)."""
     ray = require_module("ray", "Ray is not installed (pip install -e '.[cluster]')")
-    from rpevit import cluster
+    from rpevit.lab import cluster
 
     assert cluster.remote_task(ray, 0.5)._default_options.get("max_calls") == 1
     assert cluster.remote_task(ray, 1)._default_options.get("max_calls") == 1
@@ -194,7 +194,7 @@ def test_install_script_replaces_a_cpu_build_on_a_gpu_machine_and_checks_cuda(tm
 
 
 def _tiny_model(variant: str, seed: int = 0, **overrides):
-    from rpevit.model import build_model
+    from rpevit.core.model import build_model
 
     torch.manual_seed(seed)
     options = {"dim": 16, "depth": 2, "heads": 2, "mlp_dim": 16, "image_size": 8, "patch_size": 4}
@@ -319,8 +319,8 @@ def test_the_package_has_no_import_cycle():
     """Issue 20 item 2: attention/linear.py imported `distributed` (for a broadcast), closing a loop
     attention → distributed → runs → model → attention; the import graph stays acyclic."""
     graph = _module_imports()
-    assert "rpevit.distributed" in graph["rpevit.train"]  # the walk sees imports
-    assert "rpevit.attention.linear" in graph["rpevit.attention"]
+    assert "rpevit.lab.distributed" in graph["rpevit.lab.train"]  # the walk sees imports
+    assert "rpevit.core.attention.linear" in graph["rpevit.core.attention"]
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle(graph) is None, " → ".join(_cycle(graph))
 
@@ -329,7 +329,7 @@ def test_bench_data_draws_batches_on_the_data_device(monkeypatch, tiny_params):
     """Defect 7: `bench data` drew its batches with a CPU generator for data on the GPU."""
     from types import SimpleNamespace
 
-    from rpevit import bench
+    from rpevit.lab import bench
 
     made = []
 
@@ -360,7 +360,7 @@ TINY = {"dim": 16, "depth": 1, "heads": 2, "mlp_dim": 16, "image_size": 8, "patc
 
 
 def _variants() -> list[str]:
-    from rpevit.variants import list_variants
+    from rpevit.core.variants import list_variants
 
     return list_variants()
 
@@ -371,7 +371,7 @@ def _representatives() -> list[str]:
 
 
 def _meta_model(variant: str, **overrides):
-    from rpevit.model import build_model
+    from rpevit.core.model import build_model
 
     with torch.device(META):
         return build_model(variant, **{**TINY, "num_classes": 3, **overrides})
@@ -387,7 +387,7 @@ def _attention_combinations() -> list[str]:
     and meets no attention code, so this covers every code path of the 810 variants at a third of
     the cost (meta runs ~8× slower than the CPU: Python reference kernels); the bf16 test below
     runs all 810."""
-    from rpevit.variants import parse_variant
+    from rpevit.core.variants import parse_variant
 
     by_combination: dict[tuple, dict] = {}
     for variant in _variants():
@@ -416,7 +416,7 @@ def test_every_attention_combination_trains_on_the_meta_device():
 def _exact_paths(variant: str) -> dict:
     """Model options forcing the non-default exact bias path of a linear backend (FFT; axis by
     axis for a separable bias), so the meta runs below cover them too."""
-    from rpevit.variants import parse_variant
+    from rpevit.core.variants import parse_variant
 
     parsed = parse_variant(variant)
     if parsed.backend == "softmax" or parsed.method("bias") is None:
@@ -453,7 +453,7 @@ def test_representatives_on_meta_in_every_mode_make_no_host_to_device_copy():
 
 def test_every_variant_under_bf16_autocast_on_cpu():
     """bf16 autocast (as on a GPU) for every variant: finite logits in bf16, fp32 gradients."""
-    from rpevit.model import build_model
+    from rpevit.core.model import build_model
 
     failures = {}
     images = torch.randn(2, 1, 8, 8, generator=torch.Generator().manual_seed(0))
@@ -479,9 +479,9 @@ class _Stack(torch.nn.Module):
     bias path): several backend × mechanism families traced in one graph."""
 
     def __init__(self, layers):
-        from rpevit.attention.layer import MultiHeadAttention
-        from rpevit.params import model_config
-        from rpevit.position import build_position
+        from rpevit.core.attention.layer import MultiHeadAttention
+        from rpevit.core.config import model_config
+        from rpevit.core.position import build_position
 
         super().__init__()
         base = {"dim": 16, "heads": 2, "mlp_dim": 16, "image_size": 16, "patch_size": 4}
@@ -518,7 +518,7 @@ ALLOWED_BREAKS: dict[tuple[str, str], str] = {}
 
 
 def test_backend_by_mechanism_families_trace_without_graph_breaks():
-    from rpevit.grid import Grid
+    from rpevit.core.grid import Grid
 
     torch._dynamo.reset()
     model = _Stack(FAMILIES).train()
@@ -556,7 +556,7 @@ def test_twelve_compiled_training_steps_compile_at_most_two_frames():
 def test_aot_eager_forward_and_backward_equal_eager():
     """AOTAutograd (the graphs inductor would compile) against eager: a rotary, a bias on the FFT
     and on the separable path, a gate."""
-    from rpevit.grid import Grid
+    from rpevit.core.grid import Grid
 
     torch._dynamo.reset()
     layers = [
@@ -599,7 +599,7 @@ def test_doctor_gpu_refuses_without_cuda_in_one_line():
 
 
 def test_bf16_peaks_by_device_name():
-    from rpevit.metrics import bf16_peak
+    from rpevit.core.metrics import bf16_peak
 
     assert bf16_peak("NVIDIA H100 80GB HBM3") == 989.4e12
     assert bf16_peak("NVIDIA H100 PCIe") == 756e12
@@ -627,7 +627,7 @@ class FFTInputs(TorchFunctionMode):
 def test_no_fft_sees_bf16_under_autocast():
     """cuFFT has no bf16 for these sizes and would lose the features' range: every FFT (Circulant-
     STRING, the FFT bias path) runs in fp32 or wider under bf16 autocast."""
-    from rpevit.model import build_model
+    from rpevit.core.model import build_model
 
     seen = []
     for variant in _representatives():

@@ -12,13 +12,13 @@ import shutil
 import pytest
 import torch
 
-from rpevit import catalog, cell, records, study
-from rpevit.data import Dataset, Split
-from rpevit.params import EvaluateConfig
-from rpevit.run import Run
-from rpevit.schema import result_view
-from rpevit.study_status import status_lines
-from rpevit.train import train_run
+from rpevit.core.data import Dataset, Split
+from rpevit.lab import catalog, cell, records, study
+from rpevit.lab.params import EvaluateConfig
+from rpevit.lab.run import Run
+from rpevit.lab.schema import result_view
+from rpevit.lab.study_status import status_lines
+from rpevit.lab.train import train_run
 
 FILES = ("record", "kept record", "history", "kept history", "kept weights", "checkpoint", "prev checkpoint")
 DAMAGES = ("truncated", "empty", "garbled", "deleted")
@@ -44,7 +44,7 @@ def _cut(split: Split, n: int) -> Split:
 def tiny(tmp_path_factory, request):
     """The tiny preset (keep_records, 3 epochs, one resolution), a loader of 128/50/50 images, and
     snapshots of a finished run (runs/ + kept copy) and of one stopped after epoch 2 of 3."""
-    from rpevit.params import load_params
+    from rpevit.lab.params import load_params
 
     base = load_params("smoke")
     params = dataclasses.replace(

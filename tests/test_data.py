@@ -1,4 +1,4 @@
-"""Tests for rpevit.data: readers on tiny standard-format fixtures, search, splits, pipeline."""
+"""Tests for rpevit.core.data: readers on tiny standard-format fixtures, search, splits, pipeline."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from rpevit import data
-from rpevit.data import (
+from rpevit.core import data
+from rpevit.core.data import (
     AUGMENTATIONS,
     DATASETS,
     DatasetInfo,
@@ -28,8 +28,8 @@ from rpevit.data import (
     pipeline,
     search_roots,
 )
-from rpevit.errors import UserError
-from rpevit.params import load_params
+from rpevit.core.errors import UserError
+from rpevit.lab.params import load_params
 
 from helpers import skip_unless_ci
 

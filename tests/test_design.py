@@ -1,4 +1,4 @@
-"""rpevit.design: the pre-registered design's validation, training order, stopping rule and budget."""
+"""rpevit.lab.design: the pre-registered design's validation, training order, stopping rule and budget."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import sys
 
 import pytest
 
-from rpevit import catalog, design, records, time_limit
-from rpevit.errors import UserError
-from rpevit.params import load_params
-from rpevit.run import Run
+from rpevit.core.errors import UserError
+from rpevit.lab import catalog, design, records, time_limit
+from rpevit.lab.params import load_params
+from rpevit.lab.run import Run
 
 PRIMARY = ["softmax+ape", "favor+ape", "softmax+rope_mixed", "favor+rope_mixed"]
 HEADER = f"""datasets: [mnist5k]
@@ -263,8 +263,8 @@ def test_a_design_leaves_run_keys_alone(tmp_path):
 
 
 def test_the_eta_counts_the_runs_the_design_wants_and_no_other_process_trains(tmp_path):
-    from rpevit import study
-    from rpevit.cell import cells, settle
+    from rpevit.lab import study
+    from rpevit.lab.cell import cells, settle
 
     params = preset(tmp_path)  # min_seeds 2, max_seeds 4, 2 secondary seeds
     grid = cells(params, catalog.grid(params), tmp_path / "runs", tmp_path / "reports")
@@ -336,9 +336,9 @@ def test_a_seed_whose_primary_run_diverged_is_lost_and_the_next_seed_stands_in(t
 
 
 def test_a_run_left_unfinished_by_a_stopped_process_is_taken_up_before_any_later_run(tmp_path, monkeypatch, capsys):
-    from rpevit import study
-    from rpevit.cell import cells, settle
-    from rpevit.progress import Progress
+    from rpevit.lab import study
+    from rpevit.lab.cell import cells, settle
+    from rpevit.lab.progress import Progress
 
     params = preset(tmp_path)  # seeds 0-4, min_seeds 2
     grid = cells(params, catalog.grid(params), tmp_path / "runs", tmp_path / "reports")
@@ -359,9 +359,9 @@ def test_a_run_left_unfinished_by_a_stopped_process_is_taken_up_before_any_later
 
 
 def test_a_designed_order_ends_by_naming_what_it_did_not_start(tmp_path, monkeypatch, capsys):
-    from rpevit import study
-    from rpevit.cell import cells, settle
-    from rpevit.progress import Progress
+    from rpevit.lab import study
+    from rpevit.lab.cell import cells, settle
+    from rpevit.lab.progress import Progress
 
     params = preset(tmp_path)
     grid = cells(params, catalog.grid(params), tmp_path / "runs", tmp_path / "reports")
@@ -422,9 +422,9 @@ def test_secondary_runs_are_held_while_the_longer_budget_check_wants_runs(tmp_pa
 
 
 def test_a_designed_study_skips_its_secondary_runs_while_its_check_wants_runs(tmp_path, monkeypatch, capsys):
-    from rpevit import study
-    from rpevit.cell import cells, settle
-    from rpevit.progress import Progress
+    from rpevit.lab import study
+    from rpevit.lab.cell import cells, settle
+    from rpevit.lab.progress import Progress
 
     params = checked(tmp_path)
     grid = cells(params, catalog.grid(params), tmp_path / "runs", tmp_path / "reports")
@@ -480,7 +480,7 @@ def test_the_primary_grid_is_settled_once_no_primary_run_is_left(tmp_path):
 
 
 def test_a_settled_primary_grid_shows_its_contrasts_with_the_reports_intervals_and_no_verdict(tmp_path):
-    from rpevit.report.findings import settled_primary
+    from rpevit.analysis.report.findings import settled_primary
 
     params = preset(tmp_path)
     assert settled_primary(params, _finished(_accuracies([0, 1], 1.0))) == ""  # seed 2 still wanted

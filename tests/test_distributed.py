@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from rpevit import records, runs
-from rpevit.params import load_params
-from rpevit.run import Run
-from rpevit.train import train_run
+from rpevit.lab import records, runs
+from rpevit.lab.params import load_params
+from rpevit.lab.run import Run
+from rpevit.lab.train import train_run
 
 ROOT = Path(__file__).resolve().parents[1]
 TORCHRUN = Path(sys.executable).with_name("torchrun")
@@ -42,7 +42,8 @@ WRAPPER = """\
 import os, signal, sys
 if os.environ.get("RANK") == "1" and os.environ.get("RANK1_RUNS"):
     os.environ["RPEVIT_RUNS"] = os.environ["RANK1_RUNS"]
-from rpevit import cli, train
+from rpevit import cli
+from rpevit.lab import train
 kill_after = int(os.environ.get("KILL_AFTER_EPOCH", "0"))
 if kill_after:
     run = train.train_run

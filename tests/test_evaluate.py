@@ -7,11 +7,11 @@ import dataclasses
 import pytest
 import torch
 
-from rpevit import records, runs, study
-from rpevit.errors import UserError
-from rpevit.evaluate import evaluate_resolutions, position_modes, resize_split
-from rpevit.params import EvaluateConfig
-from rpevit.run import Run
+from rpevit.core.errors import UserError
+from rpevit.lab import records, runs, study
+from rpevit.lab.evaluate import evaluate_resolutions, position_modes, resize_split
+from rpevit.lab.params import EvaluateConfig
+from rpevit.lab.run import Run
 
 
 def test_resize_split_antialiases_and_keeps_labels(tiny_dataset):

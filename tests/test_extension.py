@@ -11,19 +11,20 @@ import pytest
 import torch
 from torch import nn
 
-from rpevit import report
-from rpevit.attention import BACKENDS, Backend
-from rpevit.attention.layer import MultiHeadAttention
-from rpevit.checks import dense_reference_error, relative_violation
+from rpevit.analysis import report
 from rpevit.cli import main
-from rpevit.grid import Grid
-from rpevit.model import build_model
-from rpevit.options import NoOptions
-from rpevit.params import load_params, model_config
-from rpevit.position import POSITIONS, PROTOCOLS, PositionMethod
-from rpevit.position.relative import RelativeBias, offset_axes
-from rpevit.run import Run
-from rpevit.variants import list_variants
+from rpevit.core.attention import BACKENDS, Backend
+from rpevit.core.attention.layer import MultiHeadAttention
+from rpevit.core.checks import dense_reference_error, relative_violation
+from rpevit.core.config import model_config
+from rpevit.core.grid import Grid
+from rpevit.core.model import build_model
+from rpevit.core.options import NoOptions
+from rpevit.core.position import POSITIONS, PROTOCOLS, PositionMethod
+from rpevit.core.position.relative import RelativeBias, offset_axes
+from rpevit.core.variants import list_variants
+from rpevit.lab.params import load_params
+from rpevit.lab.run import Run
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ import math
 import pytest
 from scipy import stats as scipy_stats
 
-from rpevit import gap_pilot
+from rpevit.analysis import gap_pilot
 
 
 def _record(variant, seed, top1_by_budget):
@@ -61,7 +61,7 @@ def test_seed_count_reaches_a_quarter_of_the_gap():
 
 
 def test_the_report_is_written_from_the_records(tmp_path, monkeypatch):
-    from rpevit import catalog
+    from rpevit.lab import catalog
 
     monkeypatch.setattr(catalog, "study_records", lambda params, reports_root=None: _found(-2.0, -0.5))
     lines = gap_pilot.write_report("canvas_gap_pilot", reports_root=tmp_path)
@@ -84,7 +84,7 @@ def test_the_56_pilot_is_the_40_pilot_on_the_larger_canvas():
     """Pre-registered to differ from the 40×40 pilot only in its task."""
     import dataclasses
 
-    from rpevit.params import load_params
+    from rpevit.lab.params import load_params
 
     forty, fifty_six = load_params("canvas_gap_pilot"), load_params("canvas56_gap_pilot")
     assert fifty_six.datasets == ("fashion_mnist_canvas56",)

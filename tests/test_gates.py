@@ -1,4 +1,4 @@
-"""Tests for rpevit.position.gates: seed 001's IRPE-Gate and STRINGGate2D are identity at init,
+"""Tests for rpevit.core.position.gates: seed 001's IRPE-Gate and STRINGGate2D are identity at init,
 scale patch q/k by positive position-dependent per-channel factors, FAIL the relative-property
 test of docs/methods.md §5 (with a control that passes), and behave as documented inside linear
 attention; other grids, autocast, gradients, weight-decay tags."""
@@ -9,13 +9,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from rpevit.attention import build_backend
-from rpevit.attention.layer import MultiHeadAttention
-from rpevit.checks import relative_violation
-from rpevit.errors import UserError
-from rpevit.grid import Grid
-from rpevit.params import model_config
-from rpevit.position.gates import IRPEGate, StringGate2D
+from rpevit.core.attention import build_backend
+from rpevit.core.attention.layer import MultiHeadAttention
+from rpevit.core.checks import relative_violation
+from rpevit.core.config import model_config
+from rpevit.core.errors import UserError
+from rpevit.core.grid import Grid
+from rpevit.core.position.gates import IRPEGate, StringGate2D
 
 from helpers import log_ratio_spread, trained_like
 
@@ -137,7 +137,7 @@ def test_wrong_shape_is_rejected():
 
 
 # 2. the relative-property test of docs/methods.md §5 ---------------------------------------------
-# rpevit.checks.relative_violation: ~1e-15 here when the property holds, ~1 for the trained gates.
+# rpevit.core.checks.relative_violation: ~1e-15 here when the property holds, ~1 for the trained gates.
 # log_ratio_spread (helpers.py) keeps the log-form bounds these tests had before: the shared check
 # normalises by the largest ratio, and the affine control's ratios span ~1e6.
 
@@ -311,7 +311,7 @@ def test_weight_decay_tags():
 def test_string_gate_init_distribution_rank_and_position_scale():
     """ω ~ N(0, π²) per component, φ ~ U[0, 2π) (checked on rank 4,000), rank 1 allowed, and positions scaled
     so the trained grid spans [0, 1]² — also for a 2×2 trained grid."""
-    from rpevit.position.gates import STRING_FREQUENCY_STD, GateStringOptions
+    from rpevit.core.position.gates import STRING_FREQUENCY_STD, GateStringOptions
 
     torch.manual_seed(0)
     wide = StringGate2D(GateStringOptions(rank=4000), CONFIG, HEAD_DIM, HEADS)

@@ -13,9 +13,9 @@ import dataclasses
 import pytest
 import torch
 
-from rpevit.grid import Grid
-from rpevit.model import build_model
-from rpevit.variants import list_variants
+from rpevit.core.grid import Grid
+from rpevit.core.model import build_model
+from rpevit.core.variants import list_variants
 
 from helpers import resumed_like_straight
 

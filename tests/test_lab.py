@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from rpevit.params import PROJECT_ROOT
+from rpevit.lab.params import PROJECT_ROOT
 
 from helpers import skip_unless_ci
 

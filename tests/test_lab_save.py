@@ -1,6 +1,6 @@
 """A plain `jupyter lab` (no `make lab`, no JUPYTER_CONFIG_PATH) run on a checkout: a notebook saved
 with outputs through the server's contents API lands exactly as committed, so `git status` stays
-clean — the save hook `make install` registers for the virtual environment's Jupyter (rpevit/lab_hook.py)."""
+clean — the save hook `make install` registers for the virtual environment's Jupyter (rpevit/lab/lab_hook.py)."""
 
 from __future__ import annotations
 

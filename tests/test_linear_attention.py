@@ -1,4 +1,4 @@
-"""Tests for rpevit.attention.linear and rpevit.attention.features (FAVOR+ and Performer-ReLU).
+"""Tests for rpevit.core.attention.linear and rpevit.core.attention.features (FAVOR+ and Performer-ReLU).
 
 The post-map rotation is played by `StandInRope`, an exactly relative 2D RoPE with random
 frequencies that (like the real rotary modules) leaves the CLS prefix alone.
@@ -10,18 +10,18 @@ import pytest
 import torch
 from torch import nn
 
-from rpevit.attention import BACKENDS
-from rpevit.attention.features import (
+from rpevit.core.attention import BACKENDS
+from rpevit.core.attention.features import (
     default_favor_features,
     favor_features,
     favor_log_features,
     orthogonal_gaussian_matrix,
 )
-from rpevit.attention.linear import FavorAttention, ReluAttention
-from rpevit.checks import relative_violation
-from rpevit.errors import UserError
-from rpevit.grid import Grid
-from rpevit.params import ModelConfig
+from rpevit.core.attention.linear import FavorAttention, ReluAttention
+from rpevit.core.checks import relative_violation
+from rpevit.core.config import ModelConfig
+from rpevit.core.errors import UserError
+from rpevit.core.grid import Grid
 
 HEAD_DIM, HEADS = 8, 3
 GRID = Grid(5, 7, cls=True)
@@ -401,7 +401,7 @@ def _identical_tokens(grid, dim, seed=0):
     return q.expand(shape), k.expand(shape)
 
 
-# rpevit.checks.relative_violation divides each ratio spread by the largest ratio: ~1e-15 here when
+# rpevit.core.checks.relative_violation divides each ratio spread by the largest ratio: ~1e-15 here when
 # the property holds. It takes (T, T) with the CLS prefix and reads every valid tuple (the earlier local
 # check sampled 20,000); it divides by A[i, i], positive here though post-map weights can be negative.
 # The ratios span < 500 here, so < 1e-12 still bounds every ratio's relative error by < 1e-9.
@@ -487,7 +487,7 @@ def test_odd_feature_count_with_post_rotation(kind):
     ],
 )
 def test_model_end_to_end(variant, overrides):
-    from rpevit.model import build_model
+    from rpevit.core.model import build_model
 
     torch.manual_seed(0)
     model = build_model(variant, dim=32, depth=2, heads=4, **overrides)
@@ -506,8 +506,8 @@ def test_model_end_to_end(variant, overrides):
 def bias_module(kind):
     """A relative-bias module with random parameters: manhattan (separable, decaying), axial (separable, with
     CLS terms) or krpe (neither)."""
-    from rpevit.position.relative import KernelizedRPE, KrpeOptions
-    from rpevit.position.separable import AxialRPE, AxialRPEOptions, ManhattanDecay, ManhattanOptions
+    from rpevit.core.position.relative import KernelizedRPE, KrpeOptions
+    from rpevit.core.position.separable import AxialRPE, AxialRPEOptions, ManhattanDecay, ManhattanOptions
 
     torch.manual_seed(5)
     config = make_config(image_size=20, patch_size=4, pool="cls")
@@ -542,8 +542,8 @@ def test_each_bias_path_is_the_one_taken(case, bias_kind, path, monkeypatch):
     """Every exact path gives the same numbers, so only a spy tells them apart: a separable bias goes
     axis by axis (never through the 2D FFT or the dense N×N matrix), a non-separable one where its
     bias_path says. The result still equals the dense matrix times v, in float64."""
-    from rpevit.attention import linear
-    from rpevit.attention import separable as separable_module
+    from rpevit.core.attention import linear
+    from rpevit.core.attention import separable as separable_module
 
     backend = make_backend(case, bias_path=path).double()
     bias = bias_module(bias_kind).double()
@@ -581,7 +581,7 @@ def test_layer_weights_match_the_independent_reference_with_cls_terms():
 
 
 def test_favor_keys_use_the_key_stabilizer_and_redraws_keep_the_dtype():
-    from rpevit.attention.features import FAVOR_EPS, favor_features
+    from rpevit.core.attention.features import FAVOR_EPS, favor_features
 
     backend = make(FavorAttention, redraw_steps=1).double()
     q, k, _ = random_qkv(GRID, torch.float64, scale=3.0)
@@ -595,7 +595,7 @@ def test_favor_keys_use_the_key_stabilizer_and_redraws_keep_the_dtype():
 
 def test_auto_compares_costs_with_the_head_dim(monkeypatch):
     """auto asks fft_is_cheaper(grid, m, d) with d = v's last axis (not the heads or token axis)."""
-    from rpevit.attention import linear
+    from rpevit.core.attention import linear
 
     asked = []
     monkeypatch.setattr(linear, "fft_is_cheaper", lambda grid, m, d: asked.append((grid, m, d)) or False)
@@ -627,7 +627,7 @@ def test_bf16_inputs_are_computed_in_float32(case, bias_kind):
 
 def test_feature_seed_is_pinned():
     """ω's redraw seeds are part of a run's identity across versions and processes: pinned values."""
-    from rpevit.attention.linear import feature_seed
+    from rpevit.core.attention.linear import feature_seed
 
     assert [feature_seed(0, 0, 0), feature_seed(3, 2, 7)] == FEATURE_SEEDS
     assert all(0 <= s < 2**63 for s in FEATURE_SEEDS)
@@ -642,8 +642,8 @@ def test_redraw_reads_only_seed_layer_and_count():
         layer = make(FavorAttention, redraw_steps=1)
         layer.train()
         layers.append(layer)
-    from rpevit.attention.features import orthogonal_gaussian_matrix
-    from rpevit.attention.linear import feature_seed
+    from rpevit.core.attention.features import orthogonal_gaussian_matrix
+    from rpevit.core.attention.linear import feature_seed
 
     for layer in layers:
         layer.count_training_step()
@@ -682,7 +682,7 @@ def test_option_and_bias_messages_in_full():
     ]:
         with pytest.raises(UserError, match=message):
             make(FavorAttention, bias_path=path).check_bias(bias_module("krpe"))
-    from rpevit.position.separable import AxialRPE, AxialRPEOptions
+    from rpevit.core.position.separable import AxialRPE, AxialRPEOptions
 
     axial = AxialRPE(AxialRPEOptions(), make_config(image_size=20, patch_size=4, pool="cls"), HEAD_DIM, HEADS)
     make(FavorAttention, bias_path="axis").check_bias(axial)
@@ -720,7 +720,7 @@ def test_omega_draw_is_pinned():
 def test_favor_feature_formula_for_any_leading_shape(shape):
     """m^(−1/2)(exp(ωx/d^¼ − |x|²/(2√d) − M) + ε) with M per token (query), one M per leading index (key) or
     0 (None), for inputs of any leading shape; float64 to 1e-12."""
-    from rpevit.attention.features import FAVOR_EPS, favor_features
+    from rpevit.core.attention.features import FAVOR_EPS, favor_features
 
     x = torch.randn(*shape, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
     omega = orthogonal_gaussian_matrix(6, 8, torch.Generator().manual_seed(4), torch.float64)
@@ -739,8 +739,8 @@ def test_favor_feature_formula_for_any_leading_shape(shape):
 
 def test_layer_refuses_a_post_rotation_of_an_odd_feature_count():
     """MultiHeadAttention checks at build time, before any forward: one message naming backend and m."""
-    from rpevit.attention.layer import MultiHeadAttention
-    from rpevit.params import model_config
+    from rpevit.core.attention.layer import MultiHeadAttention
+    from rpevit.core.config import model_config
 
     config = model_config(
         dim=32,
@@ -761,8 +761,8 @@ def test_layer_refuses_a_post_rotation_of_an_odd_feature_count():
 def test_layer_hands_a_post_rotation_to_the_backend(backend):
     """At rotation_site post the layer rotates nothing itself and passes its rotary module to the backend:
     its output is the backend's with feature_rotation=layer.rotary, and differs from the unrotated one."""
-    from rpevit.attention.layer import MultiHeadAttention
-    from rpevit.params import model_config
+    from rpevit.core.attention.layer import MultiHeadAttention
+    from rpevit.core.config import model_config
 
     config = model_config(dim=32, heads=4, image_size=28, patch_size=4, **{backend: {"rotation_site": "post"}})
     torch.manual_seed(0)

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from rpevit import records
+from rpevit.lab import records
 
 from helpers import cli
 

@@ -1,4 +1,4 @@
-"""Tests for rpevit.metrics: scores against scikit-learn, FLOP counts against hand formulas."""
+"""Tests for rpevit.core.metrics: scores against scikit-learn, FLOP counts against hand formulas."""
 
 import json
 import math
@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from sklearn.metrics import accuracy_score, precision_recall_fscore_support, top_k_accuracy_score
 from torch import nn
 
-from rpevit.metrics import (
+from rpevit.core.metrics import (
     Timer,
     classification_metrics,
     count_parameters,
@@ -206,7 +206,7 @@ def test_timer_reads_the_clock_after_synchronising_at_both_ends(monkeypatch):
     device is synchronised (a CUDA timer that read the clock first would time the launch, not the work)."""
     import types
 
-    from rpevit import metrics
+    from rpevit.core import metrics
 
     events, readings = [], iter([10.0, 10.25])
 
@@ -238,7 +238,7 @@ def test_cpu_peak_memory_is_measured_per_run():
 
 def test_result_fields_are_what_a_run_computed():
     """The schema's one list of result fields (no timings, hosts or dates) — every test uses it."""
-    from rpevit.schema import RESULT_FIELDS, result_view
+    from rpevit.lab.schema import RESULT_FIELDS, result_view
 
     assert {"top1", "log_likelihood", "test_correct", "test_predictions", "best_epoch"} <= set(RESULT_FIELDS)
     assert not {"ms_per_image_batched", "train_seconds_per_epoch", "finished_at", "device", "load_average"} & set(

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rpevit.attention.layer import MultiHeadAttention
-from rpevit.errors import UserError
-from rpevit.grid import Grid
-from rpevit.model import build_model
-from rpevit.params import model_config
-from rpevit.variants import list_variants, parse_variant
+from rpevit.core.attention.layer import MultiHeadAttention
+from rpevit.core.config import model_config
+from rpevit.core.errors import UserError
+from rpevit.core.grid import Grid
+from rpevit.core.model import build_model
+from rpevit.core.variants import list_variants, parse_variant
 
 
 def test_variant_names_are_canonical():
@@ -89,7 +89,7 @@ def test_weight_init_is_deterministic():
 def test_parameter_free_position_tensors_are_built_once_per_grid_not_per_layer(monkeypatch):
     """ALiBi tables, iRPE buckets and RoPE-Axial angles come from the one grid cache: a 4-layer
     model builds each once per grid, and a second forward builds nothing."""
-    from rpevit import grid as grid_module
+    from rpevit.core import grid as grid_module
 
     builds = []
     real = grid_module.grid_cached
@@ -97,7 +97,7 @@ def test_parameter_free_position_tensors_are_built_once_per_grid_not_per_layer(m
     def counting(key, build):
         return real(key, lambda: builds.append(key[0]) or build())
 
-    for module in ("rpevit.position.relative", "rpevit.position.rotary"):
+    for module in ("rpevit.core.position.relative", "rpevit.core.position.rotary"):
         monkeypatch.setattr(f"{module}.grid_cached", counting)
     grid_module._CACHE.clear()
     for variant in ("softmax+alibi2d", "favor+rope_axial", "relu+irpe"):
@@ -111,7 +111,7 @@ def test_parameter_free_position_tensors_are_built_once_per_grid_not_per_layer(m
 
 
 def test_stochastic_depth_drops_whole_samples_keeps_the_mean_and_is_off_in_eval():
-    from rpevit.model import DropPath
+    from rpevit.core.model import DropPath
 
     layer = DropPath(0.25).train()
     branch = torch.ones(20000, 3, 2)

@@ -18,7 +18,7 @@ import sys
 import pytest
 from nbval.plugin import get_sanitize_patterns
 
-from rpevit.params import PROJECT_ROOT
+from rpevit.lab.params import PROJECT_ROOT
 
 SANITIZE = PROJECT_ROOT / "notebooks" / "nbval_sanitize.cfg"
 NBVAL = ["--nbval-lax", "--nbval-current-env", "--nbval-sanitize-with", str(SANITIZE)]
@@ -55,7 +55,7 @@ def test_make_test_compares_the_notebooks_with_the_sanitizer():
         ("trained 2026-11-26 on cpu", "trained 2027-01-02 on cpu"),
         ("written 2026-11-26T07:37:46.123Z", "written 2026-11-27 10:00:01"),
         ("at 07:37:46, 12 ms per image, 1.5 min", "at 23:01:02, 9.75 ms per image, 3 min"),
-        ("read /work/main/runs/smoke/record.json", "read /home/ci/rpevit/runs/smoke/record.json"),
+        ("read /work/main/runs/smoke/record.json", "read /home/ci/rpevit/lab/runs/smoke/record.json"),
         ("<Figure at 0x7f3a2b1c9d00>", "<Figure at 0x55d0c0ffee00>"),
         ("ratio 0.30000000000000004", "ratio 0.30000000000000002"),
     ],

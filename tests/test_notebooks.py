@@ -1,4 +1,4 @@
-"""The study notebooks and their execution into reports/<preset>/ (rpevit.notebooks).
+"""The study notebooks and their execution into reports/<preset>/ (rpevit.analysis.notebooks).
 
 Static checks of every notebook (stored without outputs but nbval's references, the declared kernel,
 report_dir, no CDN, no leftovers of concurrent development, its parameters checked right after its
@@ -21,9 +21,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from rpevit import notebooks, records
-from rpevit.errors import UserError
-from rpevit.notebooks import (
+from rpevit.analysis import notebooks
+from rpevit.analysis.notebooks import (
     DEVICES,
     KERNEL_NAME,
     NotebookFailed,
@@ -37,8 +36,9 @@ from rpevit.notebooks import (
     run_parameters,
     validate_parameters,
 )
-from rpevit.params import PROJECT_ROOT
-from rpevit.report import read_manifest
+from rpevit.analysis.report import read_manifest
+from rpevit.core.errors import UserError
+from rpevit.lab.params import PROJECT_ROOT
 
 NOTEBOOKS = list_notebooks()
 CDN = re.compile(r"cdn\.plot\.ly|cdn\.jsdelivr|unpkg\.com|cdnjs|notebook_connected", re.IGNORECASE)
@@ -69,7 +69,7 @@ def test_notebook_is_stored_clean_and_declares_the_rpevit_kernel(path, caplog):
         "except Exception",
         "getattr(report",
         "run_settings",
-        "rpevit.evaluate import trained_model",
+        "rpevit.lab.evaluate import trained_model",
         "load_dataset",
         "warnings.filterwarnings",
         "save_figure(",
@@ -224,7 +224,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import plotly.graph_objects as go
-from rpevit import report
+from rpevit.analysis import report
 rep = report.Report(report_dir, "{stem}")
 rep.table([{{"a": 1.5}}], "{prefix}_table", "a table")
 rep.table([], "{prefix}_empty", "an empty table")
@@ -247,7 +247,7 @@ def synthetic(tmp_path):
             [
                 ("md", f"# {title}\n\nWhat it shows.", []),
                 ("code", 'name = "smoke"\nreport_dir = None\nunused = 1', ["parameters"]),
-                ("code", "from rpevit.notebooks import check_parameters\ncheck_parameters(globals())", []),
+                ("code", "from rpevit.analysis.notebooks import check_parameters\ncheck_parameters(globals())", []),
                 ("code", WRITER.format(stem=stem, prefix=prefix), []),
             ],
         )
@@ -255,7 +255,7 @@ def synthetic(tmp_path):
 
 
 def test_execute_notebooks_tracks_replaces_and_indexes_outputs(synthetic, tmp_path, capsys, caplog, monkeypatch):
-    monkeypatch.setattr(records, "RUNS_ROOT", tmp_path / "runs")  # no smoke runs, whatever this machine trained
+    monkeypatch.setenv("RPEVIT_RUNS", str(tmp_path / "runs"))  # no smoke runs, whatever this machine trained
     reports = tmp_path / "reports"
     folder = reports / "smoke"
     folder.mkdir(parents=True)

@@ -7,10 +7,10 @@ import dataclasses
 
 import pytest
 
-from rpevit import pack, records
-from rpevit.errors import UserError
-from rpevit.run import Run
-from rpevit.train import train_run
+from rpevit.core.errors import UserError
+from rpevit.lab import pack, records
+from rpevit.lab.run import Run
+from rpevit.lab.train import train_run
 
 ACCURACY = ("top1", "top5", "precision", "recall", "f1", "best_epoch", "best_val_acc", "test_correct")
 LOSS_KEYS = ("train_loss", "val_loss")
@@ -99,7 +99,7 @@ def test_only_runs_of_one_variant_pack_together(tiny_params):
 
 
 def test_study_engine_pack_trains_the_grid_to_the_sequential_records(grid_params, tiny_dataset, tmp_path):
-    from rpevit.study import packs, run_study
+    from rpevit.lab.study import packs, run_study
 
     def load(params, name):
         return tiny_dataset
@@ -122,8 +122,8 @@ def test_softmax_inside_vmap_without_sdpa_equals_sdpa(monkeypatch):
     import torch
     from torch.func import functional_call, vmap
 
-    from rpevit.attention import softmax
-    from rpevit.model import build_model
+    from rpevit.core.attention import softmax
+    from rpevit.core.model import build_model
 
     models = []
     for seed in (0, 1):
@@ -157,7 +157,7 @@ def test_softmax_inside_vmap_without_sdpa_equals_sdpa(monkeypatch):
 def test_a_bad_pack_size_is_one_error_line_before_any_training(argv, message, capsys, tmp_path, monkeypatch):
     from rpevit.cli import main
 
-    monkeypatch.setattr(records, "RUNS_ROOT", tmp_path / "runs")
+    monkeypatch.setenv("RPEVIT_RUNS", str(tmp_path / "runs"))
     assert main(["study", "smoke", *argv]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err and err.count("\n") == 1

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from rpevit.errors import UserError
-from rpevit.params import list_presets, load_params
-from rpevit.run import Run
+from rpevit.core.errors import UserError
+from rpevit.lab.params import list_presets, load_params
+from rpevit.lab.run import Run
 
 
 def write(tmp_path, text):
@@ -145,8 +145,8 @@ def test_bad_nested_options_name_method_and_allowed_keys(tmp_path, model, messag
 
 
 def test_option_added_to_one_method_leaves_other_variants_keys_unchanged(monkeypatch):
-    from rpevit.position import POSITIONS
-    from rpevit.position.rotary import ThetaOptions
+    from rpevit.core.position import POSITIONS
+    from rpevit.core.position.rotary import ThetaOptions
 
     params = load_params("smoke")
     variants = ["softmax+ape", "favor+krpe", "relu+rope_mixed", "favor+rope_axial", "relu+string_circulant"]

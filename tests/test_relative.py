@@ -1,4 +1,4 @@
-"""Tests for rpevit.position.relative: the relative-bias modules krpe, alibi2d and irpe.
+"""Tests for rpevit.core.position.relative: the relative-bias modules krpe, alibi2d and irpe.
 
 Table/dense consistency, ALiBi slopes, iRPE buckets, krpe extrapolation policies, position
 interpolation, and the relative-property test of docs/methods.md §5 in softmax attention.
@@ -9,13 +9,13 @@ import math
 import pytest
 import torch
 
-from rpevit.attention.layer import MultiHeadAttention
-from rpevit.checks import relative_violation
-from rpevit.errors import UserError
-from rpevit.grid import Grid
-from rpevit.params import model_config
-from rpevit.position import build_position
-from rpevit.position.relative import IRPE, Alibi2D, KernelizedRPE, alibi_slopes, piecewise_index
+from rpevit.core.attention.layer import MultiHeadAttention
+from rpevit.core.checks import relative_violation
+from rpevit.core.config import model_config
+from rpevit.core.errors import UserError
+from rpevit.core.grid import Grid
+from rpevit.core.position import build_position
+from rpevit.core.position.relative import IRPE, Alibi2D, KernelizedRPE, alibi_slopes, piecewise_index
 
 from helpers import log_ratio_spread, trained_like
 
@@ -240,7 +240,7 @@ def test_relative_property_in_softmax_attention(name, overrides):
     content = 3 * torch.randn(1, 1, 32, dtype=F64, generator=torch.Generator().manual_seed(2))
     same = content.expand(1, grid.num_tokens, -1)  # every token identical
     weights = layer.attention_matrix(same, grid)  # (1, h, T, T)
-    # rpevit.checks.relative_violation is ~1e-16 here. It divides by the largest ratio (these span up to
+    # rpevit.core.checks.relative_violation is ~1e-16 here. It divides by the largest ratio (these span up to
     # ~400); the log form (helpers.py) holds every offset to the same relative bound whatever the span
     assert relative_violation(weights, grid) < 1e-12 and log_ratio_spread(weights, grid) < 1e-11
     patches = weights[..., 1:, 1:].log()
@@ -298,7 +298,7 @@ def test_bias_modules_name_their_heads(name):
 
 
 def test_dense_bias_names_the_table_shape_it_needs():
-    from rpevit.position.relative import dense_bias
+    from rpevit.core.position.relative import dense_bias
 
     with pytest.raises(ValueError, match=r"^a 3×4 grid needs a table \(heads, 5, 7\), got \(2, 5, 6\)$"):
         dense_bias(torch.zeros(2, 5, 6), None, Grid(3, 4))

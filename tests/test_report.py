@@ -13,12 +13,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import plotly.graph_objects as go  # noqa: E402
 import pytest  # noqa: E402
 
-from rpevit import report  # noqa: E402
-from rpevit.attention import BACKENDS, SoftmaxAttention  # noqa: E402
-from rpevit.errors import UserError  # noqa: E402
-from rpevit.params import PRESETS_DIR, PROJECT_ROOT, load_params  # noqa: E402
-from rpevit.position import POSITIONS  # noqa: E402
-from rpevit.report import (  # noqa: E402
+from rpevit.analysis import report  # noqa: E402
+from rpevit.analysis.report import (  # noqa: E402
     Report,
     begin_notebook,
     headline,
@@ -31,7 +27,11 @@ from rpevit.report import (  # noqa: E402
     variant_styles,
     write_index,
 )
-from rpevit.variants import list_variants  # noqa: E402
+from rpevit.core.attention import BACKENDS, SoftmaxAttention  # noqa: E402
+from rpevit.core.errors import UserError  # noqa: E402
+from rpevit.core.position import POSITIONS  # noqa: E402
+from rpevit.core.variants import list_variants  # noqa: E402
+from rpevit.lab.params import PRESETS_DIR, PROJECT_ROOT, load_params  # noqa: E402
 
 SEED002_GRID = [
     f"{b}+{p}" for b in ("softmax", "favor", "relu") for p in ("ape", "rope_mixed", "string_circulant", "krpe")
@@ -271,7 +271,7 @@ def test_report_directory_relative_to_the_project(monkeypatch, tmp_path):
 
 
 def test_methods_registered_later_get_distinct_colours(monkeypatch):
-    from rpevit.report.styles import _colour
+    from rpevit.analysis.styles import _colour
 
     colours = [_colour(i) for i in range(40)]
     assert len(set(colours)) == 40 and all(c.startswith("#") for c in colours)
@@ -312,15 +312,16 @@ def test_generated_texts_head_the_index_and_fill_the_readme_findings(tmp_path):
 def test_results_page_findings_are_the_committed_claims_report():
     """docs/results.md's Findings say what the converged study's report (or, while it trains, its kept
     records) computed, word for word (refresh with `python -m rpevit findings`)."""
-    from rpevit.report.findings import relinked
+    from rpevit.analysis.report.findings import relinked
 
     page = (PROJECT_ROOT / "docs" / "results.md").read_text()
     assert relinked(report.findings_markdown(), "../") in page
 
 
 def test_study_status_counts_complete_primary_seeds_and_each_budget(monkeypatch):
-    from rpevit import catalog, convergence
-    from rpevit.report import findings
+    from rpevit.analysis import convergence
+    from rpevit.analysis.report import findings
+    from rpevit.lab import catalog
 
     params = load_params("fmnist_converged")
 
@@ -386,7 +387,7 @@ def test_study_status_counts_complete_primary_seeds_and_each_budget(monkeypatch)
 
 
 def test_secondary_claims_show_once_two_seeds_pair_them():
-    from rpevit.report import findings
+    from rpevit.analysis.report import findings
 
     params = load_params("fmnist_converged")
 
@@ -414,8 +415,8 @@ def test_the_speed_figure_draws_each_backend_in_its_variants_look():
     """As every other figure: colour by leading method (APE), marker and line style by backend."""
     from matplotlib.colors import to_hex
 
-    from rpevit.claims import TIME_X, time_ratio_figure
-    from rpevit.report import variant_style
+    from rpevit.analysis.claims import TIME_X, time_ratio_figure
+    from rpevit.analysis.report import variant_style
 
     rows = [
         {"backend": b, "tokens": t, TIME_X: 1.5, "low": 1.2, "high": 1.8} for b in ("relu", "favor") for t in (16, 64)

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from rpevit import revision
+from rpevit.lab import revision
 
 
 @pytest.fixture
@@ -61,10 +61,10 @@ def test_in_a_checkout_the_commit_and_dirty_when_the_package_changed(package):
 def test_a_declared_result_revision_retires_the_records_it_concerns(monkeypatch):
     """A component's `result_revision` above 1 changes the keys of that component's runs only (an old record
     stops matching and its run is trained again); CORE_RESULT_REVISION changes every key; at 1 nothing does."""
-    from rpevit import run as run_module
-    from rpevit.attention.linear import FavorAttention
-    from rpevit.params import load_params
-    from rpevit.run import Run
+    from rpevit.core.attention.linear import FavorAttention
+    from rpevit.lab import run as run_module
+    from rpevit.lab.params import load_params
+    from rpevit.lab.run import Run
 
     params = load_params("smoke")
     favor, softmax = (Run(params, params.datasets[0], variant, 0) for variant in ("favor+ape", "softmax+ape"))

@@ -15,12 +15,12 @@ import pytest
 import torch
 import yaml
 
-from rpevit import paths, records, runs, schema, study
 from rpevit.cli import main
-from rpevit.errors import UserError
-from rpevit.params import load_params
-from rpevit.run import Run
-from rpevit.train import train_run
+from rpevit.core.errors import UserError
+from rpevit.lab import paths, records, runs, schema, study
+from rpevit.lab.params import load_params
+from rpevit.lab.run import Run
+from rpevit.lab.train import train_run
 
 from helpers import cli, require_module
 
@@ -178,7 +178,7 @@ def test_bad_settings_stop_before_any_training(tmp_path, roots, capsys, section,
 def test_unwritable_runs_directory_stops_before_training(preset, tmp_path, monkeypatch, capsys):
     blocked = tmp_path / "file-not-dir"
     blocked.write_text("")
-    monkeypatch.setattr(records, "RUNS_ROOT", blocked / "runs")
+    monkeypatch.setenv("RPEVIT_RUNS", str(blocked / "runs"))
     code, _, err = cli(capsys, "study", preset)
     assert code == 2 and "cannot be written" in err and "RPEVIT_RUNS" in err
 
@@ -229,7 +229,7 @@ def test_lock_is_exclusive_within_a_process_pair(tmp_path):
                 sys.executable,
                 "-c",
                 (
-                    "import sys; from rpevit import records\n"
+                    "import sys; from rpevit.lab import records\n"
                     "try:\n    records.RunLock(sys.argv[1]).__enter__()\nexcept records.RunBusy as e:\n"
                     "    print('busy', e); sys.exit(3)\n"
                 ),

@@ -1,4 +1,4 @@
-"""Tests for rpevit.position.rotary: orthogonality, the relative (group) property, the FFT path of
+"""Tests for rpevit.core.position.rotary: orthogonality, the relative (group) property, the FFT path of
 Circulant-STRING against a dense matrix exponential, the relative-property test of docs/methods.md §5
 in softmax attention (and that it fails with absolute embeddings), grids, gradients, autocast."""
 
@@ -8,15 +8,15 @@ import pytest
 import scipy.linalg
 import torch
 
-from rpevit import grid as grid_module
-from rpevit.attention.layer import MultiHeadAttention
-from rpevit.checks import relative_violation
-from rpevit.errors import UserError
-from rpevit.grid import Grid
-from rpevit.model import build_model
-from rpevit.params import model_config
-from rpevit.position import POSITIONS, build_position
-from rpevit.position.rotary import CIRCULANT_STEP_STD
+from rpevit.core import grid as grid_module
+from rpevit.core.attention.layer import MultiHeadAttention
+from rpevit.core.checks import relative_violation
+from rpevit.core.config import model_config
+from rpevit.core.errors import UserError
+from rpevit.core.grid import Grid
+from rpevit.core.model import build_model
+from rpevit.core.position import POSITIONS, build_position
+from rpevit.core.position.rotary import CIRCULANT_STEP_STD
 
 from helpers import log_ratio_spread, trained_like
 
@@ -192,7 +192,7 @@ def test_relative_property_in_softmax_attention(name):
     content = 3 * torch.randn(1, 1, DIM * HEADS, dtype=F64, generator=torch.Generator().manual_seed(2))
     same = content.expand(1, grid.num_tokens, -1)  # every token identical
     weights = layer.attention_matrix(same, grid)  # (1, h, T, T)
-    # rpevit.checks.relative_violation is ~1e-15 here. It divides by the largest ratio and these
+    # rpevit.core.checks.relative_violation is ~1e-15 here. It divides by the largest ratio and these
     # ratios span up to ~1e6 (rope_mixed), so the log form (helpers.py) keeps the per-offset bound
     assert relative_violation(weights, grid) < 1e-12 and log_ratio_spread(weights, grid) < 1e-11
     # not vacuous: the weights do vary with the offset
@@ -372,7 +372,7 @@ def test_messages_theta_boundary_and_repr():
         UserError, match=r"^rope_mixed needs a rotated dimension divisible by 2 \(interleaved pairs\), got 5\."
     ):
         build_position("rope_mixed", model_config(dim=10, heads=2), 5, 2)
-    from rpevit.position.rotary import ThetaOptions
+    from rpevit.core.position.rotary import ThetaOptions
 
     with pytest.raises(
         UserError,
@@ -387,7 +387,7 @@ def test_messages_theta_boundary_and_repr():
 
 def test_rope_mixed_init_directions_are_uniform():
     """φ ~ U[0, 2π) per head (checked on 4,000 heads), magnitudes θ^(−4k/dim)."""
-    from rpevit.position.rotary import rope_mixed_init
+    from rpevit.core.position.rotary import rope_mixed_init
 
     torch.manual_seed(0)
     freqs = rope_mixed_init(8, 4000, 100.0)  # (2, heads, 4)
@@ -400,7 +400,7 @@ def test_rope_mixed_init_directions_are_uniform():
 
 
 def test_linear_backends_are_the_kernel_approximations():
-    from rpevit.attention import linear_backends
+    from rpevit.core.attention import linear_backends
 
     assert linear_backends() == ["favor", "relu"]
 

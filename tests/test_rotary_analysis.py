@@ -1,4 +1,4 @@
-"""Rotary frequency analysis (rpevit.rotary_analysis): eigen-frequencies from rotation matrices,
+"""Rotary frequency analysis (rpevit.core.rotary_analysis): eigen-frequencies from rotation matrices,
 the rotation identities, least-squares reconstructions and learned-frequency summaries."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import math
 import pytest
 import torch
 
-from rpevit import rotary_analysis as ra
-from rpevit import runs
-from rpevit.grid import Grid
-from rpevit.run import Run
+from rpevit.core import rotary_analysis as ra
+from rpevit.core.grid import Grid
+from rpevit.lab import runs
+from rpevit.lab.run import Run
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
-"""Tests for separable relative biases: rpevit.attention.separable (exact axis-by-axis linear attention)
-and rpevit.position.separable (manhattan, axial_rpe).
+"""Tests for separable relative biases: rpevit.core.attention.separable (exact axis-by-axis linear attention)
+and rpevit.core.position.separable (manhattan, axial_rpe).
 
 The reference is the dense masked computation in float64: B gathered from the table r ⊕ c by
 relative.dense_bias, then (ψQψKᵀ ∘ exp(B)) V / rowsum(φQφKᵀ ∘ exp(B)), with no shift and no clamp.
@@ -11,9 +11,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from rpevit.attention import separable as sep
-from rpevit.attention.kernel_sums import kernel_sums
-from rpevit.attention.separable import (
+from rpevit.core.attention import separable as sep
+from rpevit.core.attention.kernel_sums import kernel_sums
+from rpevit.core.attention.separable import (
     AxisOperator,
     DecayOperator,
     choose_path,
@@ -22,12 +22,12 @@ from rpevit.attention.separable import (
     separable_linear_attention,
     weights,
 )
-from rpevit.attention.toeplitz import FFTOperator, biased_linear_weights, circulant_torus
-from rpevit.checks import relative_violation
-from rpevit.errors import UserError
-from rpevit.grid import Grid
-from rpevit.position.relative import alibi_slopes, dense_bias
-from rpevit.position.separable import AxialRPE, AxialRPEOptions, ManhattanDecay, ManhattanOptions
+from rpevit.core.attention.toeplitz import FFTOperator, biased_linear_weights, circulant_torus
+from rpevit.core.checks import relative_violation
+from rpevit.core.errors import UserError
+from rpevit.core.grid import Grid
+from rpevit.core.position.relative import alibi_slopes, dense_bias
+from rpevit.core.position.separable import AxialRPE, AxialRPEOptions, ManhattanDecay, ManhattanOptions
 
 from helpers import LargestTensor
 

@@ -104,8 +104,8 @@ def test_device_tree_slims_the_index_for_travel_and_restores_it_exactly(tmp_path
 
 def test_a_captured_sitting_passes_capture_to_its_runners(tmp_path, monkeypatch):
     """gpu-sitting --capture starts study runners with --capture (graph-captured packed steps)."""
-    from rpevit import sitting
-    from rpevit.params import load_params
+    from rpevit.lab import sitting
+    from rpevit.lab.params import load_params
 
     started = []
 

@@ -1,4 +1,4 @@
-"""The exact softmax backend (rpevit.attention.softmax): SDPA against its own dense weights, bf16 numerics,
+"""The exact softmax backend (rpevit.core.attention.softmax): SDPA against its own dense weights, bf16 numerics,
 and the explicit path it takes under vmap on devices whose fused kernels reject batched tensors."""
 
 import math
@@ -6,11 +6,11 @@ import math
 import pytest
 import torch
 
-from rpevit.attention import softmax as softmax_module
-from rpevit.attention.softmax import SoftmaxAttention
-from rpevit.grid import Grid
-from rpevit.params import ModelConfig
-from rpevit.position.relative import KernelizedRPE, KrpeOptions
+from rpevit.core.attention import softmax as softmax_module
+from rpevit.core.attention.softmax import SoftmaxAttention
+from rpevit.core.config import ModelConfig
+from rpevit.core.grid import Grid
+from rpevit.core.position.relative import KernelizedRPE, KrpeOptions
 
 GRID = Grid(3, 4, cls=True)
 HEADS, HEAD_DIM = 2, 8

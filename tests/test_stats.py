@@ -1,4 +1,4 @@
-"""rpevit.stats on synthetic predictions whose answer is known; every random draw is seeded."""
+"""rpevit.core.stats on synthetic predictions whose answer is known; every random draw is seeded."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from rpevit import stats
+from rpevit.core import stats
 
 N_IMAGES = 10_000
 

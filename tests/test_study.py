@@ -8,12 +8,12 @@ import types
 import pytest
 import torch
 
-from rpevit import catalog, cell, records, runs, study
-from rpevit import train as train_module
-from rpevit.errors import UserError
-from rpevit.run import Run
-from rpevit.time_limit import TimeLimit
-from rpevit.train import Diverged
+from rpevit.core.errors import UserError
+from rpevit.lab import catalog, cell, records, runs, study
+from rpevit.lab import train as train_module
+from rpevit.lab.run import Run
+from rpevit.lab.time_limit import TimeLimit
+from rpevit.lab.train import Diverged
 
 
 def test_study_resumes_only_missing_runs(grid_params, counted, tmp_path):
@@ -130,8 +130,8 @@ def test_kept_weights_let_a_fresh_clone_inspect_trained_models(grid_params, coun
     weights of another result are never used."""
     kept = dataclasses.replace(grid_params, keep_records=True)
     trained, reports = tmp_path / "runs", tmp_path / "reports"
-    monkeypatch.setattr(records, "REPORTS_ROOT", reports)
-    monkeypatch.setattr(records, "RUNS_ROOT", trained)
+    monkeypatch.setenv("RPEVIT_REPORTS", str(reports))
+    monkeypatch.setenv("RPEVIT_RUNS", str(trained))
     found = study.run_study(kept, runs_root=trained, reports_root=reports)
     paths = sorted((reports / "tiny" / "records").rglob(records.KEPT_WEIGHTS))
     assert [p.parent.name for p in paths] == ["seed0"] * 2  # kept as each variant's first run finished
@@ -160,7 +160,7 @@ def test_kept_weights_let_a_fresh_clone_inspect_trained_models(grid_params, coun
     run = Run(kept, "mnist5k", "softmax+ape", 0)
     here, _ = runs.trained_model(run, "cpu")
 
-    monkeypatch.setattr(records, "RUNS_ROOT", tmp_path / "elsewhere")  # a fresh clone: kept records only
+    monkeypatch.setenv("RPEVIT_RUNS", str(tmp_path / "elsewhere"))  # a fresh clone: kept records only
     again = catalog.study_records(kept)
     shown = runs.inspectable(kept, list(reversed(again)))
     assert [(r["variant"], r["seed"]) for r in shown] == [(v, 0) for v in kept.variants]  # preset order, lowest seed

@@ -8,22 +8,22 @@ import statistics
 
 import pytest
 
-from rpevit import design, records
-from rpevit.catalog import grid, pace_records, secondary_held, study_records
 from rpevit.cli import main
-from rpevit.params import checked_by, load_params
-from rpevit.revision import code_revision, short_revision
-from rpevit.run import Run
-from rpevit.study import run_study
-from rpevit.study_status import remaining_hours, status_lines
-from rpevit.train import train_run
+from rpevit.lab import design, records
+from rpevit.lab.catalog import grid, pace_records, secondary_held, study_records
+from rpevit.lab.params import checked_by, load_params
+from rpevit.lab.revision import code_revision, short_revision
+from rpevit.lab.run import Run
+from rpevit.lab.study import run_study
+from rpevit.lab.study_status import remaining_hours, status_lines
+from rpevit.lab.train import train_run
 
 
 @pytest.fixture
 def half_done(tiny_params, tiny_dataset, tmp_path, monkeypatch):
     """A 2 × 2 grid (2 epochs) with seed 0 finished and softmax+ape seed 1 stopped after epoch 1 and
     locked by a live process elsewhere."""
-    from rpevit import runs
+    from rpevit.lab import runs
 
     params = dataclasses.replace(tiny_params, variants=("softmax+none", "softmax+ape"), seeds=(0, 1))
     roots = {"runs_root": tmp_path / "runs", "reports_root": tmp_path / "reports"}
@@ -135,7 +135,7 @@ def test_a_check_takes_its_pace_from_its_study_too(tmp_path):
 
 
 def test_the_status_command_prints_it(capsys, tmp_path, monkeypatch):
-    monkeypatch.setattr(records, "RUNS_ROOT", tmp_path)
+    monkeypatch.setenv("RPEVIT_RUNS", str(tmp_path))
     assert main(["status", "smoke_grid"]) == 0
     assert capsys.readouterr().out.startswith("smoke_grid: ")
     assert main(["status", "no_such_preset"]) == 2

@@ -9,12 +9,12 @@ import types
 import pytest
 import torch
 
-from rpevit import catalog, records, study, time_limit
 from rpevit.cli import main
-from rpevit.errors import UserError
-from rpevit.run import Run
-from rpevit.time_limit import TimeLimit, epochs_done, parse_duration, seconds_per_epoch
-from rpevit.train import train_run
+from rpevit.core.errors import UserError
+from rpevit.lab import catalog, records, study, time_limit
+from rpevit.lab.run import Run
+from rpevit.lab.time_limit import TimeLimit, epochs_done, parse_duration, seconds_per_epoch
+from rpevit.lab.train import train_run
 
 
 @pytest.mark.parametrize(
@@ -63,9 +63,9 @@ def test_pace_is_the_median_of_the_variant_else_the_slowest_variant():
 
 
 def test_train_costs_read_the_presets_speed_benchmark_or_that_of_the_study_it_checks(tmp_path, monkeypatch):
-    from rpevit import bench
-    from rpevit import params as params_lib
-    from rpevit.records import write_csv
+    from rpevit.lab import bench
+    from rpevit.lab import params as params_lib
+    from rpevit.lab.records import write_csv
 
     study, check = types.SimpleNamespace(name="study"), types.SimpleNamespace(name="check")
     assert bench.train_costs(study, tmp_path) == {}  # no benchmark kept

@@ -1,4 +1,4 @@
-"""Tests for rpevit.attention.toeplitz: the O(N log N) FFT path of relative-bias linear attention.
+"""Tests for rpevit.core.attention.toeplitz: the O(N log N) FFT path of relative-bias linear attention.
 
 The reference is built independently here: the full (T, T) bias gathered by explicit loops over
 token pairs, then (ψQψKᵀ ∘ exp(B)) V / row sums of (φQφKᵀ ∘ exp(B)), in float64.
@@ -9,10 +9,10 @@ import math
 import pytest
 import torch
 
-from rpevit.attention import toeplitz
-from rpevit.attention.features import favor_features, orthogonal_gaussian_matrix
-from rpevit.attention.toeplitz import biased_linear_attention, biased_linear_weights, fft_size, toeplitz_correlate
-from rpevit.grid import Grid
+from rpevit.core.attention import toeplitz
+from rpevit.core.attention.features import favor_features, orthogonal_gaussian_matrix
+from rpevit.core.attention.toeplitz import biased_linear_attention, biased_linear_weights, fft_size, toeplitz_correlate
+from rpevit.core.grid import Grid
 
 from helpers import LargestTensor
 
@@ -340,7 +340,7 @@ def test_favor_with_bias_approaches_softmax_with_bias():
 
 
 def test_compute_dtype_of_is_at_least_float32_and_keeps_float64():
-    from rpevit.precision import compute_dtype_of
+    from rpevit.core.precision import compute_dtype_of
 
     half, f64 = torch.zeros(1, dtype=torch.bfloat16), torch.zeros(1, dtype=torch.float64)
     assert compute_dtype_of(half) == torch.float32
@@ -375,7 +375,7 @@ def test_fft_cost_rule_crossovers_are_pinned(m, d, widths):
     """The auto rule's FFT-vs-dense decision (fft_is_cheaper's docstring: 1.2·3·(m·d + m)·PQ·log2 PQ against
     T²·(2m + d)) flips at these widths for heights 4, 8, 16, 32, 64 (None: dense up to width 400); a change of
     the cost model moves them, and reports/bench/cpu_bias.md measured the rule at these constants."""
-    from rpevit.attention.toeplitz import fft_is_cheaper
+    from rpevit.core.attention.toeplitz import fft_is_cheaper
 
     def crossover(height):
         return next((w for w in range(1, 400) if fft_is_cheaper(Grid(height, w), m, d)), None)

@@ -7,11 +7,12 @@ import json
 import pytest
 import torch
 
-from rpevit import records
-from rpevit.budgets import warmup_cosine
-from rpevit.model import build_model
-from rpevit.run import Run
-from rpevit.train import Diverged, param_groups, train_run
+from rpevit.core.budgets import warmup_cosine
+from rpevit.core.loop import param_groups
+from rpevit.core.model import build_model
+from rpevit.lab import records
+from rpevit.lab.run import Run
+from rpevit.lab.train import Diverged, train_run
 
 from helpers import resumed_like_straight
 
@@ -54,7 +55,7 @@ def test_resume_gives_identical_results(tiny_params, tiny_dataset, tmp_path):
 
 
 def test_non_finite_loss_stops_with_message_and_keeps_checkpoint(tiny_params, tiny_dataset, tmp_path, monkeypatch):
-    import rpevit.train as train_module
+    import rpevit.lab.train as train_module
 
     live = {}
 
@@ -105,7 +106,7 @@ def _stopped_after_one_epoch(params, dataset, out_dir):
 def test_cross_device_resume_restores_or_refuses_one_clear_error(tiny_params, tiny_dataset, tmp_path, capsys):
     """Issue 19 defect 4: a CPU checkpoint resumed on CUDA (or back) crashed in generator.set_state
     (5,056 bytes of CPU state against 16 of CUDA); and `amp: auto` switched fp32 → bf16 mid-run."""
-    from rpevit.errors import UserError
+    from rpevit.core.errors import UserError
 
     path = _stopped_after_one_epoch(tiny_params, tiny_dataset, tmp_path / "run")
     state = torch.load(path, weights_only=False)
@@ -134,7 +135,7 @@ def test_compile_time_is_reported_apart_and_inference_is_timed_as_recorded(
     import dataclasses
     import types
 
-    from rpevit import capture, metrics
+    from rpevit.core import capture, metrics
 
     clock = [0.0]
 

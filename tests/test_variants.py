@@ -6,14 +6,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from rpevit.attention import BACKENDS
-from rpevit.attention.layer import MultiHeadAttention
-from rpevit.checks import dense_reference_error, relative_violation
-from rpevit.grid import Grid
-from rpevit.model import build_model
-from rpevit.params import model_config
-from rpevit.position import POSITIONS
-from rpevit.variants import list_variants, parse_variant
+from rpevit.core.attention import BACKENDS
+from rpevit.core.attention.layer import MultiHeadAttention
+from rpevit.core.checks import dense_reference_error, relative_violation
+from rpevit.core.config import model_config
+from rpevit.core.grid import Grid
+from rpevit.core.model import build_model
+from rpevit.core.position import POSITIONS
+from rpevit.core.variants import list_variants, parse_variant
 
 from helpers import trained_like
 
@@ -170,8 +170,8 @@ def test_every_listed_variant_builds_and_runs_at_half_native_and_double_resoluti
 )
 def test_bias_path_must_fit_the_bias(method, path, allowed):
     """axis needs a separable bias and scan a geometric decay: a mismatch is one clear error at build time."""
-    from rpevit.attention.linear import bias_paths
-    from rpevit.errors import UserError
+    from rpevit.core.attention.linear import bias_paths
+    from rpevit.core.errors import UserError
 
     if allowed:
         assert path in bias_paths(make_layer("favor", "auto", method, favor={"bias_path": path}).bias)
@@ -185,7 +185,7 @@ def test_bias_path_must_fit_the_bias(method, path, allowed):
 def test_every_bias_path_equals_the_dense_path_in_float64(backend, site, method):
     """Layer level, float64: each exact bias path (fft; axis and scan where the bias allows them) gives the
     output of the dense N×N path to 1e-10 relative — round-off only, no looser float32 tolerance to hide in."""
-    from rpevit.attention.linear import bias_paths
+    from rpevit.core.attention.linear import bias_paths
 
     rotary = "rope_axial" if site == "post" else None  # a post-map site needs a rotation to act on
 

@@ -1,0 +1,52 @@
+"""Attention backends: each computes attention over (B, heads, T, d) q, k, v and exposes the
+dense matrix it implies (`weights`). Adding a backend = one class satisfying `Backend` and one
+entry in BACKENDS; `list`, the variant grid, the tests, benchmarks and plot styles follow."""
+
+from __future__ import annotations
+
+from typing import ClassVar, Protocol, runtime_checkable
+
+from .linear import FavorAttention, ReluAttention
+from .softmax import SoftmaxAttention
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """The contract of an attention backend (an nn.Module built as cls(options, config, head_dim, heads))."""
+
+    Options: ClassVar[type]  # frozen dataclass of its options (rpevit.core.options)
+    exact: ClassVar[bool]  # True: exact softmax attention; False: a linear-time approximation
+    mechanisms: ClassVar[tuple[str, ...]]  # the positional mechanisms it consumes
+    summary: ClassVar[str]  # one line for `list` and the README
+    rotation_site: str  # "pre": rotary methods rotate q, k; "post": the feature maps
+
+    def feature_dim(self) -> int:
+        """The dimension a "post" rotation acts on."""
+
+    def forward(self, q, k, v, grid, bias=None, feature_rotation=None):
+        """Attention output (B, h, T, d)."""
+
+    def weights(self, q, k, grid, bias=None, feature_rotation=None):
+        """The dense matrix A (B, h, T, T) with forward(...) = A v."""
+
+
+BACKENDS: dict[str, type] = {
+    "softmax": SoftmaxAttention,
+    "favor": FavorAttention,
+    "relu": ReluAttention,
+}
+
+
+def build_backend(name: str, config, head_dim: int, heads: int):
+    """Backend `name` with its options from the model config."""
+    return BACKENDS[name](config.options_for(name), config, head_dim, heads)
+
+
+def exact_backends() -> list[str]:
+    """Backends computing exact attention (the baselines a linear backend is compared with)."""
+    return [name for name, cls in BACKENDS.items() if cls.exact]
+
+
+def linear_backends() -> list[str]:
+    """Backends approximating attention in linear time."""
+    return [name for name, cls in BACKENDS.items() if not cls.exact]

@@ -1,0 +1,35 @@
+"""Graph-captured training steps: torch.compile of the step's forward (and so its backward, through
+AOTAutograd) and, on one CUDA device, CUDA graphs (compile mode "reduce-overhead": the whole step's
+kernels replayed by one launch). The study's model is launch-bound on a GPU (one run keeps an H100
+≈ 0.1 % busy), so removing per-kernel launch costs is the second lever beside packing runs
+(rpevit.lab.pack). On the CPU compiling costs more than it saves, so a step is captured only on CUDA and
+only when `train.compile` (or `study --capture`) asks for it.
+
+The compiled step must compute what the plain step computes: tests/test_compile.py checks every
+backend × {ape, rope_mixed, krpe, string_circulant}, single and packed, for graph breaks
+(fullgraph) and recompiles (dynamo's counters) over steps with FAVOR+ redraws and stochastic-depth
+draws, and that a pack trained through the captured step gives the plain pack's records.
+"""
+
+from __future__ import annotations
+
+import torch
+
+MODE = "reduce-overhead"  # CUDA graphs through inductor's cudagraph trees
+# tests set a dynamo backend here (a counter, or "eager" to run the captured graph with eager kernels)
+BACKEND = None
+
+
+def captures(train_cfg, device: torch.device) -> bool:
+    """Whether a run's training step is captured: asked for (`train.compile`) and on CUDA (on the
+    CPU it costs more than it saves)."""
+    return bool(train_cfg.compile) and device.type == "cuda"
+
+
+def capture(step, device: torch.device, *, world_size: int = 1, fullgraph: bool = False):
+    """`step` (a module or function) compiled: CUDA graphs on one CUDA device; the default mode under
+    DDP (its gradient hooks run between kernels) and elsewhere. `fullgraph`: a graph break raises."""
+    if BACKEND is not None:
+        return torch.compile(step, backend=BACKEND, fullgraph=fullgraph)
+    mode = MODE if device.type == "cuda" and world_size == 1 else None
+    return torch.compile(step, mode=mode, fullgraph=fullgraph)

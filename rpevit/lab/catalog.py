@@ -1,0 +1,134 @@
+"""The catalog of a preset's runs: its grid in training order and the current record of each run.
+
+A record is current when its key matches the preset's present settings (run.Run.key); it is read
+from the run's directory under runs/, else from the copy kept under reports/<preset>/records/
+(presets with keep_records), so a fresh clone without runs/ sees every kept run. Read-only: the
+study runner (rpevit.lab.study, rpevit.lab.cell) writes what this reads.
+"""
+
+from __future__ import annotations
+
+from ..core.variants import parse_variant
+from . import design, records
+from .params import Params, checked_by, load_params
+from .run import Run
+from .schema import finished as finished_runs
+from .schema import is_finished
+
+
+def grid(params: Params) -> list[tuple[str, str, int]]:
+    """The (dataset, canonical variant, seed) triples of a preset, in training order (a preset with
+    a design: every run it may train, primary seed-major first; rpevit.lab.design)."""
+    if params.design.active:
+        return design.ordered_runs(params)
+    if params.order == "seed":
+        return [(d, parse_variant(v).name, s) for d in params.datasets for s in params.seeds for v in params.variants]
+    return [(d, parse_variant(v).name, s) for d in params.datasets for v in params.variants for s in params.seeds]
+
+
+def planned_runs(params: Params, current: list[dict]) -> list[tuple[str, str, int]]:
+    """The runs a preset has finished or will still train, given its current records (study_records): its
+    grid; for a design, its finished runs and those its stopping rule and budgets still want
+    (design.wanted_runs), so seeds and variants it has ruled out are not counted on."""
+    if not params.design.active:
+        return grid(params)
+    done = [(r["dataset"], r["variant"], r["seed"]) for r in current if is_finished(r)]
+    return done + design.wanted_runs(params, current)
+
+
+def planned_line(params: Params, current: list[dict]) -> str:
+    """'k of n planned runs finished for <preset>': n counts, for a design, its finished runs and those
+    its stopping rule still wants (planned_runs) — the count notebook 45 states — with the grid's
+    size named as the most it could train."""
+    done = sum(is_finished(r) for r in current)
+    line = f"{done} of {len(planned_runs(params, current))} planned runs finished for {params.name}"
+    if params.design.active:
+        line += f" (a designed study: its stopping rule and budgets could train at most {len(grid(params))})"
+    return line
+
+
+def _current(run: Run):
+    """(record, its directory) of the run's current record — from runs/, else the copy kept in
+    reports/ — if it was made with the preset's current settings, else None."""
+    run = run.rooted()
+    for directory in (run.dir, run.kept_dir if run.params.keep_records else None):
+        record = None if directory is None else records.read_record(directory)
+        if run.matches(record):
+            return record, directory
+    return None
+
+
+def current_record(run: Run) -> dict | None:
+    """The run's record (from runs/, else the copy kept in reports/) if it was made with the preset's
+    current settings, else None."""
+    found = _current(run)
+    return None if found is None else found[0]
+
+
+def run_history(run: Run) -> list[dict]:
+    """Per-epoch history rows of the run whose record is current (beside that record), [] if none or
+    if the history is damaged (then moved aside and named, like a damaged record)."""
+    found = _current(run)
+    if found is None:
+        return []
+    record, directory = found
+    return records.read_history(directory, record["epochs"] if is_finished(record) else None)
+
+
+def has_record(run: Run) -> bool:
+    """True if the run has a record (finished or diverged) made with the preset's current settings."""
+    return current_record(run) is not None
+
+
+def run_lock(params: Params, place: tuple[str, str, int], runs_root=None) -> records.RunLock:
+    """The lock of a run of the preset's grid (its `.path` is the lock file)."""
+    return records.RunLock(Run(params, *place, runs_root=runs_root).rooted().dir)
+
+
+def in_flight(params: Params, runs_root=None) -> set[tuple[str, str, int]]:
+    """The places of the preset's grid that another process is training now (their run lock: held by
+    a live process, or not yet readable)."""
+    return {place for place in grid(params) if run_lock(params, place, runs_root).holder()}
+
+
+def in_flight_and_records(params: Params, runs_root=None, reports_root=None) -> tuple[set, list[dict]]:
+    """(in_flight, study_records), read in that order: a run that finishes between the two reads is
+    then seen as in flight and finished (harmless), never as neither (its seed would look abandoned)."""
+    busy = in_flight(params, runs_root)
+    return busy, study_records(params, runs_root, reports_root)
+
+
+def study_records(params: Params, runs_root=None, reports_root=None) -> list[dict]:
+    """The current records of the preset's grid, in grid order."""
+    roots = {"runs_root": runs_root, "reports_root": reports_root}
+    found = (current_record(Run(params, *place, **roots)) for place in grid(params))
+    return [record for record in found if record is not None]
+
+
+def pace_records(params: Params, runs_root=None, reports_root=None, own: list[dict] | None = None) -> list[dict]:
+    """The finished records to take a run's pace from (time_limit): the preset's own (`own`, when the
+    caller has just read them: study_records), and those of the studies whose design names it as their
+    longer-budget check (the same variants and recipe)."""
+    found = list(study_records(params, runs_root, reports_root) if own is None else own)
+    for name in checked_by(params.name):
+        found += study_records(load_params(name), runs_root, reports_root)
+    return finished_runs(found)
+
+
+def secondary_held(params: Params, runs_root=None, reports_root=None) -> str:
+    """Why the design's secondary runs may not start yet ("" when they may): its longer-budget check
+    (design.plateau_check, a preset) still wants runs — finished neither here nor in flight. It
+    trains first; the message says how to train it."""
+    name = params.design.plateau_check
+    if not name:
+        return ""
+    check = load_params(name)
+    busy, finished = in_flight_and_records(check, runs_root, reports_root)
+    left = design.wanted_runs(check, finished, busy)
+    if not left:
+        return ""
+    flying = sum(place in busy for place in left)
+    head = f"the longer-budget check {name} trains before the secondary variants and wants {len(left)} more runs"
+    if flying == len(left):
+        return head + " (all in flight in other processes); run this study again once they finish"
+    return head + (f" ({flying} in flight)" if flying else "") + f"; train it with `python -m rpevit study {name}`"

@@ -1,0 +1,380 @@
+"""A study's pre-registered design: contrasts, margins, seeds, stopping rule and budget, fixed in
+the preset (its `design:` block) before the first run trains, and the order in which the study
+runner trains its runs.
+
+Order: the primary variants seed-major (every primary variant's seed k before any seed k + 1), so a
+study interrupted at any point stays balanced; then the secondary variants, seed-major too.
+Stopping rule (evaluated after each complete block of primary seeds, from `min_seeds` on): stop
+adding primary seeds when every primary contrast's 95 % t-interval over per-seed values has a
+half-width ≤ `half_width` points, or at `max_seeds`. Secondary variants train `secondary_seeds`
+seeds. Budget (summed training time: finished runs' epochs × seconds per epoch): a primary seed is
+trained whole — a new one starts only while `budget_hours` covers the mean cost of the complete
+seeds —, secondary runs stop at `budget_hours`, or at `secondary_budget_hours` when that is set
+(then `budget_hours` counts primary runs only); secondary variants give way first because they
+come last. The analysis uses the complete primary seeds (complete_seed_records).
+A longer-budget check (`plateau_check`: another preset training the primary variants for more epochs
+on some of the study's seeds) trains before the secondary variants: they are skipped while it wants runs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from ..core.errors import UserError
+from .schema import finished as finished_runs
+from .schema import is_finished
+
+
+@dataclass(frozen=True)
+class Contrast:
+    """A pre-registered comparison: Σ coefficient · test top-1 (points) of the named variants, per seed.
+
+    kind: `equal` (within ±margin_points: a negligible gap), `greater` / `less` (> 0 / < 0) or
+    `at_least` (> −margin_points); see rpevit.core.stats.contrast_test."""
+
+    name: str
+    kind: str
+    terms: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StoppingRule:
+    """Seeds of the primary variants: at least `min_seeds`, more until every primary contrast's
+    `confidence` t-interval half-width is ≤ `half_width` points, at most `max_seeds`."""
+
+    min_seeds: int = 3
+    max_seeds: int = 10
+    half_width: float = 0.5
+    confidence: float = 0.95
+
+    @property
+    def fixed(self) -> bool:
+        """True when min_seeds == max_seeds: a fixed number of seeds, no half-width to stop on."""
+        return self.min_seeds == self.max_seeds
+
+
+@dataclass(frozen=True)
+class Design:
+    """The pre-registered design of a study preset (empty: no design, every run of the grid)."""
+
+    primary: tuple[str, ...] = ()
+    secondary: tuple[str, ...] = ()
+    contrasts: tuple[Contrast, ...] = ()
+    margin_points: float = 1.0
+    margin_time_pct: float = 20.0
+    alpha: float = 0.05
+    stopping: StoppingRule = field(default_factory=StoppingRule)
+    secondary_seeds: int = 3
+    budget_hours: float | None = None
+    secondary_budget_hours: float | None = None  # set: budget_hours counts primary runs only
+    plateau_check: str | None = None  # a preset: the primary variants trained longer, before the secondary ones
+
+    @property
+    def active(self) -> bool:
+        return bool(self.primary)
+
+
+def check_design(design: Design, variants, seeds) -> None:
+    """Reject a design that names variants outside the grid or asks for impossible numbers."""
+    from ..core.stats import CLAIM_KINDS
+    from ..core.variants import parse_variant
+
+    if not design.active:
+        if design.contrasts or design.secondary:
+            raise UserError("design: list the primary variants (design.primary) before contrasts or secondary ones.")
+        return
+    grid = {parse_variant(v).name for v in variants}
+
+    def named(where, names):
+        canonical = []
+        for name in names:
+            try:
+                variant = parse_variant(name).name
+            except UserError as exc:
+                raise UserError(f"design.{where}: {exc}") from None
+            if variant not in grid:
+                raise UserError(f"design.{where}: {name} is not one of this preset's variants; add it to variants.")
+            canonical.append(variant)
+        return canonical
+
+    primary, secondary = named("primary", design.primary), named("secondary", design.secondary)
+    if set(primary) & set(secondary):
+        raise UserError("design: a variant is listed as both primary and secondary; list it once.")
+    stray = grid - set(primary) - set(secondary)
+    if stray:
+        raise UserError(f"design: {', '.join(sorted(stray))} in variants but neither primary nor secondary.")
+    for contrast in design.contrasts:
+        if contrast.kind not in CLAIM_KINDS:
+            raise UserError(
+                f"design.contrasts ({contrast.name}): kind {contrast.kind!r}; allowed: {', '.join(CLAIM_KINDS)}."
+            )
+        named(f"contrasts ({contrast.name})", contrast.terms)
+        if not contrast.terms or not all(isinstance(c, (int, float)) for c in contrast.terms.values()):
+            raise UserError(f"design.contrasts ({contrast.name}): terms map variants to numeric coefficients.")
+        if abs(sum(contrast.terms.values())) > 1e-9:
+            raise UserError(f"design.contrasts ({contrast.name}): coefficients must sum to 0 (a contrast).")
+    rule = design.stopping
+    if not 2 <= rule.min_seeds <= rule.max_seeds <= len(seeds):
+        raise UserError(
+            f"design.stopping: need 2 ≤ min_seeds ({rule.min_seeds}) ≤ max_seeds ({rule.max_seeds}) ≤ the "
+            f"{len(seeds)} seeds listed in seeds."
+        )
+    if design.secondary and not 1 <= design.secondary_seeds <= len(seeds):
+        raise UserError(f"design.secondary_seeds: {design.secondary_seeds}; it must be 1…{len(seeds)}.")
+    if not (rule.half_width > 0 and 0 < rule.confidence < 1 and 0 < design.alpha < 0.5):
+        raise UserError("design: half_width > 0, 0 < confidence < 1 and 0 < alpha < 0.5 are required.")
+    if design.margin_points <= 0 or design.margin_time_pct <= 0:
+        raise UserError("design: margins must be > 0.")
+    for name in ("budget_hours", "secondary_budget_hours"):
+        hours = getattr(design, name)
+        if hours is not None and not (isinstance(hours, (int, float)) and hours > 0):
+            raise UserError(f"design.{name}: {hours!r}; give a number of training hours > 0, or leave it out.")
+    if design.secondary_budget_hours is not None and design.budget_hours is None:
+        raise UserError("design.secondary_budget_hours needs budget_hours (the primary runs' budget) beside it.")
+
+
+def ordered_runs(params) -> list[tuple[str, str, int]]:
+    """Every run the design may train, in training order: primary seed-major (an interrupted grid
+    stays balanced), then secondary variant by variant in the order listed, each with all its seeds
+    (a budget that runs out leaves the last-listed variants untrained, not every variant short of seeds)."""
+    design = params.design
+    primary, secondary = _names(design.primary), _names(design.secondary)
+    runs = []
+    for dataset in params.datasets:
+        runs += [(dataset, v, s) for s in params.seeds for v in primary]  # spare seeds stand in for lost ones
+        runs += [(dataset, v, s) for v in secondary for s in params.seeds[: design.secondary_seeds]]
+    return runs
+
+
+def per_seed_contrast(contrast: Contrast, accuracy: dict) -> dict[int, float]:
+    """Per seed with every term finished: Σ coefficient · top-1 in points. `accuracy` maps
+    (variant, seed) → top-1 fraction."""
+    from ..core.variants import parse_variant
+
+    terms = {parse_variant(v).name: c for v, c in contrast.terms.items()}
+    seeds = set.intersection(*({s for (v, s) in accuracy if v == name} for name in terms))
+    return {s: 100 * sum(c * accuracy[(v, s)] for v, c in terms.items()) for s in sorted(seeds)}
+
+
+def half_widths(design: Design, accuracy: dict) -> dict[str, float]:
+    """Per primary contrast: the half-width (points) of its t-interval over the seeds done so far."""
+    from ..core.stats import t_interval
+
+    widths = {}
+    for contrast in design.contrasts:
+        values = list(per_seed_contrast(contrast, accuracy).values())
+        interval = t_interval(values, design.stopping.confidence) if len(values) >= 2 else None
+        widths[contrast.name] = math.inf if interval is None else interval["high"] - interval["mean"]
+    return widths
+
+
+class PrimaryProgress(NamedTuple):
+    """Where the primary grid of one dataset stands: `usable` seeds in order (the preset's seeds less
+    the `lost` ones, whose primary run diverged), how many of them are `complete` (every primary
+    variant finished, counted from the first up) and how many the stopping rule `needed`."""
+
+    complete: int
+    needed: int
+    usable: tuple
+    lost: dict  # seed → the primary variant that diverged
+
+
+def primary_progress(params, records: list[dict]) -> PrimaryProgress:
+    """The primary grid's progress from one dataset's current records (finished and diverged): the
+    stopping rule asks for min_seeds, then one more while a contrast's half-width is above the target,
+    up to max_seeds. A seed whose primary run diverged is lost (not retried): the rule and the
+    analysis go on with the next seed, seeds being exchangeable."""
+    design, rule = params.design, params.design.stopping
+    primary = _names(design.primary)
+    lost = {r["seed"]: r["variant"] for r in records if r.get("status") == "diverged" and r["variant"] in primary}
+    accuracy = {(r["variant"], r["seed"]): r["top1"] for r in records if is_finished(r)}
+    usable = tuple(seed for seed in params.seeds if seed not in lost)
+    complete = 0
+    for seed in usable[: rule.max_seeds]:
+        if not all((v, seed) in accuracy for v in primary):
+            break
+        complete += 1
+    if complete < rule.min_seeds:
+        return PrimaryProgress(complete, min(rule.min_seeds, len(usable)), usable, lost)
+    done = {k: a for k, a in accuracy.items() if k[0] not in primary or k[1] in usable[:complete]}
+    wide = [name for name, w in half_widths(design, done).items() if w > rule.half_width]
+    needed = min(rule.max_seeds, complete + 1, len(usable)) if wide else complete
+    return PrimaryProgress(complete, needed, usable, lost)
+
+
+def decide(
+    params, run: tuple[str, str, int], finished: list[dict], busy=frozenset(), secondary_held: str = ""
+) -> tuple[str, str]:
+    """What the design does with `run` now: ("train", ""); ("wait", why) while runs that another
+    process is training (`busy`: their places) decide whether it trains; ("skip", why) when the
+    stopping rule or the budget rules it out, or — for a secondary run — `secondary_held` says why
+    secondary runs may not start yet (the plateau check still wants runs: catalog.secondary_held).
+
+    A primary run beyond the seeds the stopping rule needs waits for earlier primary seeds still in
+    flight. A primary seed is trained whole: a new one starts only while the budget left covers the
+    mean cost of the complete ones, and a started one is finished. A secondary run waits while the
+    primary grid is unsettled (the rule wants more seeds than are complete) and primary runs are in
+    flight: primary seeds train first, so the budget goes to them first. A primary run of a lost seed
+    (another primary run diverged there: primary_progress) is skipped. A secondary variant is trained
+    whole: the budget decides whether a variant starts, and a started one (a run finished, diverged or
+    in flight) trains all its seeds, so the budget may be passed by the rest of the variants started."""
+    dataset, variant, seed = run
+    design = params.design
+    primary = _names(design.primary)
+    current = [r for r in finished if r.get("dataset") == dataset]
+    mine = finished_runs(current)
+    complete, needed, usable, lost = primary_progress(params, current)
+    flying = sorted((usable.index(s), v) for d, v, s in busy if d == dataset and v in primary and s in usable)
+    if variant in primary:
+        if seed in lost:
+            return "skip", f"seed {seed} is lost: {lost[seed]} diverged there, so the next seed stands in"
+        index = usable.index(seed)
+        if index >= needed:
+            earlier = [(i, v) for i, v in flying if i < index]
+            if earlier:
+                i, v = earlier[0]
+                return "wait", f"{v} seed {usable[i]} is in flight; the stopping rule decides after it"
+            return "skip", f"the stopping rule needs {needed} primary seeds"
+        started = any(r["variant"] in primary and r["seed"] == seed for r in mine) or any(i == index for i, _ in flying)
+        return ("train", "") if started else _affordable(params, mine, usable[:complete])
+    if secondary_held:
+        return "skip", secondary_held
+    started = any(r.get("variant") == variant for r in current) or any(
+        d == dataset and v == variant for d, v, _ in busy
+    )
+    if not started and (why := _secondary_budget_spent(design, mine, primary)):
+        return "skip", why
+    if complete < needed and flying:
+        i, v = flying[0]
+        return "wait", f"the primary grid comes first ({v} seed {usable[i]} is in flight)"
+    return "train", ""
+
+
+def wanted_runs(params, finished: list[dict], busy=frozenset()) -> list[tuple[str, str, int]]:
+    """The design's runs it still wants on these records: unfinished and not ruled out (decide says
+    train or wait), in training order; those in flight (`busy`) included."""
+    done = {(r["dataset"], r["variant"], r["seed"]) for r in finished}  # finished or diverged: not retried
+    left = []
+    for place in ordered_runs(params):
+        if place in done:
+            continue
+        if place in busy or decide(params, place, finished, busy)[0] != "skip":
+            left.append(place)
+    return left
+
+
+def seeds_text(params, current: list[dict]) -> str:
+    """Words: how many complete primary seeds one dataset's current records (finished and diverged)
+    hold, and why the primary grid stands there (why_it_stands)."""
+    progress = primary_progress(params, current)
+    complete = progress.usable[: progress.complete]
+    done = f"{len(complete)} complete primary seed{'s' * (len(complete) != 1)}" + (
+        f" ({', '.join(str(s) for s in complete)})" if complete else ""
+    )
+    if progress.lost:
+        lost = ", ".join(str(s) for s in sorted(progress.lost))
+        done += f"; seed{'s' * (len(progress.lost) > 1)} {lost} lost (a primary run diverged)"
+    reason, training = _standing(params, current)
+    return f"{done} so far; {reason}" if training else f"{done}; {reason}"
+
+
+def why_it_stands(params, current: list[dict]) -> str:
+    """Words: why one dataset's primary grid stands where its current records put it: the stopping
+    rule's target met, its maximum, no seed left, the budget spent, or still training."""
+    return _standing(params, current)[0]
+
+
+def _standing(params, current: list[dict]) -> tuple[str, bool]:
+    """(why_it_stands's words, whether the primary grid is still training)."""
+    from ..core.variants import parse_variant
+
+    progress = primary_progress(params, current)
+    rule = params.design.stopping
+    complete = progress.usable[: progress.complete]
+    target = f"every {100 * rule.confidence:g} % half-width ≤ {rule.half_width:g} points, or {rule.max_seeds} seeds"
+    accuracy = {(r["variant"], r["seed"]): r["top1"] for r in current if is_finished(r) and r["seed"] in complete}
+    widths = half_widths(params.design, accuracy).values()
+    if rule.fixed and len(complete) >= rule.max_seeds:
+        return f"the design's fixed {rule.max_seeds} seeds are complete", False
+    if len(complete) >= rule.min_seeds and all(w <= rule.half_width for w in widths):
+        return f"the stopping rule's target ({target}) is met", False
+    if len(complete) >= rule.max_seeds:
+        return f"the stopping rule ({target}) ended at its maximum", False
+    if len(complete) >= len(progress.usable):
+        return f"the stopping rule ({target}) wanted more, but no seed of the preset is left", False
+    dataset = current[0]["dataset"] if current else params.datasets[0]
+    primary = parse_variant(params.design.primary[0]).name
+    verdict, why = decide(params, (dataset, primary, progress.usable[len(complete)]), current)
+    if verdict == "skip":
+        return f"the stopping rule ({target}) wanted more, but {why}", False
+    return f"the stopping rule ({target}) wants more: the study is still training", True
+
+
+def primary_settled(params, records: list[dict]) -> bool:
+    """Whether one dataset's primary grid is settled (its current records, finished and diverged): at
+    least min_seeds complete and no primary run left that the stopping rule or the budget would still
+    train (wanted_runs; a run in flight elsewhere counts as left). Its contrasts then stay as they are."""
+    if primary_progress(params, records).complete < params.design.stopping.min_seeds:
+        return False
+    dataset, primary = records[0]["dataset"], set(_names(params.design.primary))
+    return not any(d == dataset and v in primary for d, v, _ in wanted_runs(params, records))
+
+
+def training_hours(records) -> float:
+    """Summed training hours of finished runs (epochs × seconds per epoch)."""
+    return sum(r.get("train_seconds_per_epoch", 0) * r.get("epochs", 0) for r in records) / 3600
+
+
+def _secondary_budget_spent(design: Design, mine: list[dict], primary) -> str:
+    """Why no new secondary variant may start ('' while one may): its own budget (secondary runs'
+    hours) or, without one, the shared budget (every run's hours) is spent."""
+    if design.secondary_budget_hours is not None:
+        spent = training_hours(r for r in mine if r["variant"] not in primary)
+        if spent >= design.secondary_budget_hours:
+            return f"the secondary budget of {design.secondary_budget_hours:g} training hours is spent ({spent:.1f} h)"
+    elif design.budget_hours is not None and (spent := training_hours(mine)) >= design.budget_hours:
+        return f"the design's budget of {design.budget_hours:g} training hours is spent ({spent:.1f} h)"
+    return ""
+
+
+def _affordable(params, mine: list[dict], complete: tuple) -> tuple[str, str]:
+    """Whether a new primary seed may start: the budget's hours so far (every run's, or the primary
+    runs' when secondary variants have their own budget) plus the mean cost of a complete primary
+    seed (`complete`: the complete seeds) stay within budget_hours."""
+    design = params.design
+    if design.budget_hours is None:
+        return "train", ""
+    primary = _names(design.primary)
+    counted = mine if design.secondary_budget_hours is None else [r for r in mine if r["variant"] in primary]
+    spent = training_hours(counted)
+    per_seed = training_hours(r for r in mine if r["variant"] in primary and r["seed"] in complete) / max(
+        1, len(complete)
+    )
+    if spent + per_seed > design.budget_hours or spent >= design.budget_hours:
+        return "skip", (
+            f"the budget left ({design.budget_hours - spent:.1f} of {design.budget_hours:g} training hours) "
+            f"does not cover another primary seed (≈ {per_seed:.1f} h each so far)"
+        )
+    return "train", ""
+
+
+def complete_seed_records(params, records: list[dict]) -> list[dict]:
+    """The records a design's analysis uses: a primary variant's runs only of the complete primary
+    seeds (every primary variant finished; the seeds the stopping rule counts), so every primary
+    contrast rests on the same balanced seeds. Without a design, all of them."""
+    if not params.design.active:
+        return list(records)
+    primary = set(_names(params.design.primary))
+    by_dataset = {}
+    for dataset in {r.get("dataset") for r in records}:
+        progress = primary_progress(params, [r for r in records if r.get("dataset") == dataset])
+        by_dataset[dataset] = set(progress.usable[: progress.complete])
+    return [r for r in records if r.get("variant") not in primary or r.get("seed") in by_dataset[r.get("dataset")]]
+
+
+def _names(variants) -> list[str]:
+    from ..core.variants import parse_variant
+
+    return [parse_variant(v).name for v in variants]

@@ -1,0 +1,150 @@
+"""Checks of a whole preset beyond each value's type (rpevit/lab/params.py builds the values): the grid has
+no duplicates, datasets exist and fit the patch size, evaluation resolutions and the training subset fit
+the datasets, seeds are ≥ 0, a design and its longer-budget check are consistent. Each failure is one
+UserError naming the key, the bad value and what is allowed."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..core.config import validate_model
+from ..core.errors import UserError
+from .design import check_design
+
+
+def _no_duplicates(key: str, values, canonical) -> None:
+    """One UserError if two entries of a grid axis name the same thing (spelled alike or not)."""
+    seen: dict = {}
+    for value in values:
+        name = canonical(value)
+        if name in seen:
+            same = f" (both are {name})" if str(seen[name]) != str(value) else ""
+            raise UserError(f"{key}: {seen[name]!r} and {value!r} are the same entry{same}; list each once.")
+        seen[name] = value
+
+
+def validate(params, read_preset, load_preset) -> None:
+    """Every check of a preset, in order; the first failure raises its UserError. `read_preset(name)`
+    gives another preset's raw YAML and `load_preset(name)` its Params (for a design's plateau check)."""
+    from ..core.data import DATASETS
+    from ..core.variants import parse_variant
+
+    for name in params.datasets:
+        if name not in DATASETS:
+            raise UserError(f"datasets: unknown dataset {name!r}; choose from {', '.join(DATASETS)}.")
+    for variant in params.variants:
+        try:
+            parse_variant(variant)
+        except UserError as exc:
+            raise UserError(f"variants: {exc}") from None
+    if not params.datasets or not params.variants or not params.seeds:
+        raise UserError("datasets, variants and seeds must each list at least one entry.")
+    _no_duplicates("datasets", params.datasets, str)
+    _no_duplicates("variants", params.variants, lambda v: parse_variant(v).name)
+    _no_duplicates("seeds", params.seeds, int)
+    if negative := [s for s in params.seeds if s < 0]:
+        raise UserError(f"seeds: {negative[0]} is not valid; seeds must be integers ≥ 0.")
+    validate_model(params.model)
+    params.train.check()
+    if params.data.augment != "auto":
+        from ..core.data.pipeline import recipe_steps
+
+        try:
+            recipe_steps(params.data.augment)
+        except UserError as exc:
+            raise UserError(f"data.augment: {exc}") from None
+    if params.data.train_size is not None and params.data.train_size < 1:
+        raise UserError(
+            f"data.train_size: {params.data.train_size} is not valid; it must be a positive integer "
+            "or null for the whole training split."
+        )
+    if params.data.val_size is not None and params.data.val_size < 1:
+        raise UserError(
+            f"data.val_size: {params.data.val_size} is not valid; it must be a positive integer "
+            "or null for the default."
+        )
+    _check_train_size(params)
+    patch = params.model.patch_size
+    for name in params.datasets:
+        size = DATASETS[name].image_size
+        if size % patch:
+            raise UserError(
+                f"model.patch_size: {patch} does not divide the {size}×{size} images of {name}; "
+                "choose a patch size that divides the image size."
+            )
+    grid = {parse_variant(v).name for v in params.variants}
+    check_design(params.design, params.variants, params.seeds)
+    _check_plateau_check(params, read_preset, load_preset)
+    strays = [v for v in params.evaluate.variants if parse_variant(v).name not in grid]
+    if strays:
+        raise UserError(
+            f"evaluate.variants: {', '.join(strays)} not in this preset's variants; list variants of the grid "
+            "(or none, to evaluate all)."
+        )
+    bad = [r for r in params.evaluate.resolutions if r < patch or r % patch]
+    if bad:
+        raise UserError(
+            f"evaluate.resolutions: {bad} are not positive multiples of model.patch_size = {patch}; "
+            "list image sizes divisible by the patch size."
+        )
+    smallest = min(DATASETS[name].image_size for name in params.datasets)
+    if huge := [r for r in params.evaluate.resolutions if r > MAX_RESOLUTION_FACTOR * smallest]:
+        raise UserError(
+            f"evaluate.resolutions: {huge} exceed {MAX_RESOLUTION_FACTOR}× the {smallest}×{smallest} images of this "
+            f"preset's datasets; list image sizes up to {MAX_RESOLUTION_FACTOR * smallest}."
+        )
+
+
+MAX_RESOLUTION_FACTOR = 8  # evaluate.resolutions: at most this many times a dataset's image size
+
+
+def _check_train_size(params) -> None:
+    """data.train_size must not exceed the training images of a dataset (counted without reading them)."""
+    from ..core.data import training_images
+
+    if params.data.train_size is None:
+        return
+    for name in params.datasets:
+        try:
+            available = training_images(name, params.data.val_size)
+        except TypeError:  # a dataset without a known training-split size: checked when it loads
+            continue
+        if params.data.train_size > available:
+            raise UserError(
+                f"data.train_size: {params.data.train_size} exceeds the {available} training images of {name}; "
+                "give at most that many, or null for the whole training split."
+            )
+
+
+def _check_plateau_check(params, read_preset, load_preset) -> None:
+    """design.plateau_check names a preset that trains this design's primary variants, with the same
+    data, model and optimiser, for more epochs on some of its seeds (and has no check of its own)."""
+    from ..core.variants import parse_variant
+
+    name = params.design.plateau_check
+    if not name:
+        return
+    where = f"design.plateau_check ({name})"
+    raw = read_preset(name)
+    if isinstance(raw, dict) and (raw.get("design") or {}).get("plateau_check"):
+        raise UserError(f"{where}: that preset names a plateau check of its own; a check cannot have one.")
+    try:
+        check = load_preset(name)
+    except UserError as exc:
+        raise UserError(f"{where}: {exc}") from None
+
+    def names(variants):
+        return sorted(parse_variant(v).name for v in variants)
+
+    same_recipe = (check.data, check.model, dataclasses.replace(check.train, epochs=params.train.epochs))
+    problems = [
+        (check.name == params.name, "have a name of its own (its runs and records would overwrite this study's)"),
+        (names(check.design.primary) != names(params.design.primary), "train exactly this design's primary variants"),
+        (check.datasets != params.datasets, f"use the datasets {params.datasets}"),
+        (not set(check.seeds) <= set(params.seeds), "use seeds of this preset (the runs are paired by seed)"),
+        (check.train.epochs <= params.train.epochs, f"train more than {params.train.epochs} epochs"),
+        (same_recipe != (params.data, params.model, params.train), "change nothing but train.epochs"),
+    ]
+    wrong = [what for bad, what in problems if bad]
+    if wrong:
+        raise UserError(f"{where}: a longer-budget check must {'; '.join(wrong)}.")

@@ -1,0 +1,51 @@
+"""The code revision a run's record was made with (its `code_revision` field): the git commit of the
+package's repository, with "+dirty" when the package has uncommitted changes, else — outside a
+checkout, or without git — "sha256:" and a short hash of the package's Python sources."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import subprocess
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1]  # rpevit/, above this module's lab/
+
+
+def _git(*args: str) -> str | None:
+    """The stripped output of a git command in the package's repository, or None if it fails."""
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(PACKAGE.parent), *args], capture_output=True, text=True, timeout=10, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def source_hash(package: Path | None = None) -> str:
+    """A short sha256 of the package's .py files (their paths and contents, in path order)."""
+    package, digest = package or PACKAGE, hashlib.sha256()
+    for path in sorted(package.rglob("*.py")):
+        digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return f"sha256:{digest.hexdigest()[:12]}"
+
+
+@functools.cache
+def code_revision() -> str:
+    """The package's git commit (+dirty with uncommitted changes under it) where it sits at the top of
+    a git checkout, else its source_hash; computed once per process."""
+    if (PACKAGE.parent / ".git").exists():
+        commit = _git("rev-parse", "HEAD")
+        changes = _git("status", "--porcelain", "--", PACKAGE.name)
+        if commit and changes is not None:
+            return commit + ("+dirty" if changes else "")
+    return source_hash()
+
+
+def short_revision(revision: str) -> str:
+    """A revision as people read it: a commit's first 12 hex digits (+dirty kept); a source hash as is."""
+    if revision.startswith("sha256:"):
+        return revision
+    commit, plus, rest = revision.partition("+")
+    return commit[:12] + plus + rest

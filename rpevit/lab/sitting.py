@@ -1,0 +1,250 @@
+"""A GPU sitting: train as much of a preset's grid as a few lent minutes allow, and carry it back.
+
+`python -m rpevit gpu-sitting <preset> --minutes 8 --out DIR --data-root DIR` on a machine with CUDA
+checks the device and starts `--processes` study runners side by side on the one GPU. On CUDA they
+use the pack engine: each takes the next variant's runs nobody holds and trains them in one
+vectorised step (the model is launch-bound, so packs and several processes fill the GPU). At the
+deadline the runners are stopped (a run checkpoints every epoch: a stopped run loses at most one
+epoch), and what must travel back is packed into DIR as tar files of at most `PART_BYTES` each: the
+preset's kept records (reports/<preset>/records/) and its run directories (runs/<preset>/).
+
+`python -m rpevit gpu-sitting --unpack DIR` puts them into this checkout: new kept records are
+added, a checkpoint replaces a local one only when it has more epochs, and a finished record is
+never overwritten. The next sitting carries runs/ back (the device tool's `carry`), so an unfinished
+run resumes where it stopped. Without CUDA it refuses unless `--device cpu` (for tests).
+docs/scaling.md says how a sitting is prepared and carried back.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+from ..core.errors import UserError
+from . import records
+from .params import PROJECT_ROOT, load_params
+from .schema import is_finished
+
+PACKED_RUNNERS = 3  # on CUDA each runner trains packs (one variant's seeds in one vectorised step)
+PART_BYTES = 15 * 2**20  # the device tool brings back files of at most 16 MiB
+STOP_GRACE_SECONDS = 20
+PACK_RESERVE_SECONDS = 30  # the deadline leaves this much of --minutes for packing (a tenth of a short sitting)
+CARRIED = (records.RECORD, records.HISTORY, records.CHECKPOINT, records.KEPT_WEIGHTS)
+
+
+def add_parser(sub) -> None:
+    """The `gpu-sitting` sub-command's arguments."""
+    sitting = sub.add_parser(
+        "gpu-sitting", help="train a preset's grid on a lent GPU for N minutes; pack it to carry back"
+    )
+    sitting.add_argument("params", nargs="?", help="preset name or YAML path")
+    sitting.add_argument("--minutes", type=float, default=8.0, help="wall minutes for training and packing")
+    sitting.add_argument("--out", help="folder for the packed results (the device tool's $OUT)")
+    sitting.add_argument(
+        "--processes", type=int, help="study runners side by side (default: 3 on CUDA, each training packs; 1 on CPU)"
+    )
+    sitting.add_argument("--device", choices=["cuda", "cpu"], default="cuda", help="cpu: for tests only")
+    sitting.add_argument(
+        "--capture", action="store_true", help="graph-captured packed steps (CUDA graphs; rpevit.core.capture)"
+    )
+    sitting.add_argument("--data-root", help="folder holding the dataset files (carried with the sitting)")
+    sitting.add_argument("--unpack", metavar="DIR", help="put a sitting's packed results into this checkout")
+
+
+def command(args) -> int:
+    """`python -m rpevit gpu-sitting …`"""
+    if args.unpack:
+        for line in unpack(Path(args.unpack)):
+            print(line)
+        return 0
+    if not args.params or not args.out:
+        raise UserError("gpu-sitting needs a preset and --out DIR (or --unpack DIR).")
+    if not 0.1 <= args.minutes <= 9.5:
+        raise UserError(f"--minutes {args.minutes:g} is not valid; a device call lasts ≤ 10 minutes: use 0.1-9.5.")
+    if args.processes is not None and args.processes < 1:
+        raise UserError(f"--processes {args.processes} is not valid; use a positive integer.")
+    import torch
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise UserError(
+            "no CUDA device is visible: a GPU sitting needs one (--device cpu runs it on the CPU, for tests)."
+        )
+    params = load_params(args.params)
+    processes = args.processes or (PACKED_RUNNERS if args.device == "cuda" else 1)
+    extra = ["--capture"] if args.capture else []
+    return sit(params, args.params, args.minutes, Path(args.out), args.device, processes, args.data_root, extra)
+
+
+def _device_line(device: str) -> str:
+    import torch
+
+    if device != "cuda":
+        return f"device: cpu ({os.cpu_count()} cores), torch {torch.__version__}"
+    props = torch.cuda.get_device_properties(0)
+    return (
+        f"device: {props.name}, {props.total_memory / 2**30:.0f} GiB, CUDA {torch.version.cuda}, "
+        f"torch {torch.__version__}, bf16 {'yes' if torch.cuda.is_bf16_supported() else 'no'}"
+    )
+
+
+def sit(
+    params, preset: str, minutes: float, out: Path, device: str, processes: int, data_root: str | None, extra=()
+) -> int:
+    """Run the sitting for `params` (named `preset` on the command line, see the module's docstring);
+    1 if a runner failed on its own, else 0 (also when the deadline stopped runners: the sitting's normal end)."""
+    start = time.monotonic()
+    deadline = start + 60 * minutes - min(PACK_RESERVE_SECONDS, 6 * minutes)
+    out.mkdir(parents=True, exist_ok=True)
+    print(_device_line(device), flush=True)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    if data_root:
+        env["RPEVIT_DATA"] = str(Path(data_root).resolve())
+    if device == "cpu":
+        env.setdefault("OMP_NUM_THREADS", "1")
+    limit = max(1, int((deadline - time.monotonic()) // 60))
+    engine = "pack" if device == "cuda" else "sequential"
+    command = [sys.executable, "-m", "rpevit", "study", preset, "--device", device, "--engine", engine, "--no-progress"]
+    command += list(extra)  # e.g. --capture
+    logs = [out / f"runner{i}.log" for i in range(processes)] if processes <= 4 else [None] * processes
+    runners = []
+    for i in range(processes):
+        sink = open(logs[i], "w") if logs[i] else subprocess.DEVNULL  # noqa: SIM115 (closed below)
+        runners.append(
+            (
+                subprocess.Popen(
+                    [*command, "--time-limit", f"{limit}m"],
+                    stdout=sink,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    cwd=PROJECT_ROOT,
+                    start_new_session=True,
+                ),
+                sink,
+            )
+        )
+        time.sleep(2)  # each runner takes its first run before the next starts looking
+    stopped = _wait(runners, deadline)
+    failed = sum(p.returncode not in (0, -signal.SIGTERM, -signal.SIGKILL) for p, _ in runners)
+    for _, sink in runners:
+        if sink is not subprocess.DEVNULL:
+            sink.close()
+    parts = pack(params.name, out)
+    print(
+        f"runners: {processes}, stopped at the deadline: {stopped}, failed: {failed}; "
+        f"{time.monotonic() - start:.0f} s in all"
+    )
+    for line in progress_lines(params.name):
+        print(line)
+    print(f"packed: {', '.join(p.name for p in parts)} ({sum(p.stat().st_size for p in parts) / 2**20:.1f} MiB)")
+    return 1 if failed else 0
+
+
+def _wait(runners, deadline: float) -> int:
+    """Wait for the runners until the deadline, then stop the rest (SIGTERM, then SIGKILL); how many were stopped."""
+    while time.monotonic() < deadline and any(p.poll() is None for p, _ in runners):
+        time.sleep(1)
+    alive = [p for p, _ in runners if p.poll() is None]
+    for p in alive:
+        os.killpg(p.pid, signal.SIGTERM)
+    end = time.monotonic() + STOP_GRACE_SECONDS
+    while time.monotonic() < end and any(p.poll() is None for p in alive):
+        time.sleep(0.5)
+    for p in alive:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    return len(alive)
+
+
+def _carried_files(preset: str) -> list[tuple[Path, str]]:
+    """(file, name in the archive) of everything a sitting carries back for `preset`."""
+    files = []
+    for top, root in (("runs", records.runs_root()), ("reports", records.reports_root())):
+        base = root / preset if top == "runs" else root / preset / "records"
+        if not base.is_dir():
+            continue
+        for path in sorted(base.rglob("*")):
+            if path.is_file() and path.name in CARRIED and records.SUPERSEDED not in path.parts:
+                files.append((path, f"{top}/{path.relative_to(root).as_posix()}"))
+    return files
+
+
+def pack(preset: str, out: Path) -> list[Path]:
+    """The carried files as tar parts sitting-1.tar, sitting-2.tar, … of at most PART_BYTES each."""
+    parts, current, size = [], None, 0
+    for path, name in _carried_files(preset):
+        length = path.stat().st_size
+        if current is None or size + length + 1024 > PART_BYTES:
+            if current is not None:
+                current.close()
+            parts.append(out / f"sitting-{len(parts) + 1}.tar")
+            current, size = tarfile.open(parts[-1], "w"), 0
+        current.add(path, arcname=name)
+        size += length + 1024
+    if current is not None:
+        current.close()
+    return parts
+
+
+def _epochs(data: bytes) -> int:
+    import torch
+
+    return int(torch.load(io.BytesIO(data), map_location="cpu", weights_only=False).get("epoch", 0))
+
+
+def unpack(folder: Path) -> list[str]:
+    """Put the sitting's parts into this checkout (see the module's docstring); a line per decision."""
+    parts = sorted(folder.glob("sitting-*.tar"))
+    if not parts:
+        raise UserError(f"{folder} holds no sitting-*.tar: give the folder a GPU sitting's --out came back to.")
+    lines, added, newer, kept = [], 0, 0, 0
+    for part in parts:
+        with tarfile.open(part) as archive:
+            for member in archive.getmembers():
+                top, _, rest = member.name.partition("/")
+                if not member.isfile() or top not in ("runs", "reports") or ".." in Path(rest).parts:
+                    continue
+                target = (records.runs_root() if top == "runs" else records.reports_root()) / rest
+                data = archive.extractfile(member).read()
+                finished_here = records.read_record(target.parent) is not None
+                if target.exists() and target.name == records.CHECKPOINT and not finished_here:
+                    if _epochs(data) <= _epochs(target.read_bytes()):
+                        kept += 1
+                        continue
+                    newer += 1
+                elif target.exists():
+                    kept += 1
+                    continue
+                else:
+                    added += 1
+                target.parent.mkdir(parents=True, exist_ok=True)
+                records.write_bytes(target, data)
+    lines.append(
+        f"unpacked {len(parts)} part(s): {added} files added, {newer} checkpoints advanced, {kept} kept as they were"
+    )
+    return lines
+
+
+def progress_lines(preset: str) -> list[str]:
+    """One line per run of the preset found in runs/: finished, or the epochs its checkpoint holds."""
+    lines = []
+    base = records.runs_root() / preset
+    for directory in sorted(
+        {p.parent for p in base.rglob(records.CHECKPOINT)} | {p.parent for p in base.rglob(records.RECORD)}
+    ):
+        if records.SUPERSEDED in directory.parts:
+            continue
+        record = records.read_record(directory)
+        name = directory.relative_to(base).as_posix()
+        if is_finished(record):
+            lines.append(f"  finished  {name}: top-1 {100 * record['top1']:.2f} %")
+        elif (directory / records.CHECKPOINT).is_file():
+            epoch = _epochs((directory / records.CHECKPOINT).read_bytes())
+            lines.append(f"  partial   {name}: {epoch} epochs checkpointed")
+    return lines
