@@ -22,6 +22,7 @@ from rpevit.core.checks import relative_violation  # noqa: E402
 from rpevit.core.grid import Grid  # noqa: E402
 from rpevit.core.position import POSITIONS  # noqa: E402
 from rpevit.lab import runs  # noqa: E402
+from rpevit.lab.result import Result
 
 GRID = Grid(3, 4, cls=True)
 
@@ -149,7 +150,7 @@ def test_inspection_targets_untrained_then_finished(tiny_params):
     }
     found = [record, {**record, "status": "diverged"}, {**record, "seed": 1}]
     (target,) = inspection.inspection_targets(tiny_params, found, has_weights=lambda r: True)  # one seed per variant
-    assert target["record"] is record and "test top-1 50.0%, 3 ep" in target["label"]
+    assert target["record"] == Result.of(record) and "test top-1 50.0%, 3 ep" in target["label"]
     every = inspection.inspection_targets(tiny_params, found, has_weights=lambda r: True, every_seed=True)
     assert [t["seed"] for t in every] == [0, 1] and len({t["label"] for t in every}) == 2  # the explorer's seed choice
     # a kept record without its checkpoint on this machine: the untrained models, and a note naming the variant

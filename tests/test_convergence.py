@@ -8,6 +8,7 @@ import pytest
 from scipy import stats as scipy_stats
 
 from rpevit.analysis.convergence import convergence_rows, convergence_text
+from rpevit.lab.result import results
 
 
 def _run(variant, seed, val, status="finished"):
@@ -146,7 +147,7 @@ def test_budget_check_reads_the_checks_records_and_histories(tmp_path, monkeypat
     short = {(v, s): 0.90 - 0.01 * ("favor" in v) * s for v in PRIMARY for s in (0, 1, 2)}  # gap 0, −1, −2 points
     long = {(v, 0): 0.92 for v in PRIMARY}  # seed 0 finished at the long budget: gap 0
     as_records = [{**r, "dataset": "mnist5k"} for r in _records(long, 4)]
-    monkeypatch.setattr(convergence, "study_records", lambda params, reports_root=None: as_records)
+    monkeypatch.setattr(convergence, "study_records", lambda params, reports_root=None: results(as_records))
     monkeypatch.setattr(convergence, "run_history", lambda run: [{"val_acc": v} for v in FLAT])
     text, rows = convergence.budget_check(params, [{**r, "dataset": "mnist5k"} for r in _records(short, 2)])
     assert "at 4 epochs, not 2" in text and "4 of 8 runs finished; the plateau rule is met by 4 of them" in text
@@ -171,7 +172,7 @@ def test_budget_check_curves_pair_each_check_run_with_its_twin_and_draw_one_pane
     check.append({**check[0], "seed": 1, "status": "diverged"})  # unfinished: no pair
     check.append({**check[0], "seed": 3})  # no twin in the study: no pair
     monkeypatch.setattr(
-        convergence, "study_records", lambda p, reports_root=None: study if p.name == params.name else check
+        convergence, "study_records", lambda p, reports_root=None: results(study if p.name == params.name else check)
     )
     monkeypatch.setattr(
         convergence, "run_history", lambda run: [{"val_acc": 0.8 + 0.01 * e} for e in range(run.params.train.epochs)]

@@ -13,6 +13,7 @@ import pytest
 from rpevit.core.errors import UserError
 from rpevit.lab import catalog, design, records, time_limit
 from rpevit.lab.params import load_params
+from rpevit.lab.result import results
 from rpevit.lab.run import Run
 
 PRIMARY = ["softmax+ape", "favor+ape", "softmax+rope_mixed", "favor+rope_mixed"]
@@ -203,7 +204,7 @@ def test_the_analysis_uses_the_complete_primary_seeds(tmp_path):
         ("favor+ape", 2),
     }
     plain = preset(tmp_path, design_text="")
-    assert design.complete_seed_records(plain, runs) == runs
+    assert design.complete_seed_records(plain, runs) == results(runs)
 
 
 def test_in_flight_names_the_runs_another_live_process_holds(tmp_path):

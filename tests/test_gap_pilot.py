@@ -9,6 +9,7 @@ import pytest
 from scipy import stats as scipy_stats
 
 from rpevit.analysis import gap_pilot
+from rpevit.lab.result import results
 
 
 def _record(variant, seed, top1_by_budget):
@@ -63,7 +64,7 @@ def test_seed_count_reaches_a_quarter_of_the_gap():
 def test_the_report_is_written_from_the_records(tmp_path, monkeypatch):
     from rpevit.lab import catalog
 
-    monkeypatch.setattr(catalog, "study_records", lambda params, reports_root=None: _found(-2.0, -0.5))
+    monkeypatch.setattr(catalog, "study_records", lambda params, reports_root=None: results(_found(-2.0, -0.5)))
     lines = gap_pilot.write_report("canvas_gap_pilot", reports_root=tmp_path)
     text = (tmp_path / "canvas_gap_pilot" / "README.md").read_text()
     assert text == "\n".join(lines) + "\n" and "6 of 6 runs finished" in text

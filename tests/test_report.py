@@ -32,6 +32,7 @@ from rpevit.core.errors import UserError  # noqa: E402
 from rpevit.core.position import POSITIONS  # noqa: E402
 from rpevit.core.variants import list_variants  # noqa: E402
 from rpevit.lab.params import PRESETS_DIR, PROJECT_ROOT, load_params  # noqa: E402
+from rpevit.lab.result import results
 
 SEED002_GRID = [
     f"{b}+{p}" for b in ("softmax", "favor", "relu") for p in ("ape", "rope_mixed", "string_circulant", "krpe")
@@ -344,7 +345,7 @@ def test_study_status_counts_complete_primary_seeds_and_each_budget(monkeypatch)
     monkeypatch.setattr(
         catalog,
         "study_records",
-        lambda params, reports_root=None: runs if params.name == "fmnist_converged" else checked,
+        lambda params, reports_root=None: results(runs if params.name == "fmnist_converged" else checked),
     )
     flat, rising = [0.90] * 10, [0.80 + 0.01 * e for e in range(10)]  # a plateau; still gaining
     monkeypatch.setattr(

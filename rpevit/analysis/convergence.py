@@ -16,8 +16,9 @@ from ..core.data.info import DATASETS
 from ..lab.catalog import grid, run_history, study_records
 from ..lab.design import half_widths, per_seed_contrast
 from ..lab.params import load_params
+from ..lab.result import Result, results
 from ..lab.run import Run
-from ..lab.schema import finished, is_finished
+from ..lab.schema import finished
 from ..lab.tables import signed
 
 PLATEAU_FRACTION = 0.2
@@ -71,14 +72,14 @@ def split_collapsed(params, records_: list[dict], reports_root=None) -> tuple[li
     """(the records whose run did not collapse, those whose run did): one policy for every table, figure
     and family — a collapsed run (validation top-1 fell toward chance, `collapsed`) is reported apart,
     never analysed at its early best epoch as if it were healthy. Judged from each finished run's history."""
-    done = finished(records_)
+    found = results(records_)
+    done = finished(found)
     fell = set()
-    for dataset in dict.fromkeys(r["dataset"] for r in done):
-        mine = [r for r in done if r["dataset"] == dataset]
-        histories = [(r["variant"], r["seed"], run_history(Run.of(params, r, reports_root=reports_root))) for r in mine]
+    for dataset in dict.fromkeys(r.dataset for r in done):
+        mine = [r for r in done if r.dataset == dataset]
+        histories = [(r.variant, r.seed, run_history(Run.of(params, r, reports_root=reports_root))) for r in mine]
         fell |= {(dataset, variant, seed) for variant, seed in collapsed_runs(histories, dataset)}
-    apart = [r for r in records_ if (r.get("dataset"), r.get("variant"), r.get("seed")) in fell]
-    return [r for r in records_ if (r.get("dataset"), r.get("variant"), r.get("seed")) not in fell], apart
+    return [r for r in found if r.place not in fell], [r for r in found if r.place in fell]
 
 
 CONVERGED_SHARE = 0.9  # a study is called converged when at least this share of its runs meet the plateau rule
@@ -97,15 +98,16 @@ def convergence_rows(runs) -> list[dict]:
     run does not). Runs without a history are left out."""
     rows = []
     for record, history in runs:
-        if not is_finished(record) or not history:
+        result = Result.of(record)
+        if not result.finished or not history:
             continue
         val = [float(h["val_acc"]) for h in history]
-        fell = collapsed(val, chance_level(record["dataset"]))
+        fell = collapsed(val, chance_level(result.dataset))
         rows.append(
             {
-                "dataset": record["dataset"],
-                "variant": record["variant"],
-                "seed": record["seed"],
+                "dataset": result.dataset,
+                "variant": result.variant,
+                "seed": result.seed,
                 "epochs": len(val),
                 "best epoch": 1 + val.index(max(val)),
                 "val gain over last 20% (points)": plateau_gain(val),
@@ -120,10 +122,8 @@ def convergence_rows(runs) -> list[dict]:
 def finished_convergence(params, found: list[dict], reports_root=None) -> list[dict]:
     """convergence_rows of a preset's finished runs among `found` (its records), each read with the
     history beside its current record."""
-    done = finished(found)
-    return convergence_rows(
-        (r, run_history(Run(params, r["dataset"], r["variant"], r["seed"], reports_root=reports_root))) for r in done
-    )
+    done = finished(results(found))
+    return convergence_rows((r, run_history(Run.of(params, r, reports_root=reports_root))) for r in done)
 
 
 def convergence_text(rows: list[dict], checked: bool = False) -> str:
@@ -206,11 +206,13 @@ def budget_check_rows(design, short: list[dict], long: list[dict]) -> list[dict]
     all the study's seeds' spread (`change_test`: its 95 % interval, p and "changed" when p < CHANGE_ALPHA,
     else "no change detected"). Both say "no paired seed yet" without one."""
 
-    def accuracy(records, dataset):
-        return {(r["variant"], r["seed"]): r["top1"] for r in records if is_finished(r) and r.get("dataset") == dataset}
+    short, long = results(short), results(long)
+
+    def accuracy(found, dataset):
+        return {(r.variant, r.seed): r.top1 for r in finished(found) if r.dataset == dataset}
 
     rows = []
-    for dataset in sorted({r.get("dataset") for r in short} | {r.get("dataset") for r in long}):
+    for dataset in sorted({r.dataset for r in short} | {r.dataset for r in long}):
         at_short, at_long = accuracy(short, dataset), accuracy(long, dataset)
         widths = half_widths(design, at_short)
         for contrast in design.contrasts:
@@ -302,8 +304,8 @@ def variant_change_sentence(short: list[dict], long: list[dict], long_epochs: in
     """Per variant finished at both budgets: its test top-1 change (points, paired by seed), tested like a
     contrast's (`change_test`, against the spread of that variant's seeds at the short budget)."""
 
-    def top1(records):
-        return {(r["dataset"], r["variant"], r["seed"]): 100 * r["top1"] for r in records if is_finished(r)}
+    def top1(found):
+        return {r.place: 100 * r.top1 for r in finished(results(found))}
 
     before, after = top1(short), top1(long)
     parts, changed = [], 0
@@ -346,12 +348,11 @@ def budget_check_curves(params, reports_root=None) -> list[dict]:
     if not name:
         return []
     check = load_params(name)
-    study = {(r["dataset"], r["variant"], r["seed"]): r for r in study_records(params, reports_root=reports_root)}
+    study = {r.place: r for r in study_records(params, reports_root=reports_root)}
     pairs = []
-    for record in study_records(check, reports_root=reports_root):
-        place = (record["dataset"], record["variant"], record["seed"])
-        twin = study.get(place)
-        if not is_finished(record) or twin is None or not is_finished(twin):
+    for result in study_records(check, reports_root=reports_root):
+        place, twin = result.place, study.get(result.place)
+        if not result.finished or twin is None or not twin.finished:
             continue
         curves = [run_history(Run(p, *place, reports_root=reports_root)) for p in (params, check)]
         if all(curves):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import statistics
 
 from ..core.variants import parse_variant
+from ..lab.result import Result, results
 from .styles import plotly_style, positions_key, variant_style
 
 COST_AXES = (
@@ -44,15 +45,15 @@ def accuracy_cost_points(done: list[dict], speed: list[dict] | None, collapsed=f
     image. Runs named in `collapsed` ((variant, seed)) are left out of the mean and range and counted
     in "collapsed"; a variant whose every run collapsed has no point."""
     bench = bench_costs(speed)
-    groups: dict[tuple[str, str], list[dict]] = {}
-    for r in done:
-        groups.setdefault((r["dataset"], parse_variant(r["variant"]).name), []).append(r)
+    groups: dict[tuple[str, str], list[Result]] = {}
+    for r in results(done):
+        groups.setdefault((r.dataset, r.name), []).append(r)
     points = []
     for (dataset, variant), runs in groups.items():
-        kept = [r for r in runs if (r["variant"], r["seed"]) not in collapsed]
+        kept = [r for r in runs if (r.variant, r.seed) not in collapsed]
         if not kept:
             continue
-        top1 = [100 * r["top1"] for r in kept]
+        top1 = [100 * r.top1 for r in kept]
         points.append(
             {
                 "dataset": dataset,
@@ -63,7 +64,7 @@ def accuracy_cost_points(done: list[dict], speed: list[dict] | None, collapsed=f
                 "high": max(top1),
                 "seeds": len(kept),
                 "collapsed": len(runs) - len(kept),
-                "mflops": kept[0]["flops_per_image"] / 1e6,
+                "mflops": kept[0].flops_per_image / 1e6,
                 **bench.get(variant, {}),
             }
         )

@@ -16,7 +16,8 @@ import statistics
 from scipy import stats as scipy_stats
 
 from ..lab import records
-from ..lab.schema import is_finished
+from ..lab.result import results
+from ..lab.schema import finished
 from ..lab.tables import markdown_table, signed
 
 GO_GAP = 1.5  # a Performer behind softmax by at least this many points at the longest budget: go on
@@ -29,15 +30,13 @@ NEXT_AFTER_NO_GO = {
 }
 
 
-def budget_top1(records_: list[dict]) -> dict[tuple[str, int, int], float]:
+def budget_top1(found) -> dict[tuple[str, int, int], float]:
     """(variant, seed, budget epochs) → test top-1 in points, from finished records and their branches."""
     out = {}
-    for r in records_:
-        if not is_finished(r):
-            continue
-        out[(r["variant"], r["seed"], r["epochs"])] = 100 * r["top1"]
-        for budget, branch in (r.get("budgets") or {}).items():
-            out[(r["variant"], r["seed"], int(budget))] = 100 * branch["top1"]
+    for r in finished(results(found)):
+        out[(r.variant, r.seed, r.epochs)] = 100 * r.top1
+        for budget, branch in (r.budgets or {}).items():
+            out[(r.variant, r.seed, int(budget))] = 100 * branch["top1"]
     return out
 
 
@@ -177,7 +176,7 @@ def write_report(preset: str, reports_root=None) -> list[str]:
     budgets = sorted({*params.train.budgets, longest})
     seeds = list(params.seeds)
     rows = gap_rows(top1, budgets, seeds)
-    finished = sum(is_finished(r) for r in found)
+    finished_count = len(finished(results(found)))
     planned = len(grid(params))
     short = budgets[-2] if len(budgets) > 1 else longest
     variants = list(dict.fromkeys(v for _, v, _ in grid(params)))
@@ -198,9 +197,9 @@ def write_report(preset: str, reports_root=None) -> list[str]:
         "",
         f"{params.description}. Pre-registered in `params/{preset}.yaml` before its first run: the task, "
         "the variants, seeds, recipe, budgets, the go/no-go rule and the seed rule. "
-        f"{finished} of {planned} runs finished.",
+        f"{finished_count} of {planned} runs finished.",
         "",
-        decision(rows, longest, finished == planned, params.datasets[0]),
+        decision(rows, longest, finished_count == planned, params.datasets[0]),
         "",
         factorial_seeds(rows, longest),
         "",

@@ -13,6 +13,7 @@ import torch
 from ..core.data import normalize
 from ..core.errors import UserError
 from ..core.variants import parse_variant
+from ..lab.result import results
 from ..lab.run import Run
 
 
@@ -30,14 +31,13 @@ def inspection_targets(
     if first:
         return [
             {
-                "variant": r["variant"],
-                "dataset": r["dataset"],
-                "seed": r["seed"],
+                "variant": r.variant,
+                "dataset": r.dataset,
+                "seed": r.seed,
                 "record": r,
-                "label": f"{r['variant']} · {r['dataset']} · seed {r['seed']} "
-                f"(test top-1 {100 * r['top1']:.1f}%, {r['epochs']} ep)",
+                "label": f"{r.variant} · {r.dataset} · seed {r.seed} (test top-1 {100 * r.top1:.1f}%, {r.epochs} ep)",
             }
-            for r in first
+            for r in results(first)
         ]
     return [
         {

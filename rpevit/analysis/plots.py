@@ -11,7 +11,7 @@ import statistics
 
 import numpy as np
 
-from ..core.variants import parse_variant
+from ..lab.result import results
 from .convergence import PLATEAU_FRACTION
 from .styles import plotly_style, variant_legend, variant_style
 
@@ -272,11 +272,9 @@ def resolution_bands(found: list[dict], mode: str) -> dict[str, dict]:
     """over_seeds of test top-1 % vs input resolution in one position mode; a variant without
     positions to rebuild has one mode only, which stands for both."""
     series: dict[str, list[dict]] = {}
-    for r in found:
-        evaluations = [e for e in r["resolution_eval"] if e["mode"] == mode] or r["resolution_eval"]
-        series.setdefault(parse_variant(r["variant"]).name, []).append(
-            {e["resolution"]: 100 * e["top1"] for e in evaluations}
-        )
+    for r in results(found):
+        evaluations = [e for e in r.resolution_eval if e["mode"] == mode] or r.resolution_eval
+        series.setdefault(r.name, []).append({e["resolution"]: 100 * e["top1"] for e in evaluations})
     return over_seeds(series)
 
 
@@ -285,7 +283,8 @@ def resolution_figure(found: list[dict], title: str = ""):
     training resolution marked; a legend entry for every variant."""
     plt = _mpl()
     fig, axes = plt.subplots(1, 2, figsize=(14, 4.6), sharey=True, layout="constrained")
-    trained = found[0]["resolution_eval"][0]["trained_resolution"]
+    found = results(found)
+    trained = found[0].resolution_eval[0]["trained_resolution"]
     seeds = 1
     for axis, mode in zip(axes, ("extrapolate", "interpolate")):
         for variant, line in resolution_bands(found, mode).items():
@@ -299,7 +298,7 @@ def resolution_figure(found: list[dict], title: str = ""):
     grey = (plt.Line2D([], [], color="grey", linewidth=0.8), f"training resolution ({trained} px)")
     variant_legend(
         fig,
-        [r["variant"] for r in found],
+        [r.variant for r in found],
         extra=[grey],
         loc="outside right upper",
         title=SEED_BAND if seeds > 1 else None,

@@ -9,10 +9,11 @@ import math
 import statistics
 from collections import defaultdict
 
-from ..core.metrics import busy
 from ..core.variants import parse_variant
 from ..lab.params import PROJECT_ROOT
+from ..lab.result import Result, results
 from ..lab.schema import (
+    DIVERGED,
     METRIC_COLUMNS,
     finished,  # the one filter (re-exported: notebooks import it from here)
 )
@@ -22,10 +23,11 @@ PUBLISHED = PROJECT_ROOT / "params" / "published_results.csv"
 RESULT_COLUMNS = METRIC_COLUMNS  # (record key, table column, scale), from the record schema
 
 
-def _groups(records):
+def _groups(records) -> dict[tuple[str, str], list[Result]]:
+    """The finished Results per (dataset, variant)."""
     groups = defaultdict(list)
-    for record in finished(records):
-        groups[(record["dataset"], record["variant"])].append(record)
+    for result in finished(results(records)):
+        groups[(result.dataset, result.variant)].append(result)
     return groups
 
 
@@ -35,15 +37,15 @@ def results_table(records: list[dict]) -> list[dict]:
     for (dataset, variant), runs in _groups(records).items():
         row = {"dataset": dataset, "variant": variant, "seeds": len(runs)}
         for key, column, scale in RESULT_COLUMNS:
-            row[column] = statistics.fmean(r[key] for r in runs) * scale
+            row[column] = statistics.fmean(getattr(r, key) for r in runs) * scale
             if key == "top1":
-                row["top-1 std"] = statistics.stdev(r[key] * 100 for r in runs) if len(runs) > 1 else math.nan
+                row["top-1 std"] = statistics.stdev(r.top1 * 100 for r in runs) if len(runs) > 1 else math.nan
         # timings taken while the machine's load exceeded its cores are not comparable: say so
-        row["busy timings"] = f"{sum(busy(r) for r in runs)}/{len(runs)}"
+        row["busy timings"] = f"{sum(r.busy for r in runs)}/{len(runs)}"
         rows.append(row)
-    diverged = [r for r in records if r.get("status") == "diverged"]
-    for record in diverged:
-        rows.append({"dataset": record["dataset"], "variant": record["variant"] + " (diverged)", "seeds": 1})
+    for result in results(records):
+        if result.status == DIVERGED:
+            rows.append({"dataset": result.dataset, "variant": result.variant + " (diverged)", "seeds": 1})
     return rows
 
 
@@ -57,7 +59,7 @@ def gap_table(records: list[dict]) -> list[dict]:
     from ..core.attention import exact_backends
 
     exact = exact_backends()[0]
-    mean_top1 = {key: 100 * statistics.fmean(r["top1"] for r in runs) for key, runs in _groups(records).items()}
+    mean_top1 = {key: 100 * statistics.fmean(r.top1 for r in runs) for key, runs in _groups(records).items()}
     rows = []
     for (dataset, variant), accuracy in sorted(mean_top1.items()):
         parsed = parse_variant(variant)
@@ -88,8 +90,9 @@ def published_results() -> list[dict]:
 
 def published_side_by_side(records: list[dict]) -> list[dict]:
     """Published top-1 (per source, dataset, model) next to our top-1 for the same variant name."""
-    ours = {variant: 100 * statistics.fmean(r["top1"] for r in runs) for (_, variant), runs in _groups(records).items()}
-    our_dataset = ", ".join(sorted({r["dataset"] for r in finished(records)})) or "—"
+    groups = _groups(records)
+    ours = {variant: 100 * statistics.fmean(r.top1 for r in runs) for (_, variant), runs in groups.items()}
+    our_dataset = ", ".join(sorted({dataset for dataset, _ in groups})) or "—"
     rows = []
     for row in published_results():
         if row["metric"] != "top1_pct":

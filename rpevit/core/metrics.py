@@ -266,8 +266,12 @@ def machine_load() -> dict:
 
 
 def busy(record: dict) -> bool:
-    """True if a record's timings were taken on a busy machine (load above the cores)."""
-    load, cores = record.get("load_average"), record.get("cpu_count")
+    """True if a record's (or a benchmark row's) timings were taken on a busy machine (busy_load)."""
+    return busy_load(record.get("load_average"), record.get("cpu_count"))
+
+
+def busy_load(load: float | None, cores: int | None) -> bool:
+    """A 1-minute load average above the machine's cores (+ 0.5): timings taken then measure the load."""
     return load is not None and cores is not None and load > cores + 0.5
 
 

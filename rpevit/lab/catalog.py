@@ -11,6 +11,7 @@ from __future__ import annotations
 from ..core.variants import parse_variant
 from . import design, records
 from .params import Params, checked_by, load_params
+from .result import Result, results
 from .run import Run
 from .schema import finished as finished_runs
 from .schema import is_finished
@@ -32,7 +33,7 @@ def planned_runs(params: Params, current: list[dict]) -> list[tuple[str, str, in
     (design.wanted_runs), so seeds and variants it has ruled out are not counted on."""
     if not params.design.active:
         return grid(params)
-    done = [(r["dataset"], r["variant"], r["seed"]) for r in current if is_finished(r)]
+    done = [r.place for r in finished_runs(results(current))]
     return done + design.wanted_runs(params, current)
 
 
@@ -40,7 +41,7 @@ def planned_line(params: Params, current: list[dict]) -> str:
     """'k of n planned runs finished for <preset>': n counts, for a design, its finished runs and those
     its stopping rule still wants (planned_runs) — the count notebook 45 states — with the grid's
     size named as the most it could train."""
-    done = sum(is_finished(r) for r in current)
+    done = len(finished_runs(results(current)))
     line = f"{done} of {len(planned_runs(params, current))} planned runs finished for {params.name}"
     if params.design.active:
         line += f" (a designed study: its stopping rule and budgets could train at most {len(grid(params))})"
@@ -98,11 +99,11 @@ def in_flight_and_records(params: Params, runs_root=None, reports_root=None) -> 
     return busy, study_records(params, runs_root, reports_root)
 
 
-def study_records(params: Params, runs_root=None, reports_root=None) -> list[dict]:
-    """The current records of the preset's grid, in grid order."""
+def study_records(params: Params, runs_root=None, reports_root=None) -> list[Result]:
+    """The current records of the preset's grid, in grid order, as Results that know their Run."""
     roots = {"runs_root": runs_root, "reports_root": reports_root}
-    found = (current_record(Run(params, *place, **roots)) for place in grid(params))
-    return [record for record in found if record is not None]
+    runs = [Run(params, *place, **roots) for place in grid(params)]
+    return [Result.of(record, run) for run in runs if (record := current_record(run)) is not None]
 
 
 def pace_records(params: Params, runs_root=None, reports_root=None, own: list[dict] | None = None) -> list[dict]:

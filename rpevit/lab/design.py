@@ -23,8 +23,9 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from ..core.errors import UserError
+from .result import Result, results
+from .schema import DIVERGED
 from .schema import finished as finished_runs
-from .schema import is_finished
 
 
 @dataclass(frozen=True)
@@ -187,9 +188,9 @@ def primary_progress(params, records: list[dict]) -> PrimaryProgress:
     up to max_seeds. A seed whose primary run diverged is lost (not retried): the rule and the
     analysis go on with the next seed, seeds being exchangeable."""
     design, rule = params.design, params.design.stopping
-    primary = _names(design.primary)
-    lost = {r["seed"]: r["variant"] for r in records if r.get("status") == "diverged" and r["variant"] in primary}
-    accuracy = {(r["variant"], r["seed"]): r["top1"] for r in records if is_finished(r)}
+    primary, found = _names(design.primary), results(records)
+    lost = {r.seed: r.variant for r in found if r.status == DIVERGED and r.variant in primary}
+    accuracy = {(r.variant, r.seed): r.top1 for r in finished_runs(found)}
     usable = tuple(seed for seed in params.seeds if seed not in lost)
     complete = 0
     for seed in usable[: rule.max_seeds]:
@@ -223,7 +224,7 @@ def decide(
     dataset, variant, seed = run
     design = params.design
     primary = _names(design.primary)
-    current = [r for r in finished if r.get("dataset") == dataset]
+    current = [r for r in results(finished) if r.dataset == dataset]
     mine = finished_runs(current)
     complete, needed, usable, lost = primary_progress(params, current)
     flying = sorted((usable.index(s), v) for d, v, s in busy if d == dataset and v in primary and s in usable)
@@ -237,13 +238,11 @@ def decide(
                 i, v = earlier[0]
                 return "wait", f"{v} seed {usable[i]} is in flight; the stopping rule decides after it"
             return "skip", f"the stopping rule needs {needed} primary seeds"
-        started = any(r["variant"] in primary and r["seed"] == seed for r in mine) or any(i == index for i, _ in flying)
+        started = any(r.variant in primary and r.seed == seed for r in mine) or any(i == index for i, _ in flying)
         return ("train", "") if started else _affordable(params, mine, usable[:complete])
     if secondary_held:
         return "skip", secondary_held
-    started = any(r.get("variant") == variant for r in current) or any(
-        d == dataset and v == variant for d, v, _ in busy
-    )
+    started = any(r.variant == variant for r in current) or any(d == dataset and v == variant for d, v, _ in busy)
     if not started and (why := _secondary_budget_spent(design, mine, primary)):
         return "skip", why
     if complete < needed and flying:
@@ -255,7 +254,8 @@ def decide(
 def wanted_runs(params, finished: list[dict], busy=frozenset()) -> list[tuple[str, str, int]]:
     """The design's runs it still wants on these records: unfinished and not ruled out (decide says
     train or wait), in training order; those in flight (`busy`) included."""
-    done = {(r["dataset"], r["variant"], r["seed"]) for r in finished}  # finished or diverged: not retried
+    finished = results(finished)
+    done = {r.place for r in finished}  # finished or diverged: not retried
     left = []
     for place in ordered_runs(params):
         if place in done:
@@ -294,7 +294,8 @@ def _standing(params, current: list[dict]) -> tuple[str, bool]:
     rule = params.design.stopping
     complete = progress.usable[: progress.complete]
     target = f"every {100 * rule.confidence:g} % half-width ≤ {rule.half_width:g} points, or {rule.max_seeds} seeds"
-    accuracy = {(r["variant"], r["seed"]): r["top1"] for r in current if is_finished(r) and r["seed"] in complete}
+    current = results(current)
+    accuracy = {(r.variant, r.seed): r.top1 for r in finished_runs(current) if r.seed in complete}
     widths = half_widths(params.design, accuracy).values()
     if rule.fixed and len(complete) >= rule.max_seeds:
         return f"the design's fixed {rule.max_seeds} seeds are complete", False
@@ -304,7 +305,7 @@ def _standing(params, current: list[dict]) -> tuple[str, bool]:
         return f"the stopping rule ({target}) ended at its maximum", False
     if len(complete) >= len(progress.usable):
         return f"the stopping rule ({target}) wanted more, but no seed of the preset is left", False
-    dataset = current[0]["dataset"] if current else params.datasets[0]
+    dataset = current[0].dataset if current else params.datasets[0]
     primary = parse_variant(params.design.primary[0]).name
     verdict, why = decide(params, (dataset, primary, progress.usable[len(complete)]), current)
     if verdict == "skip":
@@ -318,20 +319,20 @@ def primary_settled(params, records: list[dict]) -> bool:
     train (wanted_runs; a run in flight elsewhere counts as left). Its contrasts then stay as they are."""
     if primary_progress(params, records).complete < params.design.stopping.min_seeds:
         return False
-    dataset, primary = records[0]["dataset"], set(_names(params.design.primary))
+    dataset, primary = Result.of(records[0]).dataset, set(_names(params.design.primary))
     return not any(d == dataset and v in primary for d, v, _ in wanted_runs(params, records))
 
 
 def training_hours(records) -> float:
     """Summed training hours of finished runs (epochs × seconds per epoch)."""
-    return sum(r.get("train_seconds_per_epoch", 0) * r.get("epochs", 0) for r in records) / 3600
+    return sum((r.train_seconds_per_epoch or 0) * (r.epochs or 0) for r in results(records)) / 3600
 
 
 def _secondary_budget_spent(design: Design, mine: list[dict], primary) -> str:
     """Why no new secondary variant may start ('' while one may): its own budget (secondary runs'
     hours) or, without one, the shared budget (every run's hours) is spent."""
     if design.secondary_budget_hours is not None:
-        spent = training_hours(r for r in mine if r["variant"] not in primary)
+        spent = training_hours(r for r in mine if r.variant not in primary)
         if spent >= design.secondary_budget_hours:
             return f"the secondary budget of {design.secondary_budget_hours:g} training hours is spent ({spent:.1f} h)"
     elif design.budget_hours is not None and (spent := training_hours(mine)) >= design.budget_hours:
@@ -347,11 +348,9 @@ def _affordable(params, mine: list[dict], complete: tuple) -> tuple[str, str]:
     if design.budget_hours is None:
         return "train", ""
     primary = _names(design.primary)
-    counted = mine if design.secondary_budget_hours is None else [r for r in mine if r["variant"] in primary]
+    counted = mine if design.secondary_budget_hours is None else [r for r in mine if r.variant in primary]
     spent = training_hours(counted)
-    per_seed = training_hours(r for r in mine if r["variant"] in primary and r["seed"] in complete) / max(
-        1, len(complete)
-    )
+    per_seed = training_hours(r for r in mine if r.variant in primary and r.seed in complete) / max(1, len(complete))
     if spent + per_seed > design.budget_hours or spent >= design.budget_hours:
         return "skip", (
             f"the budget left ({design.budget_hours - spent:.1f} of {design.budget_hours:g} training hours) "
@@ -364,14 +363,15 @@ def complete_seed_records(params, records: list[dict]) -> list[dict]:
     """The records a design's analysis uses: a primary variant's runs only of the complete primary
     seeds (every primary variant finished; the seeds the stopping rule counts), so every primary
     contrast rests on the same balanced seeds. Without a design, all of them."""
+    found = results(records)
     if not params.design.active:
-        return list(records)
+        return found
     primary = set(_names(params.design.primary))
     by_dataset = {}
-    for dataset in {r.get("dataset") for r in records}:
-        progress = primary_progress(params, [r for r in records if r.get("dataset") == dataset])
+    for dataset in {r.dataset for r in found}:
+        progress = primary_progress(params, [r for r in found if r.dataset == dataset])
         by_dataset[dataset] = set(progress.usable[: progress.complete])
-    return [r for r in records if r.get("variant") not in primary or r.get("seed") in by_dataset[r.get("dataset")]]
+    return [r for r in found if r.variant not in primary or r.seed in by_dataset[r.dataset]]
 
 
 def _names(variants) -> list[str]:

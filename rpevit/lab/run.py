@@ -23,6 +23,7 @@ from ..core.variants import Variant, parse_variant
 from . import records
 from .params import Params, TrainConfig
 from .paths import inside
+from .result import Result
 
 
 def model_config_for(params: Params, dataset: str) -> ModelConfig:
@@ -76,7 +77,7 @@ class Run:
     @classmethod
     def of(cls, params: Params, record: dict, **roots) -> Run:
         """The run a record belongs to (its dataset, variant and seed under preset `params`)."""
-        return cls(params, record["dataset"], record["variant"], record["seed"], **roots)
+        return cls(params, *Result.of(record).place, **roots)
 
     @property
     def parsed(self) -> Variant:

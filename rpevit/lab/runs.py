@@ -25,6 +25,7 @@ from ..core.sizing import check_fits
 from ..core.variants import parse_variant
 from . import records
 from .params import Params, TrainConfig
+from .result import Result, results
 from .run import Run, model_config_for
 from .schema import finished as finished_runs
 from .schema import is_finished
@@ -266,7 +267,7 @@ def keep_weights(params: Params, found: list[dict], runs_root=None, reports_root
             path = records.save_kept_weights(run.kept_dir, kept, checkpoint["best"]["state"])
             lines.append(f"{run.label}: kept {path} ({path.stat().st_size / 2**20:.1f} MiB)")
     places = {(run.dataset, run.variant) for run in chosen}
-    missing = sorted({(r["dataset"], r["variant"]) for r in found if is_finished(r)} - places)
+    missing = sorted({(r.dataset, r.variant) for r in finished_runs(results(found))} - places)
     where = f"no checkpoint in {Path(runs_root or records.runs_root())}, no weights kept"
     lines += [f"{v} | {d}: no finished run has its weights here ({where})" for d, v in missing]
     return lines or [f"preset {params.name} has no finished run yet: nothing to keep"]
@@ -277,23 +278,23 @@ def inspectable(params: Params, found: list[dict], has_weights=None, every_seed:
     `found` whose weights can be loaded here (`has_weights(record)`, default inspectable_here: a
     checkpoint here or kept weights), in the preset's order of datasets and variants, then by seed."""
     has_weights = has_weights or (lambda record: inspectable_here(params, record))
-    chosen: dict[tuple, dict] = {}
-    for r in sorted((r for r in found if is_finished(r)), key=lambda r: r["seed"]):
+    chosen: dict[tuple, Result] = {}
+    for r in sorted(finished_runs(results(found)), key=lambda r: r.seed):
         if has_weights(r):
-            chosen.setdefault((r["dataset"], r["variant"]) + ((r["seed"],) if every_seed else ()), r)
+            chosen.setdefault((r.dataset, r.variant) + ((r.seed,) if every_seed else ()), r)
     places = ((d, parse_variant(v).name) for d in params.datasets for v in params.variants)
     order = {place: i for i, place in enumerate(places)}
-    return sorted(chosen.values(), key=lambda r: (order.get((r["dataset"], r["variant"]), len(order)), r["seed"]))
+    return sorted(chosen.values(), key=lambda r: (order.get((r.dataset, r.variant), len(order)), r.seed))
 
 
 def weightless_note(params, found: list[dict], has_weights=None) -> str:
     """A line naming the variants (per dataset) with finished runs none of whose weights can be loaded
     here (`has_weights`, default inspectable_here), or '' when every finished variant has one."""
     has_weights = has_weights or (lambda record: inspectable_here(params, record))
-    finished = finished_runs(found)
-    loadable = {(r["dataset"], r["variant"]) for r in finished if has_weights(r)}
-    missing = [r for r in sorted(finished, key=lambda r: r["seed"]) if (r["dataset"], r["variant"]) not in loadable]
-    places = list(dict.fromkeys(f"{r['variant']} · {r['dataset']}" for r in missing))
+    finished = finished_runs(results(found))
+    loadable = {(r.dataset, r.variant) for r in finished if has_weights(r)}
+    missing = [r for r in sorted(finished, key=lambda r: r.seed) if (r.dataset, r.variant) not in loadable]
+    places = list(dict.fromkeys(f"{r.variant} · {r.dataset}" for r in missing))
     if not places:
         return ""
     first = missing[0]
@@ -302,7 +303,7 @@ def weightless_note(params, found: list[dict], has_weights=None) -> str:
         f"loaded here ({', '.join(places)}): checkpoints stay where a run was trained, and `python -m rpevit "
         f"keep-weights {params.name}` run there keeps one seed's weights per variant in the repository. To "
         f"inspect one here, train it again: `python -m rpevit train --params {params.name} --variant "
-        f"{first['variant']} --dataset {first['dataset']} --seed {first['seed']}`."
+        f"{first.variant} --dataset {first.dataset} --seed {first.seed}`."
     )
 
 

@@ -13,11 +13,15 @@ import dataclasses
 from dataclasses import dataclass, field
 
 FINISHED = "finished"  # a record's status once it was tested (the others: diverged; failed / skipped rows)
+DIVERGED = "diverged"  # a record's status when training produced a non-finite loss (no test metrics)
 
 
-def is_finished(record: dict | None) -> bool:
-    """True for a record of a run that finished (trained and tested); diverged runs have no metrics."""
-    return record is not None and record.get("status") == FINISHED
+def is_finished(record) -> bool:
+    """True for a record (a dict as written, or a rpevit.lab.result.Result) of a run that finished
+    (trained and tested); diverged runs have no metrics."""
+    if record is None:
+        return False
+    return (record.get("status") if isinstance(record, dict) else record.status) == FINISHED
 
 
 def finished(records) -> list[dict]:
@@ -40,7 +44,7 @@ def _f(
     return field(default=default, metadata=metadata)
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunRecord:
     """Everything a finished run wrote: identity, test metrics, costs, where and how it ran."""
 

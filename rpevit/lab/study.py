@@ -37,6 +37,7 @@ from .cell import State, cells, needs_evaluation, run_cell, run_pack, settle
 from .params import Params
 from .paths import inside
 from .progress import Progress, label
+from .result import results
 from .run import Run
 from .schema import SUMMARY_COLUMNS, is_finished
 from .schema import finished as finished_runs
@@ -225,7 +226,8 @@ def designed_order(
         busy = busy | ours
         held = secondary_held(params, *roots)
         pace = pace_records(params, *roots, own=finished)
-        done = {(r["dataset"], r["variant"], r["seed"]) for r in finished}
+        finished = results(finished)
+        done = {r.place for r in finished}
         chosen, waits, skips, refused = None, [], [], set()  # refused: "primary" / "secondary" runs refused for time
         for run, before in todo:
             if run.place in tried or run.place in busy or (before.train and run.place in done):
@@ -284,7 +286,7 @@ def wanted_left(
     process: what the ETA counts. Returns (how many, their expected seconds one after another at the
     pace of `pace` scaled by `costs`, the epochs their checkpoints hold subtracted — None where a run
     has no pace to go on)."""
-    done = {(r["dataset"], r["variant"], r["seed"]) for r in finished}
+    done = {r.place for r in results(finished)}
     runs = [
         run
         for run, state in todo
@@ -329,7 +331,7 @@ def retime_study(params: Params, everything: bool = False, runs_root=None, repor
     from .evaluate import retime
 
     done = finished_runs(study_records(params, runs_root, reports_root))
-    chosen = [r for r in done if everything or busy(r)]
+    chosen = [r for r in done if everything or r.busy]
     here = [r for r in chosen if runs.weights_here(params, r, runs_root)]
     without = len(chosen) - len(here)
     print(
@@ -340,13 +342,13 @@ def retime_study(params: Params, everything: bool = False, runs_root=None, repor
     )
     retimed, datasets = [], {}
     for r in here:
-        if r["dataset"] not in datasets:
-            datasets[r["dataset"]] = runs.dataset_for(params, r["dataset"])
+        if r.dataset not in datasets:
+            datasets[r.dataset] = runs.dataset_for(params, r.dataset)
         run = Run.of(params, r, runs_root=runs_root, reports_root=reports_root)
-        record = retime(run, datasets[r["dataset"]])
+        record = retime(run, datasets[r.dataset])
         _keep(run)
         print(
-            f"[{run.label}] {r['ms_per_image_batched']:.4f} → "
+            f"[{run.label}] {r.ms_per_image_batched:.4f} → "
             f"{record['ms_per_image_batched']:.4f} ms/image at load {record['load_average']:.1f}"
             + (" (busy again)" if busy(record) else ""),
             flush=True,

@@ -13,11 +13,12 @@ from .bench import train_costs
 from .catalog import grid, in_flight_and_records, pace_records, secondary_held
 from .params import Params, load_params
 from .progress import label
+from .result import results
 from .revision import code_revision, short_revision
 from .run import Run
 from .runs import weights_wanted
+from .schema import DIVERGED
 from .schema import finished as finished_runs
-from .schema import is_finished
 from .time_limit import epochs_done, expected_total
 
 
@@ -27,7 +28,7 @@ def wanted(params: Params, current: list[dict], busy: set, held: str = "") -> di
     decides on them after the runs in flight) and `held` (secondary runs held while `held` says the
     longer-budget check trains first). Runs a design rules out are in none. Without a design every
     unfinished run is left."""
-    done = {(r["dataset"], r["variant"], r["seed"]) for r in current}
+    done = {r.place for r in results(current)}
     places = [place for place in grid(params) if place not in done]
     if not params.design.active:
         return {"left": places, "waiting": [], "held": []}
@@ -57,7 +58,7 @@ def _expected(params: Params, places, pace: list[dict], runs_root=None, costs=No
     hours, unknown = remaining_hours(params, places, pace, runs_root, costs)
     if places and unknown == len(places):
         return "no finished run on their dataset yet to take a pace from"
-    paced = {(r["dataset"], r["variant"]) for r in pace}
+    paced = {(r.dataset, r.variant) for r in results(pace)}
     scaled = bool(costs) and any((d, v) not in paced and v in costs for d, v, _ in places)
     return (
         f"≈ {hours:.1f} hours one after another (validation, testing and evaluation included) at the median pace "
@@ -72,12 +73,12 @@ def _design_lines(params: Params, current: list[dict]) -> list[str]:
     rules, lines = params.design, []
     primary = {parse_variant(v).name for v in rules.primary}
     for dataset in params.datasets:
-        mine = [r for r in current if r["dataset"] == dataset]
+        mine = [r for r in results(current) if r.dataset == dataset]
         progress = design.primary_progress(params, mine)
         accuracy = {
-            (r["variant"], r["seed"]): r["top1"]
-            for r in design.complete_seed_records(params, mine)
-            if is_finished(r) and r["variant"] in primary
+            (r.variant, r.seed): r.top1
+            for r in finished_runs(design.complete_seed_records(params, mine))
+            if r.variant in primary
         }
         rule = rules.stopping
         widths = design.half_widths(rules, accuracy) if progress.complete >= 2 and not rule.fixed else {}
@@ -99,7 +100,7 @@ def _design_lines(params: Params, current: list[dict]) -> list[str]:
         )
         finished = finished_runs(mine)
         spent = {
-            part: design.training_hours(r for r in finished if (r["variant"] in primary) == (part == "primary"))
+            part: design.training_hours(r for r in finished if (r.variant in primary) == (part == "primary"))
             for part in ("primary", "secondary")
         }
         if rules.secondary_budget_hours is not None:
@@ -118,7 +119,7 @@ def status_lines(params: Params, runs_root=None, reports_root=None) -> list[str]
     lines follow, indented."""
     busy, current = in_flight_and_records(params, runs_root, reports_root)
     finished = finished_runs(current)
-    diverged = sum(r.get("status") == "diverged" for r in current)
+    diverged = sum(r.status == DIVERGED for r in current)
     total = len(grid(params))
     lines = [
         f"{params.name}: "
@@ -191,8 +192,8 @@ def _revision_line(finished: list[dict]) -> list[str]:
     if not finished:
         return []
     current = short_revision(code_revision())
-    other = [r for r in finished if r.get("code_revision") != code_revision()]
-    unknown = sum(not r.get("code_revision") for r in finished)
+    other = [r for r in finished if r.code_revision != code_revision()]
+    unknown = sum(not r.code_revision for r in finished)
     if not other:
         return [f"code revision: every finished record comes from the current one ({current})"]
     return [

@@ -24,8 +24,9 @@ import torch
 from ..core.errors import UserError
 from . import records
 from .progress import minutes
+from .result import results
 from .run import Run
-from .schema import FINISHED
+from .schema import finished as finished_runs
 
 _PART = re.compile(r"(\d+(?:\.\d+)?)([hms])")
 _UNIT = {"h": 3600.0, "m": 60.0, "s": 1.0}
@@ -101,14 +102,10 @@ def seconds_per_epoch(finished: list[dict], dataset: str, variant: str, costs: d
     bench.train_costs) has it and some of them, else the slowest variant's; None when the dataset has
     no finished run."""
     times: dict[str, dict[bool, list[float]]] = {}
-    for r in finished:
-        if (
-            r.get("dataset") == dataset
-            and r.get("status", FINISHED) == FINISHED  # pace rows may carry no status
-            and r.get("train_seconds_per_epoch")
-        ):
-            here = r.get("threads") == torch.get_num_threads()
-            times.setdefault(r["variant"], {True: [], False: []})[here].append(float(r["train_seconds_per_epoch"]))
+    for r in finished_runs(results(finished)):  # a pace row without a status counts as finished
+        if r.dataset == dataset and r.train_seconds_per_epoch:
+            here = r.threads == torch.get_num_threads()
+            times.setdefault(r.variant, {True: [], False: []})[here].append(float(r.train_seconds_per_epoch))
     medians = {v: statistics.median(t[True] or t[False]) for v, t in times.items()}
     if variant in medians:
         return medians[variant]

@@ -38,7 +38,7 @@ def pilot_runs(presets: list[str], runs_root=None, reports_root=None) -> list[di
     rows = []
     for name in presets:
         params = load_params(name)
-        done = {(r["dataset"], r["variant"], r["seed"]): r for r in study_records(params, runs_root, reports_root)}
+        done = {r.place: r for r in study_records(params, runs_root, reports_root)}
         for place in grid(params):
             run = Run(params, *place, runs_root=runs_root, reports_root=reports_root)
             record = done.get(run.place)
@@ -54,10 +54,10 @@ def pilot_runs(presets: list[str], runs_root=None, reports_root=None) -> list[di
                     "recipe": recipe_text(params),
                     "epochs": params.train.epochs,
                     "epochs done": len(history),
-                    "status": record.get("status") if record else "training",
-                    "best epoch": record.get("best_epoch") if record else None,
+                    "status": record.status if record else "training",
+                    "best epoch": record.best_epoch if record else None,
                     "best val %": 100 * max(val) if val else math.nan,
-                    "test top-1 %": 100 * record["top1"] if record and record.get("top1") is not None else math.nan,
+                    "test top-1 %": 100 * record.top1 if record and record.top1 is not None else math.nan,
                     "last train top-1 %": 100 * float(history[-1]["train_acc"]) if history else math.nan,
                     f"val gain over last {PLATEAU_FRACTION:.0%} (points)": plateau_gain(val)
                     if len(val) == params.train.epochs

@@ -15,7 +15,8 @@ from ...core import stats
 from ...core.metrics import busy
 from ...core.variants import parse_variant
 from ...lab import design as design_rules
-from ...lab.schema import is_finished
+from ...lab.result import results
+from ...lab.schema import finished
 from ...lab.tables import signed
 from ..convergence import PLATEAU_RULE, converged
 from .evaluation import family_size
@@ -220,8 +221,8 @@ def design_answer_text(
     lines = []
     contrasts_of = {d: [r for r in rows if r["source"] == source and r["dataset"] == d] for d in params.datasets}
     for dataset, contrasts in contrasts_of.items():
-        current = [r for r in found if r.get("dataset") == dataset]
-        sizes = sorted({r["num_params"] for r in current if is_finished(r) and r.get("num_params")})
+        current = [r for r in results(found) if r.dataset == dataset]
+        sizes = sorted({r.num_params for r in finished(current) if r.num_params})
         size = "" if not sizes else f" ({sizes[0]:,}" + (f"–{sizes[-1]:,}" if len(sizes) > 1 else "") + " parameters)"
         runs = [c for c in convergence if c.get("dataset") == dataset]
         if len(params.datasets) > 1:

@@ -20,6 +20,7 @@ import numpy as np
 
 from ...core import stats
 from ...core.variants import parse_variant
+from ...lab.result import Result, results
 from ...lab.schema import finished
 from .registry import (
     ALPHA,
@@ -39,21 +40,23 @@ NO_BENCHMARK = "no side-by-side speed benchmark of this preset (`python -m rpevi
 ONE_SEED = "one seed"
 
 
-def correctness(record: dict, resolution: int | None = None, mode: str = "extrapolate") -> np.ndarray | None:
-    """Per-image test correctness (bool) of a run, at its trained resolution or an evaluated one."""
-    text = record.get("test_correct")
+def correctness(record, resolution: int | None = None, mode: str = "extrapolate") -> np.ndarray | None:
+    """Per-image test correctness (bool) of a run (a Result or record), at its trained resolution or an
+    evaluated one."""
+    result = Result.of(record)
+    text = result.test_correct
     if resolution is not None:
         rows = [
             r
-            for r in record.get("resolution_eval", [])
+            for r in result.resolution_eval or []
             if r["resolution"] == resolution and r["mode"] == mode and "correct" in r
         ]
         text = rows[0]["correct"] if rows else None
     return None if text is None else np.frombuffer(text.encode(), dtype=np.uint8) == ord("1")
 
 
-def _by_seed(records: list[dict], dataset: str, variant: str) -> dict[int, dict]:
-    return {r["seed"]: r for r in finished(records) if r["dataset"] == dataset and r["variant"] == variant}
+def _by_seed(found: list[Result], dataset: str, variant: str) -> dict[int, Result]:
+    return {r.seed: r for r in finished(found) if r.dataset == dataset and r.variant == variant}
 
 
 def _interval_text(tested: dict, units: str) -> str:
@@ -130,7 +133,8 @@ def evaluate_claims(
     (not run yet, or one seed so far, of ≥ 2 planned seeds) joins the family with both p-values at 1 —
     it rejects nothing and takes its share of α — so an interim table is corrected for the same m as the
     finished study's. Without `planned`, the family is the rows tested now."""
-    datasets = datasets or sorted({r["dataset"] for r in records})
+    records = results(records)
+    datasets = datasets or sorted({r.dataset for r in records})
     seeds_of = None if planned is None else _planned_seeds(planned)
     rows = []
     for claim in claims:
@@ -214,7 +218,7 @@ def family_size(rows: list[dict]) -> tuple[int, int]:
 def missing_runs(records: list[dict], expected) -> list[dict]:
     """Per (dataset, variant) of the grid `expected` ((dataset, variant, seed) triples, e.g.
     catalog.grid(params)): the seeds without a finished run, as a tuple."""
-    done = {(r["dataset"], r["variant"], r["seed"]) for r in finished(records)}
+    done = {r.place for r in finished(results(records))}
     missing: dict[tuple[str, str], list[int]] = {}
     for dataset, variant, seed in expected:
         if (dataset, variant, seed) not in done:

@@ -12,9 +12,9 @@ from __future__ import annotations
 import math
 
 from ...core.attention import exact_backends
-from ...core.metrics import busy
 from ...core.variants import parse_variant
 from ...lab.catalog import grid
+from ...lab.result import results
 from ...lab.schema import finished
 from ...lab.tables import signed
 from .evaluation import family_size
@@ -425,8 +425,8 @@ def baseline_text(seed_rows: list[dict], variant: str = "softmax+ape") -> str:
 def busy_text(records: list[dict], rows: list[dict], preset: str = "<preset>") -> str:
     """Markdown on timings taken while the machine was busy (metrics.busy): the runs' own timings (used
     by no verdict) and the speed benchmark the time claims read."""
-    done = finished(records)
-    flagged = [r for r in done if busy(r)]
+    done = finished(results(records))
+    flagged = [r for r in done if r.busy]
     time_rows = [r for r in rows if r["measure"] != TOP1]
     if not done:
         text = "No finished runs yet, so no per-run timings to judge."
@@ -436,8 +436,8 @@ def busy_text(records: list[dict], rows: list[dict], preset: str = "<preset>") -
             "its cores, `rpevit.core.metrics.busy`)."
         )
     else:
-        low, high = min(r["load_average"] for r in flagged), max(r["load_average"] for r in flagged)
-        cores = ", ".join(map(str, sorted({r["cpu_count"] for r in flagged})))
+        low, high = min(r.load_average for r in flagged), max(r.load_average for r in flagged)
+        cores = ", ".join(map(str, sorted({r.cpu_count for r in flagged})))
         load = f"{low:.1f}" if f"{low:.1f}" == f"{high:.1f}" else f"{low:.1f}–{high:.1f}"
         text = (
             f"{len(flagged)} of {len(done)} finished runs took their timings on a busy machine: a 1-minute "

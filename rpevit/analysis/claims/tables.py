@@ -10,6 +10,7 @@ from collections import Counter
 
 from ...core import stats
 from ...core.data import training_images
+from ...lab.result import results
 from ...lab.schema import finished
 from .evaluation import correctness
 from .narration import EFFECT_HEADER, SIGN, _unit, effect_words, verdict_text
@@ -88,8 +89,8 @@ def crossover_table(crossover: list[dict]) -> list[dict]:
 def seed_table(records: list[dict], confidence: float = 0.95) -> list[dict]:
     """Per (dataset, variant): mean test top-1 (%) over seeds with its Student-t interval."""
     groups: dict[tuple[str, str], list[float]] = {}
-    for r in finished(records):
-        groups.setdefault((r["dataset"], r["variant"]), []).append(100 * r["top1"])
+    for r in finished(results(records)):
+        groups.setdefault((r.dataset, r.variant), []).append(100 * r.top1)
     rows = []
     for row in stats.mean_ci_table(groups, confidence):
         dataset, variant = row["group"]
@@ -110,21 +111,21 @@ def seed_table(records: list[dict], confidence: float = 0.95) -> list[dict]:
 def run_table(records: list[dict], n_resamples: int = 2000, confidence: float = 0.95) -> list[dict]:
     """Per finished run: test top-1 (%) with its test-set bootstrap interval (stats.bootstrap_accuracy)."""
     rows = []
-    for r in finished(records):
+    for r in finished(results(records)):
         correct = correctness(r)
-        row = {"dataset": r["dataset"], "variant": r["variant"], "seed": r["seed"], "top-1 %": 100 * r["top1"]}
+        row = {"dataset": r.dataset, "variant": r.variant, "seed": r.seed, "top-1 %": 100 * r.top1}
         if correct is None:
             rows.append(
                 {
                     **row,
                     "low": math.nan,
                     "high": math.nan,
-                    "test images": r.get("n_test"),
+                    "test images": r.n_test,
                     "note": "no per-image results in the record",
                 }
             )
             continue
-        interval = stats.bootstrap_accuracy(correct, confidence, n_resamples, seed=r["seed"])
+        interval = stats.bootstrap_accuracy(correct, confidence, n_resamples, seed=r.seed)
         rows.append(
             {
                 **row,
@@ -146,10 +147,10 @@ def protocol_rows(params, records: list[dict], planned: list[tuple] | None = Non
     in which precision they trained, and their summed training time (wall seconds per epoch × epochs)."""
     rows = []
     for dataset in params.datasets:
-        done = [r for r in finished(records) if r["dataset"] == dataset]
-        tested = sorted({r["n_test"] for r in done if r.get("n_test")})
+        done = [r for r in finished(results(records)) if r.dataset == dataset]
+        tested = sorted({r.n_test for r in done if r.n_test})
         wanted = len(params.variants) * len(params.seeds) if planned is None else sum(p[0] == dataset for p in planned)
-        places = Counter(f"{r.get('device', '?')} {r.get('amp', '?')}" for r in done)
+        places = Counter(f"{r.device or '?'} {r.amp or '?'}" for r in done)
         rows.append(
             {
                 "dataset": dataset,
@@ -162,7 +163,7 @@ def protocol_rows(params, records: list[dict], planned: list[tuple] | None = Non
                 "runs finished": f"{len(done)} of {wanted}",
                 "trained on": ", ".join(f"{place} ({n})" for place, n in sorted(places.items())) or "—",
                 "training hours (sum over runs)": sum(
-                    r["train_seconds_per_epoch"] * r["epochs"] for r in done if r.get("train_seconds_per_epoch")
+                    r.train_seconds_per_epoch * r.epochs for r in done if r.train_seconds_per_epoch
                 )
                 / 3600,
             }

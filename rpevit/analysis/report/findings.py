@@ -7,7 +7,8 @@ from pathlib import Path
 
 from ...core.errors import UserError
 from ...lab import records
-from ...lab.schema import finished, is_finished
+from ...lab.result import results
+from ...lab.schema import finished
 from .index import designed, report_texts
 from .store import report_dir
 
@@ -60,13 +61,11 @@ def study_status(preset: str, root=None) -> str:
     found = finished(current)
     primary = {parse_variant(v).name for v in design.primary}
     done = {
-        "primary": [r for r in found if r["variant"] in primary],
-        "secondary": [r for r in found if r["variant"] not in primary],
+        "primary": [r for r in found if r.variant in primary],
+        "secondary": [r for r in found if r.variant not in primary],
     }
     hours = {part: training_hours(rs) for part, rs in done.items()}
-    complete = min(
-        primary_progress(params, [r for r in current if r["dataset"] == d]).complete for d in params.datasets
-    )
+    complete = min(primary_progress(params, [r for r in current if r.dataset == d]).complete for d in params.datasets)
     if design.secondary_budget_hours is not None:
         budget = (
             f"{hours['primary']:.1f} of the primary budget's {design.budget_hours:g} training hours and "
@@ -133,10 +132,10 @@ def settled_primary(params, current: list[dict]) -> str:
 
     design, sentences = params.design, []
     for dataset in params.datasets:
-        mine = [r for r in current if r["dataset"] == dataset]
+        mine = [r for r in results(current) if r.dataset == dataset]
         if not mine or not primary_settled(params, mine):
             continue
-        accuracy = {(r["variant"], r["seed"]): r["top1"] for r in complete_seed_records(params, mine) if is_finished(r)}
+        accuracy = {(r.variant, r.seed): r.top1 for r in finished(complete_seed_records(params, mine))}
         parts = []
         for contrast in design.contrasts:
             values = list(per_seed_contrast(contrast, accuracy).values())
@@ -167,14 +166,14 @@ def secondary_so_far(params, found: list[dict]) -> str:
 
     design = params.design
     secondary = [parse_variant(v).name for v in design.secondary]
-    mine = [r for r in found if r["variant"] in secondary]
+    mine = [r for r in results(found) if r.variant in secondary]
     if not mine:
         return ""
     many = len(params.datasets) > 1
     parts = []
     for dataset in params.datasets:
         for variant in secondary:
-            top1 = [r["top1"] for r in mine if r["variant"] == variant and r["dataset"] == dataset]
+            top1 = [r.top1 for r in mine if r.variant == variant and r.dataset == dataset]
             if top1:
                 where = f" on {dataset}" if many else ""
                 parts.append(
@@ -217,7 +216,7 @@ def _early_study_note(root=None, preset: str = "cpu_claims") -> str:
         return ""
     if not found:
         return ""
-    last = sum(r.get("best_epoch") == r.get("epochs") for r in found)
+    last = sum(r.best_epoch == r.epochs for r in found)
     return (
         f" The earlier claims study ([reports/{preset}/](reports/{preset}/README.md), "
         f"{found[0]['epochs']} epochs) is an early-training study: {last} of its {len(found)} runs had their best "

@@ -9,6 +9,7 @@ import statistics
 from pathlib import Path
 
 from ...lab import records
+from ...lab.result import results
 from ...lab.schema import finished
 from .store import PLOTLY_JS, read_manifest, report_dir
 
@@ -22,7 +23,7 @@ def headline(found: list[dict], preset: str = "<preset>", designed: bool = False
     from ...core.attention import exact_backends
     from ...core.variants import parse_variant
 
-    done = finished(found)
+    done = finished(results(found))
     if not done:
         return [
             f"No finished runs yet: run `make study PRESET={preset}` (`python -m rpevit study {preset}`, then "
@@ -35,11 +36,11 @@ def headline(found: list[dict], preset: str = "<preset>", designed: bool = False
             "`45_design_answer`), analysed on its complete primary seeds; no best variant per backend is picked "
             "after the results."
         )
-    for dataset in dict.fromkeys(r["dataset"] for r in done if not designed):
+    for dataset in dict.fromkeys(r.dataset for r in done if not designed):
         by_variant: dict[str, dict[int, float]] = {}
         for r in done:
-            if r["dataset"] == dataset:
-                by_variant.setdefault(r["variant"], {})[r["seed"]] = 100 * r["top1"]
+            if r.dataset == dataset:
+                by_variant.setdefault(r.variant, {})[r.seed] = 100 * r.top1
         best: dict[str, tuple[str, float, int]] = {}
         for variant, seeds in by_variant.items():
             backend = parse_variant(variant).backend
@@ -68,8 +69,8 @@ def headline(found: list[dict], preset: str = "<preset>", designed: bool = False
                 + _interval(gaps)
                 + "."
             )
-    finished_at = sorted(r.get("finished_at", "")[:10] for r in done if r.get("finished_at"))
-    devices = sorted({r.get("device_name") or r.get("device", "?") for r in done})
+    finished_at = sorted(r.finished_at[:10] for r in done if r.finished_at)
+    devices = sorted({r.device_name or r.device or "?" for r in done})
     when = (
         (finished_at[0] if finished_at[0] == finished_at[-1] else f"{finished_at[0]} … {finished_at[-1]}")
         if finished_at
