@@ -32,6 +32,7 @@ import torch
 import torch.distributed as dist
 
 from ..core.errors import UserError
+from ..core.loop import Alone
 
 # rank 0 validates, tests and times alone while the others wait in the next collective
 TIMEOUT = datetime.timedelta(minutes=60)
@@ -222,9 +223,10 @@ def check_replicas(model: torch.nn.Module) -> None:
         )
 
 
-class Replica:
+class Replica(Alone):
     """This process's part in training one run, when it is the only process: every method is the
-    identity or does nothing, so one training loop serves both cases (nanoGPT's `master_process`,
+    identity or does nothing (the batch questions of core.loop.Alone among them), so one training loop
+    serves both cases (nanoGPT's `master_process`,
     `ddp_rank`, `ddp_world_size` are `is_main`, `rank`, `world_size` here)."""
 
     rank, world_size, is_main = 0, 1, True
@@ -247,22 +249,6 @@ class Replica:
 
     def announce(self, label: str, batch_size: int) -> None:
         """Say how the global batch is split (nothing to say for one process)."""
-
-    def shard(self, x: torch.Tensor, y: torch.Tensor):
-        """(x, y, rows, loss weight) of this process's part of a global batch: all of it."""
-        return x, y, len(y), 1.0
-
-    def any(self, flag: torch.Tensor) -> torch.Tensor:
-        """A bool scalar true if it is true in any process."""
-        return flag
-
-    def first(self, step: torch.Tensor) -> torch.Tensor:
-        """The earliest non-negative step index over processes (−1 where none)."""
-        return step
-
-    def totals(self, loss_sum: torch.Tensor, correct: torch.Tensor, seen: int):
-        """(loss sum, correct, images seen) of an epoch over the global batches."""
-        return loss_sum, correct, seen
 
     def check(self, model: torch.nn.Module) -> None:
         """Raise unless every process holds the same parameters and buffers."""
