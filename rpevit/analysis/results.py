@@ -33,7 +33,7 @@ def _groups(records) -> dict[tuple[str, str], list[Result]]:
 
 def results_table(records: list[dict]) -> list[dict]:
     """One row per (dataset, variant): every metric averaged over seeds, with top-1's std."""
-    rows = []
+    records, rows = results(records), []
     for (dataset, variant), runs in _groups(records).items():
         row = {"dataset": dataset, "variant": variant, "seeds": len(runs)}
         for key, column, scale in RESULT_COLUMNS:
@@ -43,7 +43,7 @@ def results_table(records: list[dict]) -> list[dict]:
         # timings taken while the machine's load exceeded its cores are not comparable: say so
         row["busy timings"] = f"{sum(r.busy for r in runs)}/{len(runs)}"
         rows.append(row)
-    for result in results(records):
+    for result in records:
         if result.status == DIVERGED:
             rows.append({"dataset": result.dataset, "variant": result.variant + " (diverged)", "seeds": 1})
     return rows

@@ -21,7 +21,8 @@ from ..core.metrics import busy_load
 from ..core.variants import parse_variant
 from .schema import FIELDS, FINISHED, RunRecord
 
-_NAMES = frozenset(f.name for f in FIELDS)
+_ORDER = tuple(f.name for f in FIELDS)  # the schema's fields, in its order
+_NAMES = frozenset(_ORDER)
 
 
 @dataclass(frozen=True)
@@ -62,22 +63,19 @@ class Result(RunRecord, Mapping):
 
     def as_record(self) -> dict:
         """The record as written: the schema's fields and the older ones kept in `extra`."""
-        return {**{name: getattr(self, name) for name in self._fields()}, **self.extra}
+        return {**{name: getattr(self, name) for name in _ORDER}, **self.extra}
 
     # a read-only mapping of the record's fields (for writers and serialisers; readers use attributes)
-    def _fields(self) -> list[str]:
-        return [f.name for f in FIELDS]
-
     def __getitem__(self, key: str):
         if key in _NAMES:
             return getattr(self, key)
         return self.extra[key]
 
     def __iter__(self) -> Iterator[str]:
-        return iter([*self._fields(), *self.extra])
+        return iter([*_ORDER, *self.extra])
 
     def __len__(self) -> int:
-        return len(FIELDS) + len(self.extra)
+        return len(_ORDER) + len(self.extra)
 
 
 def results(records: Iterable[Mapping]) -> list[Result]:
