@@ -12,7 +12,7 @@ def add_bench_parser(sub) -> None:
     bench = sub.add_parser("bench", help="throughput benchmarks")
     bench.add_argument(
         "what",
-        choices=["train", "data", "levers", "speed", "attention", "bias", "patches", "engines", "pack"],
+        choices=["train", "data", "levers", "speed", "tokens", "attention", "bias", "patches", "engines", "pack"],
         help="what to measure",
     )
     bench.add_argument(
@@ -26,14 +26,18 @@ def add_bench_parser(sub) -> None:
         default=4096,
         help="attention: largest N on CPU for softmax and relative-bias methods (memory)",
     )
-    bench.add_argument("--params", default="smoke", help="comma-separated presets whose model/data to use")
+    bench.add_argument(
+        "--params",
+        help="comma-separated presets whose model/data to use (default smoke; tokens: 50-, 101-, 197-token presets)",
+    )
     bench.add_argument("--compile", action="store_true", help="torch.compile the model (CUDA only)")
     bench.add_argument(
-        "--variant", help="train/data: the variant to time (default: each preset's first); levers: comma-separated"
+        "--variant",
+        help="train/data: the variant to time (default: each preset's first); levers, speed, tokens: comma-separated",
     )
     bench.add_argument("--batches", default="128,256", help="levers: comma-separated batch sizes")
-    bench.add_argument("--rounds", type=int, default=5, help="speed: interleaved rounds per variant")
-    bench.add_argument("--csv", help="speed: write the per-round timings here (what the time claims read)")
+    bench.add_argument("--rounds", type=int, default=5, help="speed, tokens: interleaved rounds per variant")
+    bench.add_argument("--csv", help="speed, tokens: write the per-round timings here (what the time claims read)")
     bench.add_argument("--no-compile", action="store_true", help="levers: leave torch.compile out")
     bench.add_argument("--steps", type=int, help="timed steps per measurement (train/data 20, attention 5)")
     bench.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
@@ -56,6 +60,11 @@ def cmd_bench(args) -> int:
         else f"command: rpevit bench {args.what}",
         flush=True,
     )
+    if args.what == "tokens":
+        from .lab.bench_tokens import run_tokens_bench
+
+        run_tokens_bench(args)
+        return 0
     if args.what == "pack":
         from .lab.bench_pack import run_pack_bench
 

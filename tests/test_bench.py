@@ -34,6 +34,34 @@ def test_speed_rounds_rotate_the_order_and_time_every_variant(small):
         assert row["train min"] <= row["train images/s"] <= row["train max"]
 
 
+def test_token_bench_times_presets_side_by_side_and_divides_by_the_right_partner(small):
+    """Cells of two presets interleave in one process; the table divides a Performer by softmax with
+    the same positional methods and a method by APE on the same backend, at each token count."""
+    from rpevit.lab import bench_tokens
+
+    wide = dataclasses.replace(small, name="wide", datasets=("mnist5k_canvas40",))
+    assert (bench_tokens.tokens_of(small), bench_tokens.tokens_of(wide)) == (50, 101)
+    assert [bench_tokens.tokens_of(load_params(p)) for p in bench_tokens.DEFAULT_PRESETS.split(",")] == [50, 101, 197]
+    cells = [(small, "softmax+ape"), (wide, "favor+ape")]
+    rounds = bench.interleaved_speeds(cells, "cpu", rounds=2, train_steps=1, infer_batches=1, infer_batch=4)
+    first, second = ("smoke", "softmax+ape"), ("wide", "favor+ape")
+    assert [(r["preset"], r["variant"]) for r in rounds] == [first, second, second, first]  # order rotates
+    ms = {"softmax+ape": 2.0, "favor+ape": 3.0, "favor+rope_mixed": 4.5, "softmax+rope_mixed": 9.0}
+    rows = [
+        {"preset": preset, "variant": v, "ms_per_image_batched": t * scale + wobble}
+        for preset, scale in (("a", 1.0), ("b", 2.0))
+        for v, t in ms.items()
+        for wobble in (-0.1, 0.0, 0.1)  # the median is the middle round
+    ]
+    table = {r["variant"]: r for r in bench_tokens.token_table(rows, "ms_per_image_batched", {"a": 50, "b": 197})}
+    assert table["favor+rope_mixed"]["ms at 197"] == pytest.approx(9.0)
+    assert table["favor+rope_mixed"]["× softmax at 50"] == pytest.approx(0.5)
+    assert table["favor+rope_mixed"]["× APE at 197"] == pytest.approx(1.5)
+    assert table["softmax+ape"]["× softmax at 50"] == 1.0
+    line = bench_tokens.crossover_line(list(table.values()), [50, 197], "Inference")
+    assert "favor 1.50× at 50, 1.50× at 197" in line and "softmax" not in line.split(":")[1].split(";")[0][:8]
+
+
 def test_levers_time_every_setting_and_ratio_to_fp32_eager(small):
     rows = bench.training_levers(small, ["relu+ape"], "cpu", batches=(4, 8), repeats=2, steps=1, compile_model=False)
     assert [(r["batch"], r["amp"]) for r in rows] == [(4, "fp32"), (4, "bf16"), (8, "fp32"), (8, "bf16")]

@@ -122,16 +122,26 @@ def variant_speeds(
     params, variants, device, rounds: int = 5, train_steps: int = 3, infer_batches: int = 3, infer_batch: int = 256
 ) -> list[dict]:
     """Per (round, variant): training seconds per image (forward, backward, AdamW at the preset's batch
-    size) and inference milliseconds per image (batches of `infer_batch`), with the machine's load.
+    size) and inference milliseconds per image (batches of `infer_batch`), with the machine's load
+    (interleaved_speeds over one preset's variants)."""
+    cells = [(params, variant) for variant in variants]
+    return interleaved_speeds(cells, device, rounds, train_steps, infer_batches, infer_batch)
 
-    All models are built and warmed up first; then each round times every variant in turn, the order
-    rotating by one each round, so drifts in load and order effects touch every variant alike."""
+
+def interleaved_speeds(
+    cells, device, rounds: int = 5, train_steps: int = 3, infer_batches: int = 3, infer_batch: int = 256
+) -> list[dict]:
+    """Per (round, cell) for cells of (preset, variant): training seconds per image and inference
+    milliseconds per image, with the machine's load and the preset's name.
+
+    All models are built and warmed up first; then each round times every cell in turn, the order
+    rotating by one each round, so drifts in load and order effects touch every cell alike."""
     from ..core.metrics import machine_load
 
-    info = data_lib.DATASETS[params.datasets[0]]
-    shape = (info.channels, info.image_size, info.image_size)
-    cells = []
-    for variant in variants:
+    timers = []
+    for params, variant in cells:
+        info = data_lib.DATASETS[params.datasets[0]]
+        shape = (info.channels, info.image_size, info.image_size)
         model = runs.untrained_model(Run(params, info.name, variant, 0), device=device)
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
         x = torch.randn(params.train.batch_size, *shape, device=device)
@@ -147,11 +157,11 @@ def variant_speeds(
         timed(train, device, 1, warmup=2)
         model.eval()
         timed(infer, device, 1, warmup=2)
-        cells.append((variant, model, train, infer))
+        timers.append((params, variant, model, train, infer))
     rows = []
     for index in range(rounds):
-        shift = index % len(cells)
-        for variant, model, train, infer in cells[shift:] + cells[:shift]:
+        shift = index % len(timers)
+        for params, variant, model, train, infer in timers[shift:] + timers[:shift]:
             model.train()
             train_seconds = sum(timed(train, device, train_steps))
             model.eval()
@@ -160,6 +170,7 @@ def variant_speeds(
                 {
                     "round": index,
                     "variant": variant,
+                    "preset": params.name,
                     "train_seconds_per_image": train_seconds / (train_steps * params.train.batch_size),
                     "ms_per_image_batched": 1000 * infer_seconds / (infer_batches * infer_batch),
                     **machine_load(),
@@ -179,7 +190,10 @@ def read_speed(params, reports_root=None) -> list[dict] | None:
     if not path.is_file():
         return None
     with path.open() as handle:
-        return [{k: (v if k == "variant" else float(v)) for k, v in row.items()} for row in csv.DictReader(handle)]
+        return [
+            {k: (v if k in ("variant", "preset") else float(v)) for k, v in row.items()}
+            for row in csv.DictReader(handle)
+        ]
 
 
 def train_costs(params, reports_root=None) -> dict[str, float]:
@@ -335,7 +349,7 @@ def run_bench(what: str, args) -> None:
 def _levers_bench(args) -> None:
     """`bench levers`: training images/s per batch size, precision and compilation (training_levers)."""
     device = resolve_device(args.device)
-    params = load_params(args.params.split(",")[0])
+    params = load_params((args.params or "smoke").split(",")[0])
     variants = [v.strip() for v in (args.variant or "softmax+ape,favor+ape,relu+ape").split(",")]
     batches = tuple(int(b) for b in args.batches.split(","))
     base = params.train.batch_size if params.train.batch_size in batches else batches[0]
@@ -356,7 +370,7 @@ def _speed_bench(args) -> None:
     from .records import write_csv
 
     device = resolve_device(args.device)
-    params = load_params(args.params.split(",")[0])
+    params = load_params((args.params or "smoke").split(",")[0])
     variants = [v.strip() for v in args.variant.split(",")] if args.variant else list(params.variants)
     before = machine_load()
     rounds = variant_speeds(params, variants, device, rounds=args.rounds, train_steps=args.steps or 3)
@@ -395,7 +409,7 @@ def _throughput_bench(what: str, args) -> None:
     """`bench train` / `bench data`: training (and data-pipeline) images/s of each preset's model."""
     args.steps = args.steps or 20
     device = resolve_device(args.device)
-    presets = [p.strip() for p in args.params.split(",")]
+    presets = [p.strip() for p in (args.params or "smoke").split(",")]
     print(
         f"device: {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}, "
         f"{torch.get_num_threads()} threads), torch {torch.__version__}"

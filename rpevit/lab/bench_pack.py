@@ -143,7 +143,7 @@ def run_pack_bench(args) -> None:
     """`python -m rpevit bench pack`: print the table (Markdown) with its conditions."""
     from ..core.metrics import machine_load
 
-    params = load_params(args.params.split(",")[0])
+    params = load_params((args.params or "smoke").split(",")[0])
     device = resolve_device(args.device)
     variants = [v.strip() for v in (args.variants or PRIMARY).split(",")]
     packs = [int(k) for k in (args.packs or "1,2,4,8").split(",")]

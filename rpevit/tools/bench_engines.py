@@ -98,7 +98,7 @@ def compare_engines(params: Params, *, workers: int = 2, cpus_per_run: int = 1, 
 
 def engines_params(args) -> Params:
     """The first preset of --params, with --variants (comma-separated) and --epochs applied."""
-    params = load_params(args.params.split(",")[0])
+    params = load_params((args.params or "smoke").split(",")[0])
     if args.variants:
         params = dataclasses.replace(params, variants=tuple(v.strip() for v in args.variants.split(",")))
     if args.epochs:
