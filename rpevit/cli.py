@@ -28,6 +28,10 @@ def _params(args):
     train = params.train if not getattr(args, "device", None) else dataclasses.replace(params.train, device=args.device)
     if getattr(args, "capture", False):  # train.compile is neutral: run keys and records stay the same
         train = dataclasses.replace(train, compile=True)
+    if params.reference:  # the runs it reads must be the ones it would train: one error line before any
+        from .lab.catalog import reference_runs
+
+        reference_runs(params)
     return dataclasses.replace(params, data=data, train=train)
 
 

@@ -9,6 +9,7 @@ import pytest
 from scipy import stats as scipy_stats
 
 from rpevit.analysis import gap_pilot
+from rpevit.core.errors import UserError
 from rpevit.lab.result import results
 
 
@@ -75,10 +76,14 @@ def test_the_report_is_written_from_the_records(tmp_path, monkeypatch):
 
 def test_a_no_go_names_the_next_pilot_of_the_pre_registered_order():
     rows = gap_pilot.gap_rows(gap_pilot.budget_top1(_found(-1.0, -0.5)), [8, 16, 32], [1, 2])
-    after_40 = gap_pilot.decision(rows, 32, True, "fashion_mnist_canvas40")
-    after_56 = gap_pilot.decision(rows, 32, True, "fashion_mnist_canvas56")
-    assert "params/canvas56_gap_pilot.yaml" in after_40 and "feature-count dial" in after_56
-    assert "no pilot opened a gap" in gap_pilot.decision(rows, 32, True, "something_else")
+    order = ("canvas_gap_pilot", "canvas56_gap_pilot", "canvas56_dial16")
+    nexts = [gap_pilot.decision(rows, 32, True, preset) for preset in order]
+    assert "params/canvas56_gap_pilot.yaml" in nexts[0] and "params/canvas56_dial16.yaml" in nexts[1]
+    assert "params/canvas56_dial8.yaml" in nexts[2]
+    assert "no pilot opened a gap" in gap_pilot.decision(rows, 32, True, "canvas56_dial8")
+    from rpevit.lab.params import list_presets
+
+    assert {p for p in gap_pilot.NEXT_AFTER_NO_GO} <= set(list_presets())
 
 
 def test_the_56_pilot_is_the_40_pilot_on_the_larger_canvas():
@@ -93,3 +98,142 @@ def test_the_56_pilot_is_the_40_pilot_on_the_larger_canvas():
     assert {k: getattr(fifty_six, k) for k in same} == {k: getattr(forty, k) for k in same}
     renamed = dataclasses.replace(fifty_six, name=forty.name, description=forty.description, datasets=forty.datasets)
     assert renamed == forty
+
+
+REFERENCE = """name: ref
+keep_records: true
+datasets: [mnist5k]
+variants: [softmax+ape, favor+ape, relu+ape]
+seeds: [1, 2]
+model: {dim: 32, depth: 2, heads: 2, mlp_dim: 64}
+train: {epochs: 32, schedule: wsd, budgets: [8, 16], amp: "off"}
+"""
+
+
+def _dial(tmp_path, reference=REFERENCE, dial_extra="", features=4):
+    (tmp_path / "ref.yaml").write_text(reference)
+    dial = tmp_path / "dial.yaml"
+    dial.write_text(
+        REFERENCE.replace("name: ref", f"name: dial\nreference: {tmp_path / 'ref.yaml'}")
+        .replace("[softmax+ape, favor+ape, relu+ape]", "[favor+ape]")
+        .replace("mlp_dim: 64}", f"mlp_dim: 64, favor: {{num_features: {features}}}}}")
+        + dial_extra
+    )
+    return dial
+
+
+def _keep(run, top1_by_budget):
+    from rpevit.lab import records
+
+    record = {
+        **_record(run.variant, run.seed, top1_by_budget),
+        **{"key": run.key, "dataset": run.dataset, "best_epoch": 32, "best_val_acc": 0.9, "top5": 0.99},
+    }
+    records.write_json(run.kept_dir / "record.json", record)
+
+
+def test_a_feature_dial_reads_softmax_from_its_reference_and_decides_on_favor_alone(tmp_path, monkeypatch):
+    """The dial trains favor+ape only; its gap is against the reference's softmax+ape runs (same keys),
+    and the reference's own Performers (relu here, 3 points behind) never enter its go/no-go."""
+    from rpevit.lab.catalog import reference_records
+    from rpevit.lab.params import load_params
+    from rpevit.lab.run import Run
+
+    dial = load_params(_dial(tmp_path))
+    reference = load_params(tmp_path / "ref.yaml")
+    roots = {"runs_root": tmp_path / "runs", "reports_root": tmp_path / "reports"}
+    for seed, favor in ((1, -1.2), (2, -0.6)):
+        _keep(Run(reference, "mnist5k", "softmax+ape", seed, **roots), {8: 80.0, 16: 84.0, 32: 86.0})
+        _keep(Run(reference, "mnist5k", "relu+ape", seed, **roots), {8: 80.0, 16: 84.0, 32: 83.0})
+        _keep(Run(dial, "mnist5k", "favor+ape", seed, **roots), {8: 80.0, 16: 84.0, 32: 86.0 + favor})
+    assert {(r.variant, r.seed) for r in reference_records(dial, **roots)} == {
+        (v, s) for v in ("softmax+ape", "relu+ape") for s in (1, 2)
+    }
+    monkeypatch.setenv("RPEVIT_RUNS", str(roots["runs_root"]))
+    lines = gap_pilot.write_report(str(tmp_path / "dial.yaml"), reports_root=roots["reports_root"])
+    text = "\n".join(lines)
+    assert "**NO-GO**" in text and "favor −0.90 (2 seeds)" in text and "relu" not in text.split("## Gap")[1]
+    assert "| softmax+ape (from ref) | 1 | 80.00 | 84.00 | 86.00 |" in text
+    assert "| favor+ape (4 features) | 2 | 80.00 | 84.00 | 85.40 |" in text
+    assert "read from `ref`'s kept records (2 finished" in text
+    assert (roots["reports_root"] / "dial" / "README.md").is_file()
+
+
+def test_a_reference_trained_otherwise_is_one_error_before_training(tmp_path, capsys):
+    """softmax+ape does not read model.favor, so only that may differ; another lr makes other runs."""
+    from rpevit.cli import main
+    from rpevit.lab.catalog import reference_runs
+    from rpevit.lab.params import load_params
+
+    assert len(reference_runs(load_params(_dial(tmp_path)))) == 4  # softmax and relu, seeds 1 and 2
+    dial = _dial(tmp_path, dial_extra="").read_text().replace('amp: "off"}', 'amp: "off", lr: 0.01}')
+    (tmp_path / "dial.yaml").write_text(dial)
+    with pytest.raises(UserError, match=r"reference \(ref\): its softmax\+ape runs use other data, training"):
+        reference_runs(load_params(tmp_path / "dial.yaml"))
+    code = main(["study", str(tmp_path / "dial.yaml")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("error: ") and err.count("\n") == 1 and "its softmax+ape runs" in err
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (("keep_records: true\n", ""), "keep its records"),
+        (("seeds: [1, 2]", "seeds: [1]"), r"train the seeds \[1, 2\]"),
+        (("datasets: [mnist5k]", "datasets: [fashion_mnist]"), "use the datasets"),
+        (("[softmax+ape, favor+ape, relu+ape]", "[favor+ape]"), "train a variant this preset does not list"),
+    ],
+)
+def test_a_reference_preset_is_checked_when_the_dial_loads(tmp_path, change, message):
+    from rpevit.lab.params import load_params
+
+    path = _dial(tmp_path, reference=REFERENCE.replace(*change))
+    with pytest.raises(UserError, match=r"reference \(.*ref\.yaml\): a reference preset must .*" + message):
+        load_params(path)
+    selfish = path.read_text().replace(f"reference: {tmp_path / 'ref.yaml'}", "reference: dial")
+    path.write_text(selfish)
+    with pytest.raises(UserError, match="cannot read its own records"):
+        load_params(path)
+
+
+def test_training_time_is_read_against_the_budget_the_preset_states(tmp_path):
+    """Epoch seconds of finished runs (with their cool-down branches) and of unfinished checkpoints count;
+    the budget is the one the pre-registration's header states, and an overrun is said plainly."""
+    from rpevit.lab import records
+    from rpevit.lab.params import load_params
+    from rpevit.lab.run import Run
+
+    assert [gap_pilot.stated_budget(p) for p in [*gap_pilot.NEXT_AFTER_NO_GO, "canvas56_dial8"]] == [10, 20, 12, 12]
+    assert gap_pilot.stated_budget("smoke") is None
+    dial = load_params(_dial(tmp_path))
+    roots = {"runs_root": tmp_path / "runs", "reports_root": tmp_path / "reports"}
+    done, training = (Run(dial, "mnist5k", "favor+ape", seed, **roots) for seed in (1, 2))
+    _keep(done, {8: 80.0, 16: 84.0, 32: 86.0})
+    record = records.read_record(done.kept_dir)
+    record["budgets"]["8"]["history"] = [{"epoch": 7, "seconds": 1800.0}, {"epoch": 8, "seconds": 1800.0}]
+    records.write_json(done.kept_dir / "record.json", record)
+    row = {"train_loss": 1.0, "train_acc": 0.5, "val_loss": 1.0, "val_acc": 0.5, "lr": 0.001, "seconds": 225.0}
+    records.write_csv(done.kept_dir / "history.csv", [{"epoch": e, **row} for e in range(1, 33)])
+    records.write_csv(training.dir / "history.csv", [{"epoch": 1, **row, "seconds": 1800.0}])
+    hours, running = gap_pilot.training_hours(dial, **roots)
+    assert (hours, running) == (pytest.approx(3.5), pytest.approx(0.5))
+    assert gap_pilot.budget_line(3.5, 0.5, 12).endswith("of its pre-registered budget of 12 one-thread CPU hours.")
+    assert "**over** its pre-registered budget of 3 one-thread CPU hours by 0.5" in gap_pilot.budget_line(3.5, 0, 3)
+    assert gap_pilot.budget_line(1.0, 0, None).endswith("the preset states no CPU budget.")
+
+
+@pytest.mark.parametrize(("preset", "features"), [("canvas56_dial16", 16), ("canvas56_dial8", 8)])
+def test_the_feature_dials_are_the_56_pilot_with_fewer_favor_features(preset, features):
+    """Pre-registered to change only FAVOR+'s feature count, and to read softmax from the 56×56 pilot."""
+    import dataclasses
+
+    from rpevit.lab.catalog import reference_runs
+    from rpevit.lab.params import load_params
+
+    dial, pilot = load_params(preset), load_params("canvas56_gap_pilot")
+    assert (dial.variants, dial.reference, dial.seeds) == (("favor+ape",), pilot.name, pilot.seeds)
+    assert (dial.data, dial.train, dial.datasets, dial.order) == (pilot.data, pilot.train, pilot.datasets, pilot.order)
+    assert dial.model.options_for("favor").num_features == features
+    assert dataclasses.replace(dial.model, options={}) == pilot.model
+    assert {run.variant for run in reference_runs(dial)} == {"softmax+ape", "relu+ape"}

@@ -11,6 +11,7 @@ reports/<preset>/README.md and pilot_gaps.{csv,md} from the kept records.
 from __future__ import annotations
 
 import math
+import re
 import statistics
 
 from scipy import stats as scipy_stats
@@ -23,10 +24,12 @@ from ..lab.tables import markdown_table, signed
 GO_GAP = 1.5  # a Performer behind softmax by at least this many points at the longest budget: go on
 DD_SD_FLOOR = 0.83  # points: the smallest SD of a difference of differences the seed count is planned on
 PERFORMERS = ("favor", "relu")
-# the pre-registered order of pilots (params/canvas_gap_pilot.yaml): what follows a NO-GO on each task
+# the pre-registered order of pilots (params/canvas_gap_pilot.yaml): what follows a NO-GO of each
 NEXT_AFTER_NO_GO = {
-    "fashion_mnist_canvas40": "the 56×56 canvas (params/canvas56_gap_pilot.yaml), then the FAVOR+ feature dial",
-    "fashion_mnist_canvas56": "the FAVOR+ feature-count dial (16, then 8 features) on the 56×56 canvas",
+    "canvas_gap_pilot": "the 56×56 canvas (params/canvas56_gap_pilot.yaml), then the FAVOR+ feature dial",
+    "canvas56_gap_pilot": "the FAVOR+ feature-count dial on the 56×56 canvas: 16 features "
+    "(params/canvas56_dial16.yaml), then 8",
+    "canvas56_dial16": "FAVOR+ with 8 features on the 56×56 canvas (params/canvas56_dial8.yaml)",
 }
 
 
@@ -40,10 +43,10 @@ def budget_top1(found) -> dict[tuple[str, int, int], float]:
     return out
 
 
-def gap_rows(top1: dict, budgets: list[int], seeds: list[int]) -> list[dict]:
+def gap_rows(top1: dict, budgets: list[int], seeds: list[int], backends=PERFORMERS) -> list[dict]:
     """Per Performer backend and budget: the per-seed gaps with APE, their mean and SD (seeds with both runs)."""
     rows = []
-    for backend in PERFORMERS:
+    for backend in backends:
         for budget in budgets:
             gaps = [
                 top1[(f"{backend}+ape", s, budget)] - top1[("softmax+ape", s, budget)]
@@ -83,10 +86,10 @@ def budget_change_rows(top1: dict, variants: list[str], seeds: list[int], short:
     return rows
 
 
-def gap_change_rows(top1: dict, seeds: list[int], short: int, long: int) -> list[dict]:
+def gap_change_rows(top1: dict, seeds: list[int], short: int, long: int, backends=PERFORMERS) -> list[dict]:
     """Per Performer backend: the change of the gap with APE from `short` to `long` epochs, paired by seed."""
     rows = []
-    for backend in PERFORMERS:
+    for backend in backends:
         pair = (f"{backend}+ape", "softmax+ape")
         changes = [
             (top1[(pair[0], s, long)] - top1[(pair[1], s, long)])
@@ -98,6 +101,13 @@ def gap_change_rows(top1: dict, seeds: list[int], short: int, long: int) -> list
             {"gap": f"{backend} − softmax", f"change {short}→{long} (per seed)": ", ".join(map(signed, changes)) or "—"}
         )
     return rows
+
+
+def _dialled(variant: str, model) -> str:
+    """A FAVOR+ variant's name with its feature count where the preset sets one (the feature dial)."""
+    if variant.startswith("favor+") and "favor" in model.options:
+        return f"{variant} ({model.options_for('favor').num_features} features)"
+    return variant
 
 
 def _percent(value: float | None) -> str:
@@ -120,9 +130,9 @@ def seeds_needed(gap: float, sd: float, confidence: float = 0.95, cap: int = 200
     return None
 
 
-def decision(rows: list[dict], longest: int, complete: bool, dataset: str = "fashion_mnist_canvas40") -> str:
+def decision(rows: list[dict], longest: int, complete: bool, preset: str = "canvas_gap_pilot") -> str:
     """The go/no-go line of the preset's rule, with the numbers it read (and, on NO-GO, the next pilot
-    of the pre-registered order for this `dataset`)."""
+    of the pre-registered order after this `preset`)."""
     at_end = [r for r in rows if r["epochs"] == longest and r["seeds"] > 0]
     if not at_end:
         return f"**Go/no-go: not decided yet** — no Performer–softmax pair has finished {longest} epochs."
@@ -140,7 +150,7 @@ def decision(rows: list[dict], longest: int, complete: bool, dataset: str = "fas
     return (
         f"**NO-GO{status}**: no Performer is behind softmax by ≥ {GO_GAP} points at {longest} epochs. Mean gaps "
         f"with APE: {gaps}. Next by the pre-registered order: "
-        + NEXT_AFTER_NO_GO.get(dataset, "none left: no pilot opened a gap, and that is the answer")
+        + NEXT_AFTER_NO_GO.get(preset, "none left: no pilot opened a gap, and that is the answer")
         + "."
     )
 
@@ -164,27 +174,79 @@ def factorial_seeds(rows: list[dict], longest: int) -> str:
     )
 
 
+_BUDGET = re.compile(r"^# Budget: ≤ (\d+(?:\.\d+)?) one-thread CPU hours", re.MULTILINE)
+
+
+def stated_budget(preset) -> float | None:
+    """The one-thread CPU hours a preset's pre-registration allows (its header's `# Budget: ≤ N
+    one-thread CPU hours` line), None if it states none; `preset` is a name or a path."""
+    from ..lab.params import preset_path
+
+    found = _BUDGET.search(preset_path(preset).read_text(encoding="utf-8"))
+    return float(found.group(1)) if found else None
+
+
+def budget_line(hours: float, running: float, budget: float | None) -> str:
+    """Training time so far against the stated budget, saying plainly when it is spent or exceeded."""
+    spent = f"Training time so far: {hours:.1f} hours of epoch time (cool-downs included"
+    spent += f"; {running:.1f} of them in unfinished runs here)" if running else ")"
+    if budget is None:
+        return spent + "; the preset states no CPU budget."
+    if hours > budget:
+        return (
+            spent + f", **over** its pre-registered budget of {budget:g} one-thread CPU hours by {hours - budget:.1f}."
+        )
+    return spent + f", of its pre-registered budget of {budget:g} one-thread CPU hours."
+
+
+def training_hours(params, runs_root=None, reports_root=None) -> tuple[float, float]:
+    """(hours, of them in runs still training here): the epoch seconds of the preset's runs — finished
+    ones with their cool-down branches, and the checkpointed epochs of unfinished ones in runs/ — what
+    the preset's budget (in its header, one-thread CPU hours) is read against."""
+    from ..lab.catalog import current_record, grid, run_history
+    from ..lab.run import Run
+
+    done = training = 0.0
+    for place in grid(params):
+        run = Run(params, *place, runs_root=runs_root, reports_root=reports_root).rooted()
+        record = current_record(run)
+        if record is not None:
+            branches = [row for branch in (record.get("budgets") or {}).values() for row in branch.get("history", [])]
+            done += sum(float(row["seconds"]) for row in [*run_history(run), *branches])
+        else:
+            training += sum(float(row["seconds"]) for row in records.read_history(run.dir))
+    return (done + training) / 3600, training / 3600
+
+
 def write_report(preset: str, reports_root=None) -> list[str]:
     """reports/<preset>/README.md and pilot_gaps.{csv,md}; returns the README's lines."""
-    from ..lab.catalog import grid, study_records
+    from ..lab.catalog import grid, reference_records, study_records
     from ..lab.params import load_params
 
     params = load_params(preset)
-    found = study_records(params, reports_root=reports_root)
-    top1 = budget_top1(found)
+    own = study_records(params, reports_root=reports_root)
+    read = ["softmax+ape"] if params.reference else []  # the runs a dial compares with, from its reference
+    source = load_params(params.reference).name if params.reference else None
+    borrowed = [r for r in reference_records(params, reports_root=reports_root) if r.variant in read]
+    top1 = budget_top1([*borrowed, *own])
     longest = params.train.epochs
     budgets = sorted({*params.train.budgets, longest})
     seeds = list(params.seeds)
-    rows = gap_rows(top1, budgets, seeds)
-    finished_count = len(finished(results(found)))
+    variants = list(dict.fromkeys([*read, *(v for _, v, _ in grid(params))]))
+    backends = [b for b in PERFORMERS if f"{b}+ape" in params.variants]  # the pilot's own Performers
+    rows = gap_rows(top1, budgets, seeds, backends)
+    finished_count = len(finished(results(own)))
     planned = len(grid(params))
     short = budgets[-2] if len(budgets) > 1 else longest
-    variants = list(dict.fromkeys(v for _, v, _ in grid(params)))
     change = budget_change_rows(top1, variants, seeds, short, longest)
-    gap_change = gap_change_rows(top1, seeds, short, longest)
-    folder = (reports_root or records.reports_root()) / preset
+    gap_change = gap_change_rows(top1, seeds, short, longest, backends)
+    folder = (reports_root or records.reports_root()) / params.name
     runs_table = [
-        {"variant": v, "seed": sd, **{f"top-1 at {b}": _percent(top1.get((v, sd, b))) for b in budgets}}
+        {
+            "variant": f"{v} (from {source})" if v in read else _dialled(v, params.model),
+            "seed": sd,
+            **{f"top-1 at {b}": _percent(top1.get((v, sd, b))) for b in budgets},
+        }
         for v in variants
         for sd in seeds
     ]
@@ -192,14 +254,22 @@ def write_report(preset: str, reports_root=None) -> list[str]:
     shown_gaps = [  # signed like every effect in the reports: −0.25, +0.42
         {**r, "mean gap": "—" if math.isnan(r["mean gap"]) else signed(r["mean gap"])} for r in rows
     ]
+    borrowed_line = (
+        f" The {', '.join(read)} runs it compares with are read from `{source}`'s kept records "
+        f"({len(borrowed)} finished; the same run keys this preset would train)."
+        if params.reference
+        else ""
+    )
+    hours, running = training_hours(params, reports_root=reports_root)
     lines = [
-        f"# {preset}: the gap pilot",
+        f"# {params.name}: the gap pilot",
         "",
-        f"{params.description}. Pre-registered in `params/{preset}.yaml` before its first run: the task, "
+        f"{params.description}. Pre-registered in `params/{params.name}.yaml` before its first run: the task, "
         "the variants, seeds, recipe, budgets, the go/no-go rule and the seed rule. "
-        f"{finished_count} of {planned} runs finished.",
+        f"{finished_count} of {planned} runs finished.{borrowed_line} "
+        + budget_line(hours, running, stated_budget(preset)),
         "",
-        decision(rows, longest, finished_count == planned, params.datasets[0]),
+        decision(rows, longest, finished_count == planned, params.name),
         "",
         factorial_seeds(rows, longest),
         "",

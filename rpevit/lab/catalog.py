@@ -8,6 +8,7 @@ study runner (rpevit.lab.study, rpevit.lab.cell) writes what this reads.
 
 from __future__ import annotations
 
+from ..core.errors import UserError
 from ..core.variants import parse_variant
 from . import design, records
 from .params import Params, checked_by, load_params
@@ -133,3 +134,34 @@ def secondary_held(params: Params, runs_root=None, reports_root=None) -> str:
     if flying == len(left):
         return head + " (all in flight in other processes); run this study again once they finish"
     return head + (f" ({flying} in flight)" if flying else "") + f"; train it with `python -m rpevit study {name}`"
+
+
+def reference_runs(params: Params, runs_root=None, reports_root=None) -> list[Run]:
+    """The runs `params.reference` trains for this preset (its variants this preset does not list, on
+    this preset's datasets and seeds); one UserError if any would differ from the run this preset would
+    train itself (another key: data, training or model settings the variant reads)."""
+    from .params_checks import referenced_variants
+
+    if not params.reference:
+        return []
+    reference = load_params(params.reference)
+    found = []
+    for dataset in params.datasets:
+        for variant in referenced_variants(params, reference):
+            for seed in params.seeds:
+                mine = Run(params, dataset, variant, seed)
+                theirs = Run(reference, dataset, variant, seed, runs_root=runs_root, reports_root=reports_root)
+                if mine.key != theirs.key:
+                    raise UserError(
+                        f"reference ({reference.name}): its {variant} runs use other data, training or model "
+                        f"settings than this preset gives {variant}; change only what {variant} does not read "
+                        "(model.favor for a softmax reference)."
+                    )
+                found.append(theirs)
+    return found
+
+
+def reference_records(params: Params, runs_root=None, reports_root=None) -> list[Result]:
+    """The finished records of reference_runs(params), read from the reference's runs or kept copies."""
+    runs = reference_runs(params, runs_root, reports_root)
+    return [Result.of(record, run) for run in runs if is_finished(record := current_record(run) or {})]

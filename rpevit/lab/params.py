@@ -138,6 +138,10 @@ class Params:
     evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)
     # a study's pre-registered design (rpevit.lab.design): contrasts, margins, stopping rule, budget
     design: Design = field(default_factory=Design)
+    # a study that trains only what it changes (a FAVOR+ feature dial): the variants of this preset
+    # that it does not list (softmax+ape) are read from that preset's kept records, runs whose keys
+    # equal the ones this preset would train (params_checks._check_reference)
+    reference: str | None = added(None)
 
     def to_dict(self) -> dict:
         """Plain-data form (JSON/YAML-serialisable)."""

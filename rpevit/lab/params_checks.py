@@ -75,6 +75,7 @@ def validate(params, read_preset, load_preset) -> None:
     grid = {parse_variant(v).name for v in params.variants}
     check_design(params.design, params.variants, params.seeds)
     _check_plateau_check(params, read_preset, load_preset)
+    _check_reference(params, load_preset)
     strays = [v for v in params.evaluate.variants if parse_variant(v).name not in grid]
     if strays:
         raise UserError(
@@ -148,3 +149,38 @@ def _check_plateau_check(params, read_preset, load_preset) -> None:
     wrong = [what for bad, what in problems if bad]
     if wrong:
         raise UserError(f"{where}: a longer-budget check must {'; '.join(wrong)}.")
+
+
+def referenced_variants(params, reference) -> list[str]:
+    """The reference preset's variants that `params` reads instead of training (those it does not list)."""
+    from ..core.variants import parse_variant
+
+    own = {parse_variant(v).name for v in params.variants}
+    return [v for v in reference.variants if parse_variant(v).name not in own]
+
+
+def _check_reference(params, load_preset) -> None:
+    """`reference` names another preset with kept records, on the same datasets and (at least) these
+    seeds, that trains a variant this preset does not list. That its runs have the keys this preset's
+    would have (same data, training and model settings as far as the variant reads them) is checked
+    where runs are known (catalog.reference_records)."""
+    name = params.reference
+    if not name:
+        return
+    where = f"reference ({name})"
+    if name == params.name:
+        raise UserError(f"{where}: a preset cannot read its own records as its reference; name another preset.")
+    try:
+        reference = load_preset(name)
+    except UserError as exc:
+        raise UserError(f"{where}: {exc}") from None
+    problems = [
+        (reference.reference is not None, "read nothing from a reference of its own"),
+        (not reference.keep_records, "keep its records (keep_records: true)"),
+        (reference.datasets != params.datasets, f"use the datasets {list(params.datasets)}"),
+        (not set(params.seeds) <= set(reference.seeds), f"train the seeds {list(params.seeds)} (runs pair by seed)"),
+        (not referenced_variants(params, reference), "train a variant this preset does not list (one to read)"),
+    ]
+    wrong = [what for bad, what in problems if bad]
+    if wrong:
+        raise UserError(f"{where}: a reference preset must {'; '.join(wrong)}.")
