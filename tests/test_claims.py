@@ -556,6 +556,17 @@ def test_the_pre_registered_answer_states_scope_gaps_closing_cost_and_limits():
     assert f"5 seeds: t > {need:.1f} (1 inconclusive)" in family
     assert "within the pre-registered contrasts (one family)" in text
     assert "1 dataset (toy)" in text and "####" not in text
+    # the fraction of the gap closed: FAVOR+'s 10-point gap closed fully (Fieller interval around 1); ReLU has none
+    fraction = next(
+        line for line in lines if line.startswith("- RoPE-Mixed closes the FAVOR+ gap: ") and "of the gap" in line
+    )
+    found_fraction = re.search(
+        r": (\d\.\d\d) of the gap \[(\d\.\d\d), (\d\.\d\d)\] \(95 % Fieller interval, 5 seeds\)", fraction
+    )
+    ratio, low, high = (float(found_fraction[k]) for k in (1, 2, 3))
+    assert low < ratio < high and 0.9 < ratio < 1.1 and high - low < 0.2  # planted: the whole gap closed
+    relu_fraction = [line for line in lines if line.startswith("- RoPE-Mixed closes the ReLU gap: not estimable")]
+    assert relu_fraction and "(ReLU gap with APE: " in relu_fraction[0] and "is unbounded" in relu_fraction[0]
     checked = claims.design_answer_text(params, rows, found, flat, speed, "**Longer-budget check** (`chk`): held.")
     assert checked.index("- RoPE-Mixed closes the ReLU gap") < checked.index("**Longer-budget check** (`chk`): held.")
     assert checked.index("**Longer-budget check**") < checked.index("**What it costs.**")

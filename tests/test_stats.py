@@ -494,3 +494,48 @@ def test_family_verdict_needs_p_strictly_below_alpha():
     tests = [{"p_support": 0.025, "p_contradict": 1.0}, {"p_support": 1.0, "p_contradict": 0.025}]
     at_alpha = stats.family_verdicts(tests[:1]) + stats.family_verdicts(tests[1:])
     assert [row["verdict"] for row in at_alpha] == [stats.INCONCLUSIVE, stats.INCONCLUSIVE]
+
+
+# --------------------------------------------------------------------------- Fieller's ratio (fraction of a gap closed)
+
+
+def _gap_and_closing(rng, seeds, gap=2.0, fraction=0.5, sd_gap=0.6, sd_close=0.6, rho=0.4):
+    """Per seed: b = the gap (softmax − Performer with APE, points) and a = how much of it the RPE closes,
+    correlated like two contrasts that share runs; E[a] / E[b] = fraction."""
+    cov = [[sd_close**2, rho * sd_close * sd_gap], [rho * sd_close * sd_gap, sd_gap**2]]
+    a, b = rng.multivariate_normal([fraction * gap, gap], cov, size=seeds).T
+    return a, b
+
+
+def test_fieller_interval_is_where_the_t_test_of_a_minus_rho_b_does_not_reject():
+    """The interval's ends are exactly the ρ at which the two-sided t-test of a_s − ρ·b_s sits at its
+    critical value, and the test rejects just outside (checked against scipy's ttest_1samp)."""
+    a, b = _gap_and_closing(np.random.default_rng(3), seeds=8)
+    found = stats.fieller_ratio(a, b, 0.95)
+    assert found["bounded"] and found["low"] < found["ratio"] < found["high"]
+    assert found["ratio"] == pytest.approx(a.mean() / b.mean())
+    for end, outside in ((found["low"], -1e-6), (found["high"], 1e-6)):
+        assert scipy_stats.ttest_1samp(a - end * b, 0.0).pvalue == pytest.approx(0.05, abs=1e-9)
+        assert scipy_stats.ttest_1samp(a - (end + outside) * b, 0.0).pvalue < 0.05
+    assert scipy_stats.ttest_1samp(a - found["ratio"] * b, 0.0).pvalue == pytest.approx(1.0)
+
+
+def test_fieller_interval_covers_the_fraction_at_its_nominal_level():
+    rng = np.random.default_rng(11)
+    hits = [
+        (found := stats.fieller_ratio(*_gap_and_closing(rng, seeds=6), 0.95))["bounded"]
+        and found["low"] <= 0.5 <= found["high"]
+        for _ in range(2000)
+    ]
+    # every draw here has a clear gap (2 points, SD 0.6, 6 seeds), so the interval is bounded and covers ~95 %
+    assert 0.93 <= np.mean(hits) <= 0.97
+
+
+def test_fieller_says_unbounded_when_there_is_no_gap_to_close():
+    """A gap not distinguishable from zero gives no fraction: an unbounded set, not a huge interval."""
+    a, b = _gap_and_closing(np.random.default_rng(5), seeds=8, gap=0.05, fraction=1.0)
+    found = stats.fieller_ratio(a, b)
+    assert not found["bounded"] and math.isnan(found["low"]) and math.isnan(found["high"])
+    assert not stats.fieller_ratio([1.0], [2.0])["bounded"] and stats.fieller_ratio([1.0], [2.0])["ratio"] == 0.5
+    with pytest.raises(ValueError, match="two finite 1-D arrays of the same length"):
+        stats.fieller_ratio([1.0, 2.0], [1.0])

@@ -304,6 +304,37 @@ def contrast_test(values: ArrayLike, kind: str, margin: float | None = None, alp
     }
 
 
+def fieller_ratio(numerator: ArrayLike, denominator: ArrayLike, confidence: float = 0.95) -> dict:
+    """The ratio ρ = E[a] / E[b] of two per-seed quantities paired by seed, with Fieller's interval
+    (Fieller 1954): every ρ for which the per-seed values a_s − ρ·b_s have a mean the two-sided
+    Student-t test at `confidence` does not reject, i.e. the ρ with
+
+        (ā − ρ b̄)² ≤ t² (v_aa − 2ρ v_ab + ρ² v_bb),   v_xy = cov(x, y) / n,  t = t_{(1+c)/2, n−1}.
+
+    Exact under normal per-seed errors, and honest when b̄ is small: the set is a bounded interval only
+    if b̄ itself is significantly non-zero (b̄² > t² v_bb); otherwise it is unbounded (the whole line, or
+    all but a gap) and `bounded` is False, low/high nan. Used for the fraction of a gap closed.
+    Returns dict(ratio, low, high, bounded, n, confidence); with n < 2 only the ratio of means.
+    """
+    _check_confidence(confidence)
+    a, b = np.asarray(numerator, dtype=np.float64), np.asarray(denominator, dtype=np.float64)
+    if a.shape != b.shape or a.ndim != 1 or a.size == 0 or not (np.isfinite(a).all() and np.isfinite(b).all()):
+        raise ValueError(f"fieller_ratio needs two finite 1-D arrays of the same length, got {a!r} and {b!r}")
+    n, mean_a, mean_b = a.size, float(a.mean()), float(b.mean())
+    result = {"ratio": mean_a / mean_b if mean_b else math.nan, "n": n, "confidence": confidence}
+    if n < 2:
+        return {**result, "low": math.nan, "high": math.nan, "bounded": False}
+    cov = np.cov(np.stack([a, b]), ddof=1) / n
+    t2 = float(stats.t.ppf((1 + confidence) / 2, n - 1)) ** 2
+    # quadratic q2 ρ² − 2 q1 ρ + q0 ≤ 0
+    q2, q1, q0 = mean_b**2 - t2 * cov[1, 1], mean_a * mean_b - t2 * cov[0, 1], mean_a**2 - t2 * cov[0, 0]
+    disc = q1 * q1 - q0 * q2
+    if q2 <= 0 or disc < 0:
+        return {**result, "low": math.nan, "high": math.nan, "bounded": False}
+    root = math.sqrt(disc)
+    return {**result, "low": (q1 - root) / q2, "high": (q1 + root) / q2, "bounded": True}
+
+
 def image_standard_error(contrast: ArrayLike) -> float:
     """Standard error (points) of the mean contrast from test-image sampling alone.
 

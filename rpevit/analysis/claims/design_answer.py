@@ -7,6 +7,7 @@ generated from the claims rows of the design's contrasts (`evaluation.evaluate_c
 from __future__ import annotations
 
 import math
+import statistics
 from collections import Counter
 
 import numpy as np
@@ -149,6 +150,40 @@ def _short(rows: list[dict]) -> str:
     return text + ("." if gaps or changes else "") + " Estimates only: the verdicts below are what the data decide."
 
 
+def _fraction_lines(contrasts: list[dict], confidence: float = 0.95) -> list[str]:
+    """Per difference of differences (a − b) − (c − d) whose gap with APE (c − d) is a contrast of the
+    design too: the fraction of that gap the relative encoding closes, DD / (d − c) per seed pair, with
+    Fieller's interval over the seeds both rows share (stats.fieller_ratio: unbounded, and said so, when
+    the gap itself is not distinguishable from zero). 1 closes it, 0 leaves it, < 0 widens it."""
+    gaps = {(r["comparison"].a, r["comparison"].b): r for r in contrasts if not r["comparison"].differences}
+    lines = []
+    for row in contrasts:
+        comparison = row["comparison"]
+        gap = gaps.get((comparison.c, comparison.d)) if comparison.differences else None
+        if gap is None or "per seed" not in row or "per seed" not in gap:
+            continue
+        seeds = sorted(row["per seed"].keys() & gap["per seed"].keys())
+        if len(seeds) < 2:
+            lines.append(f"- {row['claim']}: not estimable yet ({len(seeds)} seed with both contrasts).")
+            continue
+        closed = [row["per seed"][s] for s in seeds]
+        found = stats.fieller_ratio(closed, [-gap["per seed"][s] for s in seeds], confidence)
+        level = f"{100 * confidence:.0f} %"
+        if found["bounded"]:
+            lines.append(
+                f"- {row['claim']}: {found['ratio']:.2f} of the gap [{found['low']:.2f}, {found['high']:.2f}] "
+                f"({level} Fieller interval, {len(seeds)} seeds)."
+            )
+        else:
+            lines.append(
+                f"- {row['claim']}: not estimable — the gap it would close ({gap['claim']}: "
+                f"{signed(statistics.fmean(gap['per seed'][s] for s in seeds))} points) is not "
+                f"distinguishable from zero at these {len(seeds)} seeds, so Fieller's {level} set for the fraction "
+                "is unbounded."
+            )
+    return lines
+
+
 def _open_line(rows: list[dict]) -> str | None:
     """The contrasts the data leave open (inconclusive, undecided or without data), or None."""
     open_rows = [r for r in rows if r["verdict"] not in (SUPPORTED, CONTRADICTED)]
@@ -245,6 +280,15 @@ def design_answer_text(
             *(_row_line(r) for r in contrasts if r["comparison"].c is not None),
             "",
         ]
+        fractions = _fraction_lines(contrasts)
+        if fractions:
+            lines += [
+                "**What fraction of the gap does it close?** The difference of differences over the gap with APE "
+                "it would close, (b+rope − softmax+rope − b+ape + softmax+ape) / (softmax+ape − b+ape), per seed "
+                "pair: 1 closes the gap, 0 leaves it, below 0 widens it; an interval only where the gap is real:",
+                *fractions,
+                "",
+            ]
     if check_text:
         lines += [check_text, ""]
     lines += [

@@ -78,6 +78,7 @@ def _accuracy_row(claim: Claim, runs: dict[str, dict[int, dict]], seeds: list[in
         **tested,
         "se (images)": stats.image_standard_error(contrast),
         "test": _interval_text(tested, f"{len(seeds)} seeds"),
+        "per seed": dict(zip(seeds, contrast.mean(axis=1).tolist(), strict=True)),  # the values tested, points
     }
     if len(seeds) < 2:
         row.update(verdict=UNDECIDED, reason=ONE_SEED)
