@@ -711,3 +711,24 @@ def test_the_answer_figure_draws_only_the_pre_registered_contrasts():
     assert len(primary) == 6 and sorted(labels) == sorted(primary)  # the six contrasts, nothing else
     plt.close(fig)
     assert claims.answer_figure(rows, load_params("smoke")) is None  # no design, no answer figure
+
+
+@pytest.mark.parametrize(("favor_rope", "verdict"), [(0.86, "supported"), (0.84, "contradicted")])
+def test_closing_at_least_half_of_the_gap_is_a_weighted_difference_of_differences(favor_rope, verdict):
+    """A 10-point FAVOR+ gap with APE; with RoPE-Mixed it is 4 points (60 % closed) or 6 (40 %):
+    (a − b) − 0.5·(c − d) is +1 or −1 point, so "closes at least half" is supported or contradicted."""
+    from rpevit.lab.design import Contrast
+
+    plan = {"softmax+ape": 0.90, "favor+ape": 0.80, "relu+ape": 0.90, "softmax+rope_mixed": 0.90}
+    plan |= {"favor+rope_mixed": favor_rope, "relu+rope_mixed": 0.90}
+    params, found = _designed_study(np.random.default_rng(7), plan, n=40000)
+    half = Contrast(
+        "RoPE-Mixed closes at least half of the FAVOR+ gap",
+        "greater",
+        {"favor+rope_mixed": 1, "softmax+rope_mixed": -1, "favor+ape": -0.5, "softmax+ape": 0.5},
+    )
+    params = dataclasses.replace(params, design=dataclasses.replace(params.design, contrasts=(half,)))
+    (row,) = evaluate_claims(found, claims.design_claims(params), datasets=params.datasets)
+    assert row["comparison"].weight == 0.5 and row["comparison"].terms["softmax+ape"] == 0.5
+    assert row["effect"] == pytest.approx(1.0 if verdict == "supported" else -1.0, abs=0.25)
+    assert row["verdict"] == verdict

@@ -246,11 +246,41 @@ def test_in_flight_names_the_runs_another_live_process_holds(tmp_path):
         (DESIGN.replace("secondary: [softmax+krpe]", "secondary: [softmax+krpe, favor+ape]"), "both primary"),
         (DESIGN + "  secondary_budget_hours: 5\n", "secondary_budget_hours needs budget_hours"),
         (DESIGN + "  budget_hours: -1\n", "design.budget_hours: -1"),
+        (  # three terms, or a weighted pair that is not (−w, +w), is no difference of differences
+            DESIGN.replace("favor+ape: -1, softmax+ape: 1}", "favor+ape: -1}").replace(
+                "rope_mixed: -1,", "rope_mixed: 0,"
+            ),
+            "neither a − b",
+        ),
+        (
+            DESIGN.replace("favor+ape: -1, softmax+ape: 1}", "favor+ape: -0.5, softmax+ape: 0.25, softmax+krpe: 0.25}"),
+            "neither",
+        ),
+        (
+            DESIGN.replace("favor+ape: -1, softmax+ape: 1}", "favor+ape: -2, softmax+ape: 2}").replace(
+                "favor+rope_mixed: 1, softmax+rope_mixed: -1", "favor+rope_mixed: 2, softmax+rope_mixed: -2"
+            ),
+            "neither",
+        ),
     ],
 )
 def test_bad_designs_are_one_error(tmp_path, text, message):
     with pytest.raises(UserError, match=message):
         preset(tmp_path, text)
+
+
+def test_contrast_shapes_read_as_a_minus_b_or_a_weighted_difference_of_differences():
+    """ "Closes at least half of the gap" is (a − b) − 0.5·(c − d) > 0: terms +1, −1, −0.5, +0.5."""
+    half = design.Contrast(
+        "half", "greater", {"favor+rope_mixed": 1, "softmax+ape": 0.5, "favor+ape": -0.5, "softmax+rope_mixed": -1}
+    )
+    assert design.contrast_shape(half) == ("favor+rope_mixed", "softmax+rope_mixed", "favor+ape", "softmax+ape", 0.5)
+    gap = design.Contrast("gap", "equal", {"favor+ape": 1, "softmax+ape": -1})
+    assert design.contrast_shape(gap) == ("favor+ape", "softmax+ape", None, None, 1.0)
+    closed = design.Contrast(
+        "closed", "greater", {"favor+rope_mixed": 1, "softmax+rope_mixed": -1, "favor+ape": -1, "softmax+ape": 1}
+    )
+    assert design.contrast_shape(closed) == ("favor+rope_mixed", "softmax+rope_mixed", "favor+ape", "softmax+ape", 1.0)
 
 
 def test_a_design_leaves_run_keys_alone(tmp_path):

@@ -77,6 +77,34 @@ class Design:
         return bool(self.primary)
 
 
+def contrast_shape(contrast: Contrast) -> tuple[str, str, str | None, str | None, float]:
+    """(a, b, c, d, w) of a contrast written as terms: a − b (coefficients +1, −1; c, d None) or the
+    difference of differences (a − b) − w·(c − d) (coefficients +1, −1, −w, +w with w > 0; with w = 1 the
+    first positive and first negative term are a and b). One UserError for any other shape."""
+    terms = contrast.terms
+    plus = [v for v, c in terms.items() if c > 0]
+    minus = [v for v, c in terms.items() if c < 0]
+    wrong = UserError(
+        f"design.contrasts ({contrast.name}): terms {dict(terms)} are neither a − b (+1, −1) nor a weighted "
+        "difference of differences (a − b) − w·(c − d) (+1, −1, −w, +w, w > 0)."
+    )
+    if len(terms) == 2 and len(plus) == 1 and terms[plus[0]] == 1.0 and terms[minus[0]] == -1.0:
+        return plus[0], minus[0], None, None, 1.0
+    if len(terms) != 4 or len(plus) != 2:
+        raise wrong
+    unit = [v for v in plus if terms[v] == 1.0]
+    if not unit:
+        raise wrong
+    a = unit[0]
+    d = next(v for v in plus if v != a)
+    weight = float(terms[d])
+    b = next((v for v in minus if terms[v] == -1.0), None)
+    c = next((v for v in minus if v != b), None)
+    if b is None or c is None or terms[c] != -weight:
+        raise wrong
+    return a, b, c, d, weight
+
+
 def check_design(design: Design, variants, seeds) -> None:
     """Reject a design that names variants outside the grid or asks for impossible numbers."""
     from ..core.stats import CLAIM_KINDS
@@ -116,6 +144,7 @@ def check_design(design: Design, variants, seeds) -> None:
             raise UserError(f"design.contrasts ({contrast.name}): terms map variants to numeric coefficients.")
         if abs(sum(contrast.terms.values())) > 1e-9:
             raise UserError(f"design.contrasts ({contrast.name}): coefficients must sum to 0 (a contrast).")
+        contrast_shape(contrast)
     rule = design.stopping
     if not 2 <= rule.min_seeds <= rule.max_seeds <= len(seeds):
         raise UserError(

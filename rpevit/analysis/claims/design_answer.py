@@ -159,7 +159,8 @@ def _fraction_lines(contrasts: list[dict], confidence: float = 0.95) -> list[str
     lines = []
     for row in contrasts:
         comparison = row["comparison"]
-        gap = gaps.get((comparison.c, comparison.d)) if comparison.differences else None
+        plain = comparison.differences and comparison.weight == 1.0  # a weighted one tests a share, not the fraction
+        gap = gaps.get((comparison.c, comparison.d)) if plain else None
         if gap is None or "per seed" not in row or "per seed" not in gap:
             continue
         seeds = sorted(row["per seed"].keys() & gap["per seed"].keys())
@@ -231,6 +232,49 @@ def _family_line(rows: list[dict]) -> str | None:
     )
 
 
+def _dataset_lines(params, dataset: str, contrasts: list[dict], found: list, convergence: list[dict]) -> list[str]:
+    """The answer's part for one dataset: its scope, the verdict counts, the gaps, whether the relative
+    encoding closes them and what fraction of each gap it closes."""
+    model = params.model
+    equal = (
+        f"*equal* within ±{params.design.margin_points:g} point is **supported** when both one-sided tests "
+        f"(TOST) stay below α = {ALPHA:g} after Holm's correction within the pre-registered contrasts (one family), "
+        "**contradicted** when the test beyond the margin does"
+    )
+    current = [r for r in results(found) if r.dataset == dataset]
+    sizes = sorted({r.num_params for r in finished(current) if r.num_params})
+    size = "" if not sizes else f" ({sizes[0]:,}" + (f"–{sizes[-1]:,}" if len(sizes) > 1 else "") + " parameters)"
+    runs = [c for c in convergence if c.get("dataset") == dataset]
+    lines = [
+        f"**Scope.** `{dataset}` with the recipe of `params/{params.name}.yaml` (fixed before its first run): a "
+        f"ViT of patch {model.patch_size}, dim {model.dim}, depth {model.depth}, {model.heads} heads{size}, "
+        f"{params.train.epochs} epochs; {design_rules.seeds_text(params, current)}. "
+        + _convergence_sentence(runs, params.train.epochs, bool(params.design.plateau_check)),
+        "",
+        _short(contrasts),
+        "",
+        "**Is there a Performer–softmax gap?** Test top-1, Performer − softmax in points (positive: the "
+        f"Performer ahead), paired by seed; {equal}. Intervals unadjusted:",
+        *(_row_line(r) for r in contrasts if r["comparison"].c is None),
+        "",
+        "**Does the relative encoding close it?** The difference of differences "
+        "(b+rope − softmax+rope) − (b+ape − softmax+ape), positive = the Performer gains on softmax with it; "
+        "**supported** when its one-sided test stays below α after the same Holm correction:",
+        *(_row_line(r) for r in contrasts if r["comparison"].c is not None),
+        "",
+    ]
+    fractions = _fraction_lines(contrasts)
+    if fractions:
+        lines += [
+            "**What fraction of the gap does it close?** The difference of differences over the gap with APE "
+            "it would close, (b+rope − softmax+rope − b+ape + softmax+ape) / (softmax+ape − b+ape), per seed "
+            "pair: 1 closes the gap, 0 leaves it, below 0 widens it; an interval only where the gap is real:",
+            *fractions,
+            "",
+        ]
+    return lines
+
+
 def design_answer_text(
     params,
     rows: list[dict],
@@ -247,48 +291,12 @@ def design_answer_text(
     if not params.design.active:
         return f"`{params.name}` has no pre-registered design."
     source = design_source(params)
-    model = params.model
-    equal = (
-        f"*equal* within ±{params.design.margin_points:g} point is **supported** when both one-sided tests "
-        f"(TOST) stay below α = {ALPHA:g} after Holm's correction within the pre-registered contrasts (one family), "
-        "**contradicted** when the test beyond the margin does"
-    )
     lines = []
     contrasts_of = {d: [r for r in rows if r["source"] == source and r["dataset"] == d] for d in params.datasets}
     for dataset, contrasts in contrasts_of.items():
-        current = [r for r in results(found) if r.dataset == dataset]
-        sizes = sorted({r.num_params for r in finished(current) if r.num_params})
-        size = "" if not sizes else f" ({sizes[0]:,}" + (f"–{sizes[-1]:,}" if len(sizes) > 1 else "") + " parameters)"
-        runs = [c for c in convergence if c.get("dataset") == dataset]
         if len(params.datasets) > 1:
             lines += [f"#### {dataset}", ""]
-        lines += [
-            f"**Scope.** `{dataset}` with the recipe of `params/{params.name}.yaml` (fixed before its first run): a "
-            f"ViT of patch {model.patch_size}, dim {model.dim}, depth {model.depth}, {model.heads} heads{size}, "
-            f"{params.train.epochs} epochs; {design_rules.seeds_text(params, current)}. "
-            + _convergence_sentence(runs, params.train.epochs, bool(params.design.plateau_check)),
-            "",
-            _short(contrasts),
-            "",
-            "**Is there a Performer–softmax gap?** Test top-1, Performer − softmax in points (positive: the "
-            f"Performer ahead), paired by seed; {equal}. Intervals unadjusted:",
-            *(_row_line(r) for r in contrasts if r["comparison"].c is None),
-            "",
-            "**Does the relative encoding close it?** The difference of differences "
-            "(b+rope − softmax+rope) − (b+ape − softmax+ape), positive = the Performer gains on softmax with it; "
-            "**supported** when its one-sided test stays below α after the same Holm correction:",
-            *(_row_line(r) for r in contrasts if r["comparison"].c is not None),
-            "",
-        ]
-        fractions = _fraction_lines(contrasts)
-        if fractions:
-            lines += [
-                "**What fraction of the gap does it close?** The difference of differences over the gap with APE "
-                "it would close, (b+rope − softmax+rope − b+ape + softmax+ape) / (softmax+ape − b+ape), per seed "
-                "pair: 1 closes the gap, 0 leaves it, below 0 widens it; an interval only where the gap is real:",
-                *fractions,
-                "",
-            ]
+        lines += _dataset_lines(params, dataset, contrasts, found, convergence)
     if check_text:
         lines += [check_text, ""]
     lines += [

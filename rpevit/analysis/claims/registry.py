@@ -9,6 +9,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from ...core import stats
+from ...lab.design import contrast_shape
 
 MARGIN_POINTS = 1.0  # ±1 point of test top-1: equivalence and non-inferiority margin of the published claims
 MARGIN_TIME_PCT = 20.0  # ±20 % of inference time per image
@@ -38,8 +39,10 @@ class Source:
 
 @dataclass(frozen=True)
 class Comparison:
-    """A contrast of variants: a − b, or the difference of differences (a − b) − (c − d) when c and d
-    are given; optionally evaluated at another input resolution (px) by `mode` (rpevit.lab.evaluate)."""
+    """A contrast of variants: a − b, or the difference of differences (a − b) − w·(c − d) when c and d
+    are given (w = `weight`, 1 by default; "the RPE closes at least a share φ of the gap" is
+    (a − b) − (1 − φ)·(c − d) > 0); optionally evaluated at another input resolution (px) by `mode`
+    (rpevit.lab.evaluate)."""
 
     a: str
     b: str
@@ -47,10 +50,13 @@ class Comparison:
     d: str | None = None
     resolution: int | None = None
     mode: str = "extrapolate"
+    weight: float = 1.0
 
     def __post_init__(self):
         if (self.c is None) != (self.d is None):
             raise ValueError(f"a difference of differences needs both c and d, got c={self.c!r}, d={self.d!r}")
+        if self.weight != 1.0 and (self.c is None or not self.weight > 0):
+            raise ValueError(f"a weight ({self.weight!r}) belongs to a difference of differences and must be > 0")
 
     @property
     def differences(self) -> bool:
@@ -65,7 +71,7 @@ class Comparison:
     def terms(self) -> dict[str, float]:
         """Variant → coefficient of the contrast."""
         terms: dict[str, float] = {}
-        for variant, sign in zip(self.variants, (1.0, -1.0, -1.0, 1.0)):
+        for variant, sign in zip(self.variants, (1.0, -1.0, -self.weight, self.weight)):
             terms[variant] = terms.get(variant, 0.0) + sign
         return terms
 
@@ -174,17 +180,13 @@ def design_claims(params) -> list[Claim]:
     """A preset's pre-registered contrasts (its `design:` block) as claims, with the design's margin."""
     claims = []
     for contrast in params.design.contrasts:
-        plus = [v for v, c in contrast.terms.items() if c > 0]
-        minus = [v for v, c in contrast.terms.items() if c < 0]
-        if sorted(abs(c) for c in contrast.terms.values()) != [1.0] * len(contrast.terms) or len(plus) not in (1, 2):
-            raise ValueError(f"contrast {contrast.name}: only a − b and (a − b) − (c − d) are supported")
-        c, d = (minus[1], plus[1]) if len(plus) == 2 else (None, None)
+        a, b, c, d, weight = contrast_shape(contrast)
         claims.append(
             Claim(
                 design_source(params),
                 contrast.name,
                 contrast.kind,
-                Comparison(plus[0], minus[0], c, d),
+                Comparison(a, b, c, d, weight=weight),
                 margin_value=params.design.margin_points if contrast.kind in ("equal", "at_least") else None,
             )
         )
