@@ -18,6 +18,7 @@ def _record(variant, seed, top1_by_budget):
     return {
         "variant": variant,
         "seed": seed,
+        "dataset": "fashion_mnist_canvas40",
         "status": "finished",
         "epochs": 32,
         "top1": top1_by_budget[32] / 100,
@@ -237,3 +238,26 @@ def test_the_feature_dials_are_the_56_pilot_with_fewer_favor_features(preset, fe
     assert dial.model.options_for("favor").num_features == features
     assert dataclasses.replace(dial.model, options={}) == pilot.model
     assert {run.variant for run in reference_runs(dial)} == {"softmax+ape", "relu+ape"}
+
+
+def test_a_collapsed_run_is_reported_apart_and_left_out_of_the_gaps(tmp_path, monkeypatch):
+    """One policy for collapsed runs in every report: FAVOR+ seed 2's validation fell from 80 % to 20 %
+    (toward chance), so its gap is not read at its early best epoch; seed 1's gap alone remains."""
+    from rpevit.lab import records
+    from rpevit.lab.params import load_params
+    from rpevit.lab.run import Run
+
+    dial = load_params(_dial(tmp_path))
+    reference = load_params(tmp_path / "ref.yaml")
+    roots = {"runs_root": tmp_path / "runs", "reports_root": tmp_path / "reports"}
+    for seed in (1, 2):
+        _keep(Run(reference, "mnist5k", "softmax+ape", seed, **roots), {8: 80.0, 16: 84.0, 32: 86.0})
+        _keep(Run(dial, "mnist5k", "favor+ape", seed, **roots), {8: 80.0, 16: 84.0, 32: 84.0})
+    fell = Run(dial, "mnist5k", "favor+ape", 2, **roots)
+    row = {"train_loss": 1.0, "train_acc": 0.5, "val_loss": 1.0, "lr": 0.001, "seconds": 1.0}
+    falling = [{"epoch": e, **row, "val_acc": 0.8 if e < 20 else 0.2} for e in range(1, 33)]
+    records.write_csv(fell.kept_dir / "history.csv", falling, list(records.HISTORY_COLUMNS))
+    monkeypatch.setenv("RPEVIT_RUNS", str(roots["runs_root"]))
+    text = "\n".join(gap_pilot.write_report(str(tmp_path / "dial.yaml"), reports_root=roots["reports_root"]))
+    assert "Collapsed (validation top-1 fell toward chance; reported apart, not in any gap): favor+ape seed 2." in text
+    assert "favor −2.00 (1 seed)" in text and "| favor | 32 | 1 | −2.00 |" in text

@@ -222,13 +222,20 @@ def write_report(preset: str, reports_root=None) -> list[str]:
     """reports/<preset>/README.md and pilot_gaps.{csv,md}; returns the README's lines."""
     from ..lab.catalog import grid, reference_records, study_records
     from ..lab.params import load_params
+    from .convergence import split_collapsed
 
     params = load_params(preset)
     own = study_records(params, reports_root=reports_root)
     read = ["softmax+ape"] if params.reference else []  # the runs a dial compares with, from its reference
     source = load_params(params.reference).name if params.reference else None
     borrowed = [r for r in reference_records(params, reports_root=reports_root) if r.variant in read]
-    top1 = budget_top1([*borrowed, *own])
+    # one policy for collapsed runs, as in every report: apart, never read at their early best epoch
+    own_kept, own_fell = split_collapsed(params, own, reports_root)
+    borrowed_kept, borrowed_fell = (
+        split_collapsed(load_params(params.reference), borrowed, reports_root) if read else ([], [])
+    )
+    top1 = budget_top1([*borrowed_kept, *own_kept])
+    fell = [f"{r.variant} seed {r.seed}" for r in [*borrowed_fell, *own_fell]]
     longest = params.train.epochs
     budgets = sorted({*params.train.budgets, longest})
     seeds = list(params.seeds)
@@ -270,6 +277,14 @@ def write_report(preset: str, reports_root=None) -> list[str]:
         + budget_line(hours, running, stated_budget(preset)),
         "",
         decision(rows, longest, finished_count == planned, params.name),
+        *(
+            [
+                "",
+                f"Collapsed (validation top-1 fell toward chance; reported apart, not in any gap): {', '.join(fell)}.",
+            ]
+            if fell
+            else []
+        ),
         "",
         factorial_seeds(rows, longest),
         "",
