@@ -218,31 +218,46 @@ def training_hours(params, runs_root=None, reports_root=None) -> tuple[float, fl
     return (done + training) / 3600, training / 3600
 
 
-def write_report(preset: str, reports_root=None) -> list[str]:
-    """reports/<preset>/README.md and pilot_gaps.{csv,md}; returns the README's lines."""
-    from ..lab.catalog import grid, reference_records, study_records
+def pilot_records(params, reports_root=None) -> dict:
+    """What a pilot's report reads: its own records, the reference's softmax+ape records a dial compares
+    with (`read`, from `source`), the test top-1 per (variant, seed, budget) of the runs that did not
+    collapse, and the names of those that did (one policy for every report: apart, never read at their
+    early best epoch)."""
+    from ..lab.catalog import reference_records, study_records
     from ..lab.params import load_params
     from .convergence import split_collapsed
 
-    params = load_params(preset)
     own = study_records(params, reports_root=reports_root)
-    read = ["softmax+ape"] if params.reference else []  # the runs a dial compares with, from its reference
-    source = load_params(params.reference).name if params.reference else None
+    reference = load_params(params.reference) if params.reference else None
+    read = ["softmax+ape"] if reference else []  # the runs a dial compares with, from its reference
     borrowed = [r for r in reference_records(params, reports_root=reports_root) if r.variant in read]
-    # one policy for collapsed runs, as in every report: apart, never read at their early best epoch
     own_kept, own_fell = split_collapsed(params, own, reports_root)
-    borrowed_kept, borrowed_fell = (
-        split_collapsed(load_params(params.reference), borrowed, reports_root) if read else ([], [])
-    )
-    top1 = budget_top1([*borrowed_kept, *own_kept])
-    fell = [f"{r.variant} seed {r.seed}" for r in [*borrowed_fell, *own_fell]]
+    borrowed_kept, borrowed_fell = split_collapsed(reference, borrowed, reports_root) if reference else ([], [])
+    return {
+        "own": own,
+        "borrowed": borrowed,
+        "read": read,
+        "source": reference.name if reference else None,
+        "top1": budget_top1([*borrowed_kept, *own_kept]),
+        "fell": [f"{r.variant} seed {r.seed}" for r in [*borrowed_fell, *own_fell]],
+    }
+
+
+def write_report(preset: str, reports_root=None) -> list[str]:
+    """reports/<preset>/README.md and pilot_gaps.{csv,md}; returns the README's lines."""
+    from ..lab.catalog import grid
+    from ..lab.params import load_params
+
+    params = load_params(preset)
+    found = pilot_records(params, reports_root)
+    top1, read, fell = found["top1"], found["read"], found["fell"]
     longest = params.train.epochs
     budgets = sorted({*params.train.budgets, longest})
     seeds = list(params.seeds)
     variants = list(dict.fromkeys([*read, *(v for _, v, _ in grid(params))]))
     backends = [b for b in PERFORMERS if f"{b}+ape" in params.variants]  # the pilot's own Performers
     rows = gap_rows(top1, budgets, seeds, backends)
-    finished_count = len(finished(results(own)))
+    finished_count = len(finished(results(found["own"])))
     planned = len(grid(params))
     short = budgets[-2] if len(budgets) > 1 else longest
     change = budget_change_rows(top1, variants, seeds, short, longest)
@@ -250,7 +265,7 @@ def write_report(preset: str, reports_root=None) -> list[str]:
     folder = (reports_root or records.reports_root()) / params.name
     runs_table = [
         {
-            "variant": f"{v} (from {source})" if v in read else _dialled(v, params.model),
+            "variant": f"{v} (from {found['source']})" if v in read else _dialled(v, params.model),
             "seed": sd,
             **{f"top-1 at {b}": _percent(top1.get((v, sd, b))) for b in budgets},
         }
@@ -262,10 +277,13 @@ def write_report(preset: str, reports_root=None) -> list[str]:
         {**r, "mean gap": "—" if math.isnan(r["mean gap"]) else signed(r["mean gap"])} for r in rows
     ]
     borrowed_line = (
-        f" The {', '.join(read)} runs it compares with are read from `{source}`'s kept records "
-        f"({len(borrowed)} finished; the same run keys this preset would train)."
-        if params.reference
+        f" The {', '.join(read)} runs it compares with are read from `{found['source']}`'s kept records "
+        f"({len(found['borrowed'])} finished; the same run keys this preset would train)."
+        if read
         else ""
+    )
+    collapsed_line = (
+        f"Collapsed (validation top-1 fell toward chance; reported apart, not in any gap): {', '.join(fell)}."
     )
     hours, running = training_hours(params, reports_root=reports_root)
     lines = [
@@ -277,14 +295,7 @@ def write_report(preset: str, reports_root=None) -> list[str]:
         + budget_line(hours, running, stated_budget(preset)),
         "",
         decision(rows, longest, finished_count == planned, params.name),
-        *(
-            [
-                "",
-                f"Collapsed (validation top-1 fell toward chance; reported apart, not in any gap): {', '.join(fell)}.",
-            ]
-            if fell
-            else []
-        ),
+        *(["", collapsed_line] if fell else []),
         "",
         factorial_seeds(rows, longest),
         "",
