@@ -17,6 +17,7 @@ from .lab.tables import markdown_table
 
 
 def _params(args):
+    from .lab.catalog import reference_runs
     from .lab.params import load_params
 
     params = load_params(args.params)
@@ -29,8 +30,6 @@ def _params(args):
     if getattr(args, "capture", False):  # train.compile is neutral: run keys and records stay the same
         train = dataclasses.replace(train, compile=True)
     if params.reference:  # the runs it reads must be the ones it would train: one error line before any
-        from .lab.catalog import reference_runs
-
         reference_runs(params)
     return dataclasses.replace(params, data=data, train=train)
 
@@ -104,12 +103,16 @@ def cmd_train(args) -> int:
 def cmd_study(args) -> int:
     """Run (or resume) a preset's whole grid and write reports/<preset>/summary.{csv,md}."""
     from .core.device import resolve_device
+    from .lab.budget import budget_spent
     from .lab.records import reports_root
     from .lab.study import run_study
     from .lab.time_limit import TimeLimit, parse_duration
 
     params = _params(args)
     limit = None if args.time_limit is None else TimeLimit(parse_duration(args.time_limit))
+    if spent := budget_spent(params, args.params):  # a spent pre-registered budget ends the study where it stands
+        print(spent)
+        return 0
     if args.engine == "ray":
         from .lab.cluster import run_study_ray
 

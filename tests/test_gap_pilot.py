@@ -10,6 +10,7 @@ from scipy import stats as scipy_stats
 
 from rpevit.analysis import gap_pilot
 from rpevit.core.errors import UserError
+from rpevit.lab import budget
 from rpevit.lab.result import results
 
 
@@ -205,8 +206,8 @@ def test_training_time_is_read_against_the_budget_the_preset_states(tmp_path):
     from rpevit.lab.params import load_params
     from rpevit.lab.run import Run
 
-    assert [gap_pilot.stated_budget(p) for p in [*gap_pilot.NEXT_AFTER_NO_GO, "canvas56_dial8"]] == [10, 20, 12, 12]
-    assert gap_pilot.stated_budget("smoke") is None
+    assert [budget.stated_budget(p) for p in [*gap_pilot.NEXT_AFTER_NO_GO, "canvas56_dial8"]] == [10, 20, 12, 12]
+    assert budget.stated_budget("smoke") is None
     dial = load_params(_dial(tmp_path))
     roots = {"runs_root": tmp_path / "runs", "reports_root": tmp_path / "reports"}
     done, training = (Run(dial, "mnist5k", "favor+ape", seed, **roots) for seed in (1, 2))
@@ -217,11 +218,11 @@ def test_training_time_is_read_against_the_budget_the_preset_states(tmp_path):
     row = {"train_loss": 1.0, "train_acc": 0.5, "val_loss": 1.0, "val_acc": 0.5, "lr": 0.001, "seconds": 225.0}
     records.write_csv(done.kept_dir / "history.csv", [{"epoch": e, **row} for e in range(1, 33)])
     records.write_csv(training.dir / "history.csv", [{"epoch": 1, **row, "seconds": 1800.0}])
-    hours, running = gap_pilot.training_hours(dial, **roots)
+    hours, running = budget.training_hours(dial, **roots)
     assert (hours, running) == (pytest.approx(3.5), pytest.approx(0.5))
-    assert gap_pilot.budget_line(3.5, 0.5, 12).endswith("of its pre-registered budget of 12 one-thread CPU hours.")
-    assert "**over** its pre-registered budget of 3 one-thread CPU hours by 0.5" in gap_pilot.budget_line(3.5, 0, 3)
-    assert gap_pilot.budget_line(1.0, 0, None).endswith("the preset states no CPU budget.")
+    assert budget.budget_line(3.5, 0.5, 12).endswith("of its pre-registered budget of 12 one-thread CPU hours.")
+    assert "**over** its pre-registered budget of 3 one-thread CPU hours by 0.5" in budget.budget_line(3.5, 0, 3)
+    assert budget.budget_line(1.0, 0, None).endswith("the preset states no CPU budget.")
 
 
 @pytest.mark.parametrize(("preset", "features"), [("canvas56_dial16", 16), ("canvas56_dial8", 8)])
@@ -261,3 +262,26 @@ def test_a_collapsed_run_is_reported_apart_and_left_out_of_the_gaps(tmp_path, mo
     text = "\n".join(gap_pilot.write_report(str(tmp_path / "dial.yaml"), reports_root=roots["reports_root"]))
     assert "Collapsed (validation top-1 fell toward chance; reported apart, not in any gap): favor+ape seed 2." in text
     assert "favor −2.00 (1 seed)" in text and "| favor | 32 | 1 | −2.00 |" in text
+
+
+def test_a_spent_budget_starts_no_run_and_a_finished_study_still_writes_its_summary(tmp_path, monkeypatch, capsys):
+    """The pre-registered rule "≤ N one-thread CPU hours": once the epoch time of the preset's runs
+    reaches it, `study` trains nothing more (one line saying so); within it, or with nothing left, it goes on."""
+    from rpevit.cli import main
+    from rpevit.lab import records
+    from rpevit.lab.params import load_params
+    from rpevit.lab.run import Run
+
+    path = _dial(tmp_path)
+    path.write_text("# Budget: ≤ 0.5 one-thread CPU hours (a test)\n" + path.read_text())
+    dial = load_params(path)
+    monkeypatch.setenv("RPEVIT_RUNS", str(tmp_path / "runs"))
+    monkeypatch.setenv("RPEVIT_REPORTS", str(tmp_path / "reports"))
+    assert budget.stated_budget(path) == 0.5 and budget.budget_spent(dial, path) is None  # nothing spent yet
+    row = {"train_loss": 1.0, "train_acc": 0.5, "val_loss": 1.0, "val_acc": 0.5, "lr": 0.001, "seconds": 1900.0}
+    records.write_csv(Run(dial, "mnist5k", "favor+ape", 1).rooted().dir / "history.csv", [{"epoch": 1, **row}])
+    spent = budget.budget_spent(dial, path)
+    assert spent.startswith("dial: its pre-registered budget of 0.5 one-thread CPU hours is spent (0.5 hours")
+    assert main(["study", str(path), "--no-progress"]) == 0
+    assert capsys.readouterr().out.strip() == spent
+    assert not Run(dial, "mnist5k", "favor+ape", 2).rooted().dir.exists()  # nothing started

@@ -11,12 +11,12 @@ reports/<preset>/README.md and pilot_gaps.{csv,md} from the kept records.
 from __future__ import annotations
 
 import math
-import re
 import statistics
 
 from scipy import stats as scipy_stats
 
 from ..lab import records
+from ..lab.budget import budget_line, stated_budget, training_hours
 from ..lab.result import results
 from ..lab.schema import finished
 from ..lab.tables import markdown_table, signed
@@ -172,50 +172,6 @@ def factorial_seeds(rows: list[dict], longest: int) -> str:
             else "more than 200 seeds: a gap this small cannot be split into fractions closed."
         )
     )
-
-
-_BUDGET = re.compile(r"^# Budget: ≤ (\d+(?:\.\d+)?) one-thread CPU hours", re.MULTILINE)
-
-
-def stated_budget(preset) -> float | None:
-    """The one-thread CPU hours a preset's pre-registration allows (its header's `# Budget: ≤ N
-    one-thread CPU hours` line), None if it states none; `preset` is a name or a path."""
-    from ..lab.params import preset_path
-
-    found = _BUDGET.search(preset_path(preset).read_text(encoding="utf-8"))
-    return float(found.group(1)) if found else None
-
-
-def budget_line(hours: float, running: float, budget: float | None) -> str:
-    """Training time so far against the stated budget, saying plainly when it is spent or exceeded."""
-    spent = f"Training time so far: {hours:.1f} hours of epoch time (cool-downs included"
-    spent += f"; {running:.1f} of them in unfinished runs here)" if running else ")"
-    if budget is None:
-        return spent + "; the preset states no CPU budget."
-    if hours > budget:
-        return (
-            spent + f", **over** its pre-registered budget of {budget:g} one-thread CPU hours by {hours - budget:.1f}."
-        )
-    return spent + f", of its pre-registered budget of {budget:g} one-thread CPU hours."
-
-
-def training_hours(params, runs_root=None, reports_root=None) -> tuple[float, float]:
-    """(hours, of them in runs still training here): the epoch seconds of the preset's runs — finished
-    ones with their cool-down branches, and the checkpointed epochs of unfinished ones in runs/ — what
-    the preset's budget (in its header, one-thread CPU hours) is read against."""
-    from ..lab.catalog import current_record, grid, run_history
-    from ..lab.run import Run
-
-    done = training = 0.0
-    for place in grid(params):
-        run = Run(params, *place, runs_root=runs_root, reports_root=reports_root).rooted()
-        record = current_record(run)
-        if record is not None:
-            branches = [row for branch in (record.get("budgets") or {}).values() for row in branch.get("history", [])]
-            done += sum(float(row["seconds"]) for row in [*run_history(run), *branches])
-        else:
-            training += sum(float(row["seconds"]) for row in records.read_history(run.dir))
-    return (done + training) / 3600, training / 3600
 
 
 def pilot_records(params, reports_root=None) -> dict:

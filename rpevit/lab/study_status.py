@@ -10,6 +10,7 @@ from __future__ import annotations
 from ..core.variants import parse_variant
 from . import design, records
 from .bench import train_costs
+from .budget import budget_line, stated_budget, training_hours
 from .catalog import grid, in_flight_and_records, pace_records, secondary_held
 from .params import Params, load_params
 from .progress import label
@@ -130,6 +131,9 @@ def status_lines(params: Params, runs_root=None, reports_root=None) -> list[str]
         )
         + (f", {diverged} diverged" if diverged else "")
     ]
+    stated = stated_budget(params.name)
+    if stated is not None:  # a pilot's pre-registered CPU budget (its header)
+        lines.append(budget_line(*training_hours(params, runs_root, reports_root), stated).replace("**", ""))
     for place in sorted(busy):
         run = Run(params, *place, runs_root=runs_root)
         lines.append(f"in flight: {label(*place)}, {epochs_done(run)} of {run.train_config.epochs} epochs done")

@@ -1,0 +1,76 @@
+"""A preset's pre-registered CPU budget and the training time spent against it.
+
+A pilot states its budget in its header (`# Budget: ≤ N one-thread CPU hours …`, committed before its
+first run); the time spent is the epoch seconds of its runs — finished ones with their cool-down
+branches (rpevit/core/budgets.py), and the checkpointed epochs of unfinished ones. `study` starts
+nothing once the budget is spent, `status` and the pilot's report say how much is used. Epoch seconds
+are wall time: two runs side by side on two cores take about twice the quiet-machine time per epoch.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ..core.errors import UserError
+from . import records
+from .catalog import current_record, grid, run_history
+from .params import preset_path
+from .run import Run
+
+_BUDGET = re.compile(r"^# Budget: ≤ (\d+(?:\.\d+)?) one-thread CPU hours", re.MULTILINE)
+
+
+def stated_budget(preset) -> float | None:
+    """The one-thread CPU hours a preset's pre-registration allows (its header's `# Budget: ≤ N
+    one-thread CPU hours` line), None if it states none or its file cannot be found; `preset` is a
+    name or a path."""
+    try:
+        text = preset_path(preset).read_text(encoding="utf-8")
+    except (UserError, OSError):
+        return None
+    found = _BUDGET.search(text)
+    return float(found.group(1)) if found else None
+
+
+def training_hours(params, runs_root=None, reports_root=None) -> tuple[float, float]:
+    """(hours, of them in runs still training here): the epoch seconds of the preset's runs — finished
+    ones with their cool-down branches, and the checkpointed epochs of unfinished ones in runs/."""
+    done = training = 0.0
+    for place in grid(params):
+        run = Run(params, *place, runs_root=runs_root, reports_root=reports_root).rooted()
+        record = current_record(run)
+        if record is not None:
+            branches = [row for branch in (record.get("budgets") or {}).values() for row in branch.get("history", [])]
+            done += sum(float(row["seconds"]) for row in [*run_history(run), *branches])
+        else:
+            training += sum(float(row["seconds"]) for row in records.read_history(run.dir))
+    return (done + training) / 3600, training / 3600
+
+
+def budget_line(hours: float, running: float, budget: float | None) -> str:
+    """Training time so far against the stated budget, saying plainly when it is spent or exceeded."""
+    spent = f"Training time so far: {hours:.1f} hours of epoch time (cool-downs included"
+    spent += f"; {running:.1f} of them in unfinished runs here)" if running else ")"
+    if budget is None:
+        return spent + "; the preset states no CPU budget."
+    if hours > budget:
+        over = hours - budget
+        return spent + f", **over** its pre-registered budget of {budget:g} one-thread CPU hours by {over:.1f}."
+    return spent + f", of its pre-registered budget of {budget:g} one-thread CPU hours."
+
+
+def budget_spent(params, preset=None, runs_root=None, reports_root=None) -> str | None:
+    """Why the preset may start no more training — its stated budget is spent — or None."""
+    budget = stated_budget(preset or params.name)
+    if budget is None:
+        return None
+    hours, _ = training_hours(params, runs_root, reports_root)
+    if hours < budget or all(
+        current_record(Run(params, *place, runs_root=runs_root, reports_root=reports_root).rooted())
+        for place in grid(params)
+    ):  # within budget, or nothing left to train (a finished study still writes its summary)
+        return None
+    return (
+        f"{params.name}: its pre-registered budget of {budget:g} one-thread CPU hours is spent ({hours:.1f} hours "
+        "of epoch time); nothing more is trained. Its report says what was reached."
+    )
