@@ -262,6 +262,9 @@ def test_a_collapsed_run_is_reported_apart_and_left_out_of_the_gaps(tmp_path, mo
     text = "\n".join(gap_pilot.write_report(str(tmp_path / "dial.yaml"), reports_root=roots["reports_root"]))
     assert "Collapsed (validation top-1 fell toward chance; reported apart, not in any gap): favor+ape seed 2." in text
     assert "favor −2.00 (1 seed)" in text and "| favor | 32 | 1 | −2.00 |" in text
+    # the curves of the runs with a history: the collapsed one drawn apart, in a panel of its own
+    assert "![Training loss, validation loss and validation top-1 per epoch](pilot_curves.png)" in text
+    assert (roots["reports_root"] / "dial" / "pilot_curves.png").stat().st_size > 10_000
 
 
 def test_a_spent_budget_starts_no_run_and_a_finished_study_still_writes_its_summary(tmp_path, monkeypatch, capsys):

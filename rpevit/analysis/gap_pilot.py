@@ -179,7 +179,7 @@ def pilot_records(params, reports_root=None) -> dict:
     with (`read`, from `source`), the test top-1 per (variant, seed, budget) of the runs that did not
     collapse, and the names of those that did (one policy for every report: apart, never read at their
     early best epoch)."""
-    from ..lab.catalog import reference_records, study_records
+    from ..lab.catalog import reference_records, run_history, study_records
     from ..lab.params import load_params
     from .convergence import split_collapsed
 
@@ -189,9 +189,15 @@ def pilot_records(params, reports_root=None) -> dict:
     borrowed = [r for r in reference_records(params, reports_root=reports_root) if r.variant in read]
     own_kept, own_fell = split_collapsed(params, own, reports_root)
     borrowed_kept, borrowed_fell = split_collapsed(reference, borrowed, reports_root) if reference else ([], [])
+    fell = {(r.variant, r.seed) for r in [*borrowed_fell, *own_fell]}
+    histories = [
+        (r.variant, r.seed, run_history(r.run)) for r in finished(results([*borrowed, *own])) if r.run is not None
+    ]
     return {
         "own": own,
         "borrowed": borrowed,
+        "histories": [(v, s, rows) for v, s, rows in histories if rows],
+        "collapsed": fell,
         "read": read,
         "source": reference.name if reference else None,
         "top1": budget_top1([*borrowed_kept, *own_kept]),
@@ -268,6 +274,27 @@ def write_report(preset: str, reports_root=None) -> list[str]:
         "Convergence is read as budget sensitivity (no plateau rule): with two seeds these changes are "
         "descriptive; they say whether the gap opens or closes with more training.",
     ]
+    if found["histories"]:
+        lines += ["", *_curves(found, params, folder)]
     records.write_text(folder / "pilot_gaps.md", markdown_table(shown_gaps, list(rows[0]), digits=2))
     records.write_text(folder / "README.md", "\n".join(lines) + "\n")
     return lines
+
+
+def _curves(found: dict, params, folder) -> list[str]:
+    """The finished runs' training curves (the 32-epoch runs; the cool-down branches are not drawn),
+    mean over seeds with their range, collapsed runs apart: pilot_curves.png and its README lines."""
+    import matplotlib.pyplot as plt
+
+    from . import plots
+
+    figure = plots.training_curves(
+        found["histories"], f"{params.name}: the longest budget's runs", collapsed=found["collapsed"]
+    )
+    figure.savefig(folder / "pilot_curves.png", dpi=110)
+    plt.close(figure)
+    return [
+        "## Training curves (the longest budget's runs; warmup, stable, then the decay of its last quarter)",
+        "",
+        "![Training loss, validation loss and validation top-1 per epoch](pilot_curves.png)",
+    ]
