@@ -17,8 +17,8 @@ def add_bench_parser(sub) -> None:
     )
     bench.add_argument(
         "--sides",
-        default="8,16,32,64,128",
-        help="attention: grid sides (N = side²), default 8,16,32,64,128 = 64…16384 tokens",
+        help="attention: grid sides (N = side²), default 8,16,32,64,128 = 64…16384 tokens; tokens: patch-grid "
+        "sides of the first preset's model on random images of side × patch pixels (N = side² + CLS)",
     )
     bench.add_argument(
         "--softmax-cpu-max",

@@ -44,16 +44,19 @@ def test_token_bench_times_presets_side_by_side_and_divides_by_the_right_partner
     assert [bench_tokens.tokens_of(load_params(p)) for p in bench_tokens.DEFAULT_PRESETS.split(",")] == [50, 101, 197]
     cells = [(small, "softmax+ape"), (wide, "favor+ape")]
     rounds = bench.interleaved_speeds(cells, "cpu", rounds=2, train_steps=1, infer_batches=1, infer_batch=4)
-    first, second = ("smoke", "softmax+ape"), ("wide", "favor+ape")
-    assert [(r["preset"], r["variant"]) for r in rounds] == [first, second, second, first]  # order rotates
+    first, second = ("smoke", "softmax+ape", 50), ("wide", "favor+ape", 101)
+    assert [(r["preset"], r["variant"], r["tokens"]) for r in rounds] == [first, second, second, first]  # rotates
+    # a cell with an image side times the preset's model on random images of that size (here 20×20: 26 tokens)
+    (sized,) = bench.interleaved_speeds([(small, "relu+ape", 20)], "cpu", rounds=1, train_steps=1, infer_batches=1)
+    assert sized["tokens"] == 26 and sized["preset"] == "smoke" and sized["train_seconds_per_image"] > 0
     ms = {"softmax+ape": 2.0, "favor+ape": 3.0, "favor+rope_mixed": 4.5, "softmax+rope_mixed": 9.0}
     rows = [
-        {"preset": preset, "variant": v, "ms_per_image_batched": t * scale + wobble}
-        for preset, scale in (("a", 1.0), ("b", 2.0))
+        {"tokens": tokens, "variant": v, "ms_per_image_batched": t * scale + wobble}
+        for tokens, scale in ((50, 1.0), (197, 2.0))
         for v, t in ms.items()
         for wobble in (-0.1, 0.0, 0.1)  # the median is the middle round
     ]
-    table = {r["variant"]: r for r in bench_tokens.token_table(rows, "ms_per_image_batched", {"a": 50, "b": 197})}
+    table = {r["variant"]: r for r in bench_tokens.token_table(rows, "ms_per_image_batched")}
     assert table["favor+rope_mixed"]["ms at 197"] == pytest.approx(9.0)
     assert table["favor+rope_mixed"]["× softmax at 50"] == pytest.approx(0.5)
     assert table["favor+rope_mixed"]["× APE at 197"] == pytest.approx(1.5)

@@ -19,6 +19,7 @@ bench engines:   a preset's whole grid, sequential runner vs Ray workers (rpevit
 from __future__ import annotations
 
 import csv
+import dataclasses
 import functools
 import statistics
 import time
@@ -131,18 +132,24 @@ def variant_speeds(
 def interleaved_speeds(
     cells, device, rounds: int = 5, train_steps: int = 3, infer_batches: int = 3, infer_batch: int = 256
 ) -> list[dict]:
-    """Per (round, cell) for cells of (preset, variant): training seconds per image and inference
-    milliseconds per image, with the machine's load and the preset's name.
+    """Per (round, cell) for cells of (preset, variant) or (preset, variant, image side in pixels):
+    training seconds per image and inference milliseconds per image, with the machine's load, the
+    preset's name and the tokens attended over (patches + CLS). A cell with an image side times the
+    preset's model on random images of that size instead of its dataset's.
 
     All models are built and warmed up first; then each round times every cell in turn, the order
     rotating by one each round, so drifts in load and order effects touch every cell alike."""
     from ..core.metrics import machine_load
 
     timers = []
-    for params, variant in cells:
+    for params, variant, *side in cells:
         info = data_lib.DATASETS[params.datasets[0]]
-        shape = (info.channels, info.image_size, info.image_size)
-        model = runs.untrained_model(Run(params, info.name, variant, 0), device=device)
+        run = Run(params, info.name, variant, 0)
+        config = dataclasses.replace(run.model_config, image_size=side[0]) if side else run.model_config
+        shape = (info.channels, config.image_size, config.image_size)
+        torch.manual_seed(0)
+        model = build_model(variant, config, seed=0).to(device)
+        tokens = (config.image_size // config.patch_size) ** 2 + (config.pool == "cls")
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
         x = torch.randn(params.train.batch_size, *shape, device=device)
         y = torch.randint(0, info.num_classes, (params.train.batch_size,), device=device)
@@ -157,11 +164,11 @@ def interleaved_speeds(
         timed(train, device, 1, warmup=2)
         model.eval()
         timed(infer, device, 1, warmup=2)
-        timers.append((params, variant, model, train, infer))
+        timers.append((params, variant, tokens, model, train, infer))
     rows = []
     for index in range(rounds):
         shift = index % len(timers)
-        for params, variant, model, train, infer in timers[shift:] + timers[:shift]:
+        for params, variant, tokens, model, train, infer in timers[shift:] + timers[:shift]:
             model.train()
             train_seconds = sum(timed(train, device, train_steps))
             model.eval()
@@ -171,6 +178,7 @@ def interleaved_speeds(
                     "round": index,
                     "variant": variant,
                     "preset": params.name,
+                    "tokens": tokens,
                     "train_seconds_per_image": train_seconds / (train_steps * params.train.batch_size),
                     "ms_per_image_batched": 1000 * infer_seconds / (infer_batches * infer_batch),
                     **machine_load(),

@@ -12,6 +12,8 @@ from ..core.device import resolve_device
 from ..core.metrics import timed
 from .tables import markdown_table
 
+ATTENTION_SIDES = "8,16,32,64,128"  # grid sides of the attention and bias benches: 64 … 16384 tokens
+
 
 def attention_cost(
     backend: str,
@@ -96,7 +98,7 @@ def run_attention_bench(args) -> None:
     device = resolve_device(args.device)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     methods = [None] + [n for n, m in POSITIONS.items() if m.mechanism in ("rotary", "bias")]
-    sides = [int(s) for s in args.sides.split(",")]
+    sides = [int(s) for s in (args.sides or ATTENTION_SIDES).split(",")]
     ns = [s * s for s in sides]
     rows: dict = {}
     print(
@@ -196,7 +198,7 @@ def run_bias_bench(args) -> None:
 
     device = resolve_device(args.device)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    sides = [int(s) for s in args.sides.split(",")]
+    sides = [int(s) for s in (args.sides or ATTENTION_SIDES).split(",")]
     biases = [n for n, m in POSITIONS.items() if m.mechanism == "bias"]
     print(
         f"device: {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}, "

@@ -36,13 +36,13 @@ def _partner(variant: str, backend: str | None = None, positions: tuple[str, ...
     return parse_variant("+".join([backend or parsed.backend, *(positions or parsed.positions)])).name
 
 
-def token_table(rows: list[dict], measure: str, tokens: dict[str, int]) -> list[dict]:
-    """Per variant: the median of `measure` (ms per image) at each token count, its ratio to softmax with
-    the same positional methods, and to APE on the same backend; `tokens` maps preset → token count."""
+def token_table(rows: list[dict], measure: str) -> list[dict]:
+    """Per variant: the median of `measure` (ms per image) at each token count (the rows' `tokens`), its
+    ratio to softmax with the same positional methods, and to APE on the same backend."""
     per: dict[tuple[str, int], list[float]] = {}
     for row in rows:
         value = row[measure] * (1000 if measure == "train_seconds_per_image" else 1)
-        per.setdefault((parse_variant(row["variant"]).name, tokens[row["preset"]]), []).append(value)
+        per.setdefault((parse_variant(row["variant"]).name, int(row["tokens"])), []).append(value)
     median = {key: statistics.median(values) for key, values in per.items()}
     counts = sorted({n for _, n in median})
     variants = list(dict.fromkeys(v for v, _ in median))
@@ -72,7 +72,8 @@ def crossover_line(table: list[dict], counts: list[int], what: str) -> str:
 
 
 def run_tokens_bench(args) -> None:
-    """`bench tokens`: time every (preset, variant) cell side by side and print the tables."""
+    """`bench tokens`: time every (preset, variant) cell side by side and print the tables; with
+    `--sides`, the first preset's model on random images of each patch-grid side instead."""
     import torch
 
     from ..core.device import resolve_device
@@ -85,22 +86,29 @@ def run_tokens_bench(args) -> None:
     device = resolve_device(args.device)
     presets = [load_params(name.strip()) for name in (args.params or DEFAULT_PRESETS).split(",")]
     variants = [v.strip() for v in (args.variant or DEFAULT_VARIANTS).split(",")]
-    tokens = {params.name: tokens_of(params) for params in presets}
+    if args.sides:
+        patch = presets[0].model.patch_size
+        cells = [(presets[0], v, int(side) * patch) for side in args.sides.split(",") for v in variants]
+        where = f"{presets[0].name}'s model on random images of " + ", ".join(
+            f"{int(side) * patch}×{int(side) * patch} px ({int(side) ** 2 + (presets[0].model.pool == 'cls')} tokens)"
+            for side in args.sides.split(",")
+        )
+    else:
+        cells = [(params, variant) for params in presets for variant in variants]
+        where = ", ".join(f"{params.name} ({tokens_of(params)} tokens)" for params in presets)
     before = machine_load()
-    cells = [(params, variant) for params in presets for variant in variants]
     rows = interleaved_speeds(cells, device, rounds=args.rounds, train_steps=args.steps or 3)
     after = machine_load()
-    counts = sorted(set(tokens.values()))
+    counts = sorted({int(r["tokens"]) for r in rows})
     print(
-        f"device: {device}, {torch.get_num_threads()} threads, torch {torch.__version__}; the study's ViT on "
-        + ", ".join(f"{name} ({n} tokens)" for name, n in tokens.items())
-        + f"; {len(cells)} cells × {args.rounds} interleaved rounds ({args.steps or 3} training steps of each "
+        f"device: {device}, {torch.get_num_threads()} threads, torch {torch.__version__}; the study's ViT on {where}; "
+        f"{len(cells)} cells × {args.rounds} interleaved rounds ({args.steps or 3} training steps of each "
         f"preset's batch and 3 inference batches of 256 per cell and round); medians over rounds, ratios of "
         f"medians; 1-minute load average {before['load_average']:.2f} before, {after['load_average']:.2f} "
         f"after, on {before['cpu_count']} cores\n"
     )
     for measure, what in (("train_seconds_per_image", "Training"), ("ms_per_image_batched", "Inference")):
-        table = token_table(rows, measure, tokens)
+        table = token_table(rows, measure)
         print(f"## {what}: ms per image\n")
         print(crossover_line(table, counts, what) + "\n")
         print(markdown_table(table, list(table[0]), digits=2))
