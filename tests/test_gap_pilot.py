@@ -218,8 +218,11 @@ def test_training_time_is_read_against_the_budget_the_preset_states(tmp_path):
     row = {"train_loss": 1.0, "train_acc": 0.5, "val_loss": 1.0, "val_acc": 0.5, "lr": 0.001, "seconds": 225.0}
     records.write_csv(done.kept_dir / "history.csv", [{"epoch": e, **row} for e in range(1, 33)])
     records.write_csv(training.dir / "history.csv", [{"epoch": 1, **row, "seconds": 1800.0}])
+    # an unfinished run's cool-downs already branched live in its checkpoint
+    branched = {"8": {"history": [{"seconds": 900.0}]}}
+    records.save_checkpoint(training.dir / records.CHECKPOINT, {"epoch": 1, "branches": branched})
     hours, running = budget.training_hours(dial, **roots)
-    assert (hours, running) == (pytest.approx(3.5), pytest.approx(0.5))
+    assert (hours, running) == (pytest.approx(3.75), pytest.approx(0.75))
     assert budget.budget_line(3.5, 0.5, 12).endswith("of its pre-registered budget of 12 one-thread CPU hours.")
     assert "**over** its pre-registered budget of 3 one-thread CPU hours by 0.5" in budget.budget_line(3.5, 0, 3)
     assert budget.budget_line(1.0, 0, None).endswith("the preset states no CPU budget.")
@@ -282,7 +285,9 @@ def test_a_spent_budget_starts_no_run_and_a_finished_study_still_writes_its_summ
     monkeypatch.setenv("RPEVIT_REPORTS", str(tmp_path / "reports"))
     assert budget.stated_budget(path) == 0.5 and budget.budget_spent(dial, path) is None  # nothing spent yet
     row = {"train_loss": 1.0, "train_acc": 0.5, "val_loss": 1.0, "val_acc": 0.5, "lr": 0.001, "seconds": 1900.0}
-    records.write_csv(Run(dial, "mnist5k", "favor+ape", 1).rooted().dir / "history.csv", [{"epoch": 1, **row}])
+    started = Run(dial, "mnist5k", "favor+ape", 1).rooted().dir
+    records.write_csv(started / "history.csv", [{"epoch": 1, **row}])
+    records.save_checkpoint(started / records.CHECKPOINT, {"epoch": 1, "branches": {}})
     spent = budget.budget_spent(dial, path)
     assert spent.startswith("dial: its pre-registered budget of 0.5 one-thread CPU hours is spent (0.5 hours")
     assert main(["study", str(path), "--no-progress"]) == 0

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import re
 
+import torch
+
 from ..core.errors import UserError
 from . import records
 from .catalog import current_record, grid, run_history
@@ -34,17 +36,33 @@ def stated_budget(preset) -> float | None:
 
 def training_hours(params, runs_root=None, reports_root=None) -> tuple[float, float]:
     """(hours, of them in runs still training here): the epoch seconds of the preset's runs — finished
-    ones with their cool-down branches, and the checkpointed epochs of unfinished ones in runs/."""
+    ones with their cool-down branches, and the checkpointed epochs (and cool-downs already branched)
+    of unfinished ones in runs/."""
     done = training = 0.0
     for place in grid(params):
         run = Run(params, *place, runs_root=runs_root, reports_root=reports_root).rooted()
         record = current_record(run)
         if record is not None:
-            branches = [row for branch in (record.get("budgets") or {}).values() for row in branch.get("history", [])]
-            done += sum(float(row["seconds"]) for row in [*run_history(run), *branches])
-        else:
-            training += sum(float(row["seconds"]) for row in records.read_history(run.dir))
+            done += _seconds(run_history(run), record.get("budgets"))
+        elif (run.dir / records.CHECKPOINT).is_file():
+            training += _seconds(records.read_history(run.dir), _branches(run.dir / records.CHECKPOINT))
     return (done + training) / 3600, training / 3600
+
+
+def _branches(path) -> dict:
+    """The cool-down branches a run's checkpoint holds, read without judging the file: {} if it cannot be
+    read (the run's own resume decides what a damaged checkpoint means; a status read moves nothing)."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception:  # any unreadable file counts no branches
+        return {}
+    return (state.get("branches") or {}) if isinstance(state, dict) else {}
+
+
+def _seconds(history: list[dict], branches: dict | None) -> float:
+    """Epoch seconds of a run's history and of its cool-down branches' histories."""
+    rows = [*history, *(row for branch in (branches or {}).values() for row in branch.get("history", []))]
+    return sum(float(row["seconds"]) for row in rows)
 
 
 def budget_line(hours: float, running: float, budget: float | None) -> str:
