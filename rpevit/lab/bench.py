@@ -129,6 +129,11 @@ def variant_speeds(
     return interleaved_speeds(cells, device, rounds, train_steps, infer_batches, infer_batch)
 
 
+def model_tokens(config) -> int:
+    """Tokens a model configuration attends over: its image's patches, plus CLS."""
+    return (config.image_size // config.patch_size) ** 2 + (config.pool == "cls")
+
+
 def interleaved_speeds(
     cells, device, rounds: int = 5, train_steps: int = 3, infer_batches: int = 3, infer_batch: int = 256
 ) -> list[dict]:
@@ -147,9 +152,8 @@ def interleaved_speeds(
         run = Run(params, info.name, variant, 0)
         config = dataclasses.replace(run.model_config, image_size=side[0]) if side else run.model_config
         shape = (info.channels, config.image_size, config.image_size)
-        torch.manual_seed(0)
-        model = build_model(variant, config, seed=0).to(device)
-        tokens = (config.image_size // config.patch_size) ** 2 + (config.pool == "cls")
+        model = runs.untrained_model(run, device=device, config=config)
+        tokens = model_tokens(config)
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
         x = torch.randn(params.train.batch_size, *shape, device=device)
         y = torch.randint(0, info.num_classes, (params.train.batch_size,), device=device)

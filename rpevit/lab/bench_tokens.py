@@ -10,9 +10,9 @@ method against APE on the same backend (what the RPE adds). Medians over rounds;
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 
-from ..core import data as data_lib
 from ..core.variants import parse_variant
 
 DEFAULT_PRESETS = "fmnist_converged,canvas_gap_pilot,canvas56_gap_pilot"
@@ -24,10 +24,14 @@ DEFAULT_VARIANTS = ",".join(
 )
 
 
-def tokens_of(params) -> int:
-    """Tokens the preset's model attends over: patches of its first dataset's images, plus CLS."""
-    info = data_lib.DATASETS[params.datasets[0]]
-    return (info.image_size // params.model.patch_size) ** 2 + (params.model.pool == "cls")
+def tokens_of(params, image_size: int | None = None) -> int:
+    """Tokens the preset's model attends over: patches of its first dataset's images (or of images of
+    `image_size` pixels), plus CLS."""
+    from .bench import model_tokens
+    from .run import Run
+
+    config = Run(params, params.datasets[0], params.variants[0], 0).model_config
+    return model_tokens(config if image_size is None else dataclasses.replace(config, image_size=image_size))
 
 
 def _partner(variant: str, backend: str | None = None, positions: tuple[str, ...] | None = None) -> str:
@@ -90,8 +94,7 @@ def run_tokens_bench(args) -> None:
         patch = presets[0].model.patch_size
         cells = [(presets[0], v, int(side) * patch) for side in args.sides.split(",") for v in variants]
         where = f"{presets[0].name}'s model on random images of " + ", ".join(
-            f"{int(side) * patch}×{int(side) * patch} px ({int(side) ** 2 + (presets[0].model.pool == 'cls')} tokens)"
-            for side in args.sides.split(",")
+            f"{px}×{px} px ({tokens_of(presets[0], px)} tokens)" for _, _, px in cells[:: len(variants)]
         )
     else:
         cells = [(params, variant) for params in presets for variant in variants]

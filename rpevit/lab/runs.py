@@ -100,10 +100,11 @@ def preflight(params: Params, variants=None, runs_root=None) -> None:
         torch.set_rng_state(state)
 
 
-def untrained_model(run: Run, device="cpu") -> ViT:
-    """A run's model at initialisation (the same init `train` starts from for this seed)."""
+def untrained_model(run: Run, device="cpu", config=None) -> ViT:
+    """A run's model at initialisation (the same init `train` starts from for this seed); `config`
+    replaces the run's model configuration (a benchmark's other image size)."""
     torch.manual_seed(run.seed)
-    return build_model(run.variant, run.model_config, seed=run.seed).to(device).eval()
+    return build_model(run.variant, config or run.model_config, seed=run.seed).to(device).eval()
 
 
 def trained_model(run: Run, device=None):
