@@ -39,6 +39,9 @@ def add_bench_parser(sub) -> None:
     bench.add_argument("--rounds", type=int, default=5, help="speed, tokens: interleaved rounds per variant")
     bench.add_argument("--csv", help="speed, tokens: write the per-round timings here (what the time claims read)")
     bench.add_argument("--no-compile", action="store_true", help="levers: leave torch.compile out")
+    bench.add_argument(
+        "--amp", choices=["both", "off"], default="both", help="levers: time fp32 and bf16 autocast, or fp32 only"
+    )
     bench.add_argument("--steps", type=int, help="timed steps per measurement (train/data 20, attention 5)")
     bench.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     bench.add_argument(

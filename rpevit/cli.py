@@ -27,8 +27,10 @@ def _params(args):
         download=params.data.download or getattr(args, "download", False),
     )
     train = params.train if not getattr(args, "device", None) else dataclasses.replace(params.train, device=args.device)
-    if getattr(args, "capture", False):  # train.compile is neutral: run keys and records stay the same
-        train = dataclasses.replace(train, compile=True)
+    only = tuple(b.strip() for b in (getattr(args, "capture_only", None) or "").split(",") if b.strip())
+    if getattr(args, "capture", False) or only:  # train.compile is neutral: run keys and records stay the same
+        train = dataclasses.replace(train, compile=True, compile_backends=only or train.compile_backends)
+        train.check()
     if params.reference:  # the runs it reads must be the ones it would train: one error line before any
         reference_runs(params)
     return dataclasses.replace(params, data=data, train=train)
@@ -198,18 +200,9 @@ def cmd_retime(args) -> int:
 
 def cmd_doctor(args) -> int:
     """The installation's health: torch, the device; with --gpu the GPU acceptance run (rpevit.tools.doctor)."""
-    import torch
+    from .tools.doctor import command
 
-    from .lab.params import PROJECT_ROOT
-
-    if args.gpu:
-        from .tools.doctor import run_gpu_doctor
-
-        return run_gpu_doctor(PROJECT_ROOT)
-    cuda = torch.cuda.is_available()
-    print(f"torch {torch.__version__} ({'CUDA ' + torch.version.cuda if torch.version.cuda else 'CPU build'})")
-    print(f"device: {torch.cuda.get_device_name(0) if cuda else 'cpu only (no CUDA device)'}")
-    return 0
+    return command(args)
 
 
 def cmd_gpu_sitting(args) -> int:
@@ -304,9 +297,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--device", choices=["auto", "cpu", "cuda"], help="override train.device")
         p.add_argument("--no-progress", action="store_true", help="no progress bars")
         p.add_argument(
-            "--capture",
-            action="store_true",
-            help="graph-capture the training step on CUDA (torch.compile with CUDA graphs; sets train.compile)",
+            "--capture", action="store_true", help="graph-capture the training step (torch.compile; train.compile)"
+        )
+        p.add_argument(
+            "--capture-only", metavar="BACKENDS", help="capture only these backends' steps, e.g. favor (on this CPU)"
         )
 
     train = sub.add_parser("train", help="train one variant")

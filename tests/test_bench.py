@@ -69,6 +69,10 @@ def test_levers_time_every_setting_and_ratio_to_fp32_eager(small):
     rows = bench.training_levers(small, ["relu+ape"], "cpu", batches=(4, 8), repeats=2, steps=1, compile_model=False)
     assert [(r["batch"], r["amp"]) for r in rows] == [(4, "fp32"), (4, "bf16"), (8, "fp32"), (8, "bf16")]
     assert rows[0]["ratio"] == 1.0 and all(r["images/s"] > 0 for r in rows)
+    fp32 = bench.training_levers(
+        small, ["relu+ape"], "cpu", (4,), repeats=1, steps=1, compile_model=False, amps=[False]
+    )
+    assert [(r["batch"], r["amp"]) for r in fp32] == [(4, "fp32")]
 
 
 def test_bench_engines_reads_its_options_from_the_command_line():
@@ -94,3 +98,26 @@ def test_bench_engines_with_an_unknown_preset_is_one_error_line(capsys):
     assert main(["bench", "engines", "--params", "no_such_preset"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error:") and "no_such_preset" in err and "\n" not in err
+
+
+def test_benchmarks_and_records_name_the_cpu(monkeypatch):
+    """A CPU is named by /proc/cpuinfo's model name (platform.processor() is empty on Linux), so a
+    table measured on another machine says so."""
+    import builtins
+    import io
+
+    import torch
+
+    from rpevit.core.device import device_name
+
+    real_open = builtins.open
+
+    def fake_open(path, *args, **kwargs):
+        if str(path) == "/proc/cpuinfo":
+            return io.StringIO("processor\t: 0\nmodel name\t: AMD EPYC 9654 96-Core Processor\n")
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", fake_open)
+    assert device_name(torch.device("cpu")) == "AMD EPYC 9654 96-Core Processor"
+    monkeypatch.setattr(builtins, "open", lambda *a, **k: (_ for _ in ()).throw(OSError("no procfs")))
+    assert device_name(torch.device("cpu"))  # platform.processor() or "cpu"

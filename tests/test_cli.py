@@ -111,3 +111,10 @@ def test_a_negative_seed_is_refused_before_training(capsys, tmp_path, monkeypatc
     code, out, err = run_main(capsys, "train", "--params", "smoke", "--variant", "softmax+ape", "--seed", "-1")
     assert code == 2 and err == "error: --seed: -1 is not valid; seeds must be integers ≥ 0.\n" and out == ""
     assert not (tmp_path / "runs").exists()
+
+
+def test_an_unknown_backend_to_capture_is_refused_before_training(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("RPEVIT_RUNS", str(tmp_path / "runs"))
+    code, out, err = run_main(capsys, "study", "smoke", "--capture-only", "favour")
+    assert code == 2 and err.startswith("error: train.compile_backends: 'favour' is not valid; it must be one of")
+    assert err.count("\n") == 1 and not (tmp_path / "runs").exists()

@@ -100,7 +100,7 @@ def test_a_pack_trained_through_the_captured_step_gives_the_plain_packs_records(
     plain = [Run(params, "mnist5k", variant, seed, runs_root=tmp_path / "plain") for seed in (0, 1)]
     expected = pack.train_pack(plain, tiny_dataset)
     monkeypatch.setattr(capture, "BACKEND", "eager")
-    monkeypatch.setattr(capture, "captures", lambda train_cfg, device: True)
+    monkeypatch.setattr(capture, "captures", lambda train_cfg, backend: True)
     torch._dynamo.reset()
     captured = [Run(params, "mnist5k", variant, seed, runs_root=tmp_path / "captured") for seed in (0, 1)]
     got = pack.train_pack(captured, tiny_dataset)
@@ -109,3 +109,44 @@ def test_a_pack_trained_through_the_captured_step_gives_the_plain_packs_records(
         for key in ("top1", "test_correct", "best_epoch", "best_val_acc"):
             assert a[key] == b[key], key
         assert a["log_likelihood"] == pytest.approx(b["log_likelihood"], rel=1e-6)
+
+
+def test_captured_backends_only_where_asked():
+    """`train.compile` captures every backend's step; `train.compile_backends` narrows it (on this CPU
+    compiling pays for FAVOR+ and costs ReLU), and an unknown backend is one error before training."""
+    from types import SimpleNamespace
+
+    from rpevit.core import capture
+    from rpevit.core.errors import UserError
+    from rpevit.lab.params import TrainConfig
+
+    assert not capture.captures(TrainConfig(), "favor")
+    assert capture.captures(TrainConfig(compile=True), "relu")
+    only = TrainConfig(compile=True, compile_backends=("favor",))
+    assert capture.captures(only, "favor") and not capture.captures(only, "relu")
+    assert not capture.captures(SimpleNamespace(compile=False, compile_backends=("favor",)), "favor")
+    with pytest.raises(UserError, match="train.compile_backends: 'favour' is not valid"):
+        TrainConfig(compile=True, compile_backends=("favour",)).check()
+
+
+def test_a_run_trained_through_inductor_on_the_cpu_gives_the_plain_runs_records(tiny_params, tiny_dataset, tmp_path):
+    """The CPU path a study takes with `--capture-only favor`: inductor's fused kernels (no stand-in
+    backend) compute the plain step's numbers up to float32 rounding, and a backend not listed is
+    not captured."""
+    import dataclasses
+
+    from rpevit.lab import records
+    from rpevit.lab.run import Run
+    from rpevit.lab.train import train_run
+
+    torch._dynamo.reset()
+    train = dataclasses.replace(tiny_params.train, amp="off", device="cpu", compile=True, compile_backends=("favor",))
+    captured_params = dataclasses.replace(tiny_params, train=train)
+    plain = train_run(Run(tiny_params, "mnist5k", "favor+ape", 0), tiny_dataset, tmp_path / "plain")
+    captured = train_run(Run(captured_params, "mnist5k", "favor+ape", 0), tiny_dataset, tmp_path / "captured")
+    assert captured["compiled"] and not plain["compiled"] and captured["compile_seconds"] > 0
+    losses = [[row["train_loss"] for row in records.read_history(tmp_path / d)] for d in ("plain", "captured")]
+    assert losses[1] == pytest.approx(losses[0], rel=1e-4)
+    assert abs(captured["top1"] - plain["top1"]) <= 0.01  # at most one of the 100 test images flips
+    relu = train_run(Run(captured_params, "mnist5k", "relu+ape", 0), tiny_dataset, tmp_path / "relu")
+    assert not relu["compiled"]

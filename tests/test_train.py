@@ -162,7 +162,7 @@ def test_compile_time_is_reported_apart_and_inference_is_timed_as_recorded(
 
     real_timing = metrics.inference_timing
     monkeypatch.setattr(torch, "compile", SlowCompile)
-    monkeypatch.setattr(capture, "captures", lambda train_cfg, device: train_cfg.compile)
+    monkeypatch.setattr(capture, "captures", lambda train_cfg, backend: train_cfg.compile)
     monkeypatch.setattr(metrics, "inference_timing", spy)
     monkeypatch.setattr(metrics, "time", types.SimpleNamespace(perf_counter=perf_counter))
     params = dataclasses.replace(tiny_params, train=dataclasses.replace(tiny_params.train, compile=True, amp="bf16"))

@@ -2,8 +2,10 @@
 AOTAutograd) and, on one CUDA device, CUDA graphs (compile mode "reduce-overhead": the whole step's
 kernels replayed by one launch). The study's model is launch-bound on a GPU (one run keeps an H100
 ≈ 0.1 % busy), so removing per-kernel launch costs is the second lever beside packing runs
-(rpevit.lab.pack). On the CPU compiling costs more than it saves, so a step is captured only on CUDA and
-only when `train.compile` (or `study --capture`) asks for it.
+(rpevit.lab.pack). On the CPU inductor's fused C++ kernels help unevenly (at 197 tokens, one thread:
+FAVOR+ 1.60×, softmax 1.01×, ReLU 0.81×; reports/bench/cpu_train_levers.md), so `train.compile_backends`
+(or `--capture favor`) limits capture to the backends where it pays. A step is captured only when
+`train.compile` (or `--capture`) asks for it.
 
 The compiled step must compute what the plain step computes: tests/test_compile.py checks every
 backend × {ape, rope_mixed, krpe, string_circulant}, single and packed, for graph breaks
@@ -20,10 +22,12 @@ MODE = "reduce-overhead"  # CUDA graphs through inductor's cudagraph trees
 BACKEND = None
 
 
-def captures(train_cfg, device: torch.device) -> bool:
-    """Whether a run's training step is captured: asked for (`train.compile`) and on CUDA (on the
-    CPU it costs more than it saves)."""
-    return bool(train_cfg.compile) and device.type == "cuda"
+def captures(train_cfg, backend: str) -> bool:
+    """Whether a run's training step is captured: asked for (`train.compile`), for this run's
+    `backend` when `train.compile_backends` names some (CUDA graphs on one CUDA device, inductor's
+    kernels elsewhere: `capture`)."""
+    listed = tuple(getattr(train_cfg, "compile_backends", ()))
+    return bool(train_cfg.compile) and (not listed or backend in listed)
 
 
 def capture(step, device: torch.device, *, world_size: int = 1, fullgraph: bool = False):

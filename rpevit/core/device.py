@@ -71,8 +71,15 @@ def autocast(device: torch.device, amp: str):
 
 
 def device_name(device: torch.device) -> str:
-    """The GPU's name, or the CPU's."""
-    return torch.cuda.get_device_name(device) if device.type == "cuda" else (platform.processor() or "cpu")
+    """The GPU's name, or the CPU's (Linux: /proc/cpuinfo's model name; "cpu" when nothing says)."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            names = [line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")]
+    except OSError:
+        names = []
+    return (names[0] if names else "") or platform.processor() or "cpu"
 
 
 @contextmanager

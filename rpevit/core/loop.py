@@ -99,7 +99,7 @@ def train_epoch(model, optimizer, scheduler, batches, step: Step, *, forward=Non
     compiled or DDP-wrapped model; default the model), the loss, and one optimizer and schedule step
     per batch. A non-finite loss stops the epoch (on the CPU at once; on a GPU the flag is read once
     per epoch, so no step waits on the host) and is reported as `first_bad_step`."""
-    forward, replica = forward or model, replica or Alone()
+    forward, replica = model if forward is None else forward, replica or Alone()  # a compiled module has no bool()
     device = next(model.parameters()).device
     check_every_step = device.type == "cpu"
     model.train()

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from ..core import data as data_lib
-from ..core.device import autocast, resolve_device
+from ..core.device import autocast, device_name, resolve_device
 from ..core.metrics import synchronize, timed
 from ..core.model import build_model
 from . import records, runs
@@ -74,18 +74,26 @@ def _train_step(model, forward, optimizer, x, y, amp: bool):
 
 
 def training_levers(
-    params, variants, device, batches=(128, 256), repeats: int = 5, steps: int = 8, compile_model: bool = True
+    params,
+    variants,
+    device,
+    batches=(128, 256),
+    repeats: int = 5,
+    steps: int = 8,
+    compile_model: bool = True,
+    amps=(False, True),
 ) -> list[dict]:
     """Training images/s of each variant at each (batch, amp, compile) setting, side by side.
 
     Every setting gets its own model and optimizer, warmed up (compiled where asked) before any
     timing; then `repeats` rounds time `steps` steps of every setting in turn, so drifts in machine
     load touch all settings alike. Rows: median and min/max images/s over the rounds, and the ratio
-    of medians to the same variant's fp32 eager run at the preset's batch size.
+    of medians to the same variant's fp32 eager run at the preset's batch size (`amps`: which of fp32
+    (False) and bf16 autocast (True) to time; fp32 always, as every ratio's base).
     """
     info = data_lib.DATASETS[params.datasets[0]]
     compiles = (False, True) if compile_model else (False,)
-    settings = [(b, amp, comp) for b in batches for amp in (False, True) for comp in compiles]
+    settings = [(b, amp, comp) for b in batches for amp in amps for comp in compiles]
     cells = {}
     for variant in variants:
         for batch, amp, comp in settings:
@@ -366,11 +374,14 @@ def _levers_bench(args) -> None:
     batches = tuple(int(b) for b in args.batches.split(","))
     base = params.train.batch_size if params.train.batch_size in batches else batches[0]
     print(
-        f"device: {device}, {torch.get_num_threads()} threads, torch {torch.__version__}; preset {params.name}'s "
-        f"model; {args.steps or 8} steps × 5 interleaved rounds per cell; ratio = median images/s over the "
-        f"same variant's fp32 eager run at batch {base}"
+        f"device: {device} ({device_name(device)}), {torch.get_num_threads()} threads, torch {torch.__version__}; "
+        f"preset {params.name}'s model; {args.steps or 8} steps × 5 interleaved rounds per cell; ratio = median "
+        f"images/s over the same variant's fp32 eager run at batch {base}"
     )
-    rows = training_levers(params, variants, device, batches, steps=args.steps or 8, compile_model=not args.no_compile)
+    amps = (False,) if args.amp == "off" else (False, True)
+    rows = training_levers(
+        params, variants, device, batches, steps=args.steps or 8, compile_model=not args.no_compile, amps=amps
+    )
     print(markdown_table(rows, list(rows[0]), digits=2))
 
 
@@ -388,7 +399,8 @@ def _speed_bench(args) -> None:
     rounds = variant_speeds(params, variants, device, rounds=args.rounds, train_steps=args.steps or 3)
     after = machine_load()
     print(
-        f"device: {device}, {torch.get_num_threads()} threads, torch {torch.__version__}; preset {params.name}'s "
+        f"device: {device} ({device_name(device)}), {torch.get_num_threads()} threads, torch {torch.__version__}; "
+        f"preset {params.name}'s "
         f"model, {len(variants)} variants × {args.rounds} interleaved rounds ({args.steps or 3} training steps of "
         f"batch {params.train.batch_size} and 3 inference batches of 256 per variant and round); 1-minute load "
         f"average {before['load_average']:.2f} before, {after['load_average']:.2f} after, on "
@@ -422,10 +434,7 @@ def _throughput_bench(what: str, args) -> None:
     args.steps = args.steps or 20
     device = resolve_device(args.device)
     presets = [p.strip() for p in (args.params or "smoke").split(",")]
-    print(
-        f"device: {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}, "
-        f"{torch.get_num_threads()} threads), torch {torch.__version__}"
-    )
+    print(f"device: {device} ({device_name(device)}, {torch.get_num_threads()} threads), torch {torch.__version__}")
     print("| preset | variant | batch | train images/s | data images/s | data / train |")
     print("|---|---|---|---|---|---|")
     for name in presets:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from ..core.device import resolve_device
+from ..core.device import device_name, resolve_device
 from ..core.metrics import timed
 from .tables import markdown_table
 
@@ -102,7 +102,7 @@ def run_attention_bench(args) -> None:
     ns = [s * s for s in sides]
     rows: dict = {}
     print(
-        f"device: {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}, "
+        f"device: {device} ({device_name(device)}, "
         f"{torch.get_num_threads()} threads), torch {torch.__version__}, {dtype}, batch 1, 8 heads, head dim 32; "
         f"forward+backward of one attention layer, median of {args.steps}; memory: "
         + ("peak allocated (CUDA)" if device.type == "cuda" else "activations saved for backward (CPU)")
@@ -201,7 +201,7 @@ def run_bias_bench(args) -> None:
     sides = [int(s) for s in (args.sides or ATTENTION_SIDES).split(",")]
     biases = [n for n, m in POSITIONS.items() if m.mechanism == "bias"]
     print(
-        f"device: {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}, "
+        f"device: {device} ({device_name(device)}, "
         f"{torch.get_num_threads()} threads), torch {torch.__version__}, {dtype}, batch 1, 8 heads, head dim 32, "
         f"CLS; forward+backward of one attention layer (projections included), median of {args.steps}; memory: "
         + ("peak allocated (CUDA)" if device.type == "cuda" else "activations saved for backward (CPU)")

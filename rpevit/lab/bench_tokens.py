@@ -80,7 +80,7 @@ def run_tokens_bench(args) -> None:
     `--sides`, the first preset's model on random images of each patch-grid side instead."""
     import torch
 
-    from ..core.device import resolve_device
+    from ..core.device import device_name, resolve_device
     from ..core.metrics import machine_load
     from .bench import interleaved_speeds
     from .params import load_params
@@ -104,7 +104,8 @@ def run_tokens_bench(args) -> None:
     after = machine_load()
     counts = sorted({int(r["tokens"]) for r in rows})
     print(
-        f"device: {device}, {torch.get_num_threads()} threads, torch {torch.__version__}; the study's ViT on {where}; "
+        f"device: {device} ({device_name(device)}), {torch.get_num_threads()} threads, torch {torch.__version__}; "
+        f"the study's ViT on {where}; "
         f"{len(cells)} cells × {args.rounds} interleaved rounds ({args.steps or 3} training steps of each "
         f"preset's batch and 3 inference batches of 256 per cell and round); medians over rounds, ratios of "
         f"medians; 1-minute load average {before['load_average']:.2f} before, {after['load_average']:.2f} "

@@ -133,7 +133,7 @@ def _train_group(members: list[_Member], dataset, device, replica) -> list[dict]
     computed_in = precision(device, train_cfg.amp)
     records_out: dict[int, dict] = {}
     active = list(members)
-    captured = capture.captures(train_cfg, device)
+    captured = capture.captures(train_cfg, members[0].run.parsed.backend)  # a pack is one variant
     step_fn, compile_seconds = None, 0.0
     for epoch in range(members[0].state.epoch, train_cfg.epochs):
         for m in active:

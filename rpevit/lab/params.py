@@ -65,6 +65,9 @@ class TrainConfig:
     device: Literal["auto", "cpu", "cuda"] = neutral("auto")
     amp: Literal["auto", "off", "bf16"] = "auto"
     compile: bool = neutral(False)
+    # with compile: capture only these backends' steps (empty: every backend's); on this CPU compiling
+    # pays for FAVOR+ and costs ReLU (reports/bench/cpu_train_levers.md)
+    compile_backends: tuple[str, ...] = neutral(())
     # bitwise-repeatable CUDA runs and resumes: deterministic kernels + cuBLAS's fixed workspace (slower)
     deterministic: bool = neutral(False)
     eval_batch_size: int = neutral(500)
@@ -97,6 +100,11 @@ class TrainConfig:
             raise bad("label_smoothing", self.label_smoothing, "a number in [0, 1)")
         if self.grad_clip is not None and not (math.isfinite(self.grad_clip) and self.grad_clip > 0):
             raise bad("grad_clip", self.grad_clip, "a finite number > 0, or null for no clipping")
+        from ..core.attention import BACKENDS
+
+        unknown = [b for b in self.compile_backends if b not in BACKENDS]
+        if unknown:
+            raise bad("compile_backends", unknown[0], f"one of the backends {', '.join(BACKENDS)}")
         from ..core.budgets import check_schedule
 
         check_schedule(self, where)

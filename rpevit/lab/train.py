@@ -182,7 +182,7 @@ def _train(run: Run, dataset, out_dir: Path, resume: bool, progress: bool, on_ep
         if checkpoint is not None:
             _resume(state, checkpoint, run, device, trained_in, checkpoint_path, replica)
 
-        compiled = capture.captures(train_cfg, device)
+        compiled = capture.captures(train_cfg, run.parsed.backend)
 
         def first_image():
             return data_lib.example_images(dataset.train, dataset.info, 1).to(device)

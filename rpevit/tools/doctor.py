@@ -257,3 +257,15 @@ def run_gpu_doctor(root: Path) -> int:
         bench_ok, path = write_bench(device, root)
         ok &= _line("ok" if bench_ok else "FAIL", "bench", f"written to {path.relative_to(root)}")
     return 0 if ok else 1
+
+
+def command(args) -> int:
+    """`python -m rpevit doctor [--gpu]`: torch and the device; with --gpu the GPU acceptance run."""
+    from ..lab.params import PROJECT_ROOT
+
+    if args.gpu:
+        return run_gpu_doctor(PROJECT_ROOT)
+    cuda = torch.cuda.is_available()
+    print(f"torch {torch.__version__} ({'CUDA ' + torch.version.cuda if torch.version.cuda else 'CPU build'})")
+    print(f"device: {torch.cuda.get_device_name(0) if cuda else 'cpu only (no CUDA device)'}")
+    return 0
