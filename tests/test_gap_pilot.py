@@ -54,6 +54,23 @@ def test_go_no_go_is_the_pre_registered_rule():
     assert gap_pilot.decision(gap_pilot.gap_rows({}, [32], [1, 2]), 32, True).startswith("**Go/no-go: not decided")
 
 
+def test_the_trend_of_the_gap_with_budget_has_an_interval_and_a_verdict():
+    """From 16 to 32 epochs: each Performer's change of gap over seeds, 95 % t-interval, read as widened /
+    narrowed / inconclusive; nothing is said without two seeds of a full pair."""
+    top1 = {}
+    for seed, (favor_change, relu_change) in enumerate([(-1.0, 0.5), (-1.1, -0.5), (-0.9, 0.3)], start=1):
+        top1 |= {("softmax+ape", seed, 16): 84.0, ("softmax+ape", seed, 32): 87.0}
+        top1 |= {("favor+ape", seed, 16): 84.0, ("favor+ape", seed, 32): 87.0 + favor_change}
+        top1 |= {("relu+ape", seed, 16): 84.0, ("relu+ape", seed, 32): 87.0 + relu_change}
+    variants = ["softmax+ape", "favor+ape", "relu+ape"]
+    line = gap_pilot.trend_line(top1, variants, [1, 2, 3], 16, 32)
+    half = scipy_stats.t.ppf(0.975, 2) * 0.1 / math.sqrt(3)
+    assert f"favor −1.00 [{-1 - half:.2f}, {-1 + half:.2f}] (3 seeds, widened)".replace("-", "−") in line
+    assert "relu +0.10" in line and "(3 seeds, inconclusive)" in line
+    assert "negative in every seed" not in line and "gained +1.90 to +3.50 points" in line
+    assert gap_pilot.trend_line(top1, variants, [1], 16, 32) == ""  # one seed: no interval, no sentence
+
+
 def test_seed_count_reaches_a_quarter_of_the_gap():
     n = gap_pilot.seeds_needed(2.0, 1.0)
     half_width = lambda k: scipy_stats.t.ppf(0.975, k - 1) / math.sqrt(k)  # noqa: E731

@@ -15,6 +15,7 @@ import statistics
 
 from scipy import stats as scipy_stats
 
+from ..core.stats import t_interval
 from ..lab import records
 from ..lab.budget import budget_line, stated_budget, training_hours
 from ..lab.result import results
@@ -86,21 +87,56 @@ def budget_change_rows(top1: dict, variants: list[str], seeds: list[int], short:
     return rows
 
 
+def _gap_changes(top1: dict, seeds: list[int], short: int, long: int, backend: str) -> list[float]:
+    """Per seed with all four runs: the gap with APE at `long` epochs minus the gap at `short`."""
+    pair = (f"{backend}+ape", "softmax+ape")
+    return [
+        (top1[(pair[0], s, long)] - top1[(pair[1], s, long)]) - (top1[(pair[0], s, short)] - top1[(pair[1], s, short)])
+        for s in seeds
+        if all((v, s, e) in top1 for v in pair for e in (short, long))
+    ]
+
+
 def gap_change_rows(top1: dict, seeds: list[int], short: int, long: int, backends=PERFORMERS) -> list[dict]:
     """Per Performer backend: the change of the gap with APE from `short` to `long` epochs, paired by seed."""
-    rows = []
+    return [
+        {
+            "gap": f"{backend} − softmax",
+            f"change {short}→{long} (per seed)": ", ".join(map(signed, _gap_changes(top1, seeds, short, long, backend)))
+            or "—",
+        }
+        for backend in backends
+    ]
+
+
+def trend_line(top1: dict, variants: list[str], seeds: list[int], short: int, long: int, backends=PERFORMERS) -> str:
+    """Does the gap open with training? Each gap's change from `short` to `long` epochs (mean over seeds,
+    95 % t-interval) and how much the runs still gain: what a go/no-go read at `long` epochs cannot see."""
+    parts = []
     for backend in backends:
-        pair = (f"{backend}+ape", "softmax+ape")
-        changes = [
-            (top1[(pair[0], s, long)] - top1[(pair[1], s, long)])
-            - (top1[(pair[0], s, short)] - top1[(pair[1], s, short)])
-            for s in seeds
-            if all((v, s, e) in top1 for v in pair for e in (short, long))
-        ]
-        rows.append(
-            {"gap": f"{backend} − softmax", f"change {short}→{long} (per seed)": ", ".join(map(signed, changes)) or "—"}
-        )
-    return rows
+        changes = _gap_changes(top1, seeds, short, long, backend)
+        if len(changes) > 1:
+            ci = t_interval(changes)
+            verdict = "widened" if ci["high"] < 0 else "narrowed" if ci["low"] > 0 else "inconclusive"
+            interval = f"[{signed(ci['low'])}, {signed(ci['high'])}]"
+            parts.append(f"{backend} {signed(ci['mean'])} {interval} ({ci['n']} seeds, {verdict})")
+    gains = [
+        top1[(v, s, long)] - top1[(v, s, short)]
+        for v in variants
+        for s in seeds
+        if (v, s, long) in top1 and (v, s, short) in top1
+    ]
+    if not parts or not gains:
+        return ""
+    every = all(c < 0 for b in backends for c in _gap_changes(top1, seeds, short, long, b))
+    return (
+        f"Does the gap open with training? From {short} to {long} epochs the gap (Performer − softmax) changed by "
+        f"{' and '.join(parts)} points (mean over seeds with a 95 % t-interval; descriptive, outside the go/no-go "
+        "rule)"
+        + (", negative in every seed of every Performer" if every else "")
+        + f"; each run gained {min(gains):+.2f} to {max(gains):+.2f} points of top-1 between those budgets. "
+        f"Whether a budget beyond {long} epochs opens a gap is not tested by this pilot."
+    )
 
 
 def _dialled(variant: str, model) -> str:
@@ -257,6 +293,7 @@ def write_report(preset: str, reports_root=None) -> list[str]:
         + budget_line(hours, running, stated_budget(preset)),
         "",
         decision(rows, longest, finished_count == planned, params.name),
+        *(["", trend] if (trend := trend_line(top1, variants, seeds, short, longest, backends)) else []),
         *(["", collapsed_line] if fell else []),
         "",
         factorial_seeds(rows, longest),
