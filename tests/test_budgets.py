@@ -66,6 +66,27 @@ def test_a_branched_budget_is_that_budget_trained_alone(tiny_params, tiny_datase
     assert plain["budgets"] == {} and branch["epochs"] == 2
 
 
+def test_the_stable_checkpoint_is_where_every_longer_budget_passes(tiny_params, tiny_dataset, tmp_path):
+    """A WSD run keeps its checkpoint at the end of its stable phase, once: the 4-epoch run's (decay 0.5:
+    after epoch 2) holds exactly the training an 8-epoch run of the same seed does in its first 2 epochs,
+    so a longer budget can go on from it; a cosine run keeps none."""
+    import torch
+
+    train_run(Run(_wsd(tiny_params, 4), "mnist5k", "relu+ape", 0), tiny_dataset, tmp_path / "four")
+    train_run(Run(_wsd(tiny_params, 8), "mnist5k", "relu+ape", 0), tiny_dataset, tmp_path / "eight")
+    stable = torch.load(tmp_path / "four" / records.STABLE_CHECKPOINT, map_location="cpu", weights_only=False)
+    assert stable["epoch"] == budgets.stable_end(_wsd(tiny_params, 4).train) == 2
+    # the same training; only the last row's lr differs: it is the next step's, the first of the 4-epoch
+    # run's decay (a run going on from here rebuilds its schedule, as a cool-down does)
+    eight_rows = records.read_history(tmp_path / "eight")[:2]
+    _same_training([{**r, "lr": 0} for r in stable["history"]], [{**r, "lr": 0} for r in eight_rows])
+    assert stable["history"][0]["lr"] == eight_rows[0]["lr"] > stable["history"][1]["lr"]
+    eight = torch.load(tmp_path / "eight" / records.STABLE_CHECKPOINT, map_location="cpu", weights_only=False)
+    assert eight["epoch"] == 4 and eight["key"] != stable["key"]
+    train_run(Run(tiny_params, "mnist5k", "relu+ape", 0), tiny_dataset, tmp_path / "cosine")
+    assert not (tmp_path / "cosine" / records.STABLE_CHECKPOINT).exists()
+
+
 def test_a_kill_inside_a_cool_down_repeats_only_the_cool_down(tiny_params, tiny_dataset, tmp_path, monkeypatch):
     params = _wsd(tiny_params, 4, (2,))
     straight = train_run(Run(params, "mnist5k", "softmax+ape", 0), tiny_dataset, tmp_path / "a")

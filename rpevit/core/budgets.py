@@ -64,6 +64,13 @@ def branch_epoch(budget: int, fraction: float) -> int:
     return budget - decay_epochs(budget, fraction)
 
 
+def stable_end(train_cfg) -> int | None:
+    """Under WSD, the epoch after which the run's own decay starts: its state there is the state of every
+    longer budget of the same seed at that epoch (the stable phase does not depend on the total); None
+    for a cosine schedule."""
+    return branch_epoch(train_cfg.epochs, train_cfg.decay_fraction) if train_cfg.schedule == "wsd" else None
+
+
 def lr_factor(train_cfg, steps_per_epoch: int, epochs: int | None = None) -> Callable[[int], float]:
     """The run's LR multiplier per step (for `epochs`, default the run's own), by train.schedule."""
     epochs = train_cfg.epochs if epochs is None else epochs

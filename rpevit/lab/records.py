@@ -32,6 +32,9 @@ _UMASK = os.umask(0)
 os.umask(_UMASK)
 RECORD, HISTORY, CHECKPOINT = "record.json", "history.csv", "checkpoint.pt"
 PREVIOUS_CHECKPOINT, LOCK, SUPERSEDED = "checkpoint.prev.pt", ".lock", "superseded"
+# under WSD, the checkpoint at the end of the stable phase (the main run's decay starts after it): the
+# state every longer budget of the same seed passes through (rpevit/core/budgets.py), kept once
+STABLE_CHECKPOINT = "checkpoint.stable.pt"
 
 
 def runs_root() -> Path:
@@ -127,6 +130,13 @@ def write_csv(path: Path, rows: list[dict], columns: list[str] | None = None) ->
         writer.writeheader()
         writer.writerows(rows)
     write_text(path, buffer.getvalue())
+
+
+def keep_stable_checkpoint(checkpoint: Path) -> None:
+    """Copy a run's checkpoint to checkpoint.stable.pt beside it, once (an existing copy is not touched)."""
+    stable = Path(checkpoint).with_name(STABLE_CHECKPOINT)
+    if not stable.exists():
+        write_bytes(stable, Path(checkpoint).read_bytes())
 
 
 def save_checkpoint(path: Path, state: dict) -> None:
@@ -230,7 +240,8 @@ def load_records(preset: str, root: Path | None = None) -> list[dict]:
 def supersede(directory: Path, why: str) -> Path | None:
     """Move a run's results (record, history, checkpoints) into superseded/<time>/, keeping them."""
     directory = Path(directory)
-    files = [directory / n for n in (RECORD, HISTORY, CHECKPOINT, PREVIOUS_CHECKPOINT) if (directory / n).exists()]
+    names = (RECORD, HISTORY, CHECKPOINT, PREVIOUS_CHECKPOINT, STABLE_CHECKPOINT)
+    files = [directory / n for n in names if (directory / n).exists()]
     if not files:
         return None
     stem = directory / SUPERSEDED / time.strftime("%Y%m%d-%H%M%S")

@@ -35,7 +35,7 @@ PACKED_RUNNERS = 3  # on CUDA each runner trains packs (one variant's seeds in o
 PART_BYTES = 15 * 2**20  # the device tool brings back files of at most 16 MiB
 STOP_GRACE_SECONDS = 20
 PACK_RESERVE_SECONDS = 30  # the deadline leaves this much of --minutes for packing (a tenth of a short sitting)
-CARRIED = (records.RECORD, records.HISTORY, records.CHECKPOINT, records.KEPT_WEIGHTS)
+CARRIED = (records.RECORD, records.HISTORY, records.CHECKPOINT, records.STABLE_CHECKPOINT, records.KEPT_WEIGHTS)
 
 
 def add_parser(sub) -> None:

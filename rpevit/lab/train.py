@@ -323,7 +323,8 @@ def _resume(state: _State, checkpoint: dict, run: Run, device, precision: str, p
 
 
 def _end_epoch(state: _State, row: dict, run: Run, path: Path, device, precision: str, rank_fields: dict) -> None:
-    """Record the epoch: history, best weights, the checkpoint (atomically) and history.csv."""
+    """Record the epoch: history, best weights, the checkpoint (atomically) and history.csv; at the end of
+    a WSD run's stable phase also checkpoint.stable.pt."""
     state.history.append(row)
     state.epoch = row["epoch"]
     if row["val_acc"] > state.best["val_acc"]:
@@ -333,6 +334,8 @@ def _end_epoch(state: _State, row: dict, run: Run, path: Path, device, precision
             "state": {k: v.detach().cpu().clone() for k, v in state.model.state_dict().items()},
         }
     _write_checkpoint(state, run, path, device, precision, rank_fields)
+    if state.epoch == budgets.stable_end(run.train_config):  # kept for a longer budget to go on from
+        records.keep_stable_checkpoint(path)
     print(
         f"[{run.label}] epoch {row['epoch']}/{run.train_config.epochs} "
         f"train loss {row['train_loss']:.4f} acc {row['train_acc']:.4f} | "
