@@ -129,6 +129,7 @@ def test_captured_backends_only_where_asked():
         TrainConfig(compile=True, compile_backends=("favour",)).check()
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU sitting's compile check spends its minutes on the GPU")
 def test_a_run_trained_through_inductor_on_the_cpu_gives_the_plain_runs_records(tiny_params, tiny_dataset, tmp_path):
     """The CPU path a study takes with `--capture-only favor`: inductor's fused kernels (no stand-in
     backend) compute the plain step's numbers up to float32 rounding, and a backend not listed is
