@@ -18,6 +18,7 @@ from .lab.tables import markdown_table
 
 def _params(args):
     from .lab.catalog import reference_runs
+    from .lab.continuation import check_donor_runs
     from .lab.params import load_params
 
     params = load_params(args.params)
@@ -33,6 +34,7 @@ def _params(args):
         train.check()
     if params.reference:  # the runs it reads must be the ones it would train: one error line before any
         reference_runs(params)
+    check_donor_runs(params)  # a preset that `continues` another: the runs it goes on from are its own
     return dataclasses.replace(params, data=data, train=train)
 
 

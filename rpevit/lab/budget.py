@@ -16,6 +16,7 @@ import torch
 from ..core.errors import UserError
 from . import records
 from .catalog import current_record, grid, run_history
+from .continuation import inherited_seconds
 from .params import preset_path
 from .run import Run
 
@@ -43,26 +44,29 @@ def training_hours(params, runs_root=None, reports_root=None) -> tuple[float, fl
         run = Run(params, *place, runs_root=runs_root, reports_root=reports_root).rooted()
         record = current_record(run)
         if record is not None:
-            done += _seconds(run_history(run), record.get("budgets"))
+            done += _seconds(run_history(run), record.get("budgets"), record.get("continued_from"))
         elif (run.dir / records.CHECKPOINT).is_file():
-            training += _seconds(records.read_history(run.dir), _branches(run.dir / records.CHECKPOINT))
+            held = _held(run.dir / records.CHECKPOINT)
+            training += _seconds(records.read_history(run.dir), held.get("branches"), held.get("continued_from"))
     return (done + training) / 3600, training / 3600
 
 
-def _branches(path) -> dict:
-    """The cool-down branches a run's checkpoint holds, read without judging the file: {} if it cannot be
-    read (the run's own resume decides what a damaged checkpoint means; a status read moves nothing)."""
+def _held(path) -> dict:
+    """The cool-down branches and `continued_from` a run's checkpoint holds, read without judging the
+    file: {} if it cannot be read (the run's own resume decides what a damaged checkpoint means; a status
+    read moves nothing)."""
     try:
         state = torch.load(path, map_location="cpu", weights_only=False)
     except Exception:  # any unreadable file counts no branches
         return {}
-    return (state.get("branches") or {}) if isinstance(state, dict) else {}
+    return {k: state.get(k) for k in ("branches", "continued_from")} if isinstance(state, dict) else {}
 
 
-def _seconds(history: list[dict], branches: dict | None) -> float:
-    """Epoch seconds of a run's history and of its cool-down branches' histories."""
+def _seconds(history: list[dict], branches: dict | None, continued_from: dict | None = None) -> float:
+    """Epoch seconds of a run's history and of its cool-down branches' histories, less those another
+    preset's run spent (the epochs and cool-downs it went on from: continuation.py)."""
     rows = [*history, *(row for branch in (branches or {}).values() for row in branch.get("history", []))]
-    return sum(float(row["seconds"]) for row in rows)
+    return sum(float(row["seconds"]) for row in rows) - inherited_seconds(history, branches, continued_from)
 
 
 def budget_line(hours: float, running: float, budget: float | None) -> str:

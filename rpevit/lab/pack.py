@@ -33,15 +33,13 @@ from .run_record import record_finished_run, write_diverged
 from .train import (
     Diverged,
     _branch,
-    _checkpoint_to_resume,
     _end_epoch,
-    _resume,
     _rng_state,
     _set_rng_state,
-    _start,
     _State,
     _validation,
     _write_checkpoint,
+    set_up,
 )
 
 
@@ -107,11 +105,7 @@ def _members(runs: list[Run], dataset, device, resume: bool, replica) -> list[_M
     computed_in = precision(device, runs[0].train_config.amp)
     members = []
     for run in runs:
-        state = _start(run, dataset, device, replica)
-        path = run.dir / records.CHECKPOINT
-        checkpoint = _checkpoint_to_resume(path, run, replica) if resume else None
-        if checkpoint is not None:
-            _resume(state, checkpoint, run, device, computed_in, path, replica)
+        state = set_up(run, dataset, device, run.dir / records.CHECKPOINT, resume, computed_in, replica)
         members.append(_Member(run, state, _rng_state(device)))
     return members
 

@@ -150,6 +150,9 @@ class Params:
     # that it does not list (softmax+ape) are read from that preset's kept records, runs whose keys
     # equal the ones this preset would train (params_checks._check_reference)
     reference: str | None = added(None)
+    # a WSD preset whose runs go on from another preset's runs of the same seeds at the end of their
+    # stable phase (rpevit/lab/continuation.py): a longer budget without training the shared epochs again
+    continues: str | None = added(None)
 
     def to_dict(self) -> dict:
         """Plain-data form (JSON/YAML-serialisable)."""

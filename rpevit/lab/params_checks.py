@@ -76,6 +76,7 @@ def validate(params, read_preset, load_preset) -> None:
     check_design(params.design, params.variants, params.seeds)
     _check_plateau_check(params, read_preset, load_preset)
     _check_reference(params, load_preset)
+    _check_continues(params, load_preset)
     strays = [v for v in params.evaluate.variants if parse_variant(v).name not in grid]
     if strays:
         raise UserError(
@@ -184,3 +185,43 @@ def _check_reference(params, load_preset) -> None:
     wrong = [what for bad, what in problems if bad]
     if wrong:
         raise UserError(f"{where}: a reference preset must {'; '.join(wrong)}.")
+
+
+def _check_continues(params, load_preset) -> None:
+    """`continues` names another WSD preset with fewer epochs whose runs this preset's runs go on from
+    (rpevit/lab/continuation.py): these datasets, variants and seeds among its own, its stable phase
+    ending no later than this one's, and each budget of this preset that branches before that point
+    among its budgets (its cool-down happened there). Equal keys but for epochs and budgets are checked
+    where runs are known (continuation.check_donor_runs)."""
+    from ..core.budgets import branch_epoch, stable_end
+    from ..core.variants import parse_variant
+
+    name = params.continues
+    if not name:
+        return
+    where = f"continues ({name})"
+    if name == params.name:
+        raise UserError(f"{where}: a preset cannot go on from its own runs; name the shorter preset.")
+    try:
+        donor = load_preset(name)
+    except UserError as exc:
+        raise UserError(f"{where}: {exc}") from None
+    mine, theirs = params.train, donor.train
+    if mine.schedule != "wsd" or theirs.schedule != "wsd":
+        raise UserError(f"{where}: both presets need train.schedule: wsd (a stable phase to go on from).")
+    start = stable_end(theirs)
+    early = [b for b in mine.budgets if branch_epoch(b, mine.decay_fraction) < start and b not in theirs.budgets]
+    problems = [
+        (theirs.epochs >= mine.epochs, f"train fewer epochs than this preset's {mine.epochs}"),
+        (start > stable_end(mine), f"end its stable phase by this preset's epoch {stable_end(mine)}"),
+        (not set(params.datasets) <= set(donor.datasets), f"use the datasets {list(params.datasets)}"),
+        (not set(params.seeds) <= set(donor.seeds), f"train the seeds {list(params.seeds)}"),
+        (
+            not {parse_variant(v).name for v in params.variants} <= {parse_variant(v).name for v in donor.variants},
+            f"train the variants {list(params.variants)}",
+        ),
+        (bool(early), f"list the budgets {early} (their cool-downs branch before its epoch {start})"),
+    ]
+    wrong = [what for bad, what in problems if bad]
+    if wrong:
+        raise UserError(f"{where}: the preset to go on from must {'; '.join(wrong)}.")

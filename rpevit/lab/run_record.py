@@ -68,6 +68,7 @@ def record_finished_run(
             "best_epoch": best["epoch"],
             "best_val_acc": best["val_acc"],
             "budgets": state.branches,
+            "continued_from": state.continued_from,
             **metrics.classification_metrics(test_logits, test_labels, num_params),
             # per-image test predictions (space-separated class indices, in test-split order): paired statistics
             "test_predictions": " ".join(map(str, test_logits.argmax(-1).tolist())),

@@ -98,6 +98,9 @@ class RunRecord:
     # train.budgets: budget (epochs, as text) → best epoch, val and test top-1, test_correct and the
     # cool-down's history of the shorter budget branched from this run (rpevit.core.budgets)
     budgets: dict = _f(summary=False, default_factory=dict, result=True)
+    # a run that went on from another preset's run (rpevit.lab.continuation): that preset, the run's key,
+    # the epoch it started after and the budgets it inherited
+    continued_from: dict | None = _f(summary=False, default=None)
 
 
 FIELDS = dataclasses.fields(RunRecord)

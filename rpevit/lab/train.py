@@ -28,7 +28,7 @@ from ..core.device import autocast, deterministic, precision, resolve_device, tr
 from ..core.errors import UserError
 from ..core.loop import EpochTotals, Step, adamw, predict, train_epoch
 from ..core.model import build_model
-from . import distributed, records
+from . import continuation, distributed, records
 from .run import Run
 from .run_record import record_finished_run, write_diverged
 
@@ -175,12 +175,9 @@ def _train(run: Run, dataset, out_dir: Path, resume: bool, progress: bool, on_ep
     device = replica.device(resolve_device(train_cfg.device))
     with deterministic(train_cfg.deterministic), true_fp32(device, precision(device, train_cfg.amp)):
         dataset = data_lib.on_device(dataset, device)
-        state = _start(run, dataset, device, replica)
         checkpoint_path = out_dir / records.CHECKPOINT
         trained_in = precision(device, train_cfg.amp)
-        checkpoint = _checkpoint_to_resume(checkpoint_path, run, replica) if resume else None
-        if checkpoint is not None:
-            _resume(state, checkpoint, run, device, trained_in, checkpoint_path, replica)
+        state = set_up(run, dataset, device, checkpoint_path, resume, trained_in, replica)
 
         compiled = capture.captures(train_cfg, run.parsed.backend)
 
@@ -249,6 +246,7 @@ class _State:
     best: dict = field(default_factory=lambda: {"val_acc": -1.0, "epoch": 0, "state": None})
     epoch: int = 0  # epochs done
     branches: dict = field(default_factory=dict)  # budget (str) → its cool-down's result (budgets.py)
+    continued_from: dict | None = None  # the donor run it went on from (continuation.py)
 
 
 def _start(run: Run, dataset, device, replica) -> _State:
@@ -265,6 +263,19 @@ def _start(run: Run, dataset, device, replica) -> _State:
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, budgets.lr_factor(train_cfg, steps_per_epoch))
     generator = torch.Generator(device=device).manual_seed(run.seed)
     return _State(model, optimizer, scheduler, generator, steps_per_epoch, recipe)
+
+
+def set_up(run: Run, dataset, device, path: Path, resume: bool, computed_in: str, replica) -> _State:
+    """A run's state: fresh; resumed from its own checkpoint at `path`; or, for a preset that `continues`
+    another and has no checkpoint here yet, going on from the donor run's stable checkpoint (one
+    process; rpevit/lab/continuation.py)."""
+    state = _start(run, dataset, device, replica)
+    checkpoint = _checkpoint_to_resume(path, run, replica) if resume else None
+    if checkpoint is None and resume and run.params.continues and replica.world_size == 1:
+        checkpoint = continuation.inherited_checkpoint(run, state.steps_per_epoch)
+    if checkpoint is not None:
+        _resume(state, checkpoint, run, device, computed_in, path, replica)
+    return state
 
 
 def _checkpoint_to_resume(path: Path, run: Run, replica):
@@ -318,6 +329,7 @@ def _resume(state: _State, checkpoint: dict, run: Run, device, precision: str, p
         _set_rng_state(rng, device)
     state.history, state.best, state.epoch = checkpoint["history"], checkpoint["best"], checkpoint["epoch"]
     state.branches = checkpoint.get("branches", {})
+    state.continued_from = checkpoint.get("continued_from")
     if replica.is_main:
         print(f"[{run.label}] resuming after epoch {state.epoch}", flush=True)
 
@@ -359,6 +371,7 @@ def _write_checkpoint(state: _State, run: Run, path: Path, device, precision: st
         "history": state.history,
         "best": state.best,
         "branches": state.branches,
+        "continued_from": state.continued_from,
         **rank_fields,
     }
     records.save_checkpoint(path, checkpoint)
