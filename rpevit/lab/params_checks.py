@@ -160,21 +160,30 @@ def referenced_variants(params, reference) -> list[str]:
     return [v for v in reference.variants if parse_variant(v).name not in own]
 
 
+def _other_preset(params, key: str, not_itself: str, load_preset):
+    """(where, preset): the other preset this preset's `key` names, loaded, or None when it names none;
+    one UserError if it names this preset or one that does not load."""
+    name = getattr(params, key)
+    if not name:
+        return None
+    where = f"{key} ({name})"
+    if name == params.name:
+        raise UserError(f"{where}: {not_itself}; name another preset.")
+    try:
+        return where, load_preset(name)
+    except UserError as exc:
+        raise UserError(f"{where}: {exc}") from None
+
+
 def _check_reference(params, load_preset) -> None:
     """`reference` names another preset with kept records, on the same datasets and (at least) these
     seeds, that trains a variant this preset does not list. That its runs have the keys this preset's
     would have (same data, training and model settings as far as the variant reads them) is checked
     where runs are known (catalog.reference_records)."""
-    name = params.reference
-    if not name:
+    found = _other_preset(params, "reference", "a preset cannot read its own records as its reference", load_preset)
+    if found is None:
         return
-    where = f"reference ({name})"
-    if name == params.name:
-        raise UserError(f"{where}: a preset cannot read its own records as its reference; name another preset.")
-    try:
-        reference = load_preset(name)
-    except UserError as exc:
-        raise UserError(f"{where}: {exc}") from None
+    where, reference = found
     problems = [
         (reference.reference is not None, "read nothing from a reference of its own"),
         (not reference.keep_records, "keep its records (keep_records: true)"),
@@ -196,16 +205,10 @@ def _check_continues(params, load_preset) -> None:
     from ..core.budgets import branch_epoch, stable_end
     from ..core.variants import parse_variant
 
-    name = params.continues
-    if not name:
+    found = _other_preset(params, "continues", "a preset cannot go on from its own runs", load_preset)
+    if found is None:
         return
-    where = f"continues ({name})"
-    if name == params.name:
-        raise UserError(f"{where}: a preset cannot go on from its own runs; name the shorter preset.")
-    try:
-        donor = load_preset(name)
-    except UserError as exc:
-        raise UserError(f"{where}: {exc}") from None
+    where, donor = found
     mine, theirs = params.train, donor.train
     if mine.schedule != "wsd" or theirs.schedule != "wsd":
         raise UserError(f"{where}: both presets need train.schedule: wsd (a stable phase to go on from).")
