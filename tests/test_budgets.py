@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+import torch
 
 from rpevit.core import budgets
 from rpevit.core.errors import UserError
@@ -85,6 +86,26 @@ def test_the_stable_checkpoint_is_where_every_longer_budget_passes(tiny_params, 
     assert eight["epoch"] == 4 and eight["key"] != stable["key"]
     train_run(Run(tiny_params, "mnist5k", "relu+ape", 0), tiny_dataset, tmp_path / "cosine")
     assert not (tmp_path / "cosine" / records.STABLE_CHECKPOINT).exists()
+
+
+def test_a_kill_before_the_stable_copy_is_made_up_on_resume(tiny_params, tiny_dataset, tmp_path):
+    """Killed after the checkpoint of the stable phase's last epoch but before its stable copy: the
+    resumed run writes the copy from that checkpoint."""
+
+    class Killed(Exception):
+        pass
+
+    def kill_after_epoch_2(row):
+        if row["epoch"] == 2:
+            raise Killed
+
+    run = Run(_wsd(tiny_params, 4), "mnist5k", "relu+ape", 0)
+    with pytest.raises(Killed):
+        train_run(run, tiny_dataset, tmp_path, on_epoch_end=kill_after_epoch_2)
+    (tmp_path / records.STABLE_CHECKPOINT).unlink()
+    train_run(run, tiny_dataset, tmp_path)
+    stable = torch.load(tmp_path / records.STABLE_CHECKPOINT, map_location="cpu", weights_only=False)
+    assert stable["epoch"] == 2 and len(stable["history"]) == 2
 
 
 def test_a_kill_inside_a_cool_down_repeats_only_the_cool_down(tiny_params, tiny_dataset, tmp_path, monkeypatch):

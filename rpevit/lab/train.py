@@ -275,6 +275,8 @@ def set_up(run: Run, dataset, device, path: Path, resume: bool, computed_in: str
         checkpoint = continuation.inherited_checkpoint(run, state.steps_per_epoch)
     if checkpoint is not None:
         _resume(state, checkpoint, run, device, computed_in, path, replica)
+        if replica.is_main and state.epoch == budgets.stable_end(run.train_config) and path.is_file():
+            records.keep_stable_checkpoint(path)  # a kill came between the checkpoint and its stable copy
     return state
 
 
