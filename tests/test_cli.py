@@ -118,3 +118,12 @@ def test_an_unknown_backend_to_capture_is_refused_before_training(capsys, tmp_pa
     code, out, err = run_main(capsys, "study", "smoke", "--capture-only", "favour")
     assert code == 2 and err.startswith("error: train.compile_backends: 'favour' is not valid; it must be one of")
     assert err.count("\n") == 1 and not (tmp_path / "runs").exists()
+
+
+def test_capture_only_sets_the_backends_a_study_compiles():
+    from rpevit.cli import _params, build_parser
+
+    args = build_parser().parse_args(["study", "smoke", "--capture-only", "favor, relu"])
+    train = _params(args).train
+    assert train.compile and train.compile_backends == ("favor", "relu")
+    assert not _params(build_parser().parse_args(["study", "smoke"])).train.compile
