@@ -140,3 +140,14 @@ def test_the_status_command_prints_it(capsys, tmp_path, monkeypatch):
     assert capsys.readouterr().out.startswith("smoke_grid: ")
     assert main(["status", "no_such_preset"]) == 2
     assert "error: no preset file 'no_such_preset'" in capsys.readouterr().err
+
+
+def test_a_wsd_preset_counts_the_stable_checkpoints_a_longer_budget_can_go_on_from(tiny_params, tmp_path):
+    assert not any("stable checkpoints" in line for line in status_lines(tiny_params, runs_root=tmp_path))
+    train = dataclasses.replace(tiny_params.train, schedule="wsd", epochs=4, decay_fraction=0.5)
+    params = dataclasses.replace(tiny_params, train=train)
+    run = Run(params, *grid(params)[0], runs_root=tmp_path)
+    run.dir.mkdir(parents=True)
+    (run.dir / records.STABLE_CHECKPOINT).write_bytes(b"")
+    line = next(line for line in status_lines(params, runs_root=tmp_path) if "stable checkpoints" in line)
+    assert line.endswith(f": 1 of {len(grid(params))} runs")

@@ -163,12 +163,22 @@ def status_lines(params: Params, runs_root=None, reports_root=None) -> list[str]
                 else ""
             )
         )
-    lines += _kept_weights_lines(params, runs_root, reports_root) + _revision_line(finished)
+    lines += _stable_line(params, runs_root) + _kept_weights_lines(params, runs_root, reports_root)
+    lines += _revision_line(finished)
     if params.design.plateau_check:
         lines += [
             f"  {line}" for line in status_lines(load_params(params.design.plateau_check), runs_root, reports_root)
         ]
     return lines
+
+
+def _stable_line(params: Params, runs_root=None) -> list[str]:
+    """Under WSD: how many runs keep the stable checkpoint a longer budget goes on from (continuation.py)."""
+    if params.train.schedule != "wsd":
+        return []
+    runs = [Run(params, *place, runs_root=runs_root).rooted() for place in grid(params)]
+    kept = sum((run.dir / records.STABLE_CHECKPOINT).is_file() for run in runs)
+    return [f"stable checkpoints here (for a longer budget, `continues:`): {kept} of {len(runs)} runs"]
 
 
 def _kept_weights_lines(params: Params, runs_root=None, reports_root=None) -> list[str]:
