@@ -88,24 +88,41 @@ def test_the_stable_checkpoint_is_where_every_longer_budget_passes(tiny_params, 
     assert not (tmp_path / "cosine" / records.STABLE_CHECKPOINT).exists()
 
 
-def test_a_kill_before_the_stable_copy_is_made_up_on_resume(tiny_params, tiny_dataset, tmp_path):
-    """Killed after the checkpoint of the stable phase's last epoch but before its stable copy: the
-    resumed run writes the copy from that checkpoint."""
+def test_a_kill_between_the_stable_copy_and_the_checkpoint_loses_neither(
+    tiny_params, tiny_dataset, tmp_path, monkeypatch
+):
+    """Killed inside the stable phase's last checkpoint, between its two files: the resumed run ends
+    with a stable copy equal, tensor for tensor, to an unkilled run's, and with its result (the copy is
+    written first, so the kill leaves the epoch before and the epoch is trained again; written second,
+    the resumed run, already past the stable phase, would never make it)."""
 
     class Killed(Exception):
         pass
 
-    def kill_after_epoch_2(row):
-        if row["epoch"] == 2:
-            raise Killed
-
     run = Run(_wsd(tiny_params, 4), "mnist5k", "relu+ape", 0)
+    unkilled = train_run(run, tiny_dataset, tmp_path / "unkilled")
+    atomic_write, writes = records._atomic_write, []
+
+    def dies_at_the_second_write_of_epoch_2(path, write, keep_previous=None):
+        if path.name in (records.CHECKPOINT, records.STABLE_CHECKPOINT):
+            writes.append(path.name)
+            if len(writes) == 3:  # epoch 1's checkpoint, then epoch 2's two files
+                raise Killed
+        atomic_write(path, write, keep_previous)
+
+    monkeypatch.setattr(records, "_atomic_write", dies_at_the_second_write_of_epoch_2)
     with pytest.raises(Killed):
-        train_run(run, tiny_dataset, tmp_path, on_epoch_end=kill_after_epoch_2)
-    (tmp_path / records.STABLE_CHECKPOINT).unlink()
-    train_run(run, tiny_dataset, tmp_path)
-    stable = torch.load(tmp_path / records.STABLE_CHECKPOINT, map_location="cpu", weights_only=False)
-    assert stable["epoch"] == 2 and len(stable["history"]) == 2
+        train_run(run, tiny_dataset, tmp_path / "killed")
+    monkeypatch.setattr(records, "_atomic_write", atomic_write)
+    resumed = train_run(run, tiny_dataset, tmp_path / "killed")
+    assert resumed["top1"] == unkilled["top1"]
+    ours, theirs = (
+        torch.load(tmp_path / d / records.STABLE_CHECKPOINT, map_location="cpu", weights_only=False)
+        for d in ("killed", "unkilled")
+    )
+    assert ours["epoch"] == theirs["epoch"] == 2
+    for name, tensor in theirs["model"].items():
+        assert torch.equal(ours["model"][name], tensor), name
 
 
 def test_a_kill_inside_a_cool_down_repeats_only_the_cool_down(tiny_params, tiny_dataset, tmp_path, monkeypatch):

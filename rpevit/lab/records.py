@@ -132,17 +132,17 @@ def write_csv(path: Path, rows: list[dict], columns: list[str] | None = None) ->
     write_text(path, buffer.getvalue())
 
 
-def keep_stable_checkpoint(checkpoint: Path) -> None:
-    """Copy a run's checkpoint to checkpoint.stable.pt beside it, once (an existing copy is not touched)."""
-    stable = Path(checkpoint).with_name(STABLE_CHECKPOINT)
-    if not stable.exists():
-        write_bytes(stable, Path(checkpoint).read_bytes())
-
-
-def save_checkpoint(path: Path, state: dict) -> None:
-    """Atomically torch.save a checkpoint, keeping the one it replaces as checkpoint.prev.pt."""
+def save_checkpoint(path: Path, state: dict, stable: bool = False) -> None:
+    """Atomically torch.save a checkpoint, keeping the one it replaces as checkpoint.prev.pt; with
+    `stable`, first the same bytes as checkpoint.stable.pt beside it (a kill between the two leaves the
+    checkpoint before, whose resumed run writes both again)."""
     path = Path(path)
-    _atomic_write(path, lambda handle: torch.save(state, handle), keep_previous=path.with_name(PREVIOUS_CHECKPOINT))
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    data = buffer.getvalue()
+    if stable:
+        write_bytes(path.with_name(STABLE_CHECKPOINT), data)
+    _atomic_write(path, lambda handle: handle.write(data), keep_previous=path.with_name(PREVIOUS_CHECKPOINT))
 
 
 def checkpoint_problem(path: Path) -> str | None:

@@ -275,8 +275,6 @@ def set_up(run: Run, dataset, device, path: Path, resume: bool, computed_in: str
         checkpoint = continuation.inherited_checkpoint(run, state.steps_per_epoch)
     if checkpoint is not None:
         _resume(state, checkpoint, run, device, computed_in, path, replica)
-        if replica.is_main and state.epoch == budgets.stable_end(run.train_config) and path.is_file():
-            records.keep_stable_checkpoint(path)  # a kill came between the checkpoint and its stable copy
     return state
 
 
@@ -347,9 +345,9 @@ def _end_epoch(state: _State, row: dict, run: Run, path: Path, device, precision
             "epoch": row["epoch"],
             "state": {k: v.detach().cpu().clone() for k, v in state.model.state_dict().items()},
         }
-    _write_checkpoint(state, run, path, device, precision, rank_fields)
-    if state.epoch == budgets.stable_end(run.train_config):  # kept for a longer budget to go on from
-        records.keep_stable_checkpoint(path)
+    # at the end of a WSD run's stable phase also checkpoint.stable.pt, for a longer budget to go on from
+    stable = state.epoch == budgets.stable_end(run.train_config)
+    _write_checkpoint(state, run, path, device, precision, rank_fields, stable=stable)
     print(
         f"[{run.label}] epoch {row['epoch']}/{run.train_config.epochs} "
         f"train loss {row['train_loss']:.4f} acc {row['train_acc']:.4f} | "
@@ -358,8 +356,11 @@ def _end_epoch(state: _State, row: dict, run: Run, path: Path, device, precision
     )
 
 
-def _write_checkpoint(state: _State, run: Run, path: Path, device, precision: str, rank_fields: dict) -> None:
-    """The checkpoint (atomically) and history.csv of the state as it is."""
+def _write_checkpoint(
+    state: _State, run: Run, path: Path, device, precision: str, rank_fields: dict, stable: bool = False
+) -> None:
+    """The checkpoint (atomically; with `stable` also as checkpoint.stable.pt) and history.csv of the
+    state as it is."""
     checkpoint = {
         "key": run.key,
         "epoch": state.epoch,
@@ -376,7 +377,7 @@ def _write_checkpoint(state: _State, run: Run, path: Path, device, precision: st
         "continued_from": state.continued_from,
         **rank_fields,
     }
-    records.save_checkpoint(path, checkpoint)
+    records.save_checkpoint(path, checkpoint, stable=stable)
     records.write_csv(path.parent / records.HISTORY, state.history)
 
 
