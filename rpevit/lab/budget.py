@@ -17,6 +17,7 @@ from ..core.errors import UserError
 from . import records
 from .catalog import current_record, grid, run_history
 from .continuation import inherited_seconds
+from .design import branch_seconds
 from .params import preset_path
 from .run import Run
 
@@ -65,8 +66,8 @@ def _held(path) -> dict:
 def _seconds(history: list[dict], branches: dict | None, continued_from: dict | None = None) -> float:
     """Epoch seconds of a run's history and of its cool-down branches' histories, less those another
     preset's run spent (the epochs and cool-downs it went on from: continuation.py)."""
-    rows = [*history, *(row for branch in (branches or {}).values() for row in branch.get("history", []))]
-    return sum(float(row["seconds"]) for row in rows) - inherited_seconds(history, branches, continued_from)
+    own = sum(float(row["seconds"]) for row in history) + branch_seconds(branches)
+    return own - inherited_seconds(history, branches, continued_from)
 
 
 def budget_line(hours: float, running: float, budget: float | None) -> str:
