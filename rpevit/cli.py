@@ -216,9 +216,9 @@ def cmd_gpu_sitting(args) -> int:
 
 def cmd_gap_pilot(args) -> int:
     """A gap pilot's report (go/no-go, gaps per budget, seeds the factorial needs) from its kept records."""
-    from .analysis.gap_pilot import write_report
+    from .analysis.gap_pilot import next_pilot, write_report
 
-    print("\n".join(write_report(args.params)))
+    print(next_pilot(args.params) or "" if args.next else "\n".join(write_report(args.params)))
     return 0
 
 
@@ -400,6 +400,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     gap = sub.add_parser("gap-pilot", help="a gap pilot's report: go/no-go, gaps per budget, seeds needed")
     gap.add_argument("params", nargs="?", default="canvas_gap_pilot", help="the pilot's preset")
+    gap.add_argument("--next", action="store_true", help="print only the pilot its finished NO-GO hands on to")
 
     add_sitting(sub)
     doctor = sub.add_parser("doctor", help="check the installation; --gpu: the GPU acceptance run")

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # What travels to a lent GPU machine: the device tool sends every tracked file (and untracked ones git
 # does not ignore) plus the paths named in `carry`, 64 MiB at most. reports/ alone is ~80 MB, so before
-# a sitting `slim PRESET` takes reports/ out of git's index (keeping reports/PRESET/records, which the
-# study reads to know what is finished) and ignores it locally; `restore` puts the index back exactly as
-# it was (a copy is kept in .git). Nothing on disk is touched. Never commit between the two.
-#   bash scripts/device_tree.sh slim canvas_gap_pilot   # then the device call (docs/scaling.md)
+# a sitting `slim PRESET…` takes reports/ out of git's index, keeping each named reports/PRESET/records
+# (which the study reads to know what is finished: name a dial's reference and the pilots a sitting may
+# chain to), and ignores it locally; `restore` puts the index back exactly as it was (a copy is kept in
+# .git). Nothing on disk is touched. Never commit between the two.
+#   bash scripts/device_tree.sh slim canvas56_gap_pilot canvas56_dial16   # then the device call (docs/scaling.md)
 #   bash scripts/device_tree.sh restore
 #   bash scripts/device_tree.sh size [carry paths…]      # MiB that would travel
 set -euo pipefail
@@ -26,12 +27,16 @@ PY
 }
 case "${1:-}" in
   slim)
-    preset=${2:?usage: slim PRESET}
+    shift
+    [ $# -gt 0 ] || { echo "usage: slim PRESET [PRESET…]" >&2; exit 2; }
     [ -e "$saved" ] && { echo "error: already slim ($saved exists); run restore first" >&2; exit 2; }
     cp .git/index "$saved"
     git rm -r -q --cached reports
-    [ -d "reports/$preset/records" ] && git add -f "reports/$preset/records"
-    printf '%s\n/reports/*\n!/reports/%s/\n/reports/%s/*\n!/reports/%s/records/\n' "$marker" "$preset" "$preset" "$preset" >> .git/info/exclude
+    printf '%s\n/reports/*\n' "$marker" >> .git/info/exclude
+    for preset in "$@"; do
+      [ -d "reports/$preset/records" ] && git add -f "reports/$preset/records"
+      printf '!/reports/%s/\n/reports/%s/*\n!/reports/%s/records/\n' "$preset" "$preset" "$preset" >> .git/info/exclude
+    done
     size ;;
   restore)
     [ -e "$saved" ] || { echo "nothing to restore ($saved is missing)"; exit 0; }
@@ -45,5 +50,5 @@ if "# rpevit device_tree slim\n" in lines:
 PY
     git status --short | head -5 ;;
   size) shift; size "$@" ;;
-  *) echo "usage: $0 slim PRESET | restore | size [paths]" >&2; exit 2 ;;
+  *) echo "usage: $0 slim PRESET… | restore | size [paths]" >&2; exit 2 ;;
 esac

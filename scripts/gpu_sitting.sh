@@ -2,6 +2,8 @@
 # The prepared GPU sitting, run on the lent machine by the device tool from the repository root
 # (docs/scaling.md): the GPU image's own torch, rpevit from the checkout, data from the carried
 # ./data folder, results into $OUT; first the compile check (tests/test_compile.py) on the GPU.
+# When every run of a gap pilot finishes with NO-GO inside the minutes, the next pilot of the
+# pre-registered order (`python -m rpevit gap-pilot PRESET --next`) trains in the minutes left.
 # Usage: bash scripts/gpu_sitting.sh PRESET [MINUTES]
 set -euo pipefail
 preset=${1:?usage: gpu_sitting.sh PRESET [MINUTES]}
@@ -14,6 +16,13 @@ nvidia-smi --query-gpu=name,memory.total,utilization.gpu --format=csv,noheader |
 python3 -m rpevit status "$preset" | head -3
 # the compile check on this machine's torch and GPU: no graph break, no recompile (about a minute)
 timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_compile.py 2>&1 | tail -15 | tee "$out/compile_check.log" || true
-# SITTING_DEVICE=cpu: a dry run on a machine without CUDA (one runner, sequential engine)
-python3 -m rpevit gpu-sitting "$preset" --minutes "$minutes" --out "$out" --data-root data \
-  --device "${SITTING_DEVICE:-cuda}" 2>&1 | tee "$out/sitting.log"
+start=$(date +%s)
+while [ -n "$preset" ]; do
+  left=$(python3 -c "print(round($minutes - ($(date +%s) - $start) / 60, 2))")
+  python3 -c "import sys; sys.exit($left < 1.5)" || { echo "$left minutes left: $preset waits"; break; }
+  # SITTING_DEVICE=cpu: a dry run on a machine without CUDA (one runner, sequential engine)
+  python3 -m rpevit gpu-sitting "$preset" --minutes "$left" --out "$out" --data-root data \
+    --device "${SITTING_DEVICE:-cuda}" 2>&1 | tee -a "$out/sitting.log"
+  preset=$(python3 -m rpevit gap-pilot "$preset" --next 2>/dev/null || true)
+  if [ -n "$preset" ]; then echo "NO-GO with every run finished: the next pilot, $preset, trains in the minutes left"; fi
+done

@@ -105,6 +105,24 @@ def test_a_no_go_names_the_next_pilot_of_the_pre_registered_order():
     assert {p for p in gap_pilot.NEXT_AFTER_NO_GO} <= set(list_presets())
 
 
+def test_a_finished_no_go_hands_the_sitting_the_next_pilot(monkeypatch):
+    """`gap-pilot --next` (the GPU sitting's chain): the next preset only once every run finished and the
+    rule says NO-GO; nothing on GO, while a run is missing, or at the end of the order."""
+    from rpevit.lab import catalog
+
+    def reads(found):
+        monkeypatch.setattr(catalog, "study_records", lambda params, reports_root=None: results(found))
+
+    reads(_found(-1.0, -0.5))
+    assert gap_pilot.next_pilot("canvas_gap_pilot") == "canvas56_gap_pilot"
+    reads(_found(-1.0, -0.5)[:-1])
+    assert gap_pilot.next_pilot("canvas_gap_pilot") is None
+    reads(_found(-2.0, -0.5))
+    assert gap_pilot.next_pilot("canvas_gap_pilot") is None
+    for preset, text in gap_pilot.NEXT_AFTER_NO_GO.items():
+        assert f"params/{gap_pilot.NEXT_PILOT[preset]}.yaml" in text  # the prose and the chain agree
+
+
 def test_the_56_pilot_is_the_40_pilot_on_the_larger_canvas():
     """Pre-registered to differ from the 40×40 pilot only in its task."""
     import dataclasses

@@ -75,11 +75,33 @@ def test_a_cut_sitting_resumes_on_the_next_machine_to_the_uncut_records(tmp_path
     assert "0 files added" in again.stdout  # nothing finished is overwritten by an older sitting
 
 
+def test_a_second_preset_packs_beside_the_first_and_both_unpack(tmp_path, monkeypatch):
+    """The sitting's chain (the next pilot in the minutes left) packs into the same $OUT: its parts are
+    numbered on, so neither preset's files overwrite the other's, and one unpack brings both back."""
+    from rpevit.lab import records, sitting
+
+    def rooted(machine):
+        monkeypatch.setenv("RPEVIT_RUNS", str(tmp_path / machine / "runs"))
+        monkeypatch.setenv("RPEVIT_REPORTS", str(tmp_path / machine / "reports"))
+
+    rooted("gpu")
+    for preset in ("first", "second"):
+        records.write_json(records.runs_root() / preset / "mnist5k" / "softmax+ape" / "seed1" / records.RECORD, {})
+    out = tmp_path / "out"
+    out.mkdir()
+    names = [p.name for preset in ("first", "second") for p in sitting.pack(preset, out)]
+    assert names == ["sitting-1.tar", "sitting-2.tar"]
+    rooted("here")
+    assert sitting.unpack(out)[-1].startswith("unpacked 2 part(s): 2 files added")
+    assert {p.parts[-5] for p in records.runs_root().rglob(records.RECORD)} == {"first", "second"}
+
+
 def test_device_tree_slims_the_index_for_travel_and_restores_it_exactly(tmp_path):
     def git(*args):
         return subprocess.run(["git", *args], cwd=tmp_path, capture_output=True, text=True, check=True).stdout
 
-    for name in ("src.py", "reports/other/big.png", "reports/p/summary.md", "reports/p/records/r/record.json"):
+    kept = ("reports/p/records/r/record.json", "reports/q/records/r/record.json")
+    for name in ("src.py", "reports/other/big.png", "reports/p/summary.md", *kept):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(name)
     git("init", "-q")
@@ -87,8 +109,8 @@ def test_device_tree_slims_the_index_for_travel_and_restores_it_exactly(tmp_path
     git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x")
     exclude_before = (tmp_path / ".git/info/exclude").read_text()
     script = str(ROOT / "scripts" / "device_tree.sh")
-    subprocess.run(["bash", script, "slim", "p"], cwd=tmp_path, check=True, capture_output=True)
-    assert git("ls-files").split() == ["reports/p/records/r/record.json", "src.py"]
+    subprocess.run(["bash", script, "slim", "p", "q"], cwd=tmp_path, check=True, capture_output=True)
+    assert git("ls-files").split() == [*kept, "src.py"]
     assert git("status", "--porcelain", "--untracked-files=all").split() == [
         "D",
         "reports/other/big.png",

@@ -32,6 +32,12 @@ NEXT_AFTER_NO_GO = {
     "(params/canvas56_dial16.yaml), then 8",
     "canvas56_dial16": "FAVOR+ with 8 features on the 56×56 canvas (params/canvas56_dial8.yaml)",
 }
+# the same order as presets, for a GPU sitting that trains the next pilot in the minutes left
+NEXT_PILOT = {
+    "canvas_gap_pilot": "canvas56_gap_pilot",
+    "canvas56_gap_pilot": "canvas56_dial16",
+    "canvas56_dial16": "canvas56_dial8",
+}
 
 
 def budget_top1(found) -> dict[tuple[str, int, int], float]:
@@ -169,14 +175,14 @@ def seeds_needed(gap: float, sd: float, confidence: float = 0.95, cap: int = 200
 def decision(rows: list[dict], longest: int, complete: bool, preset: str = "canvas_gap_pilot") -> str:
     """The go/no-go line of the preset's rule, with the numbers it read (and, on NO-GO, the next pilot
     of the pre-registered order after this `preset`)."""
-    at_end = [r for r in rows if r["epochs"] == longest and r["seeds"] > 0]
+    at_end = _at_end(rows, longest)
     if not at_end:
         return f"**Go/no-go: not decided yet** — no Performer–softmax pair has finished {longest} epochs."
     worst = min(at_end, key=lambda r: r["mean gap"])
     gaps = "; ".join(
         f"{r['backend']} {signed(r['mean gap'])} ({r['seeds']} seed{'s' * (r['seeds'] != 1)})" for r in at_end
     )
-    go = worst["mean gap"] <= -GO_GAP
+    go = _go(at_end)
     status = "" if complete else " (interim: not every run has finished; the rule reads the finished pairs)"
     if go:
         return (
@@ -189,6 +195,41 @@ def decision(rows: list[dict], longest: int, complete: bool, preset: str = "canv
         + NEXT_AFTER_NO_GO.get(preset, "none left: no pilot opened a gap, and that is the answer")
         + "."
     )
+
+
+def _at_end(rows: list[dict], longest: int) -> list[dict]:
+    """The gap rows at the longest budget with at least one finished pair."""
+    return [r for r in rows if r["epochs"] == longest and r["seeds"] > 0]
+
+
+def _go(at_end: list[dict]) -> bool:
+    """The pre-registered rule: a Performer's mean gap at the longest budget is ≤ −GO_GAP."""
+    return min(r["mean gap"] for r in at_end) <= -GO_GAP
+
+
+def next_pilot(preset: str, reports_root=None) -> str | None:
+    """The pilot to train next by the pre-registered order: NEXT_PILOT[preset] once every run of `preset`
+    has finished and its rule says NO-GO; None while a run is unfinished, on GO, or at the end of the order."""
+    from ..lab.catalog import grid
+    from ..lab.params import load_params
+
+    params = load_params(preset)
+    found = pilot_records(params, reports_root)
+    if len(finished(results(found["own"]))) < len(grid(params)):
+        return None
+    at_end = _at_end(_gap_rows(params, found), params.train.epochs)
+    return None if not at_end or _go(at_end) else NEXT_PILOT.get(params.name)
+
+
+def _gap_rows(params, found: dict) -> list[dict]:
+    """The gap per Performer of the pilot and budget, from pilot_records' top-1."""
+    budgets = sorted({*params.train.budgets, params.train.epochs})
+    return gap_rows(found["top1"], budgets, list(params.seeds), _performers(params))
+
+
+def _performers(params) -> list[str]:
+    """The pilot's own Performer backends (those it trains with APE)."""
+    return [b for b in PERFORMERS if f"{b}+ape" in params.variants]
 
 
 def factorial_seeds(rows: list[dict], longest: int) -> str:
@@ -253,8 +294,8 @@ def write_report(preset: str, reports_root=None) -> list[str]:
     budgets = sorted({*params.train.budgets, longest})
     seeds = list(params.seeds)
     variants = list(dict.fromkeys([*read, *(v for _, v, _ in grid(params))]))
-    backends = [b for b in PERFORMERS if f"{b}+ape" in params.variants]  # the pilot's own Performers
-    rows = gap_rows(top1, budgets, seeds, backends)
+    backends = _performers(params)
+    rows = _gap_rows(params, found)
     finished_count = len(finished(results(found["own"])))
     planned = len(grid(params))
     short = budgets[-2] if len(budgets) > 1 else longest

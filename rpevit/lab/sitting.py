@@ -176,14 +176,16 @@ def _carried_files(preset: str) -> list[tuple[Path, str]]:
 
 
 def pack(preset: str, out: Path) -> list[Path]:
-    """The carried files as tar parts sitting-1.tar, sitting-2.tar, … of at most PART_BYTES each."""
+    """The carried files as tar parts sitting-1.tar, sitting-2.tar, … of at most PART_BYTES each (numbered
+    on after the parts already in `out`: a sitting that trains a second preset packs beside the first)."""
     parts, current, size = [], None, 0
+    before = len(list(out.glob("sitting-*.tar")))
     for path, name in _carried_files(preset):
         length = path.stat().st_size
         if current is None or size + length + 1024 > PART_BYTES:
             if current is not None:
                 current.close()
-            parts.append(out / f"sitting-{len(parts) + 1}.tar")
+            parts.append(out / f"sitting-{before + len(parts) + 1}.tar")
             current, size = tarfile.open(parts[-1], "w"), 0
         current.add(path, arcname=name)
         size += length + 1024
