@@ -215,11 +215,10 @@ def cmd_gpu_sitting(args) -> int:
 
 
 def cmd_gap_pilot(args) -> int:
-    """A gap pilot's report (go/no-go, gaps per budget, seeds the factorial needs) from its kept records."""
-    from .analysis.gap_pilot import next_pilot, write_report
+    """A gap pilot's report, every pilot's line, or the next pilot (rpevit/analysis/pilot_overview.py)."""
+    from .analysis.pilot_overview import command
 
-    print(next_pilot(args.params) or "" if args.next else "\n".join(write_report(args.params)))
-    return 0
+    return command(args)
 
 
 def cmd_findings(args) -> int:
@@ -396,12 +395,10 @@ def build_parser() -> argparse.ArgumentParser:
     pilot.add_argument("--out", required=True, help="the report folder (e.g. reports/fmnist_pilot)")
     pilot.add_argument("--chosen", help="the study preset whose recipe the pilot chose (e.g. fmnist_converged)")
 
+    from .analysis.pilot_overview import add_parser as add_gap_pilot
     from .lab.sitting import add_parser as add_sitting
 
-    gap = sub.add_parser("gap-pilot", help="a gap pilot's report: go/no-go, gaps per budget, seeds needed")
-    gap.add_argument("params", nargs="?", default="canvas_gap_pilot", help="the pilot's preset")
-    gap.add_argument("--next", action="store_true", help="print only the pilot its finished NO-GO hands on to")
-
+    add_gap_pilot(sub)
     add_sitting(sub)
     doctor = sub.add_parser("doctor", help="check the installation; --gpu: the GPU acceptance run")
     doctor.add_argument(

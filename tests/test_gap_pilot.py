@@ -10,8 +10,10 @@ from scipy import stats as scipy_stats
 
 from rpevit.analysis import gap_pilot
 from rpevit.core.errors import UserError
+from rpevit.core.stats import t_interval
 from rpevit.lab import budget
 from rpevit.lab.result import results
+from rpevit.lab.tables import signed
 
 
 def _record(variant, seed, top1_by_budget):
@@ -328,3 +330,42 @@ def test_a_spent_budget_starts_no_run_and_a_finished_study_still_writes_its_summ
     assert main(["study", str(path), "--no-progress"]) == 0
     assert capsys.readouterr().out.strip() == spent
     assert not Run(dial, "mnist5k", "favor+ape", 2).rooted().dir.exists()  # nothing started
+
+
+def test_the_overview_gives_each_pilot_its_gap_with_an_interval(tmp_path, monkeypatch):
+    """Every pilot of the order, a line each: the 40×40 pilot's gaps from its records with the t-interval
+    of the per-seed gaps, a dial without ReLU, pilots without records as not yet decided; the file is
+    what the command prints."""
+    from rpevit.analysis import pilot_overview
+    from rpevit.lab import catalog
+
+    order = ["canvas_gap_pilot", "canvas56_gap_pilot", "canvas56_dial16", "canvas56_dial8"]
+    assert pilot_overview.pilot_order() == order
+
+    def records_of(params, reports_root=None):
+        return results(_found(-2.0, -0.5) if params.name == "canvas_gap_pilot" else [])
+
+    monkeypatch.setattr(catalog, "study_records", records_of)
+    lines = pilot_overview.write_overview(reports_root=tmp_path)
+    assert (tmp_path / pilot_overview.OVERVIEW).read_text() == "\n".join(lines) + "\n"
+    rows = {line.split(" | ")[0].strip("| `"): line.split(" | ") for line in lines if line.startswith("| `")}
+    ci = t_interval([-2.0, -1.6])
+    favor = f"{signed(ci['mean'])} [{signed(ci['low'])}, {signed(ci['high'])}] (2 seeds, inconclusive)"
+    assert rows["canvas_gap_pilot"][1:4] == ["40×40, 101 tokens, FAVOR+ m = 48", "6 of 6", "GO"]
+    assert rows["canvas_gap_pilot"][4] == favor
+    assert rows["canvas56_dial8"][1:4] == ["56×56, 197 tokens, FAVOR+ m = 8", "0 of 2", "no pair finished yet"]
+    assert rows["canvas56_dial8"][5].startswith("not in this pilot")
+    three = {"seeds": 3, "mean gap": -2.0, "SD": 0.1}
+    assert pilot_overview.gap_interval(three).endswith("(3 seeds, softmax ahead)")
+    assert pilot_overview.gap_interval({**three, "mean gap": 2.0}).endswith("(3 seeds, Performer ahead)")
+    assert pilot_overview.gap_interval({"seeds": 1, "mean gap": -1.0, "SD": math.nan}) == "−1.00 (1 seed, no interval)"
+
+
+def test_the_committed_overview_is_the_one_its_kept_records_give():
+    """reports/gap_pilots.md is regenerated (`python -m rpevit gap-pilot --overview`) whenever a pilot's
+    kept records change: a finished run committed without it fails here."""
+    from rpevit.analysis import pilot_overview
+    from rpevit.lab.params import PROJECT_ROOT
+
+    committed = (PROJECT_ROOT / "reports" / pilot_overview.OVERVIEW).read_text()
+    assert committed == "\n".join(pilot_overview.overview_lines()) + "\n"

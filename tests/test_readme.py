@@ -38,3 +38,12 @@ def test_a_changed_number_is_caught():
     answer, source = _answer()
     report = source.read_text().replace("−", "-")
     assert "-0.03" in report and "-0.13" not in report  # the check above would catch −0.13 for −0.03
+
+
+def test_the_pilots_table_is_the_overview_report_s():
+    """The README's table of the gap pilots is reports/gap_pilots.md's, line for line (that file is checked
+    against the kept records in tests/test_gap_pilot.py)."""
+    match = re.search(r"<!-- pilots: quoted from (\S+) [^>]*-->\n(.*?)<!-- /pilots -->", README, re.S)
+    assert match, "the README has no pilots block"
+    table = [line for line in (ROOT / match.group(1)).read_text().splitlines() if line.startswith("|")]
+    assert match.group(2).splitlines() == table

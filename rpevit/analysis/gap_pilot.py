@@ -182,7 +182,7 @@ def decision(rows: list[dict], longest: int, complete: bool, preset: str = "canv
     gaps = "; ".join(
         f"{r['backend']} {signed(r['mean gap'])} ({r['seeds']} seed{'s' * (r['seeds'] != 1)})" for r in at_end
     )
-    go = _go(at_end)
+    go = is_go(at_end)
     status = "" if complete else " (interim: not every run has finished; the rule reads the finished pairs)"
     if go:
         return (
@@ -202,7 +202,7 @@ def _at_end(rows: list[dict], longest: int) -> list[dict]:
     return [r for r in rows if r["epochs"] == longest and r["seeds"] > 0]
 
 
-def _go(at_end: list[dict]) -> bool:
+def is_go(at_end: list[dict]) -> bool:
     """The pre-registered rule: a Performer's mean gap at the longest budget is ≤ −GO_GAP."""
     return min(r["mean gap"] for r in at_end) <= -GO_GAP
 
@@ -217,11 +217,11 @@ def next_pilot(preset: str, reports_root=None) -> str | None:
     found = pilot_records(params, reports_root)
     if len(finished(results(found["own"]))) < len(grid(params)):
         return None
-    at_end = _at_end(_gap_rows(params, found), params.train.epochs)
-    return None if not at_end or _go(at_end) else NEXT_PILOT.get(params.name)
+    at_end = _at_end(pilot_gap_rows(params, found), params.train.epochs)
+    return None if not at_end or is_go(at_end) else NEXT_PILOT.get(params.name)
 
 
-def _gap_rows(params, found: dict) -> list[dict]:
+def pilot_gap_rows(params, found: dict) -> list[dict]:
     """The gap per Performer of the pilot and budget, from pilot_records' top-1."""
     budgets = sorted({*params.train.budgets, params.train.epochs})
     return gap_rows(found["top1"], budgets, list(params.seeds), _performers(params))
@@ -295,7 +295,7 @@ def write_report(preset: str, reports_root=None) -> list[str]:
     seeds = list(params.seeds)
     variants = list(dict.fromkeys([*read, *(v for _, v, _ in grid(params))]))
     backends = _performers(params)
-    rows = _gap_rows(params, found)
+    rows = pilot_gap_rows(params, found)
     finished_count = len(finished(results(found["own"])))
     planned = len(grid(params))
     short = budgets[-2] if len(budgets) > 1 else longest

@@ -1,0 +1,118 @@
+"""The gap pilots of the pre-registered order side by side (params/canvas_gap_pilot.yaml, then each NO-GO's
+next pilot): per pilot its task, how far it is, its go/no-go and each Performer's gap at the longest
+budget with a 95 % t-interval over seeds. While no pilot opens a gap this is the project's answer on
+tasks where position matters; the README quotes it. `python -m rpevit gap-pilot --overview` writes
+reports/gap_pilots.md from the kept records.
+"""
+
+from __future__ import annotations
+
+import math
+
+from scipy import stats as scipy_stats
+
+from ..lab import records
+from ..lab.tables import markdown_table, signed
+from . import gap_pilot
+
+FIRST_PILOT = "canvas_gap_pilot"
+OVERVIEW = "gap_pilots.md"
+
+
+def pilot_order() -> list[str]:
+    """The pilots in their pre-registered order: the first, then each NO-GO's next."""
+    order = [FIRST_PILOT]
+    while order[-1] in gap_pilot.NEXT_PILOT:
+        order.append(gap_pilot.NEXT_PILOT[order[-1]])
+    return order
+
+
+def gap_interval(row: dict) -> str:
+    """A gap row's mean with its 95 % t-interval over seeds (mean ± t·SD/√n), its seeds and a reading:
+    'softmax ahead' or 'Performer ahead' when the interval excludes 0, else 'inconclusive'."""
+    n, mean = row["seeds"], row["mean gap"]
+    if n == 0:
+        return "—"
+    if n == 1:
+        return f"{signed(mean)} (1 seed, no interval)"
+    half = scipy_stats.t.ppf(0.975, n - 1) * row["SD"] / math.sqrt(n)
+    low, high = mean - half, mean + half
+    reading = "softmax ahead" if high < 0 else "Performer ahead" if low > 0 else "inconclusive"
+    return f"{signed(mean)} [{signed(low)}, {signed(high)}] ({n} seeds, {reading})"
+
+
+def _task(params) -> str:
+    """The pilot's task in words: canvas, tokens, FAVOR+'s feature count."""
+    from ..core.attention.features import default_favor_features
+    from ..core.data.info import DATASETS
+
+    size, patch = DATASETS[params.datasets[0]].image_size, params.model.patch_size
+    features = params.model.options_for("favor").num_features
+    default = default_favor_features(params.model.dim // params.model.heads)
+    return f"{size}×{size}, {(size // patch) ** 2 + 1} tokens, FAVOR+ m = {features or default}"
+
+
+def overview_row(preset: str, reports_root=None) -> dict:
+    """One pilot's line: task, runs finished, go/no-go and the gap of each Performer at its longest budget."""
+    from ..lab.catalog import grid
+    from ..lab.params import load_params
+    from ..lab.result import results
+    from ..lab.schema import finished
+
+    params = load_params(preset)
+    found = gap_pilot.pilot_records(params, reports_root)
+    done, planned = len(finished(results(found["own"]))), len(grid(params))
+    longest = params.train.epochs
+    at_end = {r["backend"]: r for r in gap_pilot.pilot_gap_rows(params, found) if r["epochs"] == longest}
+    decided = [r for r in at_end.values() if r["seeds"] > 0]
+    if not decided:
+        verdict = "no pair finished yet"
+    else:
+        verdict = ("GO" if gap_pilot.is_go(decided) else "NO-GO") + ("" if done == planned else " (interim)")
+    row = {"pilot": f"`{preset}`", "task": _task(params), "runs": f"{done} of {planned}", "go/no-go": verdict}
+    for backend in gap_pilot.PERFORMERS:
+        row[f"{backend} − softmax at {longest} epochs"] = (
+            gap_interval(at_end[backend]) if backend in at_end else "not in this pilot"
+        )
+    return row
+
+
+def write_overview(reports_root=None) -> list[str]:
+    """reports/gap_pilots.md: every pilot of the order, a line each; returns its lines."""
+    lines = overview_lines(reports_root)
+    records.write_text((reports_root or records.reports_root()) / OVERVIEW, "\n".join(lines) + "\n")
+    return lines
+
+
+def overview_lines(reports_root=None) -> list[str]:
+    """The lines of reports/gap_pilots.md, from the pilots' records."""
+    rows = [overview_row(preset, reports_root) for preset in pilot_order()]
+    return [
+        "# The gap pilots, in their pre-registered order",
+        "",
+        "Test top-1 of each Performer with APE minus softmax with APE, in points (negative: softmax ahead), at "
+        "each pilot's longest budget; mean over seeds with a 95 % t-interval (the seed is the unit). The "
+        f"pre-registered rule: GO when a Performer's mean gap is ≤ −{gap_pilot.GO_GAP} points (interim until "
+        "every run has finished); a NO-GO hands on to the next pilot. Each pilot's own report "
+        "(`python -m rpevit gap-pilot <pilot>`) has every budget and run.",
+        "",
+        *markdown_table(rows, list(rows[0])).rstrip("\n").split("\n"),
+    ]
+
+
+def add_parser(sub) -> None:
+    """The `gap-pilot` sub-command's arguments."""
+    gap = sub.add_parser("gap-pilot", help="a gap pilot's report: go/no-go, gaps per budget, seeds needed")
+    gap.add_argument("params", nargs="?", default=FIRST_PILOT, help="the pilot's preset")
+    gap.add_argument("--next", action="store_true", help="print only the pilot its finished NO-GO hands on to")
+    gap.add_argument("--overview", action="store_true", help=f"every pilot of the order: reports/{OVERVIEW}")
+
+
+def command(args) -> int:
+    """`python -m rpevit gap-pilot …`: the pilot's report (reports/<preset>/README.md), with --overview
+    every pilot's line (reports/gap_pilots.md), with --next only the next pilot's name (or nothing)."""
+    if args.next:
+        print(gap_pilot.next_pilot(args.params) or "")
+    else:
+        print("\n".join(write_overview() if args.overview else gap_pilot.write_report(args.params)))
+    return 0
