@@ -107,14 +107,14 @@ def cmd_train(args) -> int:
 def cmd_study(args) -> int:
     """Run (or resume) a preset's whole grid and write reports/<preset>/summary.{csv,md}."""
     from .core.device import resolve_device
-    from .lab.budget import budget_spent
+    from .lab.budget import budget_spent, started_runs
     from .lab.records import reports_root
     from .lab.study import run_study
     from .lab.time_limit import TimeLimit, parse_duration
 
     params = _params(args)
     limit = None if args.time_limit is None else TimeLimit(parse_duration(args.time_limit))
-    if spent := budget_spent(params, args.params):  # a spent pre-registered budget ends the study where it stands
+    if (spent := budget_spent(params, args.params)) and not started_runs(params):  # a spent budget starts nothing
         print(spent)
         return 0
     if args.engine == "ray":

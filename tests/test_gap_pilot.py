@@ -4,6 +4,7 @@ go/no-go rule and the factorial's seed count."""
 from __future__ import annotations
 
 import math
+import shutil
 
 import pytest
 from scipy import stats as scipy_stats
@@ -309,11 +310,14 @@ def test_a_collapsed_run_is_reported_apart_and_left_out_of_the_gaps(tmp_path, mo
 
 def test_a_spent_budget_starts_no_run_and_a_finished_study_still_writes_its_summary(tmp_path, monkeypatch, capsys):
     """The pre-registered rule "≤ N one-thread CPU hours": once the epoch time of the preset's runs
-    reaches it, `study` trains nothing more (one line saying so); within it, or with nothing left, it goes on."""
+    reaches it, `study` starts nothing more (one line saying so) but finishes a run it had started;
+    within it, or with nothing left, it goes on."""
     from rpevit.cli import main
     from rpevit.lab import records
+    from rpevit.lab.cell import State
     from rpevit.lab.params import load_params
     from rpevit.lab.run import Run
+    from rpevit.lab.study import plain_order
 
     path = _dial(tmp_path)
     path.write_text("# Budget: ≤ 0.5 one-thread CPU hours (a test)\n" + path.read_text())
@@ -327,9 +331,40 @@ def test_a_spent_budget_starts_no_run_and_a_finished_study_still_writes_its_summ
     records.save_checkpoint(started / records.CHECKPOINT, {"epoch": 1, "branches": {}})
     spent = budget.budget_spent(dial, path)
     assert spent.startswith("dial: its pre-registered budget of 0.5 one-thread CPU hours is spent (0.5 hours")
+    unstarted = Run(dial, "mnist5k", "favor+ape", 2).rooted()
+    assert [run.seed for run in budget.started_runs(dial)] == [1]
+    monkeypatch.setattr(budget, "stated_budget", lambda preset: 0.5)  # plain_order finds it by name
+    todo = [(Run(dial, "mnist5k", "favor+ape", s).rooted(), State(train=True)) for s in (1, 2)]
+    assert [run.seed for run, _ in plain_order(dial, todo)] == [1]  # the started run goes on
+    assert capsys.readouterr().out.strip() == f"not started: favor+ape on mnist5k, seed 2 ({spent})"
+    from rpevit.lab import study
+
+    calls = []
+    monkeypatch.setattr(study, "run_study", lambda params, **kw: calls.append(params.name) or [])
+    assert main(["study", str(path), "--no-progress"]) == 0 and calls == ["dial"]  # the study goes on for it
+    monkeypatch.undo()
+    monkeypatch.setenv("RPEVIT_RUNS", str(tmp_path / "runs"))
+    monkeypatch.setenv("RPEVIT_REPORTS", str(tmp_path / "reports"))
+    capsys.readouterr()
+    # the started run finished (its kept record and history): the spent budget starts nothing more
+    shutil.rmtree(started)
+    finished_run = Run(dial, "mnist5k", "favor+ape", 1).rooted()
+    _keep(finished_run, {8: 80.0, 16: 84.0, 32: 86.0})
+    records.write_csv(
+        finished_run.kept_dir / "history.csv", [{"epoch": e, **row, "seconds": 60.0} for e in range(1, 33)]
+    )
+    spent = budget.budget_spent(dial, path)
+    assert spent is not None
     assert main(["study", str(path), "--no-progress"]) == 0
     assert capsys.readouterr().out.strip() == spent
-    assert not Run(dial, "mnist5k", "favor+ape", 2).rooted().dir.exists()  # nothing started
+    assert not unstarted.dir.exists()  # nothing started
+    # so the budget ended the pilot: its go/no-go is final, not interim
+    monkeypatch.setattr(budget, "stated_budget", lambda preset: 0.5)
+    assert gap_pilot.budget_ended(dial, gap_pilot.pilot_records(dial)) == "1 of 2"
+    rows = gap_pilot.gap_rows(gap_pilot.budget_top1(_found(-1.0, -0.5)), [8, 16, 32], [1, 2])
+    line = gap_pilot.decision(rows, 32, False, "canvas56_gap_pilot", budget_ended="5 of 6")
+    assert "(its budget ended it at 5 of 6 runs; the rule reads the finished pairs)" in line
+    assert "interim" in gap_pilot.decision(rows, 32, False, "canvas56_gap_pilot")
 
 
 def test_the_overview_gives_each_pilot_its_gap_with_an_interval(tmp_path, monkeypatch):

@@ -172,9 +172,12 @@ def seeds_needed(gap: float, sd: float, confidence: float = 0.95, cap: int = 200
     return None
 
 
-def decision(rows: list[dict], longest: int, complete: bool, preset: str = "canvas_gap_pilot") -> str:
+def decision(
+    rows: list[dict], longest: int, complete: bool, preset: str = "canvas_gap_pilot", budget_ended: str = ""
+) -> str:
     """The go/no-go line of the preset's rule, with the numbers it read (and, on NO-GO, the next pilot
-    of the pre-registered order after this `preset`)."""
+    of the pre-registered order after this `preset`); `budget_ended` ("5 of 6") when the spent budget
+    ended the pilot before every run finished: then the line is final, not interim."""
     at_end = _at_end(rows, longest)
     if not at_end:
         return f"**Go/no-go: not decided yet** — no Performer–softmax pair has finished {longest} epochs."
@@ -183,7 +186,13 @@ def decision(rows: list[dict], longest: int, complete: bool, preset: str = "canv
         f"{r['backend']} {signed(r['mean gap'])} ({r['seeds']} seed{'s' * (r['seeds'] != 1)})" for r in at_end
     )
     go = is_go(at_end)
-    status = "" if complete else " (interim: not every run has finished; the rule reads the finished pairs)"
+    status = (
+        ""
+        if complete
+        else f" (its budget ended it at {budget_ended} runs; the rule reads the finished pairs)"
+        if budget_ended
+        else " (interim: not every run has finished; the rule reads the finished pairs)"
+    )
     if go:
         return (
             f"**GO{status}**: {worst['backend']} is behind softmax by {-worst['mean gap']:.2f} points at {longest} "
@@ -215,10 +224,22 @@ def next_pilot(preset: str, reports_root=None) -> str | None:
 
     params = load_params(preset)
     found = pilot_records(params, reports_root)
-    if len(finished(results(found["own"]))) < len(grid(params)):
+    if len(finished(results(found["own"]))) < len(grid(params)) and not budget_ended(params, found, reports_root):
         return None
     at_end = _at_end(pilot_gap_rows(params, found), params.train.epochs)
     return None if not at_end or is_go(at_end) else NEXT_PILOT.get(params.name)
+
+
+def budget_ended(params, found: dict, reports_root=None) -> str:
+    """'k of N' when the pilot's spent budget ended it before every run finished (no run left started
+    here, lab/budget.py), else ''."""
+    from ..lab.budget import budget_spent, started_runs
+    from ..lab.catalog import grid
+
+    done, planned = len(finished(results(found["own"]))), len(grid(params))
+    if done == planned or started_runs(params, reports_root=reports_root):
+        return ""
+    return f"{done} of {planned}" if budget_spent(params, reports_root=reports_root) else ""
 
 
 def pilot_gap_rows(params, found: dict) -> list[dict]:
@@ -333,7 +354,7 @@ def write_report(preset: str, reports_root=None) -> list[str]:
         f"{finished_count} of {planned} runs finished.{borrowed_line} "
         + budget_line(hours, running, stated_budget(preset)),
         "",
-        decision(rows, longest, finished_count == planned, params.name),
+        decision(rows, longest, finished_count == planned, params.name, budget_ended(params, found, reports_root)),
         *(["", trend] if (trend := trend_line(top1, variants, seeds, short, longest, backends)) else []),
         *(["", collapsed_line] if fell else []),
         "",

@@ -68,7 +68,9 @@ def overview_row(preset: str, reports_root=None) -> dict:
     if not decided:
         verdict = "no pair finished yet"
     else:
-        verdict = ("GO" if gap_pilot.is_go(decided) else "NO-GO") + ("" if done == planned else " (interim)")
+        ended = gap_pilot.budget_ended(params, found, reports_root)
+        status = "" if done == planned else f" (budget spent at {ended})" if ended else " (interim)"
+        verdict = ("GO" if gap_pilot.is_go(decided) else "NO-GO") + status
     row = {"pilot": f"`{preset}`", "task": _task(params), "runs": f"{done} of {planned}", "go/no-go": verdict}
     for backend in gap_pilot.PERFORMERS:
         row[f"{backend} − softmax at {longest} epochs"] = (

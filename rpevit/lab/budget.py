@@ -3,7 +3,8 @@
 A pilot states its budget in its header (`# Budget: ≤ N one-thread CPU hours …`, committed before its
 first run); the time spent is the epoch seconds of its runs — finished ones with their cool-down
 branches (rpevit/core/budgets.py), and the checkpointed epochs of unfinished ones. `study` starts
-nothing once the budget is spent, `status` and the pilot's report say how much is used. Epoch seconds
+no run once the budget is spent (a run already started, with a checkpoint, is finished); `status`
+and the pilot's report say how much is used. Epoch seconds
 are wall time: two runs side by side on two cores take about twice the quiet-machine time per epoch.
 """
 
@@ -80,6 +81,12 @@ def budget_line(hours: float, running: float, budget: float | None) -> str:
         over = hours - budget
         return spent + f", **over** its pre-registered budget of {budget:g} one-thread CPU hours by {over:.1f}."
     return spent + f", of its pre-registered budget of {budget:g} one-thread CPU hours."
+
+
+def started_runs(params, runs_root=None, reports_root=None) -> list[Run]:
+    """The preset's unfinished runs that hold a checkpoint here: started, so finished whatever the budget."""
+    found = [Run(params, *place, runs_root=runs_root, reports_root=reports_root).rooted() for place in grid(params)]
+    return [run for run in found if current_record(run) is None and (run.dir / records.CHECKPOINT).is_file()]
 
 
 def budget_spent(params, preset=None, runs_root=None, reports_root=None) -> str | None:

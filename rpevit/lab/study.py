@@ -184,7 +184,8 @@ def plain_order(params: Params, todo: list[tuple[Run, State]], time_limit: TimeL
         pace = pace_records(params, run.runs_root, run.reports_root) if time_limit is not None else []
         flying = time_limit is not None and run_lock(params, run.place, run.runs_root).holder() is not None
         why = "" if flying else refusal(time_limit, run, before, pace, costs)
-        if not why and not flying:  # a pilot's pre-registered CPU budget, read again before each run
+        started = (run.dir / records.CHECKPOINT).is_file()  # a started run is finished: a part informs nothing
+        if not why and not flying and not started:  # a pilot's pre-registered CPU budget, read before each start
             why = budget_spent(params, runs_root=run.runs_root, reports_root=run.reports_root) or ""
         if why:
             print(f"not started: {label(*run.place)} ({why})", flush=True)
