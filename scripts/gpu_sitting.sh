@@ -23,6 +23,6 @@ while [ -n "$preset" ]; do
   # SITTING_DEVICE=cpu: a dry run on a machine without CUDA (one runner, sequential engine)
   python3 -m rpevit gpu-sitting "$preset" --minutes "$left" --out "$out" --data-root data \
     --device "${SITTING_DEVICE:-cuda}" 2>&1 | tee -a "$out/sitting.log"
-  preset=$(python3 -m rpevit gap-pilot "$preset" --next 2>/dev/null || true)
+  preset=$(python3 -m rpevit gap-pilot "$preset" --next 2>>"$out/sitting.log" || true)
   if [ -n "$preset" ]; then echo "NO-GO with every run finished: the next pilot, $preset, trains in the minutes left"; fi
 done
