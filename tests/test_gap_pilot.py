@@ -388,7 +388,10 @@ def test_the_overview_gives_each_pilot_its_gap_with_an_interval(tmp_path, monkey
     favor = f"{signed(ci['mean'])} [{signed(ci['low'])}, {signed(ci['high'])}] (2 seeds, inconclusive)"
     assert rows["canvas_gap_pilot"][1:4] == ["40×40, 101 tokens, FAVOR+ m = 48", "6 of 6", "GO"]
     assert rows["canvas_gap_pilot"][4] == favor
-    assert rows["canvas56_dial8"][1:4] == ["56×56, 197 tokens, FAVOR+ m = 8", "0 of 2", "no pair finished yet"]
+    # the 40×40 pilot said GO, so the order stops there: the later pilots wait for a NO-GO that has not come
+    waiting = "waits for `canvas_gap_pilot`'s NO-GO"
+    assert rows["canvas56_dial8"][1:4] == ["56×56, 197 tokens, FAVOR+ m = 8", "0 of 2", waiting]
+    assert rows["canvas56_gap_pilot"][3] == waiting
     assert rows["canvas56_dial8"][5].startswith("not in this pilot")
     three = {"seeds": 3, "mean gap": -2.0, "SD": 0.1}
     assert pilot_overview.gap_interval(three).endswith("(3 seeds, softmax ahead)")

@@ -46,4 +46,14 @@ def test_the_pilots_table_is_the_overview_report_s():
     match = re.search(r"<!-- pilots: quoted from (\S+) [^>]*-->\n(.*?)<!-- /pilots -->", README, re.S)
     assert match, "the README has no pilots block"
     table = [line for line in (ROOT / match.group(1)).read_text().splitlines() if line.startswith("|")]
-    assert match.group(2).splitlines() == table
+    assert match.group(2).splitlines() == table, "run `python -m rpevit gap-pilot --overview`"
+
+
+def test_the_overview_command_fills_the_pilots_block(tmp_path):
+    from rpevit.analysis.pilot_overview import sync_readme
+
+    readme = tmp_path / "README.md"
+    readme.write_text("top\n<!-- pilots: quoted from x -->\n| old |\n<!-- /pilots -->\nbottom\n")
+    assert sync_readme(readme, ["# title", "", "| a |", "|---|", "| 1 |"])
+    assert readme.read_text() == "top\n<!-- pilots: quoted from x -->\n| a |\n|---|\n| 1 |\n<!-- /pilots -->\nbottom\n"
+    assert not sync_readme(readme, ["| a |", "|---|", "| 1 |"])

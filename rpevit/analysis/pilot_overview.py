@@ -11,12 +11,14 @@ import math
 
 from scipy import stats as scipy_stats
 
+from ..core.errors import UserError
 from ..lab import records
 from ..lab.tables import markdown_table, signed
 from . import gap_pilot
 
 FIRST_PILOT = "canvas_gap_pilot"
 OVERVIEW = "gap_pilots.md"
+PILOTS_END = "<!-- /pilots -->"
 
 
 def pilot_order() -> list[str]:
@@ -52,8 +54,9 @@ def _task(params) -> str:
     return f"{size}×{size}, {(size // patch) ** 2 + 1} tokens, FAVOR+ m = {features or default}"
 
 
-def overview_row(preset: str, reports_root=None) -> dict:
-    """One pilot's line: task, runs finished, go/no-go and the gap of each Performer at its longest budget."""
+def overview_row(preset: str, reports_root=None, before: str | None = None) -> dict:
+    """One pilot's line: task, runs finished, go/no-go and the gap of each Performer at its longest budget;
+    `before`: the pilot whose finished NO-GO it waits for, if that has not come."""
     from ..lab.catalog import grid
     from ..lab.params import load_params
     from ..lab.result import results
@@ -66,7 +69,7 @@ def overview_row(preset: str, reports_root=None) -> dict:
     at_end = {r["backend"]: r for r in gap_pilot.pilot_gap_rows(params, found) if r["epochs"] == longest}
     decided = [r for r in at_end.values() if r["seeds"] > 0]
     if not decided:
-        verdict = "no pair finished yet"
+        verdict = f"waits for `{before}`'s NO-GO" if before and not done else "no pair finished yet"
     else:
         ended = gap_pilot.budget_ended(params, found, reports_root)
         status = "" if done == planned else f" (budget spent at {ended})" if ended else " (interim)"
@@ -88,7 +91,11 @@ def write_overview(reports_root=None) -> list[str]:
 
 def overview_lines(reports_root=None) -> list[str]:
     """The lines of reports/gap_pilots.md, from the pilots' records."""
-    rows = [overview_row(preset, reports_root) for preset in pilot_order()]
+    rows, waiting = [], None
+    for preset in pilot_order():
+        rows.append(overview_row(preset, reports_root, before=waiting))
+        if waiting is None and gap_pilot.next_pilot(preset, reports_root) is None:
+            waiting = preset  # the order stops here until this pilot ends NO-GO
     return [
         "# The gap pilots, in their pre-registered order",
         "",
@@ -102,6 +109,20 @@ def overview_lines(reports_root=None) -> list[str]:
     ]
 
 
+def sync_readme(readme, lines: list[str]) -> bool:
+    """Put the overview's table into `readme`'s pilots block (<!-- pilots: … --> … <!-- /pilots -->, the
+    project's README); True if it changed."""
+    text = readme.read_text()
+    start, end = text.find("<!-- pilots:"), text.find(PILOTS_END)
+    if start < 0 or end < start:
+        raise UserError(f"{readme} has no pilots block (<!-- pilots: … --> … {PILOTS_END}) to fill.")
+    start = text.index("\n", start) + 1
+    new = text[:start] + "\n".join(line for line in lines if line.startswith("|")) + "\n" + text[end:]
+    if new != text:
+        records.write_text(readme, new)
+    return new != text
+
+
 def add_parser(sub) -> None:
     """The `gap-pilot` sub-command's arguments."""
     gap = sub.add_parser("gap-pilot", help="a gap pilot's report: go/no-go, gaps per budget, seeds needed")
@@ -112,9 +133,18 @@ def add_parser(sub) -> None:
 
 def command(args) -> int:
     """`python -m rpevit gap-pilot …`: the pilot's report (reports/<preset>/README.md), with --overview
-    every pilot's line (reports/gap_pilots.md), with --next only the next pilot's name (or nothing)."""
+    every pilot's line (reports/gap_pilots.md, and the README's table of it), with --next only the next
+    pilot's name (or nothing)."""
+    from ..lab.params import PROJECT_ROOT
+
     if args.next:
         print(gap_pilot.next_pilot(args.params) or "")
+    elif args.overview:
+        lines = write_overview()
+        print("\n".join(lines))
+        if records.reports_root() == PROJECT_ROOT / "reports":  # the project's reports: its README quotes them
+            changed = sync_readme(PROJECT_ROOT / "README.md", lines)
+            print(f"README.md's pilots table {'updated' if changed else 'already matches'}")
     else:
-        print("\n".join(write_overview() if args.overview else gap_pilot.write_report(args.params)))
+        print("\n".join(gap_pilot.write_report(args.params)))
     return 0
