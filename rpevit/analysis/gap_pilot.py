@@ -303,8 +303,11 @@ def pilot_records(params, reports_root=None) -> dict:
     }
 
 
-def write_report(preset: str, reports_root=None) -> list[str]:
-    """reports/<preset>/README.md and pilot_gaps.{csv,md}; returns the README's lines."""
+def pilot_summary(preset: str, reports_root=None) -> dict:
+    """Everything a pilot's report shows, computed from its records (write_report writes it, notebook
+    35_gap_pilots shows it): the sentences (`intro`, `decision`, `trend`, `collapsed`, `factorial`), the
+    tables (`runs`: top-1 per run and budget, `gaps`: the gap per budget, `change` and `gap_change`:
+    budget sensitivity) and what they were read from (`params`, `found`: pilot_records)."""
     from ..lab.catalog import grid
     from ..lab.params import load_params
 
@@ -317,67 +320,90 @@ def write_report(preset: str, reports_root=None) -> list[str]:
     variants = list(dict.fromkeys([*read, *(v for _, v, _ in grid(params))]))
     backends = _performers(params)
     rows = pilot_gap_rows(params, found)
-    finished_count = len(finished(results(found["own"])))
-    planned = len(grid(params))
+    finished_count, planned = len(finished(results(found["own"]))), len(grid(params))
     short = budgets[-2] if len(budgets) > 1 else longest
-    change = budget_change_rows(top1, variants, seeds, short, longest)
-    gap_change = gap_change_rows(top1, seeds, short, longest, backends)
-    folder = (reports_root or records.reports_root()) / params.name
-    runs_table = [
-        {
-            "variant": f"{v} (from {found['source']})" if v in read else _dialled(v, params.model),
-            "seed": sd,
-            **{f"top-1 at {b}": _percent(top1.get((v, sd, b))) for b in budgets},
-        }
-        for v in variants
-        for sd in seeds
-    ]
-    records.write_csv(folder / "pilot_gaps.csv", rows)
-    shown_gaps = [  # signed like every effect in the reports: −0.25, +0.42
-        {**r, "mean gap": "—" if math.isnan(r["mean gap"]) else signed(r["mean gap"])} for r in rows
-    ]
     borrowed_line = (
         f" The {', '.join(read)} runs it compares with are read from `{found['source']}`'s kept records "
         f"({len(found['borrowed'])} finished; the same run keys this preset would train)."
         if read
         else ""
     )
-    collapsed_line = (
-        f"Collapsed (validation top-1 fell toward chance; reported apart, not in any gap): {', '.join(fell)}."
-    )
     hours, running = training_hours(params, reports_root=reports_root)
+    ended = budget_ended(params, found, reports_root)
+    return {
+        "params": params,
+        "found": found,
+        "intro": f"{params.description}. Pre-registered in `params/{params.name}.yaml` before its first run: the "
+        "task, the variants, seeds, recipe, budgets, the go/no-go rule and the seed rule. "
+        f"{finished_count} of {planned} runs finished.{borrowed_line} "
+        + budget_line(hours, running, stated_budget(preset)),
+        "decision": decision(rows, longest, finished_count == planned, params.name, ended),
+        "trend": trend_line(top1, variants, seeds, short, longest, backends),
+        "collapsed": (
+            f"Collapsed (validation top-1 fell toward chance; reported apart, not in any gap): {', '.join(fell)}."
+            if fell
+            else ""
+        ),
+        "factorial": factorial_seeds(rows, longest),
+        "runs": [
+            {
+                "variant": f"{v} (from {found['source']})" if v in read else _dialled(v, params.model),
+                "seed": sd,
+                **{f"top-1 at {b}": _percent(top1.get((v, sd, b))) for b in budgets},
+            }
+            for v in variants
+            for sd in seeds
+        ],
+        "raw_gaps": rows,
+        "gaps": [  # signed like every effect in the reports: −0.25, +0.42
+            {**r, "mean gap": "—" if math.isnan(r["mean gap"]) else signed(r["mean gap"])} for r in rows
+        ],
+        "change": budget_change_rows(top1, variants, seeds, short, longest),
+        "gap_change": gap_change_rows(top1, seeds, short, longest, backends),
+    }
+
+
+def write_report(preset: str, reports_root=None) -> list[str]:
+    """reports/<preset>/README.md and pilot_gaps.{csv,md}; returns the README's lines."""
+    summary = pilot_summary(preset, reports_root)
+    params, found = summary["params"], summary["found"]
+    folder = (reports_root or records.reports_root()) / params.name
+    records.write_csv(folder / "pilot_gaps.csv", summary["raw_gaps"])
+    gaps, change, gap_change = summary["gaps"], summary["change"], summary["gap_change"]
     lines = [
         f"# {params.name}: the gap pilot",
         "",
-        f"{params.description}. Pre-registered in `params/{params.name}.yaml` before its first run: the task, "
-        "the variants, seeds, recipe, budgets, the go/no-go rule and the seed rule. "
-        f"{finished_count} of {planned} runs finished.{borrowed_line} "
-        + budget_line(hours, running, stated_budget(preset)),
+        summary["intro"],
         "",
-        decision(rows, longest, finished_count == planned, params.name, budget_ended(params, found, reports_root)),
-        *(["", trend] if (trend := trend_line(top1, variants, seeds, short, longest, backends)) else []),
-        *(["", collapsed_line] if fell else []),
+        summary["decision"],
+        *(["", summary["trend"]] if summary["trend"] else []),
+        *(["", summary["collapsed"]] if summary["collapsed"] else []),
         "",
-        factorial_seeds(rows, longest),
+        summary["factorial"],
         "",
         "## Test top-1 per run and budget (%; best-validation weights of each budget)",
         "",
-        markdown_table(runs_table, list(runs_table[0]), digits=2),
+        markdown_table(summary["runs"], list(summary["runs"][0]), digits=2),
         "## Gap per budget (test top-1, Performer − softmax, points; negative: softmax ahead)",
         "",
-        markdown_table(shown_gaps, list(rows[0]), digits=2),
+        markdown_table(gaps, list(gaps[0]), digits=2),
         "## Budget sensitivity (per variant, paired by seed)",
         "",
         markdown_table(change, list(change[0]), digits=2),
         markdown_table(gap_change, list(gap_change[0]), digits=2),
-        "Convergence is read as budget sensitivity (no plateau rule): with two seeds these changes are "
-        "descriptive; they say whether the gap opens or closes with more training.",
+        SENSITIVITY_NOTE,
     ]
     if found["histories"]:
         lines += ["", *_curves(found, params, folder)]
-    records.write_text(folder / "pilot_gaps.md", markdown_table(shown_gaps, list(rows[0]), digits=2))
+    records.write_text(folder / "pilot_gaps.md", markdown_table(gaps, list(gaps[0]), digits=2))
     records.write_text(folder / "README.md", "\n".join(lines) + "\n")
     return lines
+
+
+SENSITIVITY_NOTE = (
+    "Convergence is read as budget sensitivity (no plateau rule): with two seeds these changes are "
+    "descriptive; they say whether the gap opens or closes with more training."
+)
 
 
 def _curves(found: dict, params, folder) -> list[str]:
@@ -385,11 +411,7 @@ def _curves(found: dict, params, folder) -> list[str]:
     mean over seeds with their range, collapsed runs apart: pilot_curves.png and its README lines."""
     import matplotlib.pyplot as plt
 
-    from . import plots
-
-    figure = plots.training_curves(
-        found["histories"], f"{params.name}: the longest budget's runs", collapsed=found["collapsed"]
-    )
+    figure = curves_figure(found, params)
     figure.savefig(folder / "pilot_curves.png", dpi=110)
     plt.close(figure)
     return [
@@ -397,3 +419,11 @@ def _curves(found: dict, params, folder) -> list[str]:
         "",
         "![Training loss, validation loss and validation top-1 per epoch](pilot_curves.png)",
     ]
+
+
+def curves_figure(found: dict, params):
+    """The finished runs' training curves (pilot_records' histories; collapsed runs in a panel apart)."""
+    from . import plots
+
+    title = f"{params.name}: the longest budget's runs"
+    return plots.training_curves(found["histories"], title, collapsed=found["collapsed"])

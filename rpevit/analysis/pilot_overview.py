@@ -89,21 +89,32 @@ def write_overview(reports_root=None) -> list[str]:
     return lines
 
 
-def overview_lines(reports_root=None) -> list[str]:
-    """The lines of reports/gap_pilots.md, from the pilots' records."""
+def overview_rows(reports_root=None) -> list[dict]:
+    """Every pilot of the order, a row each (overview_row), from the pilots' records."""
     rows, waiting = [], None
     for preset in pilot_order():
         rows.append(overview_row(preset, reports_root, before=waiting))
         if waiting is None and gap_pilot.next_pilot(preset, reports_root) is None:
             waiting = preset  # the order stops here until this pilot ends NO-GO
+    return rows
+
+
+OVERVIEW_NOTE = (
+    "Test top-1 of each Performer with APE minus softmax with APE, in points (negative: softmax ahead), at "
+    "each pilot's longest budget; mean over seeds with a 95 % t-interval (the seed is the unit). The "
+    f"pre-registered rule: GO when a Performer's mean gap is ≤ −{gap_pilot.GO_GAP} points (interim until "
+    "every run has finished); a NO-GO hands on to the next pilot."
+)
+
+
+def overview_lines(reports_root=None) -> list[str]:
+    """The lines of reports/gap_pilots.md, from the pilots' records."""
+    rows = overview_rows(reports_root)
     return [
         "# The gap pilots, in their pre-registered order",
         "",
-        "Test top-1 of each Performer with APE minus softmax with APE, in points (negative: softmax ahead), at "
-        "each pilot's longest budget; mean over seeds with a 95 % t-interval (the seed is the unit). The "
-        f"pre-registered rule: GO when a Performer's mean gap is ≤ −{gap_pilot.GO_GAP} points (interim until "
-        "every run has finished); a NO-GO hands on to the next pilot. Each pilot's own report "
-        "(`python -m rpevit gap-pilot <pilot>`) has every budget and run.",
+        OVERVIEW_NOTE + " Each pilot's own report (`python -m rpevit gap-pilot <pilot>`, or notebook "
+        "35_gap_pilots) has every budget and run.",
         "",
         *markdown_table(rows, list(rows[0])).rstrip("\n").split("\n"),
     ]
