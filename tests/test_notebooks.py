@@ -316,6 +316,18 @@ def test_execute_notebooks_tracks_replaces_and_indexes_outputs(synthetic, tmp_pa
     assert sorted(read_manifest(folder)["notebooks"]) == ["00_alpha", "10_beta"]
 
 
+def test_a_gap_pilot_s_readme_stays_its_report(synthetic, tmp_path, monkeypatch):
+    """`notebooks <gap pilot>` (also `make study PRESET=<pilot>`) ends with the pilot's pre-registered
+    report as its README, naming the executed notebooks, not with the generic index."""
+    monkeypatch.setenv("RPEVIT_RUNS", str(tmp_path / "runs"))
+    reports = tmp_path / "reports"
+    execute_notebooks("canvas_gap_pilot", only=["00"], reports_root=reports, notebooks_dir=synthetic)
+    readme = (reports / "canvas_gap_pilot" / "README.md").read_text()
+    assert readme.startswith("# canvas_gap_pilot: the gap pilot") and "Go/no-go" in readme
+    assert "Executed notebooks in this folder (`python -m rpevit notebooks canvas_gap_pilot`): " in readme
+    assert "[00_alpha](00_alpha.ipynb)" in readme
+
+
 def test_a_cell_past_the_time_limit_is_a_clear_error(tmp_path):
     folder = tmp_path / "notebooks"
     folder.mkdir()

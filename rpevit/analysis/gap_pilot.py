@@ -395,6 +395,9 @@ def write_report(preset: str, reports_root=None) -> list[str]:
     ]
     if found["histories"]:
         lines += ["", *_curves(found, params, folder)]
+    if executed := sorted(folder.glob("[0-9][0-9]_*.ipynb")):  # `python -m rpevit notebooks <pilot>` ran
+        links = ", ".join(f"[{p.stem}]({p.name})" for p in executed)
+        lines += ["", f"Executed notebooks in this folder (`python -m rpevit notebooks {params.name}`): {links}."]
     records.write_text(folder / "pilot_gaps.md", markdown_table(gaps, list(gaps[0]), digits=2))
     records.write_text(folder / "README.md", "\n".join(lines) + "\n")
     return lines
