@@ -386,6 +386,7 @@ def test_the_overview_gives_each_pilot_its_gap_with_an_interval(tmp_path, monkey
     rows = {line.split(" | ")[0].strip("| `"): line.split(" | ") for line in lines if line.startswith("| `")}
     ci = t_interval([-2.0, -1.6])
     favor = f"{signed(ci['mean'])} [{signed(ci['low'])}, {signed(ci['high'])}] (2 seeds, inconclusive)"
+    assert "**GO on `canvas_gap_pilot`**" in lines[4] and "the factorial is pre-registered on its task" in lines[4]
     assert rows["canvas_gap_pilot"][1:4] == ["40×40, 101 tokens, FAVOR+ m = 48", "6 of 6", "GO"]
     assert rows["canvas_gap_pilot"][4] == favor
     # the 40×40 pilot said GO, so the order stops there: the later pilots wait for a NO-GO that has not come
@@ -393,6 +394,13 @@ def test_the_overview_gives_each_pilot_its_gap_with_an_interval(tmp_path, monkey
     assert rows["canvas56_dial8"][1:4] == ["56×56, 197 tokens, FAVOR+ m = 8", "0 of 2", waiting]
     assert rows["canvas56_gap_pilot"][3] == waiting
     assert rows["canvas56_dial8"][5].startswith("not in this pilot")
+    found = _found(-1.0, -0.5)  # now NO-GO: the order goes on to the 56×56 pilot, which has no runs
+    monkeypatch.setattr(
+        catalog, "study_records", lambda p, reports_root=None: results(found if "56" not in p.name else [])
+    )
+    rows, standing = pilot_overview.overview_rows(reports_root=tmp_path)
+    assert standing.startswith("**The order stands at `canvas56_gap_pilot`** (0 of 6 runs finished)")
+    assert [r["go/no-go"] for r in rows[:2]] == ["NO-GO", "no pair finished yet"]
     three = {"seeds": 3, "mean gap": -2.0, "SD": 0.1}
     assert pilot_overview.gap_interval(three).endswith("(3 seeds, softmax ahead)")
     assert pilot_overview.gap_interval({**three, "mean gap": 2.0}).endswith("(3 seeds, Performer ahead)")

@@ -45,8 +45,11 @@ def test_the_pilots_table_is_the_overview_report_s():
     against the kept records in tests/test_gap_pilot.py)."""
     match = re.search(r"<!-- pilots: quoted from (\S+) [^>]*-->\n(.*?)<!-- /pilots -->", README, re.S)
     assert match, "the README has no pilots block"
-    table = [line for line in (ROOT / match.group(1)).read_text().splitlines() if line.startswith("|")]
-    assert match.group(2).splitlines() == table, "run `python -m rpevit gap-pilot --overview`"
+    report = (ROOT / match.group(1)).read_text().splitlines()
+    standing = [line for line in report if line.startswith("**")]
+    table = [line for line in report if line.startswith("|")]
+    assert len(standing) == 1 and len(table) >= 6
+    assert match.group(2).splitlines() == [*standing, "", *table], "run `python -m rpevit gap-pilot --overview`"
 
 
 def test_the_overview_command_fills_the_pilots_block(tmp_path):
@@ -54,6 +57,7 @@ def test_the_overview_command_fills_the_pilots_block(tmp_path):
 
     readme = tmp_path / "README.md"
     readme.write_text("top\n<!-- pilots: quoted from x -->\n| old |\n<!-- /pilots -->\nbottom\n")
-    assert sync_readme(readme, ["# title", "", "| a |", "|---|", "| 1 |"])
-    assert readme.read_text() == "top\n<!-- pilots: quoted from x -->\n| a |\n|---|\n| 1 |\n<!-- /pilots -->\nbottom\n"
-    assert not sync_readme(readme, ["| a |", "|---|", "| 1 |"])
+    assert sync_readme(readme, ["# title", "", "a note", "", "**where**", "", "| a |", "|---|", "| 1 |"])
+    block = "**where**\n\n| a |\n|---|\n| 1 |\n"
+    assert readme.read_text() == f"top\n<!-- pilots: quoted from x -->\n{block}<!-- /pilots -->\nbottom\n"
+    assert not sync_readme(readme, ["**where**", "| a |", "|---|", "| 1 |"])

@@ -217,17 +217,23 @@ def is_go(at_end: list[dict]) -> bool:
 
 
 def next_pilot(preset: str, reports_root=None) -> str | None:
-    """The pilot to train next by the pre-registered order: NEXT_PILOT[preset] once every run of `preset`
-    has finished and its rule says NO-GO; None while a run is unfinished, on GO, or at the end of the order."""
+    """The pilot to train next by the pre-registered order: NEXT_PILOT[preset] once `preset` has ended
+    NO-GO (final_verdict); None while it is open, on GO, or at the end of the order."""
+    return NEXT_PILOT.get(preset) if final_verdict(preset, reports_root) == "NO-GO" else None
+
+
+def final_verdict(preset: str, reports_root=None) -> str:
+    """'GO' or 'NO-GO' once every run of the pilot has finished (or its spent budget ended it), by the
+    pre-registered rule; '' while it is open or no pair has finished."""
     from ..lab.catalog import grid
     from ..lab.params import load_params
 
     params = load_params(preset)
     found = pilot_records(params, reports_root)
     if len(finished(results(found["own"]))) < len(grid(params)) and not budget_ended(params, found, reports_root):
-        return None
+        return ""
     at_end = _at_end(pilot_gap_rows(params, found), params.train.epochs)
-    return None if not at_end or is_go(at_end) else NEXT_PILOT.get(params.name)
+    return "" if not at_end else "GO" if is_go(at_end) else "NO-GO"
 
 
 def budget_ended(params, found: dict, reports_root=None) -> str:

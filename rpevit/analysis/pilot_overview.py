@@ -89,14 +89,24 @@ def write_overview(reports_root=None) -> list[str]:
     return lines
 
 
-def overview_rows(reports_root=None) -> list[dict]:
-    """Every pilot of the order, a row each (overview_row), from the pilots' records."""
-    rows, waiting = [], None
+def overview_rows(reports_root=None) -> tuple[list[dict], str]:
+    """Every pilot of the order, a row each (overview_row), and where the order stands, in a sentence."""
+    rows, waiting, standing = [], None, ""
     for preset in pilot_order():
         rows.append(overview_row(preset, reports_root, before=waiting))
-        if waiting is None and gap_pilot.next_pilot(preset, reports_root) is None:
+        if waiting is None and (verdict := gap_pilot.final_verdict(preset, reports_root)) != "NO-GO":
             waiting = preset  # the order stops here until this pilot ends NO-GO
-    return rows
+            standing = (
+                f"**GO on `{preset}`**: a Performer is behind softmax by at least {gap_pilot.GO_GAP} points there; "
+                "by the pre-registered order the factorial is pre-registered on its task next."
+                if verdict == "GO"
+                else f"**The order stands at `{preset}`** ({rows[-1]['runs']} runs finished): no pilot has opened "
+                "a gap so far, and the pilots after it train only if it ends NO-GO."
+            )
+    return rows, standing or (
+        "**No pilot of the pre-registered order opened a gap**: every one ended NO-GO, and by the issue's "
+        "rule that is the answer on these tasks."
+    )
 
 
 OVERVIEW_NOTE = (
@@ -109,15 +119,23 @@ OVERVIEW_NOTE = (
 
 def overview_lines(reports_root=None) -> list[str]:
     """The lines of reports/gap_pilots.md, from the pilots' records."""
-    rows = overview_rows(reports_root)
+    rows, standing = overview_rows(reports_root)
     return [
         "# The gap pilots, in their pre-registered order",
         "",
         OVERVIEW_NOTE + " Each pilot's own report (`python -m rpevit gap-pilot <pilot>`, or notebook "
         "35_gap_pilots) has every budget and run.",
         "",
+        standing,
+        "",
         *markdown_table(rows, list(rows[0])).rstrip("\n").split("\n"),
     ]
+
+
+def readme_block(lines: list[str]) -> list[str]:
+    """What the README quotes of the overview's lines: where the order stands, then the table."""
+    standing = next(line for line in lines if line.startswith("**"))
+    return [standing, "", *(line for line in lines if line.startswith("|"))]
 
 
 def sync_readme(readme, lines: list[str]) -> bool:
@@ -128,7 +146,7 @@ def sync_readme(readme, lines: list[str]) -> bool:
     if start < 0 or end < start:
         raise UserError(f"{readme} has no pilots block (<!-- pilots: … --> … {PILOTS_END}) to fill.")
     start = text.index("\n", start) + 1
-    new = text[:start] + "\n".join(line for line in lines if line.startswith("|")) + "\n" + text[end:]
+    new = text[:start] + "\n".join(readme_block(lines)) + "\n" + text[end:]
     if new != text:
         records.write_text(readme, new)
     return new != text
