@@ -80,6 +80,16 @@ def test_without_a_folder_nothing_is_written(tmp_path, monkeypatch):
     assert not rep.writes and list(tmp_path.iterdir()) == []
 
 
+def test_a_show_only_execution_clears_its_old_outputs_and_writes_none(tmp_path):
+    Report(tmp_path, "35_gap_pilots").table([{"a": 1}], "35_gap_pilots", "written by an earlier execution")
+    assert (tmp_path / "35_gap_pilots.csv").is_file()
+    rep = Report(tmp_path, "35_gap_pilots", show_only=True)
+    rep.table([{"a": 2}], "35_gap_pilots", "shown only")
+    rep.figure(_line_figure(), "35_curves", "shown only")
+    assert not rep.writes and sorted(p.name for p in tmp_path.iterdir()) == ["manifest.json"]
+    assert read_manifest(tmp_path)["notebooks"]["35_gap_pilots"]["outputs"] == []
+
+
 def test_empty_table_is_not_written(tmp_path):
     rep = Report(tmp_path, "40_results")
     rep.table([], "40_results", "Per-variant results")

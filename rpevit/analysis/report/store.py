@@ -211,12 +211,16 @@ class Report:
     """Figures and tables of one notebook execution: shown, and written into `directory` when one is
     given (relative paths are taken from the project root)."""
 
-    def __init__(self, directory, notebook: str):
+    def __init__(self, directory, notebook: str, show_only: bool = False):
+        """`show_only`: this execution shows its outputs but writes none into `directory` (its earlier
+        outputs there are still removed: the report holds what its last execution wrote)."""
         self.notebook = notebook
         self.directory = None if directory in (None, "") else Path(PROJECT_ROOT, directory)
         if self.directory is not None:
             self.directory.mkdir(parents=True, exist_ok=True)
             begin_notebook(self.directory, notebook)
+            if show_only:
+                self.directory = None
 
     @property
     def writes(self) -> bool:
