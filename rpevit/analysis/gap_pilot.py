@@ -189,7 +189,8 @@ def decision(
     status = (
         ""
         if complete
-        else f" (its budget ended it at {budget_ended} runs; the rule reads the finished pairs)"
+        else f" (its budget is spent with {budget_ended} runs finished: no new run starts; the rule reads the "
+        "finished pairs)"
         if budget_ended
         else " (interim: not every run has finished; the rule reads the finished pairs)"
     )
@@ -237,15 +238,18 @@ def final_verdict(preset: str, reports_root=None) -> str:
 
 
 def budget_ended(params, found: dict, reports_root=None) -> str:
-    """'k of N' when the pilot's spent budget ended it before every run finished (no run left started
-    here, lab/budget.py), else ''."""
-    from ..lab.budget import budget_spent, started_runs
+    """'k of N' when the epoch time of the pilot's finished runs alone has reached its stated budget before
+    every run finished (no new run starts, lab/budget.py), else ''. Read from finished runs only, so every
+    machine with the kept records reads the same; a run still training somewhere is finished all the same."""
+    from ..lab.budget import stated_budget, training_hours
     from ..lab.catalog import grid
 
     done, planned = len(finished(results(found["own"]))), len(grid(params))
-    if done == planned or started_runs(params, reports_root=reports_root):
+    budget = stated_budget(params.name)
+    if done == planned or budget is None:
         return ""
-    return f"{done} of {planned}" if budget_spent(params, reports_root=reports_root) else ""
+    hours, running = training_hours(params, reports_root=reports_root)
+    return f"{done} of {planned}" if hours - running >= budget else ""
 
 
 def pilot_gap_rows(params, found: dict) -> list[dict]:
