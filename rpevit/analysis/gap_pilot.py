@@ -226,11 +226,16 @@ def next_pilot(preset: str, reports_root=None) -> str | None:
 def final_verdict(preset: str, reports_root=None) -> str:
     """'GO' or 'NO-GO' once every run of the pilot has finished (or its spent budget ended it), by the
     pre-registered rule; '' while it is open or no pair has finished."""
-    from ..lab.catalog import grid
     from ..lab.params import load_params
 
     params = load_params(preset)
-    found = pilot_records(params, reports_root)
+    return verdict_of(params, pilot_records(params, reports_root), reports_root)
+
+
+def verdict_of(params, found: dict, reports_root=None) -> str:
+    """final_verdict of a pilot whose records (pilot_records) are already read."""
+    from ..lab.catalog import grid
+
     if len(finished(results(found["own"]))) < len(grid(params)) and not budget_ended(params, found, reports_root):
         return ""
     at_end = _at_end(pilot_gap_rows(params, found), params.train.epochs)
@@ -241,15 +246,15 @@ def budget_ended(params, found: dict, reports_root=None) -> str:
     """'k of N' when the epoch time of the pilot's finished runs alone has reached its stated budget before
     every run finished (no new run starts, lab/budget.py), else ''. Read from finished runs only, so every
     machine with the kept records reads the same; a run still training somewhere is finished all the same."""
-    from ..lab.budget import stated_budget, training_hours
+    from ..lab import budget as pilot_budget
     from ..lab.catalog import grid
 
     done, planned = len(finished(results(found["own"]))), len(grid(params))
-    budget = stated_budget(params.name)
+    budget = pilot_budget.stated_budget(params.name)
     if done == planned or budget is None:
         return ""
-    hours, running = training_hours(params, reports_root=reports_root)
-    return f"{done} of {planned}" if hours - running >= budget else ""
+    hours, _ = pilot_budget.training_hours(params, reports_root=reports_root, finished_only=True)
+    return f"{done} of {planned}" if hours >= budget else ""
 
 
 def pilot_gap_rows(params, found: dict) -> list[dict]:

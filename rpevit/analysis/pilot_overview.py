@@ -54,9 +54,10 @@ def _task(params) -> str:
     return f"{size}×{size}, {(size // patch) ** 2 + 1} tokens, FAVOR+ m = {features or default}"
 
 
-def overview_row(preset: str, reports_root=None, before: str | None = None) -> dict:
-    """One pilot's line: task, runs finished, go/no-go and the gap of each Performer at its longest budget;
-    `before`: the pilot whose finished NO-GO it waits for, if that has not come."""
+def overview_row(preset: str, reports_root=None, before: str | None = None) -> tuple[dict, str]:
+    """One pilot's line: task, runs finished, go/no-go and the gap of each Performer at its longest budget
+    (`before`: the pilot whose finished NO-GO it waits for, if that has not come), and its final verdict
+    (gap_pilot.final_verdict), from one read of its records."""
     from ..lab.catalog import grid
     from ..lab.params import load_params
     from ..lab.result import results
@@ -79,7 +80,7 @@ def overview_row(preset: str, reports_root=None, before: str | None = None) -> d
         row[f"{backend} − softmax at {longest} epochs"] = (
             gap_interval(at_end[backend]) if backend in at_end else "not in this pilot"
         )
-    return row
+    return row, gap_pilot.verdict_of(params, found, reports_root)
 
 
 def write_overview(reports_root=None) -> list[str]:
@@ -93,8 +94,9 @@ def overview_rows(reports_root=None) -> tuple[list[dict], str]:
     """Every pilot of the order, a row each (overview_row), and where the order stands, in a sentence."""
     rows, waiting, standing = [], None, ""
     for preset in pilot_order():
-        rows.append(overview_row(preset, reports_root, before=waiting))
-        if waiting is None and (verdict := gap_pilot.final_verdict(preset, reports_root)) != "NO-GO":
+        row, verdict = overview_row(preset, reports_root, before=waiting)
+        rows.append(row)
+        if waiting is None and verdict != "NO-GO":
             waiting = preset  # the order stops here until this pilot ends NO-GO
             standing = (
                 f"**GO on `{preset}`**: a Performer is behind softmax by at least {gap_pilot.GO_GAP} points there; "

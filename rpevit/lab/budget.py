@@ -37,17 +37,17 @@ def stated_budget(preset) -> float | None:
     return float(found.group(1)) if found else None
 
 
-def training_hours(params, runs_root=None, reports_root=None) -> tuple[float, float]:
+def training_hours(params, runs_root=None, reports_root=None, finished_only=False) -> tuple[float, float]:
     """(hours, of them in runs still training here): the epoch seconds of the preset's runs — finished
     ones with their cool-down branches, and the checkpointed epochs (and cool-downs already branched)
-    of unfinished ones in runs/."""
+    of unfinished ones in runs/ (not read with `finished_only`)."""
     done = training = 0.0
     for place in grid(params):
         run = Run(params, *place, runs_root=runs_root, reports_root=reports_root).rooted()
         record = current_record(run)
         if record is not None:
             done += _seconds(run_history(run), record.get("budgets"), record.get("continued_from"))
-        elif (run.dir / records.CHECKPOINT).is_file():
+        elif not finished_only and (run.dir / records.CHECKPOINT).is_file():
             held = _held(run.dir / records.CHECKPOINT)
             training += _seconds(records.read_history(run.dir), held.get("branches"), held.get("continued_from"))
     return (done + training) / 3600, training / 3600
