@@ -68,6 +68,14 @@ def test_t_interval_by_hand_and_single_value():
     assert math.isnan(single["low"]) and math.isnan(single["high"])
 
 
+def test_t_half_width_by_hand_and_its_edges():
+    """The half-width the t-interval and the gap pilots' summaries share: t_{0.975, 2}·s/√3 by hand."""
+    assert stats.t_half_width(1.0, 3) == pytest.approx(4.302652729911275 / math.sqrt(3))
+    assert stats.t_half_width(2.0, 3, 0.5) == pytest.approx(2 * 0.8164965809277261 / math.sqrt(3))
+    with pytest.raises(ValueError, match="at least 2 values"):
+        stats.t_half_width(1.0, 1)
+
+
 def test_mean_ci_table_rows():
     rows = stats.mean_ci_table({"softmax": [80.0, 82.0, 84.0], "performer": [75.0]})
     assert [row["group"] for row in rows] == ["softmax", "performer"]

@@ -13,9 +13,7 @@ from __future__ import annotations
 import math
 import statistics
 
-from scipy import stats as scipy_stats
-
-from ..core.stats import t_interval
+from ..core.stats import t_half_width, t_interval
 from ..lab import records
 from ..lab.budget import budget_line, stated_budget, training_hours
 from ..lab.result import results
@@ -167,7 +165,7 @@ def seeds_needed(gap: float, sd: float, confidence: float = 0.95, cap: int = 200
     quarter of the gap), None if no n ≤ cap reaches it."""
     target = abs(gap) / 4
     for n in range(2, cap + 1):
-        if scipy_stats.t.ppf(0.5 + confidence / 2, n - 1) * sd / math.sqrt(n) <= target:
+        if t_half_width(sd, n, confidence) <= target:
             return n
     return None
 

@@ -7,11 +7,8 @@ reports/gap_pilots.md from the kept records.
 
 from __future__ import annotations
 
-import math
-
-from scipy import stats as scipy_stats
-
 from ..core.errors import UserError
+from ..core.stats import t_half_width
 from ..lab import records
 from ..lab.tables import markdown_table, signed
 from . import gap_pilot
@@ -37,7 +34,7 @@ def gap_interval(row: dict) -> str:
         return "—"
     if n == 1:
         return f"{signed(mean)} (1 seed, no interval)"
-    half = scipy_stats.t.ppf(0.975, n - 1) * row["SD"] / math.sqrt(n)
+    half = t_half_width(row["SD"], n)
     low, high = mean - half, mean + half
     reading = "softmax ahead" if high < 0 else "Performer ahead" if low > 0 else "inconclusive"
     return f"{signed(mean)} [{signed(low)}, {signed(high)}] ({n} seeds, {reading})"
@@ -102,8 +99,8 @@ def overview_rows(reports_root=None) -> tuple[list[dict], str]:
                 f"**GO on `{preset}`**: a Performer is behind softmax by at least {gap_pilot.GO_GAP} points there; "
                 "by the pre-registered order the factorial is pre-registered on its task next."
                 if verdict == "GO"
-                else f"**The order stands at `{preset}`** ({rows[-1]['runs']} runs finished): no pilot has opened "
-                "a gap so far, and the pilots after it train only if it ends NO-GO."
+                else f"**The order stands at `{preset}`** ({rows[-1]['runs']} runs finished): not yet answered; "
+                "no pilot has opened a gap so far, and the pilots after it train only if it ends NO-GO."
             )
     return rows, standing or (
         "**No pilot of the pre-registered order opened a gap**: every one ended NO-GO, and by the issue's "

@@ -87,6 +87,14 @@ def _paired_correctness(correct_a: ArrayLike, correct_b: ArrayLike) -> tuple[np.
 # --------------------------------------------------------------------------- single variants
 
 
+def t_half_width(sd: float, n: int, confidence: float = 0.95) -> float:
+    """Half-width of the Student-t interval of a mean of n values with sample SD `sd`: t_{(1+c)/2,n-1}·sd/√n."""
+    _check_confidence(confidence)
+    if n < 2:
+        raise ValueError(f"a t-interval needs at least 2 values, got {n}")
+    return float(stats.t.ppf((1 + confidence) / 2, df=n - 1) * sd / math.sqrt(n))
+
+
 def t_interval(values: ArrayLike, confidence: float = 0.95) -> dict[str, float]:
     """Mean over seeds with its Student-t confidence interval.
 
@@ -104,7 +112,7 @@ def t_interval(values: ArrayLike, confidence: float = 0.95) -> dict[str, float]:
     mean = float(x.mean())
     if n == 1:
         return {"mean": mean, "low": math.nan, "high": math.nan, "n": 1}
-    half_width = stats.t.ppf((1 + confidence) / 2, df=n - 1) * x.std(ddof=1) / math.sqrt(n)
+    half_width = t_half_width(float(x.std(ddof=1)), n, confidence)
     return {"mean": mean, "low": float(mean - half_width), "high": float(mean + half_width), "n": n}
 
 
