@@ -26,6 +26,16 @@ def pilot_order() -> list[str]:
     return order
 
 
+def standing_pilot(reports_root=None) -> str | None:
+    """The pilot the order stands at (the one to train now): the first whose final verdict is not NO-GO;
+    None after a GO (the factorial is pre-registered next) or when every pilot ended NO-GO."""
+    for preset in pilot_order():
+        verdict = gap_pilot.final_verdict(preset, reports_root)
+        if verdict != "NO-GO":
+            return None if verdict == "GO" else preset
+    return None
+
+
 def gap_interval(row: dict) -> str:
     """A gap row's mean with its 95 % t-interval over seeds (mean ± t·SD/√n), its seeds and a reading:
     'softmax ahead' or 'Performer ahead' when the interval excludes 0, else 'inconclusive'."""
@@ -157,16 +167,21 @@ def add_parser(sub) -> None:
     gap.add_argument("params", nargs="?", default=FIRST_PILOT, help="the pilot's preset")
     gap.add_argument("--next", action="store_true", help="print only the pilot its finished NO-GO hands on to")
     gap.add_argument("--overview", action="store_true", help=f"every pilot of the order: reports/{OVERVIEW}")
+    gap.add_argument(
+        "--standing", action="store_true", help="print only the pilot the order stands at (nothing once it ends)"
+    )
 
 
 def command(args) -> int:
     """`python -m rpevit gap-pilot …`: the pilot's report (reports/<preset>/README.md), with --overview
     every pilot's line (reports/gap_pilots.md, and the README's table of it), with --next only the next
-    pilot's name (or nothing)."""
+    pilot's name (or nothing), with --standing only the pilot to train now (or nothing)."""
     from ..lab.params import PROJECT_ROOT
 
     if args.next:
         print(gap_pilot.next_pilot(args.params) or "")
+    elif args.standing:
+        print(standing_pilot() or "")
     elif args.overview:
         lines = write_overview()
         print("\n".join(lines))
