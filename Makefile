@@ -39,8 +39,8 @@ study: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/ruff check rpevit tests scripts
 	$(VENV)/bin/ruff format --check rpevit tests scripts
-	$(PY) -m pytest -q tests
-	$(PY) -m pytest -q -p no:cacheprovider --nbval-lax --nbval-current-env --nbval-sanitize-with notebooks/nbval_sanitize.cfg notebooks
+	$(PY) -m pytest -q --durations=15 tests
+	$(PY) -m pytest -q --durations=10 -p no:cacheprovider --nbval-lax --nbval-current-env --nbval-sanitize-with notebooks/nbval_sanitize.cfg notebooks
 
 check: $(STAMP)
 	$(VENV)/bin/ruff check rpevit tests scripts
