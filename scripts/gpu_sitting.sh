@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The prepared GPU sitting, run on the lent machine by the device tool from the repository root
 # (docs/scaling.md): the GPU image's own torch, rpevit from the checkout, data from the carried
-# ./data folder, results into $OUT; first the compile check (tests/test_compile.py) on the GPU.
+# ./data folder, unfinished runs from the carried ./staged folder (`gpu-sitting --stage`), results
+# into $OUT; first the compile check (tests/test_compile.py) on the GPU.
 # When every run of a gap pilot finishes with NO-GO inside the minutes, the next pilot of the
 # pre-registered order (`python -m rpevit gap-pilot PRESET --next`) trains in the minutes left.
 # Usage: bash scripts/gpu_sitting.sh PRESET [MINUTES]
@@ -9,6 +10,8 @@ set -euo pipefail
 preset=${1:?usage: gpu_sitting.sh PRESET [MINUTES]}
 minutes=${2:-6}  # plus up to 2.5 min of compile check: a device call of ≤ 10 min
 export PYTHONPATH=. PYTHONUNBUFFERED=1
+# the carried staged/ (`gpu-sitting --stage`: unfinished runs only) is this sitting's runs/ when present
+if [ -z "${RPEVIT_RUNS:-}" ] && [ -d staged/runs ]; then export RPEVIT_RUNS=$PWD/staged/runs; fi
 out=${OUT:-/tmp/sitting-out}
 mkdir -p "$out"
 python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.is_available())"

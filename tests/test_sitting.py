@@ -27,10 +27,10 @@ PRESET = textwrap.dedent(
 )
 
 
-def _rpevit(args, roots: Path, check=True) -> subprocess.CompletedProcess:
+def _rpevit(args, roots: Path, check=True, runs: Path | None = None) -> subprocess.CompletedProcess:
     env = {
         **os.environ,
-        "RPEVIT_RUNS": str(roots / "runs"),
+        "RPEVIT_RUNS": str(runs or roots / "runs"),
         "RPEVIT_REPORTS": str(roots / "reports"),
         "OMP_NUM_THREADS": "1",
     }
@@ -54,7 +54,7 @@ def test_gpu_sitting_refuses_without_cuda_and_bad_minutes(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_cut_sitting_resumes_on_the_next_machine_to_the_uncut_records(tmp_path):
+def test_a_cut_sitting_resumes_on_the_next_machine_to_the_uncut_records(tmp_path, monkeypatch):
     preset = tmp_path / "sitting_tiny.yaml"
     preset.write_text(PRESET)
     sit = ["gpu-sitting", str(preset), "--device", "cpu", "--processes", "1"]
@@ -69,8 +69,17 @@ def test_a_cut_sitting_resumes_on_the_next_machine_to_the_uncut_records(tmp_path
     unpacked = _rpevit(["gpu-sitting", "--unpack", str(tmp_path / "out1")], second)
     assert "files added" in unpacked.stdout
     assert any((second / "runs").rglob("checkpoint.pt"))  # the cut run travels with its checkpoint
-    _rpevit([*sit, "--minutes", "3", "--out", str(tmp_path / "out2")], second)
+    # the next sitting trains from what `--stage` carries out, and comes back through --unpack
+    from rpevit.lab import sitting
+
+    monkeypatch.setenv("RPEVIT_RUNS", str(second / "runs"))
+    assert sitting.stage([str(preset)], tmp_path / "staged")[0].endswith("1 unfinished run(s) staged (2 files)")
+    monkeypatch.delenv("RPEVIT_RUNS")
+    _rpevit([*sit, "--minutes", "3", "--out", str(tmp_path / "out2")], second, runs=tmp_path / "staged" / "runs")
+    assert "resuming after epoch" in (tmp_path / "out2" / "runner0.log").read_text()  # from the staged checkpoint
+    _rpevit(["gpu-sitting", "--unpack", str(tmp_path / "out2")], second)
     assert _tops(second) == _tops(straight)
+    assert any((second / "runs").rglob("record.json"))  # the run came back finished
     again = _rpevit(["gpu-sitting", "--unpack", str(tmp_path / "out1")], second)
     assert "0 files added" in again.stdout  # nothing finished is overwritten by an older sitting
 
@@ -150,3 +159,59 @@ def test_a_captured_sitting_passes_capture_to_its_runners(tmp_path, monkeypatch)
     assert code == 0 and len(started) == 2
     assert all("--capture" in command for command in started)
     assert all(command[command.index("study") + 1] == "smoke" for command in started)
+
+
+def test_stage_carries_only_what_unfinished_runs_need(tmp_path, monkeypatch):
+    """`gpu-sitting --stage`: each unfinished run's newest checkpoint, history and stable checkpoint; nothing
+    of an ended run (its kept record tells the device) or a set-aside one; a continued preset's stable
+    checkpoints; a folder it did not make is refused, its own is replaced."""
+    import dataclasses
+
+    from rpevit.core.errors import UserError
+    from rpevit.lab import records, sitting
+    from rpevit.lab.params import load_params
+
+    monkeypatch.setenv("RPEVIT_RUNS", str(tmp_path / "runs"))
+    smoke = load_params("smoke")
+    base = records.runs_root() / "smoke" / "mnist5k" / "softmax+ape"
+    every = (records.CHECKPOINT, records.PREVIOUS_CHECKPOINT, records.STABLE_CHECKPOINT, records.HISTORY)
+    for seed, names in {
+        "seed1": (*every, records.RECORD),  # ended
+        "seed2": every,  # in flight
+        "seed3": (records.PREVIOUS_CHECKPOINT, records.HISTORY),  # killed while replacing its checkpoint
+        f"{records.SUPERSEDED}/seed4": every,  # set aside
+    }.items():
+        for name in names:
+            (base / seed).mkdir(parents=True, exist_ok=True)
+            (base / seed / name).write_text(json.dumps({"status": "finished"}) if name == records.RECORD else name)
+    donor = records.runs_root() / "donor" / "mnist5k" / "softmax+ape" / "seed1"
+    donor.mkdir(parents=True)
+    for name in every:
+        (donor / name).write_text(name)
+    folder = tmp_path / "staged"
+    lines = sitting.stage(["smoke"], folder)
+    staged = sorted(
+        p.relative_to(folder / "runs" / "smoke" / "mnist5k" / "softmax+ape").as_posix()
+        for p in folder.rglob("*")
+        if p.is_file() and p.name != sitting.STAGED_MARK
+    )
+    assert staged == [
+        "seed2/checkpoint.pt",
+        "seed2/checkpoint.stable.pt",
+        "seed2/history.csv",
+        "seed3/checkpoint.prev.pt",
+        "seed3/history.csv",
+    ]
+    assert lines[0] == "smoke: 2 unfinished run(s) staged (5 files)"
+    assert (
+        folder / "runs" / "smoke" / "mnist5k" / "softmax+ape" / "seed2" / "checkpoint.pt"
+    ).read_text() == "checkpoint.pt"
+    monkeypatch.setattr(sitting, "load_params", lambda preset: dataclasses.replace(smoke, continues="donor"))
+    sitting.stage(["smoke"], folder)  # replaces its own folder
+    assert (folder / "runs" / "donor" / "mnist5k" / "softmax+ape" / "seed1" / records.STABLE_CHECKPOINT).is_file()
+    assert not (folder / "runs" / "donor" / "mnist5k" / "softmax+ape" / "seed1" / records.CHECKPOINT).exists()
+    other = tmp_path / "mine"
+    (other / "runs").mkdir(parents=True)
+    with pytest.raises(UserError, match="was not made by --stage"):
+        sitting.stage(["smoke"], other)
+    assert (other / "runs").is_dir()

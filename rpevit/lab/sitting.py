@@ -10,8 +10,9 @@ preset's kept records (reports/<preset>/records/) and its run directories (runs/
 
 `python -m rpevit gpu-sitting --unpack DIR` puts them into this checkout: new kept records are
 added, a checkpoint replaces a local one only when it has more epochs, and a finished record is
-never overwritten. The next sitting carries runs/ back (the device tool's `carry`), so an unfinished
-run resumes where it stopped. Without CUDA it refuses unless `--device cpu` (for tests).
+never overwritten. `python -m rpevit gpu-sitting --stage PRESET…` copies what the next sitting needs of
+runs/ (unfinished runs' checkpoints) into staged/, which it carries out (the device tool's `carry`), so an
+unfinished run resumes where it stopped. Without CUDA it refuses unless `--device cpu` (for tests).
 docs/scaling.md says how a sitting is prepared and carried back.
 """
 
@@ -36,6 +37,8 @@ PART_BYTES = 15 * 2**20  # the device tool brings back files of at most 16 MiB
 STOP_GRACE_SECONDS = 20
 PACK_RESERVE_SECONDS = 30  # the deadline leaves this much of --minutes for packing (a tenth of a short sitting)
 CARRIED = (records.RECORD, records.HISTORY, records.CHECKPOINT, records.STABLE_CHECKPOINT, records.KEPT_WEIGHTS)
+STAGED = "staged"  # git-ignored: the runs a sitting carries out (`--stage`), its `carry` path beside data/
+STAGED_MARK = ".rpevit-staged"  # only a folder holding this is ever replaced by `--stage`
 
 
 def add_parser(sub) -> None:
@@ -55,12 +58,18 @@ def add_parser(sub) -> None:
     )
     sitting.add_argument("--data-root", help="folder holding the dataset files (carried with the sitting)")
     sitting.add_argument("--unpack", metavar="DIR", help="put a sitting's packed results into this checkout")
+    sitting.add_argument(
+        "--stage",
+        nargs="+",
+        metavar="PRESET",
+        help=f"copy what a sitting needs of these presets' unfinished runs into {STAGED}/ (its `carry`)",
+    )
 
 
 def command(args) -> int:
     """`python -m rpevit gpu-sitting …`"""
-    if args.unpack:
-        for line in unpack(Path(args.unpack)):
+    if args.unpack or args.stage:
+        for line in unpack(Path(args.unpack)) if args.unpack else stage(args.stage, PROJECT_ROOT / STAGED):
             print(line)
         return 0
     if not args.params or not args.out:
@@ -192,6 +201,49 @@ def pack(preset: str, out: Path) -> list[Path]:
     if current is not None:
         current.close()
     return parts
+
+
+def _staged_files(preset: str) -> list[Path]:
+    """The files of runs/<preset> a sitting needs to go on: each unfinished run's newest checkpoint, history
+    and stable checkpoint (a run with a record has ended); for a preset that `continues` another, that
+    one's stable checkpoints."""
+    params = load_params(preset)
+    base, wanted = records.runs_root() / params.name, []
+    for directory in sorted({p.parent for p in base.rglob("*.pt")} if base.is_dir() else ()):
+        if records.SUPERSEDED in directory.parts or (directory / records.RECORD).is_file():
+            continue  # set aside, or ended (finished or diverged): its kept record says so on the device
+        newest = records.CHECKPOINT if (directory / records.CHECKPOINT).is_file() else records.PREVIOUS_CHECKPOINT
+        names = (newest, records.HISTORY, records.STABLE_CHECKPOINT)
+        wanted += [directory / n for n in names if (directory / n).is_file()]
+    donor = params.continues
+    if donor:
+        wanted += sorted((records.runs_root() / donor).rglob(records.STABLE_CHECKPOINT))
+    return wanted
+
+
+def stage(presets: list[str], folder: Path) -> list[str]:
+    """Replace `folder` with folder/runs/… holding _staged_files of each preset: what a sitting carries
+    out (the device tool sends at most 64 MiB, and a finished run's checkpoints would soon fill it; the
+    kept records travel with the tree and tell the study which runs are done). A line per preset."""
+    import shutil
+
+    if folder.exists() and not (folder / STAGED_MARK).is_file():
+        raise UserError(f"{folder} exists and was not made by --stage; move it away first.")
+    files = {preset: _staged_files(preset) for preset in presets}  # every preset is checked before any copy
+    shutil.rmtree(folder, ignore_errors=True)
+    (folder / "runs").mkdir(parents=True)
+    (folder / STAGED_MARK).write_text("made by `python -m rpevit gpu-sitting --stage`; replaced by the next\n")
+    lines = []
+    for preset, paths in files.items():
+        for path in paths:
+            target = folder / "runs" / path.relative_to(records.runs_root())
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, target)
+        runs = len({p.parent for p in paths if records.runs_root() / load_params(preset).name in p.parents})
+        lines.append(f"{preset}: {runs} unfinished run(s) staged ({len(paths)} files)")
+    size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) / 2**20
+    lines.append(f'{folder.name}/: {size:.1f} MiB; carry it with the data: carry ["data", "{folder.name}"]')
+    return lines
 
 
 def _epochs(data: bytes) -> int:
