@@ -10,7 +10,9 @@ set -euo pipefail
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} PYTHONUNBUFFERED=1
 py=${PYTHON:-.venv/bin/python}
 wait_seconds=${WAIT_SECONDS:-600}
-while pilot=$("$py" -m rpevit gap-pilot --standing) && [ -n "$pilot" ]; do
+while true; do
+  pilot=$("$py" -m rpevit gap-pilot --standing)  # an error here stops the runner (set -e)
+  [ -n "$pilot" ] || break
   echo "the order stands at $pilot"
   "$py" -m rpevit study "$pilot" --no-progress "$@"
   # study returned: every run of the pilot has finished or trains in the other runner

@@ -42,6 +42,7 @@ def test_the_order_stands_at_the_first_pilot_without_a_final_no_go(monkeypatch):
 FAKE_PYTHON = """#!/usr/bin/env bash
 # stands in for `python -m rpevit …`: answers --standing from the queue file, logs every study
 if [ "$3" = "gap-pilot" ]; then
+  [ "$(head -n 1 "$QUEUE")" != FAIL ] || { echo "error: unreadable records" >&2; exit 2; }
   head -n 1 "$QUEUE"
 elif [ "$3" = "study" ]; then
   echo "study $4 ${@:5}" >> "$LOG"
@@ -74,6 +75,16 @@ def test_the_cpu_runner_trains_the_standing_pilot_until_the_order_ends(tmp_path)
         "study canvas56_dial16 --no-progress --capture-only favor",
     ]
     assert "the pilots' order has ended" in done.stdout
+    queue.write_text("FAIL\n")  # --standing fails: the runner stops with it instead of calling the order ended
+    failed = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "cpu_pilots.sh")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert failed.returncode == 2 and "order has ended" not in failed.stdout
     # a pilot whose last run trains elsewhere stays standing after its study: asked again, studied again
     fake.write_text(FAKE_PYTHON.replace('tail -n +2 "$QUEUE"', 'sed "1{/dial16/!d}" "$QUEUE"'))
     queue.write_text("canvas56_dial16\n")
