@@ -203,9 +203,9 @@ def pack(preset: str, out: Path) -> list[Path]:
     return parts
 
 
-def _staged_files(preset: str) -> list[Path]:
+def _staged_files(preset: str) -> tuple[list[Path], list[Path]]:
     """The files of runs/<preset> a sitting needs to go on: each unfinished run's newest checkpoint, history
-    and stable checkpoint (a run with a record has ended); for a preset that `continues` another, that
+    and stable checkpoint (a run with a record has ended); and for a preset that `continues` another, that
     one's stable checkpoints."""
     params = load_params(preset)
     base, wanted = records.runs_root() / params.name, []
@@ -215,10 +215,10 @@ def _staged_files(preset: str) -> list[Path]:
         newest = records.CHECKPOINT if (directory / records.CHECKPOINT).is_file() else records.PREVIOUS_CHECKPOINT
         names = (newest, records.HISTORY, records.STABLE_CHECKPOINT)
         wanted += [directory / n for n in names if (directory / n).is_file()]
-    donor = params.continues
-    if donor:
-        wanted += sorted((records.runs_root() / donor).rglob(records.STABLE_CHECKPOINT))
-    return wanted
+    donor = (
+        sorted((records.runs_root() / params.continues).rglob(records.STABLE_CHECKPOINT)) if params.continues else []
+    )
+    return wanted, donor
 
 
 def stage(presets: list[str], folder: Path) -> list[str]:
@@ -234,13 +234,12 @@ def stage(presets: list[str], folder: Path) -> list[str]:
     (folder / "runs").mkdir(parents=True)
     (folder / STAGED_MARK).write_text("made by `python -m rpevit gpu-sitting --stage`; replaced by the next\n")
     lines = []
-    for preset, paths in files.items():
-        for path in paths:
+    for preset, (own, donor) in files.items():
+        for path in own + donor:
             target = folder / "runs" / path.relative_to(records.runs_root())
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(path, target)
-        runs = len({p.parent for p in paths if records.runs_root() / load_params(preset).name in p.parents})
-        lines.append(f"{preset}: {runs} unfinished run(s) staged ({len(paths)} files)")
+        lines.append(f"{preset}: {len({p.parent for p in own})} unfinished run(s) staged ({len(own + donor)} files)")
     size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) / 2**20
     lines.append(f'{folder.name}/: {size:.1f} MiB; carry it with the data: carry ["data", "{folder.name}"]')
     return lines
