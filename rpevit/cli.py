@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 import os
 import sys
 
@@ -108,11 +109,14 @@ def cmd_study(args) -> int:
     """Run (or resume) a preset's whole grid and write reports/<preset>/summary.{csv,md}."""
     from .core.device import resolve_device
     from .lab.budget import budget_spent, started_runs
+    from .lab.parking import restore
     from .lab.records import reports_root
     from .lab.study import run_study
     from .lab.time_limit import TimeLimit, parse_duration
 
     params = _params(args)
+    for line in restore(args.params):  # runs parked by an earlier checkout go on here (rpevit/lab/parking.py)
+        print(line)
     limit = None if args.time_limit is None else TimeLimit(parse_duration(args.time_limit))
     if (spent := budget_spent(params, args.params)) and not started_runs(params):  # a spent budget starts nothing
         print(spent)
@@ -203,20 +207,6 @@ def cmd_retime(args) -> int:
 def cmd_doctor(args) -> int:
     """The installation's health: torch, the device; with --gpu the GPU acceptance run (rpevit.tools.doctor)."""
     from .tools.doctor import command
-
-    return command(args)
-
-
-def cmd_gpu_sitting(args) -> int:
-    """A GPU sitting: train for N minutes, pack the results to carry back (rpevit/lab/sitting.py)."""
-    from .lab.sitting import command
-
-    return command(args)
-
-
-def cmd_gap_pilot(args) -> int:
-    """A gap pilot's report, every pilot's line, or the next pilot (rpevit/analysis/pilot_overview.py)."""
-    from .analysis.pilot_overview import command
 
     return command(args)
 
@@ -395,11 +385,8 @@ def build_parser() -> argparse.ArgumentParser:
     pilot.add_argument("--out", required=True, help="the report folder (e.g. reports/fmnist_pilot)")
     pilot.add_argument("--chosen", help="the study preset whose recipe the pilot chose (e.g. fmnist_converged)")
 
-    from .analysis.pilot_overview import add_parser as add_gap_pilot
-    from .lab.sitting import add_parser as add_sitting
-
-    add_gap_pilot(sub)
-    add_sitting(sub)
+    for module in DELEGATED.values():
+        importlib.import_module(f"{__package__}.{module}").add_parser(sub)
     doctor = sub.add_parser("doctor", help="check the installation; --gpu: the GPU acceptance run")
     doctor.add_argument(
         "--gpu", action="store_true", help="on a CUDA machine: CUDA tests, sync check, torchrun, Ray, GPU benchmarks"
@@ -445,9 +432,9 @@ COMMANDS = {
     "bench": _bench,
     "pilot": cmd_pilot,
     "doctor": cmd_doctor,
-    "gpu-sitting": cmd_gpu_sitting,
-    "gap-pilot": cmd_gap_pilot,
 }
+# sub-commands whose module holds both their arguments (`add_parser`) and their body (`command`)
+DELEGATED = {"gap-pilot": "analysis.pilot_overview", "gpu-sitting": "lab.sitting", "park": "lab.parking"}
 
 
 def main(argv=None) -> int:
@@ -465,6 +452,8 @@ def main(argv=None) -> int:
         )
         return 2
     try:
+        if args.command in DELEGATED:
+            return importlib.import_module(f"{__package__}.{DELEGATED[args.command]}").command(args)
         return COMMANDS[args.command](args)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -21,7 +21,10 @@ def _params(tiny_params, **train):
     return dataclasses.replace(tiny_params, model=model, train=dataclasses.replace(tiny_params.train, **train))
 
 
-def _same(a: dict, b: dict, dir_a, dir_b) -> None:
+def _same(a: dict, b: dict, dir_a, dir_b, tolerance: float = 1e-5) -> None:
+    """Accuracies and validation curves equal; losses and the per-image test log-likelihood within
+    `tolerance`: fp32 kernels batched over a pack and run alone may add in another order, and training
+    carries that rounding on, growing each epoch (on one AMD EPYC: 0, 3e-6, 1e-5, 6e-5 in epochs 1-4)."""
     for key in ACCURACY:
         assert a[key] == b[key], key
     assert a["budgets"].keys() == b["budgets"].keys()
@@ -31,12 +34,12 @@ def _same(a: dict, b: dict, dir_a, dir_b) -> None:
             k: other[k] for k in ("top1", "best_epoch", "test_correct")
         }
         assert [r["val_acc"] for r in branch["history"]] == [r["val_acc"] for r in other["history"]]
-    assert a["log_likelihood"] == pytest.approx(b["log_likelihood"], rel=1e-5)
+    assert a["log_likelihood"] / a["n_test"] == pytest.approx(b["log_likelihood"] / b["n_test"], abs=tolerance)
     rows_a, rows_b = records.read_history(dir_a), records.read_history(dir_b)
     assert [r["val_acc"] for r in rows_a] == [r["val_acc"] for r in rows_b]
     assert [r["train_acc"] for r in rows_a] == [r["train_acc"] for r in rows_b]
     for key in LOSS_KEYS:
-        assert [r[key] for r in rows_a] == pytest.approx([r[key] for r in rows_b], abs=1e-5)
+        assert [r[key] for r in rows_a] == pytest.approx([r[key] for r in rows_b], abs=tolerance)
 
 
 @pytest.mark.parametrize("variant", ["favor+ape", "softmax+rope_mixed", "relu+krpe"])
@@ -56,7 +59,7 @@ def test_a_pack_with_budget_branches_matches_the_runs_alone(tiny_params, tiny_da
     packed = [Run(params, "mnist5k", "relu+ape", seed, runs_root=tmp_path / "pack") for seed in (0, 1)]
     together = pack.train_pack(packed, tiny_dataset)
     alone = train_run(Run(params, "mnist5k", "relu+ape", 1), tiny_dataset, tmp_path / "alone")
-    _same(together[1], alone, packed[1].dir, tmp_path / "alone")
+    _same(together[1], alone, packed[1].dir, tmp_path / "alone", tolerance=3e-4)  # 4 epochs: rounding grows
 
 
 def test_a_kill_inside_a_pack_resumes_to_the_uninterrupted_records(tiny_params, tiny_dataset, tmp_path, monkeypatch):

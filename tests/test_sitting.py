@@ -67,7 +67,7 @@ def test_a_cut_sitting_resumes_on_the_next_machine_to_the_uncut_records(tmp_path
     assert "stopped at the deadline: 1" in cut.stdout and "partial" in cut.stdout, cut.stdout
     assert _tops(first) == {}
     unpacked = _rpevit(["gpu-sitting", "--unpack", str(tmp_path / "out1")], second)
-    assert "files added" in unpacked.stdout
+    assert "1 runs advanced or added" in unpacked.stdout
     assert any((second / "runs").rglob("checkpoint.pt"))  # the cut run travels with its checkpoint
     # the next sitting trains from what `--stage` carries out, and comes back through --unpack
     from rpevit.lab import sitting
@@ -81,7 +81,7 @@ def test_a_cut_sitting_resumes_on_the_next_machine_to_the_uncut_records(tmp_path
     assert _tops(second) == _tops(straight)
     assert any((second / "runs").rglob("record.json"))  # the run came back finished
     again = _rpevit(["gpu-sitting", "--unpack", str(tmp_path / "out1")], second)
-    assert "0 files added" in again.stdout  # nothing finished is overwritten by an older sitting
+    assert "0 kept files added, 0 runs advanced or added" in again.stdout  # nothing finished is overwritten
 
 
 def test_a_second_preset_packs_beside_the_first_and_both_unpack(tmp_path, monkeypatch):
@@ -101,7 +101,7 @@ def test_a_second_preset_packs_beside_the_first_and_both_unpack(tmp_path, monkey
     names = [p.name for preset in ("first", "second") for p in sitting.pack(preset, out)]
     assert names == ["sitting-1.tar", "sitting-2.tar"]
     rooted("here")
-    assert sitting.unpack(out)[-1].startswith("unpacked 2 part(s): 2 files added")
+    assert sitting.unpack(out)[-1].startswith("unpacked 2 part(s): 0 kept files added, 2 runs advanced or added")
     assert {p.parts[-5] for p in records.runs_root().rglob(records.RECORD)} == {"first", "second"}
 
 
@@ -199,14 +199,16 @@ def test_stage_carries_only_what_unfinished_runs_need(tmp_path, monkeypatch):
         "seed2/checkpoint.pt",
         "seed2/checkpoint.stable.pt",
         "seed2/history.csv",
-        "seed3/checkpoint.prev.pt",
+        "seed3/checkpoint.pt",  # its newest good state, under the name a resume reads first
         "seed3/history.csv",
     ]
     assert lines[0] == "smoke: 2 unfinished run(s) staged (5 files)"
     assert (
         folder / "runs" / "smoke" / "mnist5k" / "softmax+ape" / "seed2" / "checkpoint.pt"
     ).read_text() == "checkpoint.pt"
-    monkeypatch.setattr(sitting, "load_params", lambda preset: dataclasses.replace(smoke, continues="donor"))
+    from rpevit.lab import parking
+
+    monkeypatch.setattr(parking, "load_params", lambda preset: dataclasses.replace(smoke, continues="donor"))
     sitting.stage(["smoke"], folder)  # replaces its own folder
     assert (folder / "runs" / "donor" / "mnist5k" / "softmax+ape" / "seed1" / records.STABLE_CHECKPOINT).is_file()
     assert not (folder / "runs" / "donor" / "mnist5k" / "softmax+ape" / "seed1" / records.CHECKPOINT).exists()

@@ -9,16 +9,16 @@ epoch), and what must travel back is packed into DIR as tar files of at most `PA
 preset's kept records (reports/<preset>/records/) and its run directories (runs/<preset>/).
 
 `python -m rpevit gpu-sitting --unpack DIR` puts them into this checkout: new kept records are
-added, a checkpoint replaces a local one only when it has more epochs, and a finished record is
-never overwritten. `python -m rpevit gpu-sitting --stage PRESET…` copies what the next sitting needs of
-runs/ (unfinished runs' checkpoints) into staged/, which it carries out (the device tool's `carry`), so an
-unfinished run resumes where it stopped. Without CUDA it refuses unless `--device cpu` (for tests).
-docs/scaling.md says how a sitting is prepared and carried back.
+added and never overwrite; a run that ended on the device arrives whole where it has no record here;
+an unfinished one replaces the local copy only when it holds more epochs (parking.place_run, the same
+rule as a parked run's). `python -m rpevit gpu-sitting --stage PRESET…` copies what the next sitting
+needs of runs/ (unfinished runs' checkpoints: parking.unfinished_runs) into staged/, which it carries
+out (the device tool's `carry`), so an unfinished run resumes where it stopped. Without CUDA it
+refuses unless `--device cpu` (for tests). docs/scaling.md says how a sitting is prepared and carried back.
 """
 
 from __future__ import annotations
 
-import io
 import os
 import signal
 import subprocess
@@ -30,6 +30,7 @@ from pathlib import Path
 from ..core.errors import UserError
 from . import records
 from .params import PROJECT_ROOT, load_params
+from .parking import epochs, place_run, restore, unfinished_runs
 from .schema import is_finished
 
 PACKED_RUNNERS = 3  # on CUDA each runner trains packs (one variant's seeds in one vectorised step)
@@ -203,52 +204,31 @@ def pack(preset: str, out: Path) -> list[Path]:
     return parts
 
 
-def _staged_files(preset: str) -> tuple[list[Path], list[Path]]:
-    """The files of runs/<preset> a sitting needs to go on: each unfinished run's newest checkpoint, history
-    and stable checkpoint (a run with a record has ended); and for a preset that `continues` another, that
-    one's stable checkpoints."""
-    params = load_params(preset)
-    base, wanted = records.runs_root() / params.name, []
-    for directory in sorted({p.parent for p in base.rglob("*.pt")} if base.is_dir() else ()):
-        if records.SUPERSEDED in directory.parts or (directory / records.RECORD).is_file():
-            continue  # set aside, or ended (finished or diverged): its kept record says so on the device
-        newest = records.CHECKPOINT if (directory / records.CHECKPOINT).is_file() else records.PREVIOUS_CHECKPOINT
-        names = (newest, records.HISTORY, records.STABLE_CHECKPOINT)
-        wanted += [directory / n for n in names if (directory / n).is_file()]
-    donor = (
-        sorted((records.runs_root() / params.continues).rglob(records.STABLE_CHECKPOINT)) if params.continues else []
-    )
-    return wanted, donor
-
-
 def stage(presets: list[str], folder: Path) -> list[str]:
-    """Replace `folder` with folder/runs/… holding _staged_files of each preset: what a sitting carries
-    out (the device tool sends at most 64 MiB, and a finished run's checkpoints would soon fill it; the
-    kept records travel with the tree and tell the study which runs are done). A line per preset."""
+    """Replace `folder` with folder/runs/… holding each preset's unfinished runs (parked ones restored into
+    runs/ first): what a sitting carries out (the device tool sends at most 64 MiB, and a finished run's
+    checkpoints would soon fill it; the kept records travel with the tree and tell the study which runs
+    are done). A line per restore and per preset."""
     import shutil
 
     if folder.exists() and not (folder / STAGED_MARK).is_file():
         raise UserError(f"{folder} exists and was not made by --stage; move it away first.")
-    files = {preset: _staged_files(preset) for preset in presets}  # every preset is checked before any copy
+    lines = [line for preset in presets for line in restore(preset)]  # a fresh checkout's runs/ has none yet
+    files = {preset: unfinished_runs(preset) for preset in presets}  # every preset is checked before any copy
     shutil.rmtree(folder, ignore_errors=True)
     (folder / "runs").mkdir(parents=True)
     (folder / STAGED_MARK).write_text("made by `python -m rpevit gpu-sitting --stage`; replaced by the next\n")
-    lines = []
     for preset, (own, donor) in files.items():
-        for path in own + donor:
-            target = folder / "runs" / path.relative_to(records.runs_root())
+        copies = [(path, directory / name) for directory, named in own.items() for name, path in named.items()]
+        copies += [(path, path) for path in donor]
+        for path, place in copies:
+            target = folder / "runs" / place.relative_to(records.runs_root())
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(path, target)
-        lines.append(f"{preset}: {len({p.parent for p in own})} unfinished run(s) staged ({len(own + donor)} files)")
+        lines.append(f"{preset}: {len(own)} unfinished run(s) staged ({len(copies)} files)")
     size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) / 2**20
     lines.append(f'{folder.name}/: {size:.1f} MiB; carry it with the data: carry ["data", "{folder.name}"]')
     return lines
-
-
-def _epochs(data: bytes) -> int:
-    import torch
-
-    return int(torch.load(io.BytesIO(data), map_location="cpu", weights_only=False).get("epoch", 0))
 
 
 def unpack(folder: Path) -> list[str]:
@@ -256,32 +236,41 @@ def unpack(folder: Path) -> list[str]:
     parts = sorted(folder.glob("sitting-*.tar"))
     if not parts:
         raise UserError(f"{folder} holds no sitting-*.tar: give the folder a GPU sitting's --out came back to.")
-    lines, added, newer, kept = [], 0, 0, 0
+    kept_files, run_files = {}, {}
     for part in parts:
         with tarfile.open(part) as archive:
             for member in archive.getmembers():
                 top, _, rest = member.name.partition("/")
                 if not member.isfile() or top not in ("runs", "reports") or ".." in Path(rest).parts:
                     continue
-                target = (records.runs_root() if top == "runs" else records.reports_root()) / rest
                 data = archive.extractfile(member).read()
-                finished_here = records.read_record(target.parent) is not None
-                if target.exists() and target.name == records.CHECKPOINT and not finished_here:
-                    if _epochs(data) <= _epochs(target.read_bytes()):
-                        kept += 1
-                        continue
-                    newer += 1
-                elif target.exists():
-                    kept += 1
-                    continue
+                if top == "reports":
+                    kept_files[records.reports_root() / rest] = data
                 else:
-                    added += 1
-                target.parent.mkdir(parents=True, exist_ok=True)
-                records.write_bytes(target, data)
-    lines.append(
-        f"unpacked {len(parts)} part(s): {added} files added, {newer} checkpoints advanced, {kept} kept as they were"
-    )
-    return lines
+                    path = records.runs_root() / rest
+                    run_files.setdefault(path.parent, {})[path.name] = data
+    added = 0
+    for target, data in kept_files.items():  # kept records: added, never overwritten
+        if not target.exists():
+            records.write_bytes(target, data)
+            added += 1
+    outcomes = [_place(directory, files) for directory, files in run_files.items()]
+    return [
+        f"unpacked {len(parts)} part(s): {added} kept files added, {outcomes.count('placed')} runs advanced or "
+        f"added, {len(outcomes) - outcomes.count('placed')} runs kept as they were"
+    ]
+
+
+def _place(directory: Path, files: dict[str, bytes]) -> str:
+    """A run that ended on the device arrives whole (record last) where it has no record here; an unfinished
+    one goes through parking.place_run (only forward, as a whole)."""
+    if records.RECORD not in files:
+        return place_run(directory, files) if records.CHECKPOINT in files else "kept"
+    if (directory / records.RECORD).is_file():
+        return "kept"
+    for name, data in sorted(files.items(), key=lambda item: item[0] == records.RECORD):
+        records.write_bytes(directory / name, data)
+    return "placed"
 
 
 def progress_lines(preset: str) -> list[str]:
@@ -298,6 +287,6 @@ def progress_lines(preset: str) -> list[str]:
         if is_finished(record):
             lines.append(f"  finished  {name}: top-1 {100 * record['top1']:.2f} %")
         elif (directory / records.CHECKPOINT).is_file():
-            epoch = _epochs((directory / records.CHECKPOINT).read_bytes())
+            epoch = epochs((directory / records.CHECKPOINT).read_bytes())
             lines.append(f"  partial   {name}: {epoch} epochs checkpointed")
     return lines

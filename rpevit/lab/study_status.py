@@ -13,6 +13,7 @@ from .bench import train_costs
 from .budget import budget_line, stated_budget, training_hours
 from .catalog import grid, in_flight_and_records, pace_records, secondary_held
 from .params import Params, load_params
+from .parking import PARKED, pending
 from .progress import label
 from .result import results
 from .revision import code_revision, short_revision
@@ -137,6 +138,8 @@ def status_lines(params: Params, runs_root=None, reports_root=None) -> list[str]
     for place in sorted(busy):
         run = Run(params, *place, runs_root=runs_root)
         lines.append(f"in flight: {label(*place)}, {epochs_done(run)} of {run.train_config.epochs} epochs done")
+    if parked := pending(params.name):
+        lines.append(f"parked: {', '.join(parked)} (reports/{params.name}/{PARKED}/; the next `study` resumes them)")
     if params.design.active:
         lines += _design_lines(params, current)
     held = secondary_held(params, runs_root, reports_root) if params.design.active else ""
