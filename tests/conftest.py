@@ -133,3 +133,17 @@ def roots(tmp_path, monkeypatch):
     monkeypatch.setenv("RPEVIT_RUNS", str(tmp_path / "runs"))
     monkeypatch.setenv("RPEVIT_REPORTS", str(tmp_path / "reports"))
     return tmp_path / "runs", tmp_path / "reports"
+
+
+def tiny_preset_yaml(name: str, epochs: int, train_size: int, keep_records: bool = False) -> str:
+    """A one-run preset (softmax+ape on mnist5k, a 1-layer 16-dim ViT) as YAML, for tests that train it
+    in subprocesses (GPU sittings, parked runs)."""
+    return (
+        f"name: {name}\n"
+        + ("keep_records: true\n" if keep_records else "")
+        + "datasets: [mnist5k]\nvariants: [softmax+ape]\nseeds: [1]\n"
+        + f"data: {{train_size: {train_size}}}\n"
+        + "model: {patch_size: 7, dim: 16, depth: 1, heads: 2, mlp_dim: 32}\n"
+        + f"train: {{epochs: {epochs}, batch_size: 50, lr: 0.003, warmup_epochs: 1, eval_batch_size: 250, "
+        + "timing_images: 8}\n"
+    )

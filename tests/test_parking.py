@@ -10,12 +10,12 @@ import shutil
 import socket
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
 import pytest
 import torch
+from conftest import tiny_preset_yaml
 
 from rpevit.lab import parking, records
 
@@ -24,7 +24,7 @@ VARIANT = ("smoke", "mnist5k", "softmax+ape")
 
 
 @pytest.fixture
-def roots(tmp_path, monkeypatch):
+def checkout(tmp_path, monkeypatch):
     """This checkout's runs/ and reports/ (another checkout: `move_to`)."""
 
     def move_to(machine: str) -> None:
@@ -57,7 +57,7 @@ def _parked() -> list[str]:
     return sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
 
 
-def test_park_keeps_only_unfinished_runs_newest_state(roots):
+def test_park_keeps_only_unfinished_runs_newest_state(checkout):
     _checkpoint(_run(1), 7, stable=True)  # in flight
     _checkpoint(_run(2), 3, name=records.PREVIOUS_CHECKPOINT)  # killed while replacing its checkpoint
     _checkpoint(_run(3), 9)
@@ -78,12 +78,12 @@ def test_park_keeps_only_unfinished_runs_newest_state(roots):
     )
 
 
-def test_a_fresh_checkout_restores_parked_runs_whole_and_only_forward(roots):
+def test_a_fresh_checkout_restores_parked_runs_whole_and_only_forward(checkout):
     _checkpoint(_run(1), 7, stable=True)
     _checkpoint(_run(2), 5)
     parking.park(["smoke"])
     tracked = records.reports_root()
-    roots("fresh")  # a new clone: the tracked reports/ travel, runs/ does not
+    checkout("fresh")  # a new clone: the tracked reports/ travel, runs/ does not
     shutil.copytree(tracked, records.reports_root())
     _checkpoint(_run(2), 6)  # this checkout already went further with seed 2
     assert parking.pending("smoke") == ["mnist5k/softmax+ape/seed1 at epoch 7"]  # what `status` says
@@ -95,7 +95,7 @@ def test_a_fresh_checkout_restores_parked_runs_whole_and_only_forward(roots):
     assert parking.restore("smoke") == []  # nothing moves twice
 
 
-def test_park_after_a_fresh_clone_loses_no_parked_run(roots):
+def test_park_after_a_fresh_clone_loses_no_parked_run(checkout):
     """Parking in a checkout that never restored (its runs/ empty) must not drop what was parked."""
     _checkpoint(_run(1), 7)
     parking.park(["smoke"])
@@ -104,7 +104,7 @@ def test_park_after_a_fresh_clone_loses_no_parked_run(roots):
     assert "seed1 at epoch 7" in line and _parked() == ["mnist5k/softmax+ape/seed1/checkpoint.pt"]
 
 
-def test_a_gpu_sitting_staged_in_a_fresh_clone_carries_the_parked_runs(roots, tmp_path):
+def test_a_gpu_sitting_staged_in_a_fresh_clone_carries_the_parked_runs(checkout, tmp_path):
     from rpevit.lab import sitting
 
     _checkpoint(_run(1), 7)
@@ -116,7 +116,7 @@ def test_a_gpu_sitting_staged_in_a_fresh_clone_carries_the_parked_runs(roots, tm
     assert records.load_checkpoint(staged)["epoch"] == 7
 
 
-def test_restore_leaves_ended_and_busy_runs_alone(roots):
+def test_restore_leaves_ended_and_busy_runs_alone(checkout):
     _checkpoint(_run(1), 7)
     _checkpoint(_run(2), 7)
     parking.park(["smoke"])
@@ -130,10 +130,10 @@ def test_restore_leaves_ended_and_busy_runs_alone(roots):
     assert not (_run(1) / records.CHECKPOINT).exists() and not (_run(2) / records.CHECKPOINT).exists()
 
 
-def test_unpack_advances_a_run_whole_and_brings_an_ended_one(roots, tmp_path):
+def test_unpack_advances_a_run_whole_and_brings_an_ended_one(checkout, tmp_path):
     from rpevit.lab import sitting
 
-    roots("gpu")
+    checkout("gpu")
     _checkpoint(_run(1), 9)
     records.write_text(_run(1) / records.HISTORY, "epoch,seconds\n")  # packed as found; rewritten on arrival
     _checkpoint(_run(2), 12)
@@ -141,7 +141,7 @@ def test_unpack_advances_a_run_whole_and_brings_an_ended_one(roots, tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     sitting.pack("smoke", out)
-    roots("here")
+    checkout("here")
     _checkpoint(_run(1), 4)
     records.write_text(_run(1) / records.HISTORY, "stale\n")
     (line,) = sitting.unpack(out)
@@ -150,17 +150,7 @@ def test_unpack_advances_a_run_whole_and_brings_an_ended_one(roots, tmp_path):
     assert json.loads((_run(2) / records.RECORD).read_text())["status"] == "finished"
 
 
-PRESET = textwrap.dedent(
-    """
-    name: parking_tiny
-    datasets: [mnist5k]
-    variants: [softmax+ape]
-    seeds: [1]
-    data: {train_size: 1000}
-    model: {patch_size: 7, dim: 16, depth: 1, heads: 2, mlp_dim: 32}
-    train: {epochs: 6, batch_size: 50, lr: 0.003, warmup_epochs: 1, eval_batch_size: 250, timing_images: 8}
-    """
-)
+PRESET = tiny_preset_yaml("parking_tiny", epochs=6, train_size=1000)
 
 
 @pytest.mark.slow

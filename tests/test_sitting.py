@@ -7,24 +7,13 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
+from conftest import tiny_preset_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-PRESET = textwrap.dedent(
-    """
-    name: sitting_tiny
-    keep_records: true
-    datasets: [mnist5k]
-    variants: [softmax+ape]
-    seeds: [1]
-    data: {train_size: 2000}
-    model: {patch_size: 7, dim: 16, depth: 1, heads: 2, mlp_dim: 32}
-    train: {epochs: 200, batch_size: 50, lr: 0.003, warmup_epochs: 1, eval_batch_size: 250, timing_images: 8}
-    """
-)
+PRESET = tiny_preset_yaml("sitting_tiny", epochs=200, train_size=2000, keep_records=True)
 
 
 def _rpevit(args, roots: Path, check=True, runs: Path | None = None) -> subprocess.CompletedProcess:
