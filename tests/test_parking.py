@@ -116,6 +116,14 @@ def test_a_gpu_sitting_staged_in_a_fresh_clone_carries_the_parked_runs(checkout,
     assert records.load_checkpoint(staged)["epoch"] == 7
 
 
+def test_status_reads_parked_runs_without_moving_a_damaged_checkpoint(checkout):
+    _checkpoint(_run(1), 7)
+    parking.park(["smoke"])
+    records.write_text(_run(1) / records.CHECKPOINT, "not a checkpoint")
+    assert parking.pending("smoke") == ["mnist5k/softmax+ape/seed1 at epoch 7"]
+    assert (_run(1) / records.CHECKPOINT).read_text() == "not a checkpoint"  # the run's own resume judges it
+
+
 def test_restore_leaves_ended_and_busy_runs_alone(checkout):
     _checkpoint(_run(1), 7)
     _checkpoint(_run(2), 7)

@@ -42,8 +42,12 @@ def epochs(data: bytes) -> int:
 
 
 def _local_epochs(directory: Path) -> int:
-    state = records.load_checkpoint(directory / records.CHECKPOINT) if directory.is_dir() else None
-    return int(state.get("epoch", 0)) if state else 0
+    """The epochs of a run's newest readable checkpoint here (0 if none), read without moving anything: a
+    damaged file is left for the run's own resume to judge, and `status` reads through this too."""
+    for name in (records.CHECKPOINT, records.PREVIOUS_CHECKPOINT):
+        if (directory / name).is_file() and (state := _state((directory / name).read_bytes())):
+            return int(state.get("epoch", 0))
+    return 0
 
 
 def unfinished_runs(preset: str) -> tuple[dict[Path, dict[str, Path]], list[Path]]:
