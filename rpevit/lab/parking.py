@@ -136,10 +136,9 @@ def restore(preset: str) -> list[str]:
 def park(presets: list[str]) -> list[str]:
     """Replace each preset's reports/<preset>/parked/ with its unfinished runs (restoring first, so a parked
     run this checkout is behind on is never lost; runs that ended drop out). A line per preset."""
-    lines = []
-    for preset in presets:
+    lines, names = [], [load_params(preset).name for preset in presets]  # every preset checked before any work
+    for preset, name in zip(presets, names):
         restore(preset)
-        name = load_params(preset).name
         wanted, _ = unfinished_runs(preset)
         root = _parked_root(name)
         staging = root.with_name(f".{PARKED}.tmp")
