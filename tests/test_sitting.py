@@ -195,9 +195,7 @@ def test_stage_carries_only_what_unfinished_runs_need(tmp_path, monkeypatch):
     assert (
         folder / "runs" / "smoke" / "mnist5k" / "softmax+ape" / "seed2" / "checkpoint.pt"
     ).read_text() == "checkpoint.pt"
-    from rpevit.lab import parking
-
-    monkeypatch.setattr(parking, "load_params", lambda preset: dataclasses.replace(smoke, continues="donor"))
+    monkeypatch.setattr(sitting, "load_params", lambda preset: dataclasses.replace(smoke, continues="donor"))
     sitting.stage(["smoke"], folder)  # replaces its own folder
     assert (folder / "runs" / "donor" / "mnist5k" / "softmax+ape" / "seed1" / records.STABLE_CHECKPOINT).is_file()
     assert not (folder / "runs" / "donor" / "mnist5k" / "softmax+ape" / "seed1" / records.CHECKPOINT).exists()

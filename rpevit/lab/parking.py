@@ -18,7 +18,7 @@ import shutil
 from pathlib import Path
 
 from . import records
-from .params import load_params
+from .params import Params, load_params
 
 PARKED = "parked"  # reports/<preset>/parked/<dataset>/<variant>/seed<N>/: tracked, unlike runs/
 RUN_FILES = (records.CHECKPOINT, records.STABLE_CHECKPOINT)  # read in this order: a checkpoint past the stable
@@ -36,6 +36,10 @@ def _state(data: bytes) -> dict:
     return state if isinstance(state, dict) else {}
 
 
+def _loaded(preset: str | Params) -> Params:
+    return preset if isinstance(preset, Params) else load_params(preset)
+
+
 def epochs(data: bytes) -> int:
     """The epochs a checkpoint's bytes hold (0 if it cannot be read)."""
     return int(_state(data).get("epoch", 0))
@@ -50,12 +54,12 @@ def _local_epochs(directory: Path) -> int:
     return 0
 
 
-def unfinished_runs(preset: str) -> tuple[dict[Path, dict[str, Path]], list[Path]]:
+def unfinished_runs(preset: str | Params) -> tuple[dict[Path, dict[str, Path]], list[Path]]:
     """({run directory under runs/: {name: file}}, donor files): what each unfinished run needs to go on — its
     newest checkpoint (checkpoint.pt, else checkpoint.prev.pt, named CHECKPOINT here), its stable checkpoint
     and history.csv where it has them (a run with a record has ended) — and, for a preset that `continues`
-    another, that one's stable checkpoints."""
-    params = load_params(preset)
+    another, that one's stable checkpoints. `preset`: a name, a YAML path or loaded params."""
+    params = _loaded(preset)
     base, wanted = records.runs_root() / params.name, {}
     for directory in sorted({p.parent for p in base.rglob("*.pt")} if base.is_dir() else ()):
         if records.SUPERSEDED in directory.parts or _ended(directory):
@@ -106,40 +110,45 @@ def _parked_root(preset_name: str) -> Path:
     return records.reports_root() / preset_name / PARKED
 
 
+def _parked_runs(preset_name: str):
+    """(parked folder, the run's directory under runs/) for each parked run of a preset, in order."""
+    root = _parked_root(preset_name)
+    for checkpoint in sorted(root.rglob(records.CHECKPOINT)) if root.is_dir() else ():
+        yield checkpoint.parent, records.runs_root() / preset_name / checkpoint.parent.relative_to(root)
+
+
 def pending(preset_name: str) -> list[str]:
     """ "<dataset>/<variant>/seed<N> at epoch E" for each parked run that `restore` would place now."""
-    root, found = _parked_root(preset_name), []
-    for checkpoint in sorted(root.rglob(records.CHECKPOINT)) if root.is_dir() else ():
-        relative = checkpoint.parent.relative_to(root)
-        local = records.runs_root() / preset_name / relative
-        parked = epochs(checkpoint.read_bytes())
+    found = []
+    for folder, local in _parked_runs(preset_name):
+        parked = epochs((folder / records.CHECKPOINT).read_bytes())
         if not _ended(local) and parked > _local_epochs(local):
-            found.append(f"{relative.as_posix()} at epoch {parked}")
+            found.append(f"{folder.relative_to(_parked_root(preset_name)).as_posix()} at epoch {parked}")
     return found
 
 
-def restore(preset: str) -> list[str]:
+def restore(preset: str | Params) -> list[str]:
     """Put a preset's parked runs into runs/ (place_run); a line for what moved, none if nothing did."""
-    name = load_params(preset).name
-    root, placed, held = _parked_root(name), 0, 0
-    for checkpoint in sorted(root.rglob(records.CHECKPOINT)) if root.is_dir() else ():
-        folder = checkpoint.parent
-        files = {n: (folder / n).read_bytes() for n in RUN_FILES if (folder / n).is_file()}
-        outcome = place_run(records.runs_root() / name / folder.relative_to(root), files)
+    name = _loaded(preset).name
+    placed = held = 0
+    for folder, local in _parked_runs(name):
+        outcome = place_run(local, {n: (folder / n).read_bytes() for n in RUN_FILES if (folder / n).is_file()})
         placed, held = placed + (outcome == "placed"), held + (outcome == "busy")
     if not placed and not held:
         return []
     busy = f" ({held} left alone: another process trains them)" if held else ""
-    return [f"{name}: {placed} parked run(s) restored from {root.relative_to(records.reports_root().parent)}{busy}"]
+    where = _parked_root(name).relative_to(records.reports_root().parent)
+    return [f"{name}: {placed} parked run(s) restored from {where}{busy}"]
 
 
 def park(presets: list[str]) -> list[str]:
     """Replace each preset's reports/<preset>/parked/ with its unfinished runs (restoring first, so a parked
     run this checkout is behind on is never lost; runs that ended drop out). A line per preset."""
-    lines, names = [], [load_params(preset).name for preset in presets]  # every preset checked before any work
-    for preset, name in zip(presets, names):
-        restore(preset)
-        wanted, _ = unfinished_runs(preset)
+    lines, loaded = [], [load_params(preset) for preset in presets]  # every preset checked before any work
+    for params in loaded:
+        name = params.name
+        restore(params)
+        wanted, _ = unfinished_runs(params)
         root = _parked_root(name)
         staging = root.with_name(f".{PARKED}.tmp")
         shutil.rmtree(staging, ignore_errors=True)
@@ -147,9 +156,10 @@ def park(presets: list[str]) -> list[str]:
         for directory, files in wanted.items():
             relative = directory.relative_to(records.runs_root() / name)
             for file_name in (n for n in RUN_FILES if n in files):  # the checkpoint first (RUN_FILES)
-                records.write_bytes(staging / relative / file_name, files[file_name].read_bytes())
-            parked = epochs((staging / relative / records.CHECKPOINT).read_bytes())
-            held.append(f"{relative.as_posix()} at epoch {parked}")
+                data = files[file_name].read_bytes()
+                records.write_bytes(staging / relative / file_name, data)
+                if file_name == records.CHECKPOINT:
+                    held.append(f"{relative.as_posix()} at epoch {epochs(data)}")
         old = root.with_name(f".{PARKED}.old.tmp")
         shutil.rmtree(old, ignore_errors=True)
         if root.exists():

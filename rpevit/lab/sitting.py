@@ -213,8 +213,9 @@ def stage(presets: list[str], folder: Path) -> list[str]:
 
     if folder.exists() and not (folder / STAGED_MARK).is_file():
         raise UserError(f"{folder} exists and was not made by --stage; move it away first.")
-    lines = [line for preset in presets for line in restore(preset)]  # a fresh checkout's runs/ has none yet
-    files = {preset: unfinished_runs(preset) for preset in presets}  # every preset is checked before any copy
+    loaded = {preset: load_params(preset) for preset in presets}  # every preset is checked before any work
+    lines = [line for params in loaded.values() for line in restore(params)]  # a fresh checkout's runs/ has none
+    files = {preset: unfinished_runs(params) for preset, params in loaded.items()}
     shutil.rmtree(folder, ignore_errors=True)
     (folder / "runs").mkdir(parents=True)
     (folder / STAGED_MARK).write_text("made by `python -m rpevit gpu-sitting --stage`; replaced by the next\n")
