@@ -39,8 +39,7 @@ study: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/ruff check rpevit tests scripts
 	$(VENV)/bin/ruff format --check rpevit tests scripts
-	$(PY) -m pytest -q --durations=15 tests
-	$(PY) -m pytest -q --durations=10 -p no:cacheprovider --nbval-lax --nbval-current-env --nbval-sanitize-with notebooks/nbval_sanitize.cfg notebooks
+	bash scripts/test_side_by_side.sh $(PY)  # the suite and the notebooks under nbval, one core each
 
 check: $(STAMP)
 	$(VENV)/bin/ruff check rpevit tests scripts
