@@ -52,7 +52,7 @@ def tiny_loader(params, name, n_train=256):
 def ray_cluster():
     ray = require_module("ray", NO_RAY)
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import test modules
-    ray.init(address="local", num_cpus=2, include_dashboard=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, _system_config=dict(cluster.LOCAL_CONFIG))
     yield ray
     ray.shutdown()
 
@@ -110,6 +110,16 @@ def test_unreachable_cluster_address_is_one_clear_error():
     fake_ray = types.SimpleNamespace(is_initialized=lambda: False, init=lambda **kw: pytest.fail("no init"))
     with pytest.raises(UserError, match="cannot reach the Ray cluster at 127.0.0.1:9.*ray start --head"):
         cluster._connect(fake_ray, "127.0.0.1:9")
+
+
+def test_a_local_cluster_trains_at_the_drivers_niceness(ray_cluster, monkeypatch):
+    """Ray nices its workers to 15 by default, which starves them beside any other busy process: the local
+    cluster `_connect` starts asks for niceness 0, and this Ray honours the setting (the fixture passes it)."""
+    started = {}
+    fake_ray = types.SimpleNamespace(is_initialized=lambda: False, init=lambda **kw: started.update(kw))
+    assert cluster._connect(fake_ray, None) and started["_system_config"]["worker_niceness"] == 0
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert ray_cluster.get(ray_cluster.remote(lambda: os.nice(0)).remote()) == os.nice(0)
 
 
 def test_progress_lines(capsys):
