@@ -116,9 +116,9 @@ def test_a_local_cluster_trains_at_the_drivers_niceness(ray_cluster, monkeypatch
     """Ray nices its workers to 15 by default, which starves them beside any other busy process: the local
     cluster `_connect` starts asks for niceness 0, and this Ray honours the setting (the fixture passes it)."""
     started = {}
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)  # `_connect` would join that cluster instead
     fake_ray = types.SimpleNamespace(is_initialized=lambda: False, init=lambda **kw: started.update(kw))
     assert cluster._connect(fake_ray, None) and started["_system_config"]["worker_niceness"] == 0
-    monkeypatch.delenv("RAY_ADDRESS", raising=False)
     assert ray_cluster.get(ray_cluster.remote(lambda: os.nice(0)).remote()) == os.nice(0)
 
 

@@ -111,19 +111,21 @@ def _parked_root(preset_name: str) -> Path:
 
 
 def _parked_runs(preset_name: str):
-    """(parked folder, the run's directory under runs/) for each parked run of a preset, in order."""
+    """(its path under the parked folder, parked folder, the run's directory under runs/) for each parked run
+    of a preset, in order."""
     root = _parked_root(preset_name)
     for checkpoint in sorted(root.rglob(records.CHECKPOINT)) if root.is_dir() else ():
-        yield checkpoint.parent, records.runs_root() / preset_name / checkpoint.parent.relative_to(root)
+        relative = checkpoint.parent.relative_to(root)
+        yield relative, checkpoint.parent, records.runs_root() / preset_name / relative
 
 
 def pending(preset_name: str) -> list[str]:
     """ "<dataset>/<variant>/seed<N> at epoch E" for each parked run that `restore` would place now."""
     found = []
-    for folder, local in _parked_runs(preset_name):
+    for relative, folder, local in _parked_runs(preset_name):
         parked = epochs((folder / records.CHECKPOINT).read_bytes())
         if not _ended(local) and parked > _local_epochs(local):
-            found.append(f"{folder.relative_to(_parked_root(preset_name)).as_posix()} at epoch {parked}")
+            found.append(f"{relative.as_posix()} at epoch {parked}")
     return found
 
 
@@ -131,7 +133,7 @@ def restore(preset: str | Params) -> list[str]:
     """Put a preset's parked runs into runs/ (place_run); a line for what moved, none if nothing did."""
     name = _loaded(preset).name
     placed = held = 0
-    for folder, local in _parked_runs(name):
+    for _, folder, local in _parked_runs(name):
         outcome = place_run(local, {n: (folder / n).read_bytes() for n in RUN_FILES if (folder / n).is_file()})
         placed, held = placed + (outcome == "placed"), held + (outcome == "busy")
     if not placed and not held:
