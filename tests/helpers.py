@@ -73,7 +73,7 @@ class LargestTensor(TorchDispatchMode):
 
 def resumed_like_straight(params, dataset, variant: str, tmp_path, epochs: int = 3) -> tuple[dict, dict]:
     """(record, record) of `variant` trained straight for `epochs` and trained again with an
-    interrupt after epoch 1 and a resume; asserts their histories (but wall seconds) are equal."""
+    interrupt after epoch 1 and a resume; asserts their histories (but their wall and CPU seconds) are equal."""
     import pytest
 
     from rpevit.lab import records
@@ -96,10 +96,7 @@ def resumed_like_straight(params, dataset, variant: str, tmp_path, epochs: int =
     assert not (tmp_path / "b" / records.RECORD).exists()
     assert records.load_checkpoint(tmp_path / "b" / records.CHECKPOINT)["epoch"] == 1
     resumed = train_run(Run(params, dataset.info.name, variant, 0, epochs=epochs), dataset, tmp_path / "b", resume=True)
-    histories = [
-        [{k: v for k, v in row.items() if k != "seconds"} for row in records.read_history(tmp_path / run)]
-        for run in "ab"
-    ]
+    histories = [[without_times(row) for row in records.read_history(tmp_path / run)] for run in "ab"]
     assert histories[0] == histories[1]
     return straight, resumed
 
@@ -128,3 +125,8 @@ def cli(capsys, *argv):
     out, err = capsys.readouterr()
     assert "Traceback" not in out + err and "UnicodeDecodeError" not in out + err
     return code, out, err
+
+
+def without_times(row: dict) -> dict:
+    """A history row less its wall and CPU seconds: what two runs of the same training share."""
+    return {k: v for k, v in row.items() if k not in ("seconds", "cpu_seconds")}

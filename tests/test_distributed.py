@@ -22,6 +22,8 @@ from rpevit.lab.params import load_params
 from rpevit.lab.run import Run
 from rpevit.lab.train import train_run
 
+from helpers import without_times
+
 ROOT = Path(__file__).resolve().parents[1]
 TORCHRUN = Path(sys.executable).with_name("torchrun")
 VARIANT = "favor+rope_mixed"
@@ -147,8 +149,8 @@ def test_kill_and_resume_under_torchrun_is_exact(setup, straight):
     again, straight_state = checkpoint(directory), checkpoint(straight)
     for name, value in straight_state["model"].items():
         assert torch.equal(again["model"][name], value), name
-    strip = [{k: v for k, v in row.items() if k != "seconds"} for row in records.read_history(straight)]
-    assert [{k: v for k, v in row.items() if k != "seconds"} for row in records.read_history(directory)] == strip
+    strip = [without_times(row) for row in records.read_history(straight)]
+    assert [without_times(row) for row in records.read_history(directory)] == strip
     a, b = records.read_record(directory), records.read_record(straight)
     assert (a["top1"], a["test_predictions"], a["best_epoch"]) == (b["top1"], b["test_predictions"], b["best_epoch"])
 

@@ -267,6 +267,33 @@ def test_training_time_is_read_against_the_budget_the_preset_states(tmp_path):
     assert budget.budget_line(1.0, 0, None).endswith("the preset states no CPU budget.")
 
 
+def test_an_epoch_counts_its_cpu_seconds_where_its_history_has_them(tmp_path):
+    """A budget counts CPU seconds (a busy machine's waits are wall time, not work), in the history and in
+    the cool-downs; a history begun before they were recorded counts its wall seconds, and a run resumed
+    from one goes on in its seven columns."""
+    from rpevit.lab import records
+    from rpevit.lab.params import load_params
+    from rpevit.lab.run import Run
+
+    dial = load_params(_dial(tmp_path))
+    roots = {"runs_root": tmp_path / "runs", "reports_root": tmp_path / "reports"}
+    new, old = (Run(dial, "mnist5k", "favor+ape", seed, **roots) for seed in (1, 2))
+    row = {"train_loss": 1.0, "train_acc": 0.5, "val_loss": 1.0, "val_acc": 0.5, "lr": 0.001}
+    records.write_csv(new.dir / "history.csv", [{"epoch": 1, **row, "seconds": 1800.0, "cpu_seconds": 900.0}])
+    branched = {"8": {"history": [{"seconds": 900.0, "cpu_seconds": 450.0}]}}
+    records.save_checkpoint(new.dir / records.CHECKPOINT, {"epoch": 1, "branches": branched})
+    assert budget.training_hours(dial, **roots) == (pytest.approx(0.375), pytest.approx(0.375))
+    wall_only = [{"epoch": 1, **row, "seconds": 1800.0}]
+    records.write_csv(old.dir / "history.csv", wall_only)
+    records.save_checkpoint(old.dir / records.CHECKPOINT, {"epoch": 1})
+    assert budget.training_hours(dial, **roots) == (pytest.approx(0.875), pytest.approx(0.875))
+    assert records.read_history(old.dir) == wall_only  # read as written, not moved aside
+    going_on = records.in_history_columns({"epoch": 2, **row, "seconds": 2.0, "cpu_seconds": 1.0}, wall_only)
+    assert tuple(going_on) == records.WALL_ONLY_HISTORY_COLUMNS
+    fresh = {"epoch": 1, **row, "seconds": 2.0, "cpu_seconds": 1.0}
+    assert records.in_history_columns(fresh, []) == fresh
+
+
 @pytest.mark.parametrize(("preset", "features"), [("canvas56_dial16", 16), ("canvas56_dial8", 8)])
 def test_the_feature_dials_are_the_56_pilot_with_fewer_favor_features(preset, features):
     """Pre-registered to change only FAVOR+'s feature count, and to read softmax from the 56×56 pilot."""
@@ -297,7 +324,7 @@ def test_a_collapsed_run_is_reported_apart_and_left_out_of_the_gaps(tmp_path, mo
         _keep(Run(reference, "mnist5k", "softmax+ape", seed, **roots), {8: 80.0, 16: 84.0, 32: 86.0})
         _keep(Run(dial, "mnist5k", "favor+ape", seed, **roots), {8: 80.0, 16: 84.0, 32: 84.0})
     fell = Run(dial, "mnist5k", "favor+ape", 2, **roots)
-    row = {"train_loss": 1.0, "train_acc": 0.5, "val_loss": 1.0, "lr": 0.001, "seconds": 1.0}
+    row = {"train_loss": 1.0, "train_acc": 0.5, "val_loss": 1.0, "lr": 0.001, "seconds": 1.0, "cpu_seconds": 1.0}
     falling = [{"epoch": e, **row, "val_acc": 0.8 if e < 20 else 0.2} for e in range(1, 33)]
     records.write_csv(fell.kept_dir / "history.csv", falling, list(records.HISTORY_COLUMNS))
     monkeypatch.setenv("RPEVIT_RUNS", str(roots["runs_root"]))

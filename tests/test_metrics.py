@@ -208,18 +208,37 @@ def test_timer_reads_the_clock_after_synchronising_at_both_ends(monkeypatch):
 
     from rpevit.core import metrics
 
-    events, readings = [], iter([10.0, 10.25])
+    events, readings, cpu_readings = [], iter([10.0, 10.25]), iter([3.0, 3.125])
 
     def clock():
         events.append("clock")
         return next(readings)
 
-    monkeypatch.setattr(metrics, "time", types.SimpleNamespace(perf_counter=clock))
+    def cpu_clock():
+        events.append("cpu clock")
+        return next(cpu_readings)
+
+    monkeypatch.setattr(metrics, "time", types.SimpleNamespace(perf_counter=clock, process_time=cpu_clock))
     monkeypatch.setattr(metrics, "synchronize", lambda device: events.append(f"sync {torch.device(device).type}"))
     with Timer("cpu") as timer:
         events.append("block")
-    assert timer.seconds == 0.25
-    assert events == ["sync cpu", "clock", "block", "sync cpu", "clock"]
+    assert (timer.seconds, timer.cpu_seconds) == (0.25, 0.125)
+    assert events == ["sync cpu", "clock", "cpu clock", "block", "sync cpu", "clock", "cpu clock"]
+
+
+def test_a_wait_is_wall_time_but_not_cpu_time():
+    """What a one-thread CPU budget counts (cpu_seconds) leaves out time the process did not run — here a
+    sleep, on a busy machine the waits for a core — and counts the work it did."""
+    import time
+
+    with Timer("cpu") as waited:
+        time.sleep(0.3)
+    assert waited.seconds >= 0.3 and waited.cpu_seconds < 0.1
+    with Timer("cpu") as worked:
+        deadline = time.process_time() + 0.2
+        while time.process_time() < deadline:
+            pass
+    assert worked.cpu_seconds >= 0.2
 
 
 def test_cpu_peak_memory_is_measured_per_run():
@@ -241,7 +260,6 @@ def test_result_fields_are_what_a_run_computed():
     from rpevit.lab.schema import RESULT_FIELDS, result_view
 
     assert {"top1", "log_likelihood", "test_correct", "test_predictions", "best_epoch"} <= set(RESULT_FIELDS)
-    assert not {"ms_per_image_batched", "train_seconds_per_epoch", "finished_at", "device", "load_average"} & set(
-        RESULT_FIELDS
-    )
+    timings = {"ms_per_image_batched", "train_seconds_per_epoch", "train_cpu_seconds_per_epoch"}
+    assert not {*timings, "finished_at", "device", "load_average"} & set(RESULT_FIELDS)
     assert result_view({"top1": 0.9, "ms_per_image_batched": 3.0})["top1"] == 0.9

@@ -46,6 +46,30 @@ def test_tiny_run_learns_and_writes_record(tiny_params, tiny_dataset, tmp_path):
     assert record["top1"] > 0.15  # better than chance (0.10) on held-out real digits
     assert record["flops_per_image"] > 0 and record["num_params"] > 0
     assert record["bic"] > record["aic"]  # k ln n > 2k for n = 100 test images
+    cpu = [row["cpu_seconds"] for row in history]  # what a one-thread CPU budget counts
+    assert min(cpu) > 0 and record["train_cpu_seconds_per_epoch"] == pytest.approx(sum(cpu) / 4)
+
+
+def test_a_run_begun_without_cpu_seconds_resumes_in_its_seven_columns(tiny_params, tiny_dataset, tmp_path):
+    """A checkpoint written before the epochs' CPU seconds were recorded resumes with one history schema:
+    the new epochs go without them (never filled in), and the record says it has no CPU seconds."""
+
+    def stop_after_first(row):
+        if row["epoch"] == 1:
+            raise KeyboardInterrupt
+
+    run = Run(tiny_params, "mnist5k", "relu+ape", 0, epochs=2)
+    with pytest.raises(KeyboardInterrupt):
+        train_run(run, tiny_dataset, tmp_path, on_epoch_end=stop_after_first)
+    path = tmp_path / records.CHECKPOINT
+    old = records.load_checkpoint(path)
+    old["history"] = [{k: v for k, v in row.items() if k != "cpu_seconds"} for row in old["history"]]
+    records.save_checkpoint(path, old)
+    records.write_csv(tmp_path / records.HISTORY, old["history"])
+    record = train_run(run, tiny_dataset, tmp_path, resume=True)
+    history = records.read_history(tmp_path, epochs=2)
+    assert [tuple(row) for row in history] == [records.WALL_ONLY_HISTORY_COLUMNS] * 2
+    assert record["train_cpu_seconds_per_epoch"] is None and record["train_seconds_per_epoch"] > 0
 
 
 def test_resume_gives_identical_results(tiny_params, tiny_dataset, tmp_path):

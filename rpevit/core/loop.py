@@ -61,13 +61,15 @@ class Alone:
 @dataclass
 class EpochTotals:
     """One pass over the training set: summed loss and correct predictions over the images seen, the
-    first step whose loss was not finite (−1 when none) and the seconds it took."""
+    first step whose loss was not finite (−1 when none), the wall seconds it took and this process's
+    CPU seconds."""
 
     loss_sum: torch.Tensor
     correct: torch.Tensor
     seen: int
     first_bad_step: torch.Tensor
     seconds: float
+    cpu_seconds: float
 
     @property
     def diverged(self) -> bool:
@@ -76,6 +78,10 @@ class EpochTotals:
     def row(self) -> dict:
         """The epoch's mean training loss and accuracy."""
         return {"train_loss": self.loss_sum.item() / self.seen, "train_acc": self.correct.item() / self.seen}
+
+    def times(self) -> dict:
+        """The epoch's wall and CPU seconds, as a history row names them."""
+        return {"seconds": self.seconds, "cpu_seconds": self.cpu_seconds}
 
 
 def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
@@ -134,7 +140,7 @@ def train_epoch(model, optimizer, scheduler, batches, step: Step, *, forward=Non
     # the global batch's numbers: sums over processes, the earliest bad step of any
     first_bad_step = replica.first(first_bad_step)
     loss_sum, correct, seen = replica.totals(loss_sum, correct, seen)
-    return EpochTotals(loss_sum, correct, seen, first_bad_step, timer.seconds)
+    return EpochTotals(loss_sum, correct, seen, first_bad_step, timer.seconds, timer.cpu_seconds)
 
 
 @torch.no_grad()

@@ -276,21 +276,24 @@ def busy_load(load: float | None, cores: int | None) -> bool:
 
 
 class Timer:
-    """Context manager measuring wall seconds of its block in `.seconds`, synchronising CUDA devices."""
+    """Context manager measuring its block's wall seconds (`.seconds`) and this process's CPU seconds,
+    every thread summed (`.cpu_seconds`: what a one-thread CPU budget counts, unchanged by other
+    processes on the machine), synchronising CUDA devices."""
 
     def __init__(self, device="cpu"):
         self.device = torch.device(device)
-        self.seconds = 0.0
-        self._start = 0.0
+        self.seconds = self.cpu_seconds = 0.0
+        self._start = self._cpu_start = 0.0
 
     def __enter__(self) -> Timer:
         synchronize(self.device)
-        self._start = time.perf_counter()
+        self._start, self._cpu_start = time.perf_counter(), time.process_time()
         return self
 
     def __exit__(self, *exc_info) -> None:
         synchronize(self.device)
         self.seconds = time.perf_counter() - self._start
+        self.cpu_seconds = time.process_time() - self._cpu_start
 
 
 # dense (no sparsity) bf16 tensor-core peaks, TFLOP/s, from NVIDIA's data sheets; the longest

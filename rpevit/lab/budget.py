@@ -4,8 +4,9 @@ A pilot states its budget in its header (`# Budget: ≤ N one-thread CPU hours �
 first run); the time spent is the epoch seconds of its runs — finished ones with their cool-down
 branches (rpevit/core/budgets.py), and the checkpointed epochs of unfinished ones. `study` starts
 no run once the budget is spent (a run already started, with a checkpoint, is finished); `status`
-and the pilot's report say how much is used. Epoch seconds
-are wall time: two runs side by side on two cores take about twice the quiet-machine time per epoch.
+and the pilot's report say how much is used. An epoch counts its process's CPU seconds
+(schema.epoch_cost), which other work on the machine does not inflate; histories written before those
+were recorded count their wall seconds.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from .continuation import inherited_seconds
 from .design import branch_seconds
 from .params import preset_path
 from .run import Run
+from .schema import epoch_cost
 
 _BUDGET = re.compile(r"^# Budget: ≤ (\d+(?:\.\d+)?) one-thread CPU hours", re.MULTILINE)
 
@@ -67,7 +69,7 @@ def _held(path) -> dict:
 def _seconds(history: list[dict], branches: dict | None, continued_from: dict | None = None) -> float:
     """Epoch seconds of a run's history and of its cool-down branches' histories, less those another
     preset's run spent (the epochs and cool-downs it went on from: continuation.py)."""
-    own = sum(float(row["seconds"]) for row in history) + branch_seconds(branches)
+    own = sum(epoch_cost(row) for row in history) + branch_seconds(branches)
     return own - inherited_seconds(history, branches, continued_from)
 
 

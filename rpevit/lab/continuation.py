@@ -25,7 +25,7 @@ from . import records
 from .catalog import current_record, grid, run_history
 from .params import load_params
 from .run import Run
-from .schema import is_finished
+from .schema import epoch_cost, is_finished
 
 
 def donor_params(params):
@@ -93,4 +93,4 @@ def inherited_seconds(history: list[dict], branches: dict | None, continued_from
         return 0.0
     rows = [row for row in history if row["epoch"] <= continued_from["epoch"]]
     rows += [row for b in continued_from["budgets"] for row in (branches or {}).get(b, {}).get("history", [])]
-    return sum(float(row["seconds"]) for row in rows)
+    return sum(epoch_cost(row) for row in rows)

@@ -24,7 +24,7 @@ from typing import NamedTuple
 
 from ..core.errors import UserError
 from .result import Result, results
-from .schema import DIVERGED
+from .schema import DIVERGED, epoch_cost
 from .schema import finished as finished_runs
 
 
@@ -353,18 +353,22 @@ def primary_settled(params, records: list[dict]) -> bool:
 
 
 def training_hours(records) -> float:
-    """Summed training hours of finished runs, read from their records alone: epochs × seconds per epoch
-    plus the epoch seconds of their cool-down branches (train.budgets), the measure a pilot's stated
-    budget counts from histories (rpevit/lab/budget.py)."""
+    """Summed training hours of finished runs, read from their records alone: epochs × CPU seconds per
+    epoch (wall seconds in records from before those were kept) plus the epoch seconds of their cool-down
+    branches (train.budgets), the measure a pilot's stated budget counts from histories (rpevit/lab/budget.py)."""
     return (
-        sum((r.train_seconds_per_epoch or 0) * (r.epochs or 0) + branch_seconds(r.budgets) for r in results(records))
+        sum(
+            (r.train_cpu_seconds_per_epoch or r.train_seconds_per_epoch or 0) * (r.epochs or 0)
+            + branch_seconds(r.budgets)
+            for r in results(records)
+        )
         / 3600
     )
 
 
 def branch_seconds(branches: dict | None) -> float:
     """The epoch seconds of a run's cool-down branches (a record's or checkpoint's `budgets`/`branches`)."""
-    return sum(float(row["seconds"]) for branch in (branches or {}).values() for row in branch.get("history", []))
+    return sum(epoch_cost(row) for branch in (branches or {}).values() for row in branch.get("history", []))
 
 
 def _secondary_budget_spent(design: Design, mine: list[dict], primary) -> str:

@@ -139,7 +139,7 @@ def _train_group(members: list[_Member], dataset, device, replica) -> list[dict]
             if captured:
                 last = len(dataset.train) % train_cfg.batch_size
                 compile_seconds += step_fn.warm_up(dataset, [train_cfg.batch_size] + ([last] if last else []))
-        seconds = _packed_epoch(active, dataset, device, epoch, step_fn)
+        times = _packed_epoch(active, dataset, device, epoch, step_fn)
         for m in list(active):
             loss_sum, correct, seen = m.sums
             if m.first_bad_step >= 0:
@@ -158,7 +158,7 @@ def _train_group(members: list[_Member], dataset, device, replica) -> list[dict]
                 "train_acc": correct.item() / seen,
                 **_validation(m.state.model, dataset, train_cfg, device),
                 "lr": m.state.optimizer.param_groups[0]["lr"],
-                "seconds": seconds,
+                **times,
             }
             with _own_random_state(m, device):
                 _end_epoch(m.state, row, m.run, m.run.dir / records.CHECKPOINT, device, computed_in, {})
@@ -253,9 +253,10 @@ def _step_for(members: list[_Member], train_cfg, device, captured: bool) -> Pack
     return PackedStep([m.state.model for m in members], optimizers, schedulers, train_cfg, device, captured=captured)
 
 
-def _packed_epoch(members: list[_Member], dataset, device, epoch: int, step_fn: PackedStep) -> float:
+def _packed_epoch(members: list[_Member], dataset, device, epoch: int, step_fn: PackedStep) -> dict:
     """One pass over the training set for every member at once; each member's (loss sum, correct,
-    seen) lands in its `sums` and its first non-finite step in `first_bad_step`. Returns seconds."""
+    seen) lands in its `sums` and its first non-finite step in `first_bad_step`. Returns the pack's wall and
+    CPU seconds (each member's history counts the whole pack's)."""
     info, train_cfg = dataset.info, members[0].run.train_config
     for m in members:
         m.state.model.train()
@@ -294,4 +295,4 @@ def _packed_epoch(members: list[_Member], dataset, device, epoch: int, step_fn: 
         for m in members:
             if not torch.isfinite(m.sums[0]):
                 m.first_bad_step = max(m.first_bad_step, 0)
-    return timer.seconds
+    return {"seconds": timer.seconds, "cpu_seconds": timer.cpu_seconds}

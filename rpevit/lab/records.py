@@ -414,7 +414,17 @@ class RunLock:
             self.path.unlink(missing_ok=True)
 
 
-HISTORY_COLUMNS = ("epoch", "train_loss", "train_acc", "val_loss", "val_acc", "lr", "seconds")
+HISTORY_COLUMNS = ("epoch", "train_loss", "train_acc", "val_loss", "val_acc", "lr", "seconds", "cpu_seconds")
+# histories written before the epochs' CPU seconds were recorded: read as they are, never filled in
+WALL_ONLY_HISTORY_COLUMNS = HISTORY_COLUMNS[:-1]
+
+
+def in_history_columns(row: dict, history: list[dict]) -> dict:
+    """`row` in the columns of the history it joins: a run whose history began without CPU seconds
+    (recorded before they were) goes on without them, so its table keeps one schema."""
+    if history and "cpu_seconds" not in history[0]:
+        return {k: v for k, v in row.items() if k != "cpu_seconds"}
+    return row
 
 
 def history_problem(data: bytes, epochs: int | None = None) -> tuple[list[dict] | None, str | None]:
@@ -425,7 +435,7 @@ def history_problem(data: bytes, epochs: int | None = None) -> tuple[list[dict] 
         rows = [{k: float(v) for k, v in row.items()} for row in reader]
     except (UnicodeDecodeError, csv.Error, ValueError, TypeError) as exc:
         return None, f"not a history table ({type(exc).__name__}: {str(exc)[:80]})"
-    if tuple(reader.fieldnames or ()) != HISTORY_COLUMNS:
+    if tuple(reader.fieldnames or ()) not in (HISTORY_COLUMNS, WALL_ONLY_HISTORY_COLUMNS):
         return None, f"columns {reader.fieldnames} are not {', '.join(HISTORY_COLUMNS)}"
     if not all(math.isfinite(v) for row in rows for v in row.values()):
         return None, "a number is missing or not finite"

@@ -76,6 +76,7 @@ def record_finished_run(
             "num_params": num_params,
             "flops_per_image": metrics.matmul_flops(model, timing_images[:2]),
             "train_seconds_per_epoch": sum(epoch_seconds) / len(epoch_seconds),
+            "train_cpu_seconds_per_epoch": _mean_cpu_seconds(history),
             "train_images_per_second": len(dataset.train) * len(epoch_seconds) / sum(epoch_seconds),
             **metrics.inference_timing(
                 model,
@@ -102,3 +103,10 @@ def record_finished_run(
     )
     records.write_json(out_dir / records.RECORD, record)
     return record
+
+
+def _mean_cpu_seconds(history: list[dict]) -> float | None:
+    """The mean CPU seconds per epoch, None if the history (begun before they were recorded) has none."""
+    if not history or any("cpu_seconds" not in row for row in history):
+        return None
+    return sum(float(row["cpu_seconds"]) for row in history) / len(history)

@@ -71,6 +71,8 @@ class RunRecord:
     num_params: int = _f("params", metric=True, result=True)
     flops_per_image: int = _f("MFLOPs/img", 1e-6, metric=True, result=True)  # forward matmul FLOPs
     train_seconds_per_epoch: float = _f("s/epoch", metric=True)
+    # the process's CPU seconds per epoch (what a one-thread CPU budget counts); None in runs recorded before
+    train_cpu_seconds_per_epoch: float = _f(summary=False)
     train_images_per_second: float = _f("train img/s", metric=True)
     ms_per_image_batched: float = _f("ms/img (batch, in-run timing)", metric=True)
     ms_single_image: float = _f("ms/img (single, in-run timing)", metric=True)
@@ -117,3 +119,10 @@ def result_view(record: dict) -> dict:
 def make_record(**values) -> dict:
     """A record as plain data; an unknown field is an error (the schema is the one list of fields)."""
     return dataclasses.asdict(RunRecord(**values))
+
+
+def epoch_cost(row: dict) -> float:
+    """The seconds an epoch (history row) counts against a one-thread CPU budget: the process's CPU
+    seconds, or its wall seconds where the history predates them (a wall second under load is not a
+    CPU second: two processes sharing a core each take twice the wall time)."""
+    return float(row["cpu_seconds"] if "cpu_seconds" in row else row["seconds"])

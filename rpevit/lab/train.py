@@ -218,7 +218,7 @@ def _train(run: Run, dataset, out_dir: Path, resume: bool, progress: bool, on_ep
                 **totals.row(),
                 **_validation(state.model, dataset, train_cfg, device),
                 "lr": state.optimizer.param_groups[0]["lr"],
-                "seconds": totals.seconds,
+                **totals.times(),
             }
             _end_epoch(state, row, run, checkpoint_path, device, trained_in, rank_fields)
             if on_epoch_end is not None:
@@ -337,7 +337,7 @@ def _resume(state: _State, checkpoint: dict, run: Run, device, precision: str, p
 def _end_epoch(state: _State, row: dict, run: Run, path: Path, device, precision: str, rank_fields: dict) -> None:
     """Record the epoch: history, best weights, the checkpoint (atomically) and history.csv; at the end of
     a WSD run's stable phase also checkpoint.stable.pt."""
-    state.history.append(row)
+    state.history.append(records.in_history_columns(row, state.history))
     state.epoch = row["epoch"]
     if row["val_acc"] > state.best["val_acc"]:
         state.best = {
@@ -393,7 +393,7 @@ def _branch(state: _State, forward, run: Run, dataset, device, replica) -> bool:
         if totals.diverged:
             raise Diverged(f"{run.variant} on {run.dataset} (seed {run.seed}): non-finite loss in a cool-down")
         lr = branch_state.optimizer.param_groups[0]["lr"]
-        return {**totals.row(), "lr": lr, "seconds": totals.seconds}
+        return {**totals.row(), "lr": lr, **totals.times()}
 
     def test(model):
         logits, labels = predict(
