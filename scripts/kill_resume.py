@@ -22,6 +22,7 @@ harness run, too). Every process uses one CPU thread: bit-exact resume holds for
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
 import random
@@ -109,24 +110,33 @@ def kept_weights(kept: Path) -> dict:
     }
 
 
+TIMES = ("seconds", "cpu_seconds")  # a history's timings: what an interrupted run may not share
+
+
+def history_rows(directory: Path) -> list[dict]:
+    """The rows of a run directory's history.csv, by column name."""
+    with open(directory / "history.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
 def outcome(work: Path) -> tuple:
-    """(result fields, history without seconds) of the run directory and of the kept copy, the files of
+    """(result fields, history without its timings) of the run directory and of the kept copy, the files of
     both, and the kept weights."""
     run, kept = run_directory(work), kept_directory(work)
 
     def read(directory: Path):
         record = json.loads((directory / "record.json").read_text())
-        history = [line.rsplit(",", 1)[0] for line in (directory / "history.csv").read_text().splitlines()]
-        return {k: record.get(k) for k in FIELDS}, history
+        return {k: record.get(k) for k in FIELDS}, [
+            {k: v for k, v in row.items() if k not in TIMES} for row in history_rows(directory)
+        ]
 
     files = [sorted(p.name for p in directory.iterdir()) for directory in (run, kept)]
     return read(run), read(kept), files, kept_weights(kept)
 
 
 def shortest_epoch(work: Path) -> float:
-    """Seconds of the uninterrupted run's fastest epoch (its history's last column)."""
-    history = (run_directory(work) / "history.csv").read_text()
-    return min(float(line.rsplit(",", 1)[1]) for line in history.splitlines()[1:])
+    """Wall seconds of the uninterrupted run's fastest epoch (its history's `seconds` column)."""
+    return min(float(row["seconds"]) for row in history_rows(run_directory(work)))
 
 
 def keeping_seconds(lines: list[tuple[float, str]]) -> float:
