@@ -398,6 +398,39 @@ def test_a_spent_budget_starts_no_run_and_a_finished_study_still_writes_its_summ
     assert "interim" in gap_pilot.decision(rows, 32, False, "canvas56_gap_pilot")
 
 
+def test_a_spent_budget_ends_the_pilot_only_after_its_started_runs_finish(tmp_path, monkeypatch):
+    """A run started before the budget was spent is finished (study resumes it), so the pilot's verdict
+    waits for it, whether its checkpoint is here or parked by another checkout; then the pilot ends, and
+    the order moves on."""
+    from rpevit.lab import parking, records
+    from rpevit.lab.params import load_params
+    from rpevit.lab.run import Run
+
+    monkeypatch.setenv("RPEVIT_RUNS", str(tmp_path / "runs"))
+    monkeypatch.setenv("RPEVIT_REPORTS", str(tmp_path / "reports"))
+    monkeypatch.setattr(budget, "stated_budget", lambda preset: 0.5)
+    dial = load_params(_dial(tmp_path))
+    done, flying = (Run(dial, "mnist5k", "favor+ape", seed).rooted() for seed in (1, 2))
+    _keep(done, {8: 80.0, 16: 84.0, 32: 86.0})
+    row = {"train_loss": 1.0, "train_acc": 0.5, "val_loss": 1.0, "val_acc": 0.5, "lr": 0.001, "seconds": 60.0}
+    records.write_csv(done.kept_dir / "history.csv", [{"epoch": e, **row} for e in range(1, 33)])  # 0.53 h
+    reference = Run(load_params(tmp_path / "ref.yaml"), "mnist5k", "softmax+ape", 1).rooted()
+    _keep(reference, {8: 82.0, 16: 86.0, 32: 90.0})  # FAVOR+ 4 points behind: a GO once the pilot ends
+
+    def reading():
+        found = gap_pilot.pilot_records(dial)
+        return gap_pilot.budget_ended(dial, found), gap_pilot.verdict_of(dial, found)
+
+    records.save_checkpoint(flying.dir / records.CHECKPOINT, {"epoch": 3})
+    assert [run.seed for run in budget.runs_in_flight(dial)] == [2] and reading() == ("", "")  # training here
+    parked = tmp_path / "reports" / "dial" / parking.PARKED / "mnist5k" / "favor+ape" / "seed2"
+    parked.mkdir(parents=True)
+    (flying.dir / records.CHECKPOINT).rename(parked / records.CHECKPOINT)
+    assert [run.seed for run in budget.runs_in_flight(dial)] == [2] and reading() == ("", "")  # parked elsewhere
+    shutil.rmtree(parked)
+    assert budget.runs_in_flight(dial) == [] and reading() == ("1 of 2", "GO")  # nothing in flight: it ended
+
+
 def test_the_overview_gives_each_pilot_its_gap_with_an_interval(tmp_path, monkeypatch):
     """Every pilot of the order, a line each: the 40×40 pilot's gaps from its records with the t-interval
     of the per-seed gaps, a dial without ReLU, pilots without records as not yet decided; the file is

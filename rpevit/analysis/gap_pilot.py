@@ -242,8 +242,9 @@ def verdict_of(params, found: dict, reports_root=None) -> str:
 
 def budget_ended(params, found: dict, reports_root=None) -> str:
     """'k of N' when the epoch time of the pilot's finished runs alone has reached its stated budget before
-    every run finished (no new run starts, lab/budget.py), else ''. Read from finished runs only, so every
-    machine with the kept records reads the same; a run still training somewhere is finished all the same."""
+    every run finished (no new run starts, lab/budget.py) and no started run is still in flight, else ''.
+    The time is read from finished runs only, so every machine with the kept records reads the same; a run
+    started here or parked by another checkout is finished all the same, so the pilot ends after it."""
     from ..lab import budget as pilot_budget
     from ..lab.catalog import grid
 
@@ -252,7 +253,9 @@ def budget_ended(params, found: dict, reports_root=None) -> str:
     if done == planned or budget is None:
         return ""
     hours, _ = pilot_budget.training_hours(params, reports_root=reports_root, finished_only=True)
-    return f"{done} of {planned}" if hours >= budget else ""
+    if hours < budget or pilot_budget.runs_in_flight(params, reports_root=reports_root):
+        return ""
+    return f"{done} of {planned}"
 
 
 def pilot_gap_rows(params, found: dict) -> list[dict]:

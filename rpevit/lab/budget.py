@@ -3,7 +3,8 @@
 A pilot states its budget in its header (`# Budget: ≤ N one-thread CPU hours …`, committed before its
 first run); the time spent is the epoch seconds of its runs — finished ones with their cool-down
 branches (rpevit/core/budgets.py), and the checkpointed epochs of unfinished ones. `study` starts
-no run once the budget is spent (a run already started, with a checkpoint, is finished); `status`
+no run once the budget is spent (a run already started, with a checkpoint, is finished, and a pilot's
+verdict waits for it: `runs_in_flight`); `status`
 and the pilot's report say how much is used. An epoch counts its process's CPU seconds
 (schema.epoch_cost), which other work on the machine does not inflate; histories written before those
 were recorded count their wall seconds.
@@ -12,6 +13,7 @@ were recorded count their wall seconds.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import torch
 
@@ -21,6 +23,7 @@ from .catalog import current_record, grid, run_history
 from .continuation import inherited_seconds
 from .design import branch_seconds
 from .params import preset_path
+from .parking import PARKED
 from .run import Run
 from .schema import epoch_cost
 
@@ -85,10 +88,31 @@ def budget_line(hours: float, running: float, budget: float | None) -> str:
     return spent + f", of its pre-registered budget of {budget:g} one-thread CPU hours."
 
 
+def _unfinished(params, runs_root=None, reports_root=None) -> list[Run]:
+    """The preset's runs without a current record (here or kept), rooted."""
+    found = [Run(params, *place, runs_root=runs_root, reports_root=reports_root).rooted() for place in grid(params)]
+    return [run for run in found if current_record(run) is None]
+
+
 def started_runs(params, runs_root=None, reports_root=None) -> list[Run]:
     """The preset's unfinished runs that hold a checkpoint here: started, so finished whatever the budget."""
-    found = [Run(params, *place, runs_root=runs_root, reports_root=reports_root).rooted() for place in grid(params)]
-    return [run for run in found if current_record(run) is None and (run.dir / records.CHECKPOINT).is_file()]
+    return [run for run in _unfinished(params, runs_root, reports_root) if (run.dir / records.CHECKPOINT).is_file()]
+
+
+def runs_in_flight(params, runs_root=None, reports_root=None) -> list[Run]:
+    """The preset's started, unfinished runs: a checkpoint here, or a copy another checkout parked in
+    reports/<preset>/parked/ (parking.py). A spent budget finishes them (`study` resumes a started run),
+    so a pilot is not read as ended while any is in flight."""
+
+    def parked(run: Run) -> Path:
+        relative = run.dir.relative_to(run.runs_root / params.name)
+        return run.reports_root / params.name / PARKED / relative / records.CHECKPOINT
+
+    return [
+        run
+        for run in _unfinished(params, runs_root, reports_root)
+        if (run.dir / records.CHECKPOINT).is_file() or parked(run).is_file()
+    ]
 
 
 def budget_spent(params, preset=None, runs_root=None, reports_root=None) -> str | None:
