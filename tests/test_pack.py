@@ -62,6 +62,34 @@ def test_a_pack_with_budget_branches_matches_the_runs_alone(tiny_params, tiny_da
     _same(together[1], alone, packed[1].dir, tmp_path / "alone", tolerance=3e-4)  # 4 epochs: rounding grows
 
 
+def test_a_member_of_a_pack_counts_its_share_of_the_cpu_seconds(tiny_params, tiny_dataset, tmp_path, monkeypatch):
+    """A pack of N charges each member 1/N of its CPU seconds (their sum is what the process spent, which
+    a CPU budget counts) and all of its wall seconds (each member waited them). A fake clock: every
+    timer read of CPU time advances it 6 s, of wall time 1 s."""
+    import types
+
+    from rpevit.core import metrics
+
+    clocks = {"wall": 0.0, "cpu": 0.0}
+
+    def reading(name, step):
+        def read():
+            clocks[name] += step
+            return clocks[name]
+
+        return read
+
+    monkeypatch.setattr(
+        metrics, "time", types.SimpleNamespace(perf_counter=reading("wall", 1.0), process_time=reading("cpu", 6.0))
+    )
+    params = _params(tiny_params, epochs=2)
+    for size in (1, 3):
+        runs = [Run(params, "mnist5k", "relu+ape", seed, runs_root=tmp_path / str(size)) for seed in range(size)]
+        pack.train_pack(runs, tiny_dataset)
+        rows = [row for run in runs for row in records.read_history(run.dir)]
+        assert [(row["seconds"], row["cpu_seconds"]) for row in rows] == [(1.0, 6.0 / size)] * 2 * size
+
+
 def test_a_kill_inside_a_pack_resumes_to_the_uninterrupted_records(tiny_params, tiny_dataset, tmp_path, monkeypatch):
     params = _params(tiny_params, epochs=3)
     straight = pack.train_pack(

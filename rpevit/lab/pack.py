@@ -255,8 +255,9 @@ def _step_for(members: list[_Member], train_cfg, device, captured: bool) -> Pack
 
 def _packed_epoch(members: list[_Member], dataset, device, epoch: int, step_fn: PackedStep) -> dict:
     """One pass over the training set for every member at once; each member's (loss sum, correct,
-    seen) lands in its `sums` and its first non-finite step in `first_bad_step`. Returns the pack's wall and
-    CPU seconds (each member's history counts the whole pack's)."""
+    seen) lands in its `sums` and its first non-finite step in `first_bad_step`. Returns a member's times: the
+    pack's wall seconds (each member waited all of them) and its share, 1/N, of the pack's CPU seconds (the
+    members' histories sum to what the process spent, which a pilot's CPU budget counts)."""
     info, train_cfg = dataset.info, members[0].run.train_config
     for m in members:
         m.state.model.train()
@@ -295,4 +296,4 @@ def _packed_epoch(members: list[_Member], dataset, device, epoch: int, step_fn: 
         for m in members:
             if not torch.isfinite(m.sums[0]):
                 m.first_bad_step = max(m.first_bad_step, 0)
-    return {"seconds": timer.seconds, "cpu_seconds": timer.cpu_seconds}
+    return {"seconds": timer.seconds, "cpu_seconds": timer.cpu_seconds / len(members)}
