@@ -424,6 +424,7 @@ def test_a_spent_budget_ends_the_pilot_only_after_its_started_runs_finish(tmp_pa
     records.save_checkpoint(flying.dir / records.CHECKPOINT, {"epoch": 3})
     assert [run.seed for run in budget.runs_in_flight(dial)] == [2] and reading() == ("", "")  # training here
     parked = tmp_path / "reports" / "dial" / parking.PARKED / "mnist5k" / "favor+ape" / "seed2"
+    assert parking.parked_checkpoint(flying) == parked / records.CHECKPOINT
     parked.mkdir(parents=True)
     (flying.dir / records.CHECKPOINT).rename(parked / records.CHECKPOINT)
     assert [run.seed for run in budget.runs_in_flight(dial)] == [2] and reading() == ("", "")  # parked elsewhere

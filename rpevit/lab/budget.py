@@ -13,7 +13,6 @@ were recorded count their wall seconds.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import torch
 
@@ -23,7 +22,7 @@ from .catalog import current_record, grid, run_history
 from .continuation import inherited_seconds
 from .design import branch_seconds
 from .params import preset_path
-from .parking import PARKED
+from .parking import parked_checkpoint
 from .run import Run
 from .schema import epoch_cost
 
@@ -103,15 +102,10 @@ def runs_in_flight(params, runs_root=None, reports_root=None) -> list[Run]:
     """The preset's started, unfinished runs: a checkpoint here, or a copy another checkout parked in
     reports/<preset>/parked/ (parking.py). A spent budget finishes them (`study` resumes a started run),
     so a pilot is not read as ended while any is in flight."""
-
-    def parked(run: Run) -> Path:
-        relative = run.dir.relative_to(run.runs_root / params.name)
-        return run.reports_root / params.name / PARKED / relative / records.CHECKPOINT
-
     return [
         run
         for run in _unfinished(params, runs_root, reports_root)
-        if (run.dir / records.CHECKPOINT).is_file() or parked(run).is_file()
+        if (run.dir / records.CHECKPOINT).is_file() or parked_checkpoint(run).is_file()
     ]
 
 

@@ -110,6 +110,12 @@ def _parked_root(preset_name: str) -> Path:
     return records.reports_root() / preset_name / PARKED
 
 
+def parked_checkpoint(run) -> Path:
+    """Where `park` keeps a rooted `Run`'s newest checkpoint (reports/<preset>/parked/<dataset>/<variant>/seed<N>/)."""
+    relative = run.dir.relative_to(run.runs_root / run.params.name)
+    return run.reports_root / run.params.name / PARKED / relative / records.CHECKPOINT
+
+
 def _parked_runs(preset_name: str):
     """(its path under the parked folder, parked folder, the run's directory under runs/) for each parked run
     of a preset, in order."""
