@@ -35,6 +35,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from rpevit.lab.records import without_times
+
 PRESET = """\
 name: killtest
 datasets: [mnist5k]
@@ -110,9 +112,6 @@ def kept_weights(kept: Path) -> dict:
     }
 
 
-TIMES = ("seconds", "cpu_seconds")  # a history's timings: what an interrupted run may not share
-
-
 def history_rows(directory: Path) -> list[dict]:
     """The rows of a run directory's history.csv, by column name."""
     with open(directory / "history.csv", newline="") as f:
@@ -126,9 +125,7 @@ def outcome(work: Path) -> tuple:
 
     def read(directory: Path):
         record = json.loads((directory / "record.json").read_text())
-        return {k: record.get(k) for k in FIELDS}, [
-            {k: v for k, v in row.items() if k not in TIMES} for row in history_rows(directory)
-        ]
+        return {k: record.get(k) for k in FIELDS}, [without_times(row) for row in history_rows(directory)]
 
     files = [sorted(p.name for p in directory.iterdir()) for directory in (run, kept)]
     return read(run), read(kept), files, kept_weights(kept)

@@ -12,6 +12,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from rpevit.core.checks import offset_ratios
 from rpevit.core.grid import Grid
+from rpevit.lab.records import without_times
 
 
 def trained_like(module: torch.nn.Module, seed: int | None, scale: float, mode: str = "add") -> torch.nn.Module:
@@ -125,8 +126,3 @@ def cli(capsys, *argv):
     out, err = capsys.readouterr()
     assert "Traceback" not in out + err and "UnicodeDecodeError" not in out + err
     return code, out, err
-
-
-def without_times(row: dict) -> dict:
-    """A history row less its wall and CPU seconds: what two runs of the same training share."""
-    return {k: v for k, v in row.items() if k not in ("seconds", "cpu_seconds")}

@@ -417,6 +417,13 @@ class RunLock:
 HISTORY_COLUMNS = ("epoch", "train_loss", "train_acc", "val_loss", "val_acc", "lr", "seconds", "cpu_seconds")
 # histories written before the epochs' CPU seconds were recorded: read as they are, never filled in
 WALL_ONLY_HISTORY_COLUMNS = HISTORY_COLUMNS[:-1]
+TIME_COLUMNS = ("seconds", "cpu_seconds")  # an epoch's wall and CPU seconds
+
+
+def without_times(row: dict) -> dict:
+    """A history row less its wall and CPU seconds: what two runs of the same training share (a resumed
+    run and an uninterrupted one, a packed run and one alone, the two engines)."""
+    return {k: v for k, v in row.items() if k not in TIME_COLUMNS}
 
 
 def in_history_columns(row: dict, history: list[dict]) -> dict:
