@@ -6,6 +6,7 @@ histories and kept weights), in runs/ and in the kept copy alike."""
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import shutil
 
@@ -15,6 +16,7 @@ import torch
 from rpevit.core.data import Dataset, Split
 from rpevit.lab import catalog, cell, records, study
 from rpevit.lab.params import EvaluateConfig
+from rpevit.lab.records import without_times
 from rpevit.lab.run import Run
 from rpevit.lab.schema import result_view
 from rpevit.lab.study_status import status_lines
@@ -106,8 +108,11 @@ def _damage(path, how: str, original: bytes) -> None:
         path.write_bytes(original[:middle] + b"\xff\x00" * 32 + original[middle + 64 :])
 
 
-def _history(path) -> list[list[str]]:
-    return [line.split(",")[:-2] for line in path.read_text().splitlines()]  # without wall and CPU seconds
+def _history(path) -> list[dict]:
+    """The file's rows as written (not through read_history, which would set a damaged one aside), by column
+    name and less the wall and CPU seconds."""
+    with path.open(newline="") as handle:
+        return [without_times(row) for row in csv.DictReader(handle)]
 
 
 @pytest.mark.parametrize("state", ["finished", "unfinished"])
