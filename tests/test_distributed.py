@@ -131,6 +131,11 @@ def test_two_processes_train_the_one_process_parameters(setup, straight, tmp_pat
     for ddp_row, one_row in zip(records.read_history(straight), records.read_history(tmp_path), strict=True):
         for column in ("train_loss", "train_acc", "val_loss", "val_acc", "lr"):
             assert ddp_row[column] == pytest.approx(one_row[column], rel=1e-5, abs=1e-6), column
+    # a budget counts every rank's CPU seconds: two ranks that each run every step of a tiny model spend
+    # about twice the one process's (one rank's alone would be about as much as the one process)
+    cpu = [sum(row["cpu_seconds"] for row in records.read_history(d)) for d in (straight, tmp_path)]
+    print(f"CPU seconds, two ranks summed / one process: {cpu[0] / cpu[1]:.2f}")
+    assert cpu[0] > 1.3 * cpu[1], cpu
     record = records.read_record(straight)
     assert record["status"] == "finished" and record["key"] == single["key"]
     assert abs(record["top1"] - single["top1"]) <= 0.004  # at most 2 of 500 test images on a near tie

@@ -53,16 +53,16 @@ class Alone:
         """The earliest non-negative step index over processes (−1 where none)."""
         return step
 
-    def totals(self, loss_sum: torch.Tensor, correct: torch.Tensor, seen: int):
-        """(loss sum, correct, images seen) of an epoch over every process."""
-        return loss_sum, correct, seen
+    def totals(self, loss_sum: torch.Tensor, correct: torch.Tensor, seen: int, cpu_seconds: float):
+        """(loss sum, correct, images seen, CPU seconds) of an epoch over every process."""
+        return loss_sum, correct, seen, cpu_seconds
 
 
 @dataclass
 class EpochTotals:
     """One pass over the training set: summed loss and correct predictions over the images seen, the
-    first step whose loss was not finite (−1 when none), the wall seconds it took and this process's
-    CPU seconds."""
+    first step whose loss was not finite (−1 when none), the wall seconds it took and the CPU seconds
+    of every process that trained it (what a one-thread CPU budget counts)."""
 
     loss_sum: torch.Tensor
     correct: torch.Tensor
@@ -139,8 +139,8 @@ def train_epoch(model, optimizer, scheduler, batches, step: Step, *, forward=Non
             seen += len(y)
     # the global batch's numbers: sums over processes, the earliest bad step of any
     first_bad_step = replica.first(first_bad_step)
-    loss_sum, correct, seen = replica.totals(loss_sum, correct, seen)
-    return EpochTotals(loss_sum, correct, seen, first_bad_step, timer.seconds, timer.cpu_seconds)
+    loss_sum, correct, seen, cpu_seconds = replica.totals(loss_sum, correct, seen, timer.cpu_seconds)
+    return EpochTotals(loss_sum, correct, seen, first_bad_step, timer.seconds, cpu_seconds)
 
 
 @torch.no_grad()

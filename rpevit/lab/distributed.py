@@ -294,9 +294,10 @@ class DataParallel(Replica):
     def first(self, step):
         return first_step(step)
 
-    def totals(self, loss_sum, correct, seen):
-        loss_sum, correct, seen = all_reduce_sum(loss_sum, correct, torch.tensor(seen, device=loss_sum.device))
-        return loss_sum, correct, int(seen)
+    def totals(self, loss_sum, correct, seen, cpu_seconds):
+        counts = torch.tensor([seen, cpu_seconds], dtype=torch.float64, device=loss_sum.device)
+        loss_sum, correct, seen, cpu = all_reduce_sum(loss_sum, correct, *counts)
+        return loss_sum, correct, int(seen), cpu.item()
 
     def check(self, model):
         check_replicas(model)
