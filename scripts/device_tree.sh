@@ -2,10 +2,10 @@
 # What travels to a lent GPU machine: the device tool sends every tracked file (and untracked ones git
 # does not ignore) plus the paths named in `carry`, 64 MiB at most. reports/ alone is ~80 MB, so before
 # a sitting `slim PRESET…` takes reports/ out of git's index, keeping each named reports/PRESET/records
-# (which the study reads to know what is finished: name a dial's reference and the pilots a sitting may
-# chain to), and ignores it locally; `restore` puts the index back exactly as it was (a copy is kept in
+# (which the study reads to know what is finished: name the pilots a sitting may chain to; each one's
+# `reference:` is added), and ignores it locally; `restore` puts the index back exactly as it was (a copy is kept in
 # .git). Nothing on disk is touched. Never commit between the two.
-#   bash scripts/device_tree.sh slim canvas56_gap_pilot canvas56_dial16   # then the device call (docs/scaling.md)
+#   bash scripts/device_tree.sh slim canvas56_dial16 canvas56_dial8   # then the device call (docs/scaling.md)
 #   bash scripts/device_tree.sh restore
 #   bash scripts/device_tree.sh size [carry paths…]      # MiB that would travel
 set -euo pipefail
@@ -33,7 +33,11 @@ case "${1:-}" in
     cp .git/index "$saved"
     git rm -r -q --cached reports
     printf '%s\n/reports/*\n' "$marker" >> .git/info/exclude
-    for preset in "$@"; do
+    # a dial's `reference:` (params/PRESET.yaml) is read for its go/no-go, so its records travel too
+    references=$(for preset in "$@"; do sed -n 's/^reference: *\([A-Za-z0-9_.-]*\).*/\1/p' "params/$preset.yaml" 2>/dev/null || true; done)
+    presets=$(printf '%s\n' "$@" $references | awk 'NF && !seen[$0]++')
+    echo "keeping the kept records of:" $presets
+    for preset in $presets; do
       [ -d "reports/$preset/records" ] && git add -f "reports/$preset/records"
       printf '!/reports/%s/\n/reports/%s/*\n!/reports/%s/records/\n' "$preset" "$preset" "$preset" >> .git/info/exclude
     done

@@ -98,17 +98,19 @@ def test_device_tree_slims_the_index_for_travel_and_restores_it_exactly(tmp_path
     def git(*args):
         return subprocess.run(["git", *args], cwd=tmp_path, capture_output=True, text=True, check=True).stdout
 
-    kept = ("reports/p/records/r/record.json", "reports/q/records/r/record.json")
+    kept = ("reports/p/records/r/record.json", "reports/q/records/r/record.json", "reports/ref/records/r/record.json")
     for name in ("src.py", "reports/other/big.png", "reports/p/summary.md", *kept):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(name)
+    (tmp_path / "params").mkdir()
+    (tmp_path / "params" / "q.yaml").write_text("name: q\nreference: ref  # the dial's softmax runs\n")
     git("init", "-q")
     git("add", "-A")
     git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x")
     exclude_before = (tmp_path / ".git/info/exclude").read_text()
     script = str(ROOT / "scripts" / "device_tree.sh")
-    subprocess.run(["bash", script, "slim", "p", "q"], cwd=tmp_path, check=True, capture_output=True)
-    assert git("ls-files").split() == [*kept, "src.py"]
+    subprocess.run(["bash", script, "slim", "q", "p"], cwd=tmp_path, check=True, capture_output=True)
+    assert git("ls-files").split() == ["params/q.yaml", *kept, "src.py"]  # q's reference travels with it
     assert git("status", "--porcelain", "--untracked-files=all").split() == [
         "D",
         "reports/other/big.png",
