@@ -51,10 +51,13 @@ def _same_training(a: list[dict], b: list[dict]) -> None:
     assert [{k: row[k] for k in HISTORY_KEYS} for row in a] == [{k: row[k] for k in HISTORY_KEYS} for row in b]
 
 
-def test_a_branched_budget_is_that_budget_trained_alone(tiny_params, tiny_dataset, tmp_path):
+def test_a_branched_budget_is_that_budget_trained_alone(tiny_params, tiny_dataset, tmp_path, capsys):
     """fp32 on CPU: the 2-epoch cool-down branched from a 4-epoch run equals a 2-epoch run bit for bit,
     and the 4-epoch run with the branch equals it without."""
     branched = train_run(Run(_wsd(tiny_params, 4, (2,)), "mnist5k", "favor+ape", 0), tiny_dataset, tmp_path / "b")
+    said = capsys.readouterr().out  # a cool-down says when it starts and each of its epochs, as a run does
+    assert "budget 2 epochs: cool-down from epoch 1 to 2" in said
+    assert "budget 2 cool-down epoch 2/2 val acc" in said
     alone = train_run(Run(_wsd(tiny_params, 2), "mnist5k", "favor+ape", 0), tiny_dataset, tmp_path / "short")
     plain = train_run(Run(_wsd(tiny_params, 4), "mnist5k", "favor+ape", 0), tiny_dataset, tmp_path / "long")
     branch = branched["budgets"]["2"]

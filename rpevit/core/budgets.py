@@ -138,8 +138,18 @@ def run_due_branches(state, run, train_epoch: Callable, validate: Callable, test
             for group in state.optimizer.param_groups:  # the constructor set the first step's
                 group["lr"] = group["initial_lr"] * schedule(state.scheduler.last_epoch)
             history, best = list(state.history), copy.deepcopy(state.best)
+            print(
+                f"[{run.label}] budget {budget} epochs: cool-down from epoch {state.epoch} to {budget} "
+                "(kept only when it ends: a stop before then trains it again)",
+                flush=True,
+            )
             for epoch in range(state.epoch, budget):
                 row = {"epoch": epoch + 1, **train_epoch(state, epoch), **validate(state.model)}
+                print(
+                    f"[{run.label}] budget {budget} cool-down epoch {epoch + 1}/{budget} val acc {row['val_acc']:.4f}"
+                    + (f" | {row['seconds']:.1f}s" if "seconds" in row else ""),
+                    flush=True,
+                )
                 history.append(row)
                 if row["val_acc"] > best["val_acc"]:
                     weights = {k: v.detach().cpu().clone() for k, v in state.model.state_dict().items()}
