@@ -402,6 +402,7 @@ def test_a_spent_budget_ends_the_pilot_only_after_its_started_runs_finish(tmp_pa
     """A run started before the budget was spent is finished (study resumes it), so the pilot's verdict
     waits for it, whether its checkpoint is here or parked by another checkout; then the pilot ends, and
     the order moves on."""
+    from rpevit.analysis import pilot_overview
     from rpevit.lab import parking, records
     from rpevit.lab.params import load_params
     from rpevit.lab.run import Run
@@ -409,7 +410,8 @@ def test_a_spent_budget_ends_the_pilot_only_after_its_started_runs_finish(tmp_pa
     monkeypatch.setenv("RPEVIT_RUNS", str(tmp_path / "runs"))
     monkeypatch.setenv("RPEVIT_REPORTS", str(tmp_path / "reports"))
     monkeypatch.setattr(budget, "stated_budget", lambda preset: 0.5)
-    dial = load_params(_dial(tmp_path))
+    path = _dial(tmp_path)
+    dial = load_params(path)
     done, flying = (Run(dial, "mnist5k", "favor+ape", seed).rooted() for seed in (1, 2))
     _keep(done, {8: 80.0, 16: 84.0, 32: 86.0})
     row = {"train_loss": 1.0, "train_acc": 0.5, "val_loss": 1.0, "val_acc": 0.5, "lr": 0.001, "seconds": 60.0}
@@ -423,6 +425,9 @@ def test_a_spent_budget_ends_the_pilot_only_after_its_started_runs_finish(tmp_pa
 
     records.save_checkpoint(flying.dir / records.CHECKPOINT, {"epoch": 3})
     assert [run.seed for run in budget.runs_in_flight(dial)] == [2] and reading() == ("", "")  # training here
+    assert gap_pilot.budget_reading(dial, gap_pilot.pilot_records(dial)) == ("", 1)
+    waits = "GO (interim: budget spent, 1 started run(s) finish first)"  # the overview says why it is open
+    assert pilot_overview.overview_row(str(path))[0]["go/no-go"] == waits
     parked = tmp_path / "reports" / "dial" / parking.PARKED / "mnist5k" / "favor+ape" / "seed2"
     assert parking.parked_checkpoint(flying) == parked / records.CHECKPOINT
     parked.mkdir(parents=True)
@@ -430,6 +435,7 @@ def test_a_spent_budget_ends_the_pilot_only_after_its_started_runs_finish(tmp_pa
     assert [run.seed for run in budget.runs_in_flight(dial)] == [2] and reading() == ("", "")  # parked elsewhere
     shutil.rmtree(parked)
     assert budget.runs_in_flight(dial) == [] and reading() == ("1 of 2", "GO")  # nothing in flight: it ended
+    assert pilot_overview.overview_row(str(path))[0]["go/no-go"] == "GO (budget spent at 1 of 2)"
 
 
 def test_the_overview_gives_each_pilot_its_gap_with_an_interval(tmp_path, monkeypatch):

@@ -242,20 +242,27 @@ def verdict_of(params, found: dict, reports_root=None) -> str:
 
 def budget_ended(params, found: dict, reports_root=None) -> str:
     """'k of N' when the epoch time of the pilot's finished runs alone has reached its stated budget before
-    every run finished (no new run starts, lab/budget.py) and no started run is still in flight, else ''.
-    The time is read from finished runs only, so every machine with the kept records reads the same; a run
-    started here or parked by another checkout is finished all the same, so the pilot ends after it."""
+    every run finished (no new run starts, lab/budget.py) and no started run is still in flight, else ''."""
+    return budget_reading(params, found, reports_root)[0]
+
+
+def budget_reading(params, found: dict, reports_root=None) -> tuple[str, int]:
+    """(budget_ended, the started runs it waits for): ('k of N', 0) when the spent budget ended the pilot,
+    ('', n) when it is spent but n started runs are still in flight (study finishes them: here, or parked
+    by another checkout), ('', 0) otherwise. The time is read from finished runs only, so every machine
+    with the kept records reads the same."""
     from ..lab import budget as pilot_budget
     from ..lab.catalog import grid
 
     done, planned = len(finished(results(found["own"]))), len(grid(params))
     budget = pilot_budget.stated_budget(params.name)
     if done == planned or budget is None:
-        return ""
+        return "", 0
     hours, _ = pilot_budget.training_hours(params, reports_root=reports_root, finished_only=True)
-    if hours < budget or pilot_budget.runs_in_flight(params, reports_root=reports_root):
-        return ""
-    return f"{done} of {planned}"
+    if hours < budget:
+        return "", 0
+    in_flight = pilot_budget.runs_in_flight(params, reports_root=reports_root)
+    return ("", len(in_flight)) if in_flight else (f"{done} of {planned}", 0)
 
 
 def pilot_gap_rows(params, found: dict) -> list[dict]:

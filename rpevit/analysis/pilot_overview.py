@@ -79,15 +79,25 @@ def overview_row(preset: str, reports_root=None, before: str | None = None) -> t
     if not decided:
         verdict = f"waits for `{before}`'s NO-GO" if before and not done else "no pair finished yet"
     else:
-        ended = gap_pilot.budget_ended(params, found, reports_root)
-        status = "" if done == planned else f" (budget spent at {ended})" if ended else " (interim)"
-        verdict = ("GO" if gap_pilot.is_go(decided) else "NO-GO") + status
+        ended, waiting = gap_pilot.budget_reading(params, found, reports_root)
+        verdict = ("GO" if gap_pilot.is_go(decided) else "NO-GO") + _standing(done == planned, ended, waiting)
     row = {"pilot": f"`{preset}`", "task": _task(params), "runs": f"{done} of {planned}", "go/no-go": verdict}
     for backend in gap_pilot.PERFORMERS:
         row[f"{backend} − softmax at {longest} epochs"] = (
             gap_interval(at_end[backend]) if backend in at_end else "not in this pilot"
         )
     return row, gap_pilot.verdict_of(params, found, reports_root)
+
+
+def _standing(complete: bool, ended: str, waiting: int) -> str:
+    """Why a pilot's go/no-go is final or still interim, after it (gap_pilot.budget_reading's ended, waiting)."""
+    if complete:
+        return ""
+    if ended:
+        return f" (budget spent at {ended})"
+    if waiting:
+        return f" (interim: budget spent, {waiting} started run(s) finish first)"
+    return " (interim)"
 
 
 def write_overview(reports_root=None) -> list[str]:
