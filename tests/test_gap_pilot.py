@@ -424,7 +424,9 @@ def test_a_spent_budget_ends_the_pilot_only_after_its_started_runs_finish(tmp_pa
         return gap_pilot.budget_ended(dial, found), gap_pilot.verdict_of(dial, found)
 
     records.save_checkpoint(flying.dir / records.CHECKPOINT, {"epoch": 3})
+    records.write_csv(flying.dir / records.HISTORY, [{"epoch": e, **row} for e in range(1, 4)])
     assert [run.seed for run in budget.runs_in_flight(dial)] == [2] and reading() == ("", "")  # training here
+    assert [(v, s, len(rows)) for v, s, rows in gap_pilot.pilot_records(dial)["in_flight"]] == [("favor+ape", 2, 3)]
     assert gap_pilot.budget_reading(dial, gap_pilot.pilot_records(dial)) == ("", 1)
     waits = "GO (interim: budget spent, 1 started run(s) finish first)"  # the overview says why it is open
     assert pilot_overview.overview_row(str(path))[0]["go/no-go"] == waits

@@ -95,6 +95,30 @@ def test_a_fresh_checkout_restores_parked_runs_whole_and_only_forward(checkout):
     assert parking.restore("smoke") == []  # nothing moves twice
 
 
+def test_a_run_in_flight_shows_its_epochs_so_far_from_here_or_from_its_parked_copy(checkout):
+    """The interim curves of a pilot (gap_pilot.curves_figure) read a run still training: its history here,
+    or in a fresh checkout the one its parked checkpoint holds, whichever is further on."""
+    from rpevit.lab.params import load_params
+    from rpevit.lab.run import Run
+
+    def epochs_so_far():
+        run = Run(load_params("smoke"), *VARIANT[1:], 1).rooted()
+        assert run.dir == _run(1)
+        return [row["epoch"] for row in parking.history_so_far(run)]
+
+    assert epochs_so_far() == []  # not started anywhere
+    _checkpoint(_run(1), 5)
+    parking.park(["smoke"])
+    tracked = records.reports_root()
+    checkout("fresh")
+    shutil.copytree(tracked, records.reports_root())
+    assert epochs_so_far() == [1, 2, 3, 4, 5]  # from the parked checkpoint: runs/ is empty here
+    _checkpoint(_run(1), 6)
+    history = [{c: float(e) if c == "epoch" else 0.5 for c in records.HISTORY_COLUMNS} for e in range(1, 7)]
+    records.write_csv(_run(1) / records.HISTORY, history)
+    assert epochs_so_far() == [1, 2, 3, 4, 5, 6]  # this checkout went further
+
+
 def test_park_after_a_fresh_clone_loses_no_parked_run(checkout):
     """Parking in a checkout that never restored (its runs/ empty) must not drop what was parked."""
     _checkpoint(_run(1), 7)

@@ -64,6 +64,22 @@ def test_training_curves_band_percent_integer_epochs_and_one_entry_per_variant()
     plt.close(fig)
 
 
+def test_a_run_in_flight_is_drawn_dotted_per_seed_apart_from_the_means():
+    histories = [("softmax+ape", s, _history(s)) for s in (0, 1)]
+    flying = [("favor+ape", s, _history(s)[:2]) for s in (0, 1)]
+    fig = plots.training_curves(histories, "t", in_flight=flying)
+    for axis in fig.axes[:3]:
+        dotted = [line for line in axis.lines if line.get_linestyle() == ":"]
+        assert len(dotted) == 2 and all(len(line.get_xdata()) == 2 for line in dotted)  # a line per seed
+        assert {line.get_color() for line in dotted} == {variant_style("favor+ape")["color"]}
+        assert len(axis.lines) == 3  # softmax's mean, not mixed with them
+    assert list(fig.axes[2].lines[-1].get_ydata()) == pytest.approx([100 * r["val_acc"] for r in _history(1)[:2]])
+    legend = fig.legends[0]
+    assert [t.get_text() for t in legend.get_texts()] == ["softmax+ape", "favor+ape"]
+    assert "still training" in legend.get_title().get_text()
+    plt.close(fig)
+
+
 def test_a_collapsed_run_is_drawn_apart_and_left_out_of_its_variants_mean():
     histories = [(v, s, _history(s)) for v in VARIANTS for s in (0, 1)]
     fallen = _history(2)[:2] + [dict(_history(2)[2], val_acc=0.1)]  # 72 % at epoch 2, then chance

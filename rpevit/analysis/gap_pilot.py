@@ -300,8 +300,10 @@ def pilot_records(params, reports_root=None) -> dict:
     with (`read`, from `source`), the test top-1 per (variant, seed, budget) of the runs that did not
     collapse, and the names of those that did (one policy for every report: apart, never read at their
     early best epoch)."""
+    from ..lab.budget import runs_in_flight
     from ..lab.catalog import reference_records, run_history, study_records
     from ..lab.params import load_params
+    from ..lab.parking import history_so_far
     from .convergence import split_collapsed
 
     own = study_records(params, reports_root=reports_root)
@@ -318,6 +320,11 @@ def pilot_records(params, reports_root=None) -> dict:
         "own": own,
         "borrowed": borrowed,
         "histories": [(v, s, rows) for v, s, rows in histories if rows],
+        "in_flight": [
+            (run.variant, run.seed, rows)
+            for run in runs_in_flight(params, reports_root=reports_root)
+            if (rows := history_so_far(run))
+        ],
         "collapsed": fell,
         "read": read,
         "source": reference.name if reference else None,
@@ -434,22 +441,29 @@ SENSITIVITY_NOTE = (
 
 def _curves(found: dict, params, folder) -> list[str]:
     """The finished runs' training curves (the 32-epoch runs; the cool-down branches are not drawn),
-    mean over seeds with their range, collapsed runs apart: pilot_curves.png and its README lines."""
+    mean over seeds with their range, collapsed runs apart, runs in flight dotted: pilot_curves.png and its
+    README lines."""
     import matplotlib.pyplot as plt
 
     figure = curves_figure(found, params)
     figure.savefig(folder / "pilot_curves.png", dpi=110)
     plt.close(figure)
-    return [
+    longest = params.train.epochs
+    flying = [f"{variant} seed {seed} ({len(rows)} of {longest} epochs)" for variant, seed, rows in found["in_flight"]]
+    lines = [
         "## Training curves (the longest budget's runs; warmup, stable, then the decay of its last quarter)",
         "",
         "![Training loss, validation loss and validation top-1 per epoch](pilot_curves.png)",
     ]
+    if flying:
+        lines += ["", f"Dotted, still training: {', '.join(flying)}: their epochs so far, read by no gap."]
+    return lines
 
 
 def curves_figure(found: dict, params):
-    """The finished runs' training curves (pilot_records' histories; collapsed runs in a panel apart)."""
+    """The finished runs' training curves (pilot_records' histories; collapsed runs in a panel apart) and the
+    epochs so far of its runs in flight (dotted, per seed)."""
     from . import plots
 
     title = f"{params.name}: the longest budget's runs"
-    return plots.training_curves(found["histories"], title, collapsed=found["collapsed"])
+    return plots.training_curves(found["histories"], title, collapsed=found["collapsed"], in_flight=found["in_flight"])

@@ -119,18 +119,32 @@ def _split_collapsed(histories, collapsed) -> tuple[list, list]:
 COLLAPSED_NOTE = "collapsed runs: own panel, not in the mean"
 
 
-def training_curves(histories: list[tuple[str, int, list[dict]]], title: str = "", collapsed=frozenset()):
+IN_FLIGHT_NOTE = "dotted, hollow: a run still training (per seed, its epochs so far; in no gap)"
+
+
+def _draw_in_flight(axes, in_flight) -> None:
+    """Each unfinished run's epochs so far on the three curve panels: a dotted line per seed with its
+    variant's colour and hollow marker."""
+    for axis, (key, _, scale) in zip(axes, CURVE_PANELS):
+        for variant, _, history in in_flight:
+            style = {**variant_style(variant), "linestyle": ":", "markerfacecolor": "none"}
+            values = [scale * float(row[key]) for row in history]
+            axis.plot([int(row["epoch"]) for row in history], values, **style, markersize=3, linewidth=1.2)
+
+
+def training_curves(histories: list[tuple[str, int, list[dict]]], title: str = "", collapsed=frozenset(), in_flight=()):
     """Train loss, validation loss and validation top-1 % vs epoch: per variant the mean over its
     seeds with the seed range as a band, integer epochs, one legend entry per variant. Runs named in
     `collapsed` ((variant, seed), convergence.collapsed_runs) are left out of the means and drawn one
     by one in a fourth panel, so a run falling to chance neither drags its variant's mean down nor
-    squeezes the other curves."""
+    squeezes the other curves. `in_flight` ((variant, seed, history) of unfinished runs) are drawn
+    dotted, one line per seed, apart from the means."""
     from matplotlib.ticker import MaxNLocator
 
     plt = _mpl()
     healthy, fell = _split_collapsed(histories, collapsed)
     bands = curve_bands(healthy)
-    variants = list(dict.fromkeys(v for v, _, _ in histories))
+    variants = list(dict.fromkeys(v for v, _, _ in [*histories, *in_flight]))
     panels = len(CURVE_PANELS) + bool(fell)
     fig, axes = plt.subplots(1, panels, figsize=(5 * panels, 4.6), layout="constrained")
     for axis, (key, label, _) in zip(axes, CURVE_PANELS):
@@ -138,6 +152,7 @@ def training_curves(histories: list[tuple[str, int, list[dict]]], title: str = "
             if variant in bands[key]:
                 _band(axis, bands[key][variant], variant_style(variant), markersize=3.5, linewidth=1.2)
         axis.set_title(label)
+    _draw_in_flight(axes, in_flight)
     if fell:
         axis = axes[-1]
         for variant, seed, history in fell:
@@ -158,7 +173,8 @@ def training_curves(histories: list[tuple[str, int, list[dict]]], title: str = "
         axis.xaxis.set_major_locator(MaxNLocator(integer=True))
         axis.grid(alpha=0.3)
     seeds = max((line["seeds"] for line in bands["val_acc"].values()), default=1)
-    legend_title = "; ".join([SEED_BAND] * (seeds > 1) + [COLLAPSED_NOTE] * bool(fell)) or None
+    notes = [SEED_BAND] * (seeds > 1) + [COLLAPSED_NOTE] * bool(fell) + [IN_FLIGHT_NOTE] * bool(in_flight)
+    legend_title = "\n".join(notes) or None
     variant_legend(fig, variants, loc="outside right upper", title=legend_title, title_fontsize=7)
     fig.suptitle(title)
     return fig

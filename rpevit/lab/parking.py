@@ -116,6 +116,15 @@ def parked_checkpoint(run) -> Path:
     return run.reports_root / run.params.name / PARKED / relative / records.CHECKPOINT
 
 
+def history_so_far(run) -> list[dict]:
+    """An unfinished rooted `Run`'s epochs so far: its history here (runs/) or the one its parked checkpoint
+    holds, whichever is further on; [] if neither. For interim curves only (no verdict reads them)."""
+    here = records.read_history(run.dir) if (run.dir / records.CHECKPOINT).is_file() else []
+    parked = parked_checkpoint(run)
+    there = list(_state(parked.read_bytes()).get("history", [])) if parked.is_file() else []
+    return max(here, there, key=len)
+
+
 def _parked_runs(preset_name: str):
     """(its path under the parked folder, parked folder, the run's directory under runs/) for each parked run
     of a preset, in order."""
