@@ -117,6 +117,9 @@ def test_a_run_in_flight_shows_its_epochs_so_far_from_here_or_from_its_parked_co
     history = [{c: float(e) if c == "epoch" else 0.5 for c in records.HISTORY_COLUMNS} for e in range(1, 7)]
     records.write_csv(_run(1) / records.HISTORY, history)
     assert epochs_so_far() == [1, 2, 3, 4, 5, 6]  # this checkout went further
+    (_run(1) / records.HISTORY).write_bytes(b"garbled")
+    assert epochs_so_far() == [1, 2, 3, 4, 5]  # a damaged history here is not read,
+    assert (_run(1) / records.HISTORY).read_bytes() == b"garbled"  # nor moved: the run's resume judges it
 
 
 def test_park_after_a_fresh_clone_loses_no_parked_run(checkout):

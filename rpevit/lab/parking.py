@@ -118,8 +118,12 @@ def parked_checkpoint(run) -> Path:
 
 def history_so_far(run) -> list[dict]:
     """An unfinished rooted `Run`'s epochs so far: its history here (runs/) or the one its parked checkpoint
-    holds, whichever is further on; [] if neither. For interim curves only (no verdict reads them)."""
-    here = records.read_history(run.dir) if (run.dir / records.CHECKPOINT).is_file() else []
+    holds, whichever is further on; [] if neither. For interim curves only (no verdict reads them); read
+    without moving anything, as `_local_epochs` reads (the run's own resume judges a damaged file)."""
+    here, path = [], run.dir / records.HISTORY
+    if (run.dir / records.CHECKPOINT).is_file() and path.is_file():
+        rows, problem = records.history_problem(path.read_bytes(), None)
+        here = [] if problem else rows
     parked = parked_checkpoint(run)
     there = list(_state(parked.read_bytes()).get("history", [])) if parked.is_file() else []
     return max(here, there, key=len)
