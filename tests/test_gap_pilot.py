@@ -429,7 +429,8 @@ def test_a_spent_budget_ends_the_pilot_only_after_its_started_runs_finish(tmp_pa
     assert [(v, s, len(rows)) for v, s, rows in gap_pilot.pilot_records(dial)["in_flight"]] == [("favor+ape", 2, 3)]
     assert gap_pilot.budget_reading(dial, gap_pilot.pilot_records(dial)) == ("", 1)
     waits = "GO (interim: budget spent, 1 started run(s) finish first)"  # the overview says why it is open
-    assert pilot_overview.overview_row(str(path))[0]["go/no-go"] == waits
+    row = pilot_overview.overview_row(str(path))[0]
+    assert row["go/no-go"] == waits and row["runs"] == "1 of 2, 1 in flight"
     parked = tmp_path / "reports" / "dial" / parking.PARKED / "mnist5k" / "favor+ape" / "seed2"
     assert parking.parked_checkpoint(flying) == parked / records.CHECKPOINT
     parked.mkdir(parents=True)
@@ -472,7 +473,7 @@ def test_the_overview_gives_each_pilot_its_gap_with_an_interval(tmp_path, monkey
         catalog, "study_records", lambda p, reports_root=None: results(found if "56" not in p.name else [])
     )
     rows, standing = pilot_overview.overview_rows(reports_root=tmp_path)
-    assert standing.startswith("**The order stands at `canvas56_gap_pilot`** (0 of 6 runs finished)")
+    assert standing.startswith("**The order stands at `canvas56_gap_pilot`** (runs finished: 0 of 6)")
     assert [r["go/no-go"] for r in rows[:2]] == ["NO-GO", "no pair finished yet"]
     three = {"seeds": 3, "mean gap": -2.0, "SD": 0.1}
     assert pilot_overview.gap_interval(three).endswith("(3 seeds, softmax ahead)")

@@ -81,7 +81,9 @@ def overview_row(preset: str, reports_root=None, before: str | None = None) -> t
     else:
         ended, waiting = gap_pilot.budget_reading(params, found, reports_root)
         verdict = ("GO" if gap_pilot.is_go(decided) else "NO-GO") + _standing(done == planned, ended, waiting)
-    row = {"pilot": f"`{preset}`", "task": _task(params), "runs": f"{done} of {planned}", "go/no-go": verdict}
+    flying = len(found["in_flight"])  # started, unfinished: here or parked by another checkout
+    runs = f"{done} of {planned}" + (f", {flying} in flight" if flying else "")
+    row = {"pilot": f"`{preset}`", "task": _task(params), "runs": runs, "go/no-go": verdict}
     for backend in gap_pilot.PERFORMERS:
         row[f"{backend} − softmax at {longest} epochs"] = (
             gap_interval(at_end[backend]) if backend in at_end else "not in this pilot"
@@ -119,7 +121,7 @@ def overview_rows(reports_root=None) -> tuple[list[dict], str]:
                 f"**GO on `{preset}`**: a Performer is behind softmax by at least {gap_pilot.GO_GAP} points there; "
                 "by the pre-registered order the factorial is pre-registered on its task next."
                 if verdict == "GO"
-                else f"**The order stands at `{preset}`** ({rows[-1]['runs']} runs finished): not yet answered; "
+                else f"**The order stands at `{preset}`** (runs finished: {rows[-1]['runs']}): not yet answered; "
                 "no pilot has opened a gap so far, and the pilots after it train only if it ends NO-GO."
             )
     return rows, standing or (
@@ -130,7 +132,9 @@ def overview_rows(reports_root=None) -> tuple[list[dict], str]:
 
 OVERVIEW_NOTE = (
     "Test top-1 of each Performer with APE minus softmax with APE, in points (negative: softmax ahead), at "
-    "each pilot's longest budget; mean over seeds with a 95 % t-interval (the seed is the unit). The "
+    "each pilot's longest budget; mean over seeds with a 95 % t-interval (the seed is the unit). Runs: "
+    "finished of planned, and those in flight (started, here or parked; their curves so far are in the "
+    "pilot's report). The "
     f"pre-registered rule: GO when a Performer's mean gap is ≤ −{gap_pilot.GO_GAP} points (interim until "
     "every run has finished); a NO-GO hands on to the next pilot."
 )
