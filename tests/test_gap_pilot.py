@@ -267,6 +267,36 @@ def test_training_time_is_read_against_the_budget_the_preset_states(tmp_path):
     assert budget.budget_line(1.0, 0, None).endswith("the preset states no CPU budget.")
 
 
+def test_a_fresh_clone_counts_the_epochs_of_runs_parked_by_another_checkout(tmp_path):
+    """A run another checkout parked (reports/<preset>/parked/, parking.py) spends budget before it is restored
+    here: its checkpoint's own history and cool-downs count, and a copy here that went further counts instead
+    (once, never both)."""
+    import io
+
+    import torch
+
+    from rpevit.lab import parking, records
+    from rpevit.lab.params import load_params
+    from rpevit.lab.run import Run
+
+    dial = load_params(_dial(tmp_path))
+    roots = {"runs_root": tmp_path / "runs", "reports_root": tmp_path / "reports"}
+    run = Run(dial, "mnist5k", "favor+ape", 1, **roots).rooted()
+    row = {"train_loss": 1.0, "train_acc": 0.5, "val_loss": 1.0, "val_acc": 0.5, "lr": 0.001, "seconds": 9.0}
+    history = [{"epoch": e, **row, "cpu_seconds": 360.0} for e in (1, 2)]
+    buffer = io.BytesIO()
+    torch.save({"epoch": 2, "history": history, "branches": {"8": {"history": [{"cpu_seconds": 180.0}]}}}, buffer)
+    records.write_bytes(parking.parked_checkpoint(run), buffer.getvalue())
+    assert not run.dir.exists()  # nothing in runs/: a fresh clone
+    assert budget.training_hours(dial, **roots) == (pytest.approx(0.25), pytest.approx(0.25))
+    assert budget.training_hours(dial, finished_only=True, **roots) == (0.0, 0.0)
+    further = [*history, {"epoch": 3, **row, "cpu_seconds": 360.0}]
+    records.write_csv(run.dir / "history.csv", further)
+    records.save_checkpoint(run.dir / records.CHECKPOINT, {"epoch": 3})  # no cool-downs branched here
+    assert budget.training_hours(dial, **roots) == (pytest.approx(0.3), pytest.approx(0.3))
+    assert "0.3 of them in runs still training" in budget.budget_line(0.3, 0.3, 12)
+
+
 def test_an_epoch_counts_its_cpu_seconds_where_its_history_has_them(tmp_path):
     """A budget counts CPU seconds (a busy machine's waits are wall time, not work), in the history and in
     the cool-downs; a history begun before they were recorded counts its wall seconds, and a run resumed

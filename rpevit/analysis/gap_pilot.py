@@ -261,8 +261,8 @@ def budget_reading(params, found: dict, reports_root=None) -> tuple[str, int]:
     hours, _ = pilot_budget.training_hours(params, reports_root=reports_root, finished_only=True)
     if hours < budget:
         return "", 0
-    in_flight = pilot_budget.runs_in_flight(params, reports_root=reports_root)
-    return ("", len(in_flight)) if in_flight else (f"{done} of {planned}", 0)
+    started = found["started"]  # pilot_records read them: here or parked by another checkout
+    return ("", len(started)) if started else (f"{done} of {planned}", 0)
 
 
 def pilot_gap_rows(params, found: dict) -> list[dict]:
@@ -299,7 +299,7 @@ def pilot_records(params, reports_root=None) -> dict:
     """What a pilot's report reads: its own records, the reference's softmax+ape records a dial compares
     with (`read`, from `source`), the test top-1 per (variant, seed, budget) of the runs that did not
     collapse, and the names of those that did (one policy for every report: apart, never read at their
-    early best epoch)."""
+    early best epoch); the runs `started` and unfinished (here or parked) and their curves so far (`in_flight`)."""
     from ..lab.budget import runs_in_flight
     from ..lab.catalog import reference_records, run_history, study_records
     from ..lab.params import load_params
@@ -316,15 +316,13 @@ def pilot_records(params, reports_root=None) -> dict:
     histories = [
         (r.variant, r.seed, run_history(r.run)) for r in finished(results([*borrowed, *own])) if r.run is not None
     ]
+    started = runs_in_flight(params, reports_root=reports_root)
     return {
         "own": own,
         "borrowed": borrowed,
         "histories": [(v, s, rows) for v, s, rows in histories if rows],
-        "in_flight": [
-            (run.variant, run.seed, rows)
-            for run in runs_in_flight(params, reports_root=reports_root)
-            if (rows := history_so_far(run))
-        ],
+        "started": started,
+        "in_flight": [(run.variant, run.seed, rows) for run in started if (rows := history_so_far(run))],
         "collapsed": fell,
         "read": read,
         "source": reference.name if reference else None,

@@ -81,7 +81,7 @@ def overview_row(preset: str, reports_root=None, before: str | None = None) -> t
     else:
         ended, waiting = gap_pilot.budget_reading(params, found, reports_root)
         verdict = ("GO" if gap_pilot.is_go(decided) else "NO-GO") + _standing(done == planned, ended, waiting)
-    flying = len(found["in_flight"])  # started, unfinished: here or parked by another checkout
+    flying = len(found["started"])  # started, unfinished: here or parked by another checkout
     runs = f"{done} of {planned}" + (f", {flying} in flight" if flying else "")
     row = {"pilot": f"`{preset}`", "task": _task(params), "runs": runs, "go/no-go": verdict}
     for backend in gap_pilot.PERFORMERS:

@@ -14,15 +14,13 @@ from __future__ import annotations
 
 import re
 
-import torch
-
 from ..core.errors import UserError
 from . import records
 from .catalog import current_record, grid, run_history
 from .continuation import inherited_seconds
 from .design import branch_seconds
 from .params import preset_path
-from .parking import parked_checkpoint
+from .parking import parked_checkpoint, read_state
 from .run import Run
 from .schema import epoch_cost
 
@@ -42,30 +40,30 @@ def stated_budget(preset) -> float | None:
 
 
 def training_hours(params, runs_root=None, reports_root=None, finished_only=False) -> tuple[float, float]:
-    """(hours, of them in runs still training here): the epoch seconds of the preset's runs — finished
-    ones with their cool-down branches, and the checkpointed epochs (and cool-downs already branched)
-    of unfinished ones in runs/ (not read with `finished_only`)."""
+    """(hours, of them in runs still training): the epoch seconds of the preset's runs — finished ones with
+    their cool-down branches, and the checkpointed epochs (and cool-downs already branched) of unfinished
+    ones, here in runs/ or parked (not read with `finished_only`)."""
     done = training = 0.0
     for place in grid(params):
         run = Run(params, *place, runs_root=runs_root, reports_root=reports_root).rooted()
         record = current_record(run)
         if record is not None:
             done += _seconds(run_history(run), record.get("budgets"), record.get("continued_from"))
-        elif not finished_only and (run.dir / records.CHECKPOINT).is_file():
-            held = _held(run.dir / records.CHECKPOINT)
-            training += _seconds(records.read_history(run.dir), held.get("branches"), held.get("continued_from"))
+        elif not finished_only:
+            training += _in_flight_seconds(run)
     return (done + training) / 3600, training / 3600
 
 
-def _held(path) -> dict:
-    """The cool-down branches and `continued_from` a run's checkpoint holds, read without judging the
-    file: {} if it cannot be read (the run's own resume decides what a damaged checkpoint means; a status
-    read moves nothing)."""
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception:  # any unreadable file counts no branches
-        return {}
-    return {k: state.get(k) for k in ("branches", "continued_from")} if isinstance(state, dict) else {}
+def _in_flight_seconds(run: Run) -> float:
+    """Epoch seconds of an unfinished run so far: its checkpoint and history here, or the checkpoint parked in
+    reports/<preset>/parked/ (which holds its own history) where that is further on — so a fresh clone
+    counts what another checkout trained. Files are read without judging them (0 for what cannot be read)."""
+    here = run.dir / records.CHECKPOINT
+    held, history = (read_state(here), records.read_history(run.dir)) if here.is_file() else ({}, [])
+    parked = read_state(parked_checkpoint(run))
+    if len(parked.get("history", [])) > len(history):
+        held, history = parked, parked["history"]
+    return _seconds(history, held.get("branches"), held.get("continued_from"))
 
 
 def _seconds(history: list[dict], branches: dict | None, continued_from: dict | None = None) -> float:
@@ -78,7 +76,7 @@ def _seconds(history: list[dict], branches: dict | None, continued_from: dict | 
 def budget_line(hours: float, running: float, budget: float | None) -> str:
     """Training time so far against the stated budget, saying plainly when it is spent or exceeded."""
     spent = f"Training time so far: {hours:.1f} hours of epoch time (cool-downs included"
-    spent += f"; {running:.1f} of them in unfinished runs here)" if running else ")"
+    spent += f"; {running:.1f} of them in runs still training)" if running else ")"
     if budget is None:
         return spent + "; the preset states no CPU budget."
     if hours > budget:

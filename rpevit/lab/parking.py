@@ -36,6 +36,12 @@ def _state(data: bytes) -> dict:
     return state if isinstance(state, dict) else {}
 
 
+def read_state(path: Path) -> dict:
+    """A checkpoint file's state, read without judging or moving it: {} if it is missing or cannot be read
+    (the run's own resume decides what a damaged checkpoint means; a status read moves nothing)."""
+    return _state(path.read_bytes()) if path.is_file() else {}
+
+
 def _loaded(preset: str | Params) -> Params:
     return preset if isinstance(preset, Params) else load_params(preset)
 
@@ -124,9 +130,7 @@ def history_so_far(run) -> list[dict]:
     if (run.dir / records.CHECKPOINT).is_file() and path.is_file():
         rows, problem = records.history_problem(path.read_bytes(), None)
         here = [] if problem else rows
-    parked = parked_checkpoint(run)
-    there = list(_state(parked.read_bytes()).get("history", [])) if parked.is_file() else []
-    return max(here, there, key=len)
+    return max(here, list(read_state(parked_checkpoint(run)).get("history", [])), key=len)
 
 
 def _parked_runs(preset_name: str):
