@@ -478,6 +478,7 @@ def test_the_overview_gives_each_pilot_its_gap_with_an_interval(tmp_path, monkey
     from rpevit.analysis import pilot_overview
     from rpevit.lab import catalog
 
+    monkeypatch.setenv("RPEVIT_RUNS", str(tmp_path / "runs"))  # no run in flight, whatever trains here
     order = ["canvas_gap_pilot", "canvas56_gap_pilot", "canvas56_dial16", "canvas56_dial8"]
     assert pilot_overview.pilot_order() == order
 
@@ -509,6 +510,25 @@ def test_the_overview_gives_each_pilot_its_gap_with_an_interval(tmp_path, monkey
     assert pilot_overview.gap_interval(three).endswith("(3 seeds, softmax ahead)")
     assert pilot_overview.gap_interval({**three, "mean gap": 2.0}).endswith("(3 seeds, Performer ahead)")
     assert pilot_overview.gap_interval({"seeds": 1, "mean gap": -1.0, "SD": math.nan}) == "−1.00 (1 seed, no interval)"
+
+
+def test_when_every_pilot_ends_no_go_the_overview_says_so_with_the_largest_deficit(monkeypatch):
+    """The order's end without a gap is the answer on these tasks: the standing sentence says so, with the
+    furthest a Performer fell behind (its mean gap at the pilot's longest budget, backend and pilot)."""
+    from rpevit.analysis import pilot_overview
+
+    deficits = {"canvas_gap_pilot": (-0.73, "favor"), "canvas56_gap_pilot": (-0.02, "favor"), "canvas56_dial8": None}
+
+    def row(preset, reports_root=None, before=None):
+        return {"pilot": f"`{preset}`"}, "NO-GO", deficits.get(preset, (0.4, "favor"))
+
+    monkeypatch.setattr(pilot_overview, "overview_row", row)
+    _, standing = pilot_overview.overview_rows()
+    assert standing.startswith("**No pilot of the pre-registered order opened a gap**: every one ended NO-GO")
+    assert "fell behind softmax on average was −0.73 points (favor on `canvas_gap_pilot`" in standing
+    assert "short of the 1.5 a GO needs" in standing
+    deficits.update(canvas_gap_pilot=(0.2, "relu"), canvas56_gap_pilot=(0.1, "favor"))  # Performers ahead
+    assert "no Performer was behind softmax on average" in pilot_overview.overview_rows()[1]
 
 
 def test_the_committed_overview_is_the_one_its_kept_records_give(tmp_path, monkeypatch):

@@ -61,10 +61,11 @@ def _task(params) -> str:
     return f"{size}×{size}, {(size // patch) ** 2 + 1} tokens, FAVOR+ m = {features or default}"
 
 
-def overview_row(preset: str, reports_root=None, before: str | None = None) -> tuple[dict, str]:
+def overview_row(preset: str, reports_root=None, before: str | None = None) -> tuple[dict, str, tuple | None]:
     """One pilot's line: task, runs finished, go/no-go and the gap of each Performer at its longest budget
-    (`before`: the pilot whose finished NO-GO it waits for, if that has not come), and its final verdict
-    (gap_pilot.final_verdict), from one read of its records."""
+    (`before`: the pilot whose finished NO-GO it waits for, if that has not come); its final verdict
+    (gap_pilot.final_verdict); and its most negative mean gap at that budget as (gap, backend), None before
+    any pair finished — all from one read of its records."""
     from ..lab.catalog import grid
     from ..lab.params import load_params
     from ..lab.result import results
@@ -88,7 +89,8 @@ def overview_row(preset: str, reports_root=None, before: str | None = None) -> t
         row[f"{backend} − softmax at {longest} epochs"] = (
             gap_interval(at_end[backend]) if backend in at_end else "not in this pilot"
         )
-    return row, gap_pilot.verdict_of(params, found, reports_root)
+    deepest = min(((r["mean gap"], r["backend"]) for r in decided), default=None)
+    return row, gap_pilot.verdict_of(params, found, reports_root), deepest
 
 
 def _standing(complete: bool, ended: str, waiting: int) -> str:
@@ -111,10 +113,12 @@ def write_overview(reports_root=None) -> list[str]:
 
 def overview_rows(reports_root=None) -> tuple[list[dict], str]:
     """Every pilot of the order, a row each (overview_row), and where the order stands, in a sentence."""
-    rows, waiting, standing = [], None, ""
+    rows, waiting, standing, deepest = [], None, "", None
     for preset in pilot_order():
-        row, verdict = overview_row(preset, reports_root, before=waiting)
+        row, verdict, gap = overview_row(preset, reports_root, before=waiting)
         rows.append(row)
+        if gap is not None and (deepest is None or gap[0] < deepest[0]):
+            deepest = (*gap, preset)
         if waiting is None and verdict != "NO-GO":
             waiting = preset  # the order stops here until this pilot ends NO-GO
             standing = (
@@ -124,9 +128,24 @@ def overview_rows(reports_root=None) -> tuple[list[dict], str]:
                 else f"**The order stands at `{preset}`** (runs finished: {rows[-1]['runs']}): not yet answered; "
                 "no pilot has opened a gap so far, and the pilots after it train only if it ends NO-GO."
             )
-    return rows, standing or (
-        "**No pilot of the pre-registered order opened a gap**: every one ended NO-GO, and by the issue's "
-        "rule that is the answer on these tasks."
+    return rows, standing or no_gap_anywhere(deepest)
+
+
+def no_gap_anywhere(deepest: tuple | None) -> str:
+    """The answer once every pilot ended NO-GO, with the largest mean deficit of a Performer at a pilot's
+    longest budget ((gap, backend, pilot), None if no pair finished)."""
+    if deepest is None or deepest[0] >= 0:
+        furthest = "no Performer was behind softmax on average at a pilot's longest budget"
+    else:
+        gap, backend, preset = deepest
+        furthest = (
+            f"the furthest a Performer fell behind softmax on average was {signed(gap)} points ({backend} on "
+            f"`{preset}`, at its longest budget), short of the {gap_pilot.GO_GAP} a GO needs"
+        )
+    return (
+        f"**No pilot of the pre-registered order opened a gap**: every one ended NO-GO, and {furthest}. By the "
+        "pre-registered rule that is the answer on these tasks: no gap for an RPE to close (longer training "
+        "than the pilots' budgets is untested)."
     )
 
 
