@@ -517,18 +517,27 @@ def test_when_every_pilot_ends_no_go_the_overview_says_so_with_the_largest_defic
     furthest a Performer fell behind (its mean gap at the pilot's longest budget, backend and pilot)."""
     from rpevit.analysis import pilot_overview
 
-    deficits = {"canvas_gap_pilot": (-0.73, "favor"), "canvas56_gap_pilot": (-0.02, "favor"), "canvas56_dial8": None}
+    deficits = {
+        "canvas_gap_pilot": [(-0.73, -4.85, "favor"), (-0.52, -1.28, "relu")],
+        "canvas56_gap_pilot": [(-0.02, -4.72, "favor"), (0.5, None, "relu")],
+        "canvas56_dial8": [],
+    }
 
     def row(preset, reports_root=None, before=None):
-        return {"pilot": f"`{preset}`"}, "NO-GO", deficits.get(preset, (0.4, "favor"))
+        return {"pilot": f"`{preset}`"}, "NO-GO", deficits.get(preset, [(0.4, -0.3, "favor")])
 
     monkeypatch.setattr(pilot_overview, "overview_row", row)
     _, standing = pilot_overview.overview_rows()
     assert standing.startswith("**No pilot of the pre-registered order opened a gap**: every one ended NO-GO")
     assert "fell behind softmax on average was −0.73 points (favor on `canvas_gap_pilot`" in standing
     assert "short of the 1.5 a GO needs" in standing
-    deficits.update(canvas_gap_pilot=(0.2, "relu"), canvas56_gap_pilot=(0.1, "favor"))  # Performers ahead
-    assert "no Performer was behind softmax on average" in pilot_overview.overview_rows()[1]
+    # the honest limit: the lowest lower bound of any interval, the gap two seeds cannot exclude
+    assert "the lowest reaches −4.85 points, favor on `canvas_gap_pilot`" in standing
+    deficits.update(canvas_gap_pilot=[(0.2, None, "relu")], canvas56_gap_pilot=[(0.1, None, "favor")])
+    deficits.update(canvas56_dial16=[], canvas56_dial8=[])  # Performers ahead, one seed each: no interval
+    standing = pilot_overview.overview_rows()[1]
+    assert "no Performer was behind softmax on average" in standing
+    assert "intervals stay wide" not in standing
 
 
 def test_the_committed_overview_is_the_one_its_kept_records_give(tmp_path, monkeypatch):

@@ -36,6 +36,14 @@ def standing_pilot(reports_root=None) -> str | None:
     return None
 
 
+def _bounds(row: dict) -> tuple[float, float] | None:
+    """A gap row's 95 % t-interval over seeds (mean ± t·SD/√n); None with fewer than two seeds."""
+    if row["seeds"] < 2:
+        return None
+    half = t_half_width(row["SD"], row["seeds"])
+    return row["mean gap"] - half, row["mean gap"] + half
+
+
 def gap_interval(row: dict) -> str:
     """A gap row's mean with its 95 % t-interval over seeds (mean ± t·SD/√n), its seeds and a reading:
     'softmax ahead' or 'Performer ahead' when the interval excludes 0, else 'inconclusive'."""
@@ -44,8 +52,7 @@ def gap_interval(row: dict) -> str:
         return "—"
     if n == 1:
         return f"{signed(mean)} (1 seed, no interval)"
-    half = t_half_width(row["SD"], n)
-    low, high = mean - half, mean + half
+    low, high = _bounds(row)
     reading = "softmax ahead" if high < 0 else "Performer ahead" if low > 0 else "inconclusive"
     return f"{signed(mean)} [{signed(low)}, {signed(high)}] ({n} seeds, {reading})"
 
@@ -61,11 +68,11 @@ def _task(params) -> str:
     return f"{size}×{size}, {(size // patch) ** 2 + 1} tokens, FAVOR+ m = {features or default}"
 
 
-def overview_row(preset: str, reports_root=None, before: str | None = None) -> tuple[dict, str, tuple | None]:
+def overview_row(preset: str, reports_root=None, before: str | None = None) -> tuple[dict, str, list[tuple]]:
     """One pilot's line: task, runs finished, go/no-go and the gap of each Performer at its longest budget
     (`before`: the pilot whose finished NO-GO it waits for, if that has not come); its final verdict
-    (gap_pilot.final_verdict); and its most negative mean gap at that budget as (gap, backend), None before
-    any pair finished — all from one read of its records."""
+    (gap_pilot.final_verdict); and each Performer's gap at that budget as (mean, interval's lower bound or
+    None with one seed, backend), empty before any pair finished — all from one read of its records."""
     from ..lab.catalog import grid
     from ..lab.params import load_params
     from ..lab.result import results
@@ -89,8 +96,8 @@ def overview_row(preset: str, reports_root=None, before: str | None = None) -> t
         row[f"{backend} − softmax at {longest} epochs"] = (
             gap_interval(at_end[backend]) if backend in at_end else "not in this pilot"
         )
-    deepest = min(((r["mean gap"], r["backend"]) for r in decided), default=None)
-    return row, gap_pilot.verdict_of(params, found, reports_root), deepest
+    gaps = [(r["mean gap"], (_bounds(r) or (None,))[0], r["backend"]) for r in decided]
+    return row, gap_pilot.verdict_of(params, found, reports_root), gaps
 
 
 def _standing(complete: bool, ended: str, waiting: int) -> str:
@@ -113,12 +120,11 @@ def write_overview(reports_root=None) -> list[str]:
 
 def overview_rows(reports_root=None) -> tuple[list[dict], str]:
     """Every pilot of the order, a row each (overview_row), and where the order stands, in a sentence."""
-    rows, waiting, standing, deepest = [], None, "", None
+    rows, waiting, standing, gaps = [], None, "", []
     for preset in pilot_order():
-        row, verdict, gap = overview_row(preset, reports_root, before=waiting)
+        row, verdict, found = overview_row(preset, reports_root, before=waiting)
         rows.append(row)
-        if gap is not None and (deepest is None or gap[0] < deepest[0]):
-            deepest = (*gap, preset)
+        gaps += [(*gap, preset) for gap in found]
         if waiting is None and verdict != "NO-GO":
             waiting = preset  # the order stops here until this pilot ends NO-GO
             standing = (
@@ -128,24 +134,34 @@ def overview_rows(reports_root=None) -> tuple[list[dict], str]:
                 else f"**The order stands at `{preset}`** (runs finished: {rows[-1]['runs']}): not yet answered; "
                 "no pilot has opened a gap so far, and the pilots after it train only if it ends NO-GO."
             )
-    return rows, standing or no_gap_anywhere(deepest)
+    return rows, standing or no_gap_anywhere(gaps)
 
 
-def no_gap_anywhere(deepest: tuple | None) -> str:
-    """The answer once every pilot ended NO-GO, with the largest mean deficit of a Performer at a pilot's
-    longest budget ((gap, backend, pilot), None if no pair finished)."""
+def no_gap_anywhere(gaps: list[tuple]) -> str:
+    """The answer once every pilot ended NO-GO, from each Performer's gap at a pilot's longest budget
+    ((mean, lower bound or None, backend, pilot) each): the largest mean deficit, and the lowest lower bound
+    of a 95 % interval — the gap the pilots' few seeds cannot exclude."""
+    deepest = min(gaps, default=None)
     if deepest is None or deepest[0] >= 0:
         furthest = "no Performer was behind softmax on average at a pilot's longest budget"
     else:
-        gap, backend, preset = deepest
+        gap, _, backend, preset = deepest
         furthest = (
             f"the furthest a Performer fell behind softmax on average was {signed(gap)} points ({backend} on "
             f"`{preset}`, at its longest budget), short of the {gap_pilot.GO_GAP} a GO needs"
         )
+    bounds = [(low, backend, preset) for _, low, backend, preset in gaps if low is not None]
+    unexcluded = ""
+    if bounds:
+        low, backend, preset = min(bounds)
+        unexcluded = (
+            f" With so few seeds the intervals stay wide (the lowest reaches {signed(low)} points, {backend} on "
+            f"`{preset}`): the pilots found no gap by their rule, but cannot exclude one of that size."
+        )
     return (
-        f"**No pilot of the pre-registered order opened a gap**: every one ended NO-GO, and {furthest}. By the "
-        "pre-registered rule that is the answer on these tasks: no gap for an RPE to close (longer training "
-        "than the pilots' budgets is untested)."
+        f"**No pilot of the pre-registered order opened a gap**: every one ended NO-GO, and {furthest}."
+        f"{unexcluded} By the pre-registered rule that is the answer on these tasks: no gap for an RPE to "
+        "close (longer training than the pilots' budgets is untested)."
     )
 
 
