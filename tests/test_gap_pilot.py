@@ -503,7 +503,7 @@ def test_the_overview_gives_each_pilot_its_gap_with_an_interval(tmp_path, monkey
     monkeypatch.setattr(
         catalog, "study_records", lambda p, reports_root=None: results(found if "56" not in p.name else [])
     )
-    rows, standing = pilot_overview.overview_rows(reports_root=tmp_path)
+    rows, standing, _ = pilot_overview.overview_rows(reports_root=tmp_path)
     assert standing.startswith("**The order stands at `canvas56_gap_pilot`** (runs finished: 0 of 6)")
     assert [r["go/no-go"] for r in rows[:2]] == ["NO-GO", "no pair finished yet"]
     three = {"seeds": 3, "mean gap": -2.0, "SD": 0.1}
@@ -524,10 +524,11 @@ def test_when_every_pilot_ends_no_go_the_overview_says_so_with_the_largest_defic
     }
 
     def row(preset, reports_root=None, before=None):
-        return {"pilot": f"`{preset}`"}, "NO-GO", deficits.get(preset, [(0.4, -0.3, "favor")])
+        gaps = deficits.get(preset, [(0.4, -0.3, "favor")])
+        return {"pilot": f"`{preset}`"}, "NO-GO", {"gaps": gaps, "early": {}, "moved": {}, "gains": [], "budgets": ()}
 
     monkeypatch.setattr(pilot_overview, "overview_row", row)
-    _, standing = pilot_overview.overview_rows()
+    _, standing, _ = pilot_overview.overview_rows()
     assert standing.startswith("**No pilot of the pre-registered order opened a gap**: every one ended NO-GO")
     assert "fell behind softmax on average was −0.73 points (favor on `canvas_gap_pilot`" in standing
     assert "short of the 1.5 a GO needs" in standing
@@ -538,6 +539,33 @@ def test_when_every_pilot_ends_no_go_the_overview_says_so_with_the_largest_defic
     standing = pilot_overview.overview_rows()[1]
     assert "no Performer was behind softmax on average" in standing
     assert "intervals stay wide" not in standing
+
+
+def test_the_overview_says_how_the_gaps_moved_with_training_across_the_pilots():
+    """What a go/no-go at the longest budget cannot see, counted over every pilot's seed pairs: who was ahead
+    at the shortest budget, whose gap moved toward softmax between the two longest, and the runs' gains."""
+    from rpevit.analysis.pilot_overview import readings, training_trend
+    from rpevit.lab.params import load_params
+
+    params = load_params("canvas56_dial8")  # favor only, seeds 1 and 2, budgets 8/16/32
+    top1 = {}
+    for seed, (soft, favor) in {
+        1: ((80.0, 85.0, 88.0), (81.0, 85.5, 87.5)),
+        2: ((79.0, 85.0, 88.5), (80.0, 84.5, 88.6)),
+    }.items():
+        for epochs, s, f in zip((8, 16, 32), soft, favor):
+            top1[("softmax+ape", seed, epochs)], top1[("favor+ape", seed, epochs)] = s, f
+    decided = [{"backend": "favor", "mean gap": -0.2, "seeds": 2, "SD": 0.4}]
+    read = readings(params, top1, decided)
+    assert read["early"] == {"favor": [1.0, 1.0]} and read["budgets"] == (8, 16, 32)
+    assert read["moved"]["favor"] == pytest.approx([-1.0, 0.6])  # (−0.5 − 0.5) and (+0.1 − (−0.5)), paired by seed
+    assert sorted(read["gains"]) == pytest.approx([2.0, 3.0, 3.5, 4.1])
+    relu = {"early": {"relu": [-0.5]}, "moved": {"relu": [-0.2]}, "gains": [2.5], "budgets": (8, 16, 32)}
+    trend = training_trend([read, relu])
+    assert "the Performer was ahead of softmax at 8 epochs: favor 2 of 2, relu 0 of 1;" in trend
+    assert "its gap moved toward softmax from 16 to 32 epochs: favor 1 of 2, relu 1 of 1." in trend
+    assert "Every run still gained +2.00 to +4.10 points" in trend
+    assert training_trend([{**read, "moved": {}, "gains": []}]) == ""  # nothing to read before two budgets
 
 
 def test_the_committed_overview_is_the_one_its_kept_records_give(tmp_path, monkeypatch):

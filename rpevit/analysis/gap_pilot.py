@@ -48,16 +48,22 @@ def budget_top1(found) -> dict[tuple[str, int, int], float]:
     return out
 
 
+def seed_gaps(top1: dict, seeds: list[int], budget: int, backend: str) -> list[float]:
+    """Per seed with both runs: the Performer's test top-1 with APE minus softmax's at `budget` epochs."""
+    pair = (f"{backend}+ape", "softmax+ape")
+    return [
+        top1[(pair[0], s, budget)] - top1[(pair[1], s, budget)]
+        for s in seeds
+        if all((v, s, budget) in top1 for v in pair)
+    ]
+
+
 def gap_rows(top1: dict, budgets: list[int], seeds: list[int], backends=PERFORMERS) -> list[dict]:
     """Per Performer backend and budget: the per-seed gaps with APE, their mean and SD (seeds with both runs)."""
     rows = []
     for backend in backends:
         for budget in budgets:
-            gaps = [
-                top1[(f"{backend}+ape", s, budget)] - top1[("softmax+ape", s, budget)]
-                for s in seeds
-                if (f"{backend}+ape", s, budget) in top1 and ("softmax+ape", s, budget) in top1
-            ]
+            gaps = seed_gaps(top1, seeds, budget, backend)
             rows.append(
                 {
                     "backend": backend,
@@ -71,15 +77,21 @@ def gap_rows(top1: dict, budgets: list[int], seeds: list[int], backends=PERFORME
     return rows
 
 
+def budget_gains(top1: dict, variants: list[str], seeds: list[int], short: int, long: int) -> list[float]:
+    """Per run of `variants` with both budgets: its test top-1 at `long` epochs minus at `short`."""
+    return [
+        top1[(v, s, long)] - top1[(v, s, short)]
+        for v in variants
+        for s in seeds
+        if (v, s, long) in top1 and (v, s, short) in top1
+    ]
+
+
 def budget_change_rows(top1: dict, variants: list[str], seeds: list[int], short: int, long: int) -> list[dict]:
     """Per variant: the change of test top-1 from `short` to `long` epochs, paired by seed."""
     rows = []
     for variant in variants:
-        changes = [
-            top1[(variant, s, long)] - top1[(variant, s, short)]
-            for s in seeds
-            if (variant, s, long) in top1 and (variant, s, short) in top1
-        ]
+        changes = budget_gains(top1, [variant], seeds, short, long)
         rows.append(
             {
                 "variant": variant,
@@ -91,13 +103,11 @@ def budget_change_rows(top1: dict, variants: list[str], seeds: list[int], short:
     return rows
 
 
-def _gap_changes(top1: dict, seeds: list[int], short: int, long: int, backend: str) -> list[float]:
+def gap_changes(top1: dict, seeds: list[int], short: int, long: int, backend: str) -> list[float]:
     """Per seed with all four runs: the gap with APE at `long` epochs minus the gap at `short`."""
-    pair = (f"{backend}+ape", "softmax+ape")
+    both = [s for s in seeds if seed_gaps(top1, [s], short, backend) and seed_gaps(top1, [s], long, backend)]
     return [
-        (top1[(pair[0], s, long)] - top1[(pair[1], s, long)]) - (top1[(pair[0], s, short)] - top1[(pair[1], s, short)])
-        for s in seeds
-        if all((v, s, e) in top1 for v in pair for e in (short, long))
+        late - early for early, late in zip(seed_gaps(top1, both, short, backend), seed_gaps(top1, both, long, backend))
     ]
 
 
@@ -106,7 +116,7 @@ def gap_change_rows(top1: dict, seeds: list[int], short: int, long: int, backend
     return [
         {
             "gap": f"{backend} − softmax",
-            f"change {short}→{long} (per seed)": ", ".join(map(signed, _gap_changes(top1, seeds, short, long, backend)))
+            f"change {short}→{long} (per seed)": ", ".join(map(signed, gap_changes(top1, seeds, short, long, backend)))
             or "—",
         }
         for backend in backends
@@ -118,21 +128,16 @@ def trend_line(top1: dict, variants: list[str], seeds: list[int], short: int, lo
     95 % t-interval) and how much the runs still gain: what a go/no-go read at `long` epochs cannot see."""
     parts = []
     for backend in backends:
-        changes = _gap_changes(top1, seeds, short, long, backend)
+        changes = gap_changes(top1, seeds, short, long, backend)
         if len(changes) > 1:
             ci = t_interval(changes)
             verdict = "widened" if ci["high"] < 0 else "narrowed" if ci["low"] > 0 else "inconclusive"
             interval = f"[{signed(ci['low'])}, {signed(ci['high'])}]"
             parts.append(f"{backend} {signed(ci['mean'])} {interval} ({ci['n']} seeds, {verdict})")
-    gains = [
-        top1[(v, s, long)] - top1[(v, s, short)]
-        for v in variants
-        for s in seeds
-        if (v, s, long) in top1 and (v, s, short) in top1
-    ]
+    gains = budget_gains(top1, variants, seeds, short, long)
     if not parts or not gains:
         return ""
-    every = all(c < 0 for b in backends for c in _gap_changes(top1, seeds, short, long, b))
+    every = all(c < 0 for b in backends for c in gap_changes(top1, seeds, short, long, b))
     return (
         f"Does the gap open with training? From {short} to {long} epochs the gap (Performer − softmax) changed by "
         f"{' and '.join(parts)} points (mean over seeds with a 95 % t-interval; descriptive, outside the go/no-go "

@@ -68,11 +68,10 @@ def _task(params) -> str:
     return f"{size}×{size}, {(size // patch) ** 2 + 1} tokens, FAVOR+ m = {features or default}"
 
 
-def overview_row(preset: str, reports_root=None, before: str | None = None) -> tuple[dict, str, list[tuple]]:
+def overview_row(preset: str, reports_root=None, before: str | None = None) -> tuple[dict, str, dict]:
     """One pilot's line: task, runs finished, go/no-go and the gap of each Performer at its longest budget
     (`before`: the pilot whose finished NO-GO it waits for, if that has not come); its final verdict
-    (gap_pilot.final_verdict); and each Performer's gap at that budget as (mean, interval's lower bound or
-    None with one seed, backend), empty before any pair finished — all from one read of its records."""
+    (gap_pilot.final_verdict); and what the answer reads of it (`readings`) — all from one read of its records."""
     from ..lab.catalog import grid
     from ..lab.params import load_params
     from ..lab.result import results
@@ -96,8 +95,25 @@ def overview_row(preset: str, reports_root=None, before: str | None = None) -> t
         row[f"{backend} − softmax at {longest} epochs"] = (
             gap_interval(at_end[backend]) if backend in at_end else "not in this pilot"
         )
-    gaps = [(r["mean gap"], (_bounds(r) or (None,))[0], r["backend"]) for r in decided]
-    return row, gap_pilot.verdict_of(params, found, reports_root), gaps
+    return row, gap_pilot.verdict_of(params, found, reports_root), readings(params, found["top1"], decided)
+
+
+def readings(params, top1: dict, decided: list[dict]) -> dict:
+    """What the overview's sentences read of one pilot: `gaps`, each Performer's gap at the longest budget as
+    (mean, interval's lower bound or None with one seed, backend); per Performer the per-seed gaps at the
+    shortest budget (`early`) and their change between the two longest (`moved`); every run's gain in top-1
+    between those two (`gains`); and the three `budgets` (shortest, second longest, longest)."""
+    budgets = sorted({*params.train.budgets, params.train.epochs})
+    shortest, short, longest = budgets[0], budgets[-2] if len(budgets) > 1 else budgets[0], budgets[-1]
+    backends = [r["backend"] for r in decided]
+    seeds = list(params.seeds)
+    return {
+        "gaps": [(r["mean gap"], (_bounds(r) or (None,))[0], r["backend"]) for r in decided],
+        "early": {b: gap_pilot.seed_gaps(top1, seeds, shortest, b) for b in backends},
+        "moved": {b: gap_pilot.gap_changes(top1, seeds, short, longest, b) for b in backends},
+        "gains": gap_pilot.budget_gains(top1, ["softmax+ape", *(f"{b}+ape" for b in backends)], seeds, short, longest),
+        "budgets": (shortest, short, longest),
+    }
 
 
 def _standing(complete: bool, ended: str, waiting: int) -> str:
@@ -118,13 +134,15 @@ def write_overview(reports_root=None) -> list[str]:
     return lines
 
 
-def overview_rows(reports_root=None) -> tuple[list[dict], str]:
-    """Every pilot of the order, a row each (overview_row), and where the order stands, in a sentence."""
-    rows, waiting, standing, gaps = [], None, "", []
+def overview_rows(reports_root=None) -> tuple[list[dict], str, str]:
+    """Every pilot of the order, a row each (overview_row); where the order stands, in a sentence; and how
+    the gaps moved with training across the pilots (training_trend; '' before any pilot has two budgets)."""
+    rows, waiting, standing, gaps, trend = [], None, "", [], []
     for preset in pilot_order():
-        row, verdict, found = overview_row(preset, reports_root, before=waiting)
+        row, verdict, read = overview_row(preset, reports_root, before=waiting)
         rows.append(row)
-        gaps += [(*gap, preset) for gap in found]
+        gaps += [(*gap, preset) for gap in read["gaps"]]
+        trend.append(read)
         if waiting is None and verdict != "NO-GO":
             waiting = preset  # the order stops here until this pilot ends NO-GO
             standing = (
@@ -134,7 +152,40 @@ def overview_rows(reports_root=None) -> tuple[list[dict], str]:
                 else f"**The order stands at `{preset}`** (runs finished: {rows[-1]['runs']}): not yet answered; "
                 "no pilot has opened a gap so far, and the pilots after it train only if it ends NO-GO."
             )
-    return rows, standing or no_gap_anywhere(gaps)
+    return rows, standing or no_gap_anywhere(gaps), training_trend(trend)
+
+
+def _count(values: dict[str, list[float]], sign: int) -> str:
+    """'favor 7 of 8, relu 2 of 3': per backend, how many of its per-seed values have `sign`."""
+    return ", ".join(
+        f"{backend} {sum(v * sign > 0 for v in found)} of {len(found)}" for backend, found in values.items() if found
+    )
+
+
+def training_trend(readings: list[dict]) -> str:
+    """How the gaps moved with training across every pilot (their `readings`): per Performer, the seed pairs
+    it was ahead in at the shortest budget, those whose gap moved toward softmax between the two longest, and
+    the range of every run's gain between those — what a go/no-go at the longest budget cannot see."""
+    early, moved, gains, budgets = {}, {}, [], set()
+    for read in readings:
+        for backend, values in read["early"].items():
+            early.setdefault(backend, []).extend(values)
+        for backend, values in read["moved"].items():
+            moved.setdefault(backend, []).extend(values)
+        gains += read["gains"]
+        budgets.add(read["budgets"])
+    if not gains or not any(moved.values()):
+        return ""
+    shortest, short, longest = (
+        budgets.pop() if len(budgets) == 1 else ("the shortest", "the second longest", "the longest")
+    )
+    return (
+        f"Across the pilots, seed pairs in which the Performer was ahead of softmax at {shortest} epochs: "
+        f"{_count(early, +1)}; in which its gap moved toward softmax from {short} to {longest} epochs: "
+        f"{_count(moved, -1)}. Every run still gained {signed(min(gains))} to {signed(max(gains))} points of top-1 "
+        f"from {short} to {longest} epochs: no pilot trained to the end of its gains, so whether a longer budget "
+        "opens a gap is untested."
+    )
 
 
 def no_gap_anywhere(gaps: list[tuple]) -> str:
@@ -160,8 +211,7 @@ def no_gap_anywhere(gaps: list[tuple]) -> str:
         )
     return (
         f"**No pilot of the pre-registered order opened a gap**: every one ended NO-GO, and {furthest}."
-        f"{unexcluded} By the pre-registered rule that is the answer on these tasks: no gap for an RPE to "
-        "close (longer training than the pilots' budgets is untested)."
+        f"{unexcluded} By the pre-registered rule that is the answer on these tasks: no gap for an RPE to close."
     )
 
 
@@ -177,7 +227,7 @@ OVERVIEW_NOTE = (
 
 def overview_lines(reports_root=None) -> list[str]:
     """The lines of reports/gap_pilots.md, from the pilots' records."""
-    rows, standing = overview_rows(reports_root)
+    rows, standing, trend = overview_rows(reports_root)
     return [
         "# The gap pilots, in their pre-registered order",
         "",
@@ -187,13 +237,17 @@ def overview_lines(reports_root=None) -> list[str]:
         standing,
         "",
         *markdown_table(rows, list(rows[0])).rstrip("\n").split("\n"),
+        *(["", trend] if trend else []),
     ]
 
 
 def readme_block(lines: list[str]) -> list[str]:
-    """What the README quotes of the overview's lines: where the order stands, then the table."""
+    """What the README quotes of the overview's lines: where the order stands, the table, then how the gaps
+    moved with training (the line after the table, if any)."""
     standing = next(line for line in lines if line.startswith("**"))
-    return [standing, "", *(line for line in lines if line.startswith("|"))]
+    table = [line for line in lines if line.startswith("|")]
+    after = lines[lines.index(table[-1]) + 1 :]
+    return [standing, "", *table, *after]
 
 
 def sync_readme(readme, lines: list[str]) -> bool:
