@@ -162,12 +162,12 @@ def _count(values: dict[str, list[float]], sign: int) -> str:
     )
 
 
-def training_trend(readings: list[dict]) -> str:
-    """How the gaps moved with training across every pilot (their `readings`): per Performer, the seed pairs
+def training_trend(reads: list[dict]) -> str:
+    """How the gaps moved with training across every pilot (their `readings`, in order): per Performer, the seed pairs
     it was ahead in at the shortest budget, those whose gap moved toward softmax between the two longest, and
     the range of every run's gain between those — what a go/no-go at the longest budget cannot see."""
     early, moved, gains, budgets = {}, {}, [], set()
-    for read in readings:
+    for read in reads:
         for backend, values in read["early"].items():
             early.setdefault(backend, []).extend(values)
         for backend, values in read["moved"].items():
