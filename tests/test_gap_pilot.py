@@ -488,6 +488,8 @@ def test_the_overview_gives_each_pilot_its_gap_with_an_interval(tmp_path, monkey
     monkeypatch.setattr(catalog, "study_records", records_of)
     lines = pilot_overview.write_overview(reports_root=tmp_path)
     assert (tmp_path / pilot_overview.OVERVIEW).read_text() == "\n".join(lines) + "\n"
+    assert (tmp_path / pilot_overview.FIGURE).stat().st_size > 0 and lines[-1].endswith("(gap_pilots.png)")
+    assert not any(line.startswith("![") for line in pilot_overview.readme_block(lines))  # the README links it
     rows = {line.split(" | ")[0].strip("| `"): line.split(" | ") for line in lines if line.startswith("| `")}
     ci = t_interval([-2.0, -1.6])
     favor = f"{signed(ci['mean'])} [{signed(ci['low'])}, {signed(ci['high'])}] (2 seeds, inconclusive)"
@@ -503,7 +505,7 @@ def test_the_overview_gives_each_pilot_its_gap_with_an_interval(tmp_path, monkey
     monkeypatch.setattr(
         catalog, "study_records", lambda p, reports_root=None: results(found if "56" not in p.name else [])
     )
-    rows, standing, _ = pilot_overview.overview_rows(reports_root=tmp_path)
+    rows, standing, *_ = pilot_overview.overview_rows(reports_root=tmp_path)
     assert standing.startswith("**The order stands at `canvas56_gap_pilot`** (runs finished: 0 of 6)")
     assert [r["go/no-go"] for r in rows[:2]] == ["NO-GO", "no pair finished yet"]
     three = {"seeds": 3, "mean gap": -2.0, "SD": 0.1}
@@ -525,10 +527,11 @@ def test_when_every_pilot_ends_no_go_the_overview_says_so_with_the_largest_defic
 
     def row(preset, reports_root=None, before=None):
         gaps = deficits.get(preset, [(0.4, -0.3, "favor")])
-        return {"pilot": f"`{preset}`"}, "NO-GO", {"gaps": gaps, "early": {}, "moved": {}, "gains": [], "budgets": ()}
+        read = {"gaps": gaps, "early": {}, "moved": {}, "gains": [], "budgets": (), "by_budget": {}}
+        return {"pilot": f"`{preset}`"}, "NO-GO", read
 
     monkeypatch.setattr(pilot_overview, "overview_row", row)
-    _, standing, _ = pilot_overview.overview_rows()
+    _, standing, *_ = pilot_overview.overview_rows()
     assert standing.startswith("**No pilot of the pre-registered order opened a gap**: every one ended NO-GO")
     assert "fell behind softmax on average was −0.73 points (favor on `canvas_gap_pilot`" in standing
     assert "short of the 1.5 a GO needs" in standing

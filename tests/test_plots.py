@@ -100,6 +100,25 @@ def test_a_collapsed_run_is_drawn_apart_and_left_out_of_its_variants_mean():
     assert collapsed_runs(histories, "fashion_mnist") == {("favor+rope_mixed", 2)}
 
 
+def test_the_pilots_gap_figure_draws_each_seed_each_mean_and_the_go_line_per_backend():
+    series = [
+        {"pilot": "a", "backend": "favor", "gaps": {8: [1.0, 0.5], 16: [0.2, -0.4], 32: [-1.0, -0.2]}},
+        {"pilot": "b", "backend": "favor", "gaps": {8: [0.8], 16: [0.1], 32: []}},  # a budget without pairs: no point
+        {"pilot": "a", "backend": "relu", "gaps": {8: [-0.7, 0.6], 16: [0.3, 0.3], 32: [-0.6, -0.5]}},
+    ]
+    fig = plots.pilot_gaps_figure(series, threshold=1.5)
+    favor, relu = fig.axes
+    assert [favor.get_title(), relu.get_title()] == ["favor − softmax (with APE)", "relu − softmax (with APE)"]
+    means = [line for line in favor.lines if line.get_label() in ("a", "b")]
+    assert [list(m.get_ydata()) for m in means] == [pytest.approx([0.75, -0.1, -0.6]), [0.8, 0.1]]
+    dots = sorted(y for line in favor.lines if line.get_alpha() == 0.35 for y in line.get_ydata())
+    assert dots == sorted([1.0, 0.5, 0.2, -0.4, -1.0, -0.2, 0.8, 0.1])  # every seed of every pilot
+    go = [line for line in relu.lines if line.get_label() == "GO: −1.5"]
+    assert len(go) == 1 and list(go[0].get_ydata()) == [-1.5, -1.5]
+    assert [t.get_text() for t in favor.get_xticklabels()] == ["8", "16", "32"]
+    plt.close(fig)
+
+
 def test_plotly_figures_use_each_variants_one_look():
     histories = [(v, s, _history(s)) for v in VARIANTS for s in (0, 1)]
     fig = plots.training_curves_interactive(histories, "t")

@@ -15,6 +15,7 @@ from . import gap_pilot
 
 FIRST_PILOT = "canvas_gap_pilot"
 OVERVIEW = "gap_pilots.md"
+FIGURE = "gap_pilots.png"
 PILOTS_END = "<!-- /pilots -->"
 
 
@@ -102,7 +103,8 @@ def readings(params, top1: dict, decided: list[dict]) -> dict:
     """What the overview's sentences read of one pilot: `gaps`, each Performer's gap at the longest budget as
     (mean, interval's lower bound or None with one seed, backend); per Performer the per-seed gaps at the
     shortest budget (`early`) and their change between the two longest (`moved`); every run's gain in top-1
-    between those two (`gains`); and the three `budgets` (shortest, second longest, longest)."""
+    between those two (`gains`); the three `budgets` (shortest, second longest, longest); and per Performer
+    the per-seed gaps at every budget (`by_budget`, for the figure)."""
     budgets = sorted({*params.train.budgets, params.train.epochs})
     shortest, short, longest = budgets[0], budgets[-2] if len(budgets) > 1 else budgets[0], budgets[-1]
     backends = [r["backend"] for r in decided]
@@ -113,6 +115,7 @@ def readings(params, top1: dict, decided: list[dict]) -> dict:
         "moved": {b: gap_pilot.gap_changes(top1, seeds, short, longest, b) for b in backends},
         "gains": gap_pilot.budget_gains(top1, ["softmax+ape", *(f"{b}+ape" for b in backends)], seeds, short, longest),
         "budgets": (shortest, short, longest),
+        "by_budget": {b: {e: gap_pilot.seed_gaps(top1, seeds, e, b) for e in budgets} for b in backends},
     }
 
 
@@ -128,21 +131,34 @@ def _standing(complete: bool, ended: str, waiting: int) -> str:
 
 
 def write_overview(reports_root=None) -> list[str]:
-    """reports/gap_pilots.md: every pilot of the order, a line each; returns its lines."""
-    lines = overview_lines(reports_root)
-    records.write_text((reports_root or records.reports_root()) / OVERVIEW, "\n".join(lines) + "\n")
+    """reports/gap_pilots.md (every pilot of the order, a line each) and its figure gap_pilots.png (every
+    Performer's gap per budget, plots.pilot_gaps_figure); returns the lines."""
+    import matplotlib.pyplot as plt
+
+    from .plots import pilot_gaps_figure
+
+    folder = reports_root or records.reports_root()
+    rows, standing, trend, series = overview_rows(reports_root)
+    lines = overview_lines(reports_root, (rows, standing, trend, series))
+    records.write_text(folder / OVERVIEW, "\n".join(lines) + "\n")
+    if series:
+        figure = pilot_gaps_figure(series, gap_pilot.GO_GAP)
+        figure.savefig(folder / FIGURE, dpi=110)
+        plt.close(figure)
     return lines
 
 
-def overview_rows(reports_root=None) -> tuple[list[dict], str, str]:
-    """Every pilot of the order, a row each (overview_row); where the order stands, in a sentence; and how
-    the gaps moved with training across the pilots (training_trend; '' before any pilot has two budgets)."""
-    rows, waiting, standing, gaps, trend = [], None, "", [], []
+def overview_rows(reports_root=None) -> tuple[list[dict], str, str, list[dict]]:
+    """Every pilot of the order, a row each (overview_row); where the order stands, in a sentence; how the
+    gaps moved with training across the pilots (training_trend; '' before any pilot has two budgets); and
+    each Performer's per-seed gaps per budget and pilot, the figure's series ({"pilot", "backend", "gaps"})."""
+    rows, waiting, standing, gaps, trend, series = [], None, "", [], [], []
     for preset in pilot_order():
         row, verdict, read = overview_row(preset, reports_root, before=waiting)
         rows.append(row)
         gaps += [(*gap, preset) for gap in read["gaps"]]
         trend.append(read)
+        series += [{"pilot": preset, "backend": b, "gaps": by} for b, by in read["by_budget"].items()]
         if waiting is None and verdict != "NO-GO":
             waiting = preset  # the order stops here until this pilot ends NO-GO
             standing = (
@@ -152,7 +168,7 @@ def overview_rows(reports_root=None) -> tuple[list[dict], str, str]:
                 else f"**The order stands at `{preset}`** (runs finished: {rows[-1]['runs']}): not yet answered; "
                 "no pilot has opened a gap so far, and the pilots after it train only if it ends NO-GO."
             )
-    return rows, standing or no_gap_anywhere(gaps), training_trend(trend)
+    return rows, standing or no_gap_anywhere(gaps), training_trend(trend), series
 
 
 def _count(values: dict[str, list[float]], sign: int) -> str:
@@ -225,9 +241,9 @@ OVERVIEW_NOTE = (
 )
 
 
-def overview_lines(reports_root=None) -> list[str]:
-    """The lines of reports/gap_pilots.md, from the pilots' records."""
-    rows, standing, trend = overview_rows(reports_root)
+def overview_lines(reports_root=None, overview: tuple | None = None) -> list[str]:
+    """The lines of reports/gap_pilots.md, from the pilots' records (or their `overview_rows`, if read)."""
+    rows, standing, trend, series = overview or overview_rows(reports_root)
     return [
         "# The gap pilots, in their pre-registered order",
         "",
@@ -238,15 +254,23 @@ def overview_lines(reports_root=None) -> list[str]:
         "",
         *markdown_table(rows, list(rows[0])).rstrip("\n").split("\n"),
         *(["", trend] if trend else []),
+        *(
+            ["", f"![Every Performer's gap per budget, every pilot: seeds as dots, their mean as a line]({FIGURE})"]
+            if series
+            else []
+        ),
     ]
 
 
 def readme_block(lines: list[str]) -> list[str]:
     """What the README quotes of the overview's lines: where the order stands, the table, then how the gaps
-    moved with training (the line after the table, if any)."""
+    moved with training (the line after the table, if any; the figure's link is relative to reports/, so the
+    README links it itself)."""
     standing = next(line for line in lines if line.startswith("**"))
     table = [line for line in lines if line.startswith("|")]
-    after = lines[lines.index(table[-1]) + 1 :]
+    after = [line for line in lines[lines.index(table[-1]) + 1 :] if not line.startswith("![")]
+    while after and not after[-1]:
+        after.pop()
     return [standing, "", *table, *after]
 
 

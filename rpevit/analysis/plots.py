@@ -281,6 +281,43 @@ def budget_curves(pairs: list[dict], title: str = ""):
     return fig
 
 
+def pilot_gaps_figure(series: list[dict], threshold: float, title: str = ""):
+    """The gap pilots' answer at a glance: one panel per Performer backend, its test top-1 minus softmax's
+    (points) at each budget of each pilot — every seed a small dot, the mean over seeds a line — with 0 and
+    the pre-registered GO line at −`threshold`. `series`: {"pilot", "backend", "gaps": {epochs: [per seed]}}."""
+    plt = _mpl()
+    backends = list(dict.fromkeys(s["backend"] for s in series))
+    pilots = list(dict.fromkeys(s["pilot"] for s in series))
+    colours = {pilot: plt.get_cmap("tab10")(i) for i, pilot in enumerate(pilots)}
+    fig, axes = plt.subplots(
+        1, len(backends), figsize=(4.8 * len(backends) + 2.2, 3.8), layout="constrained", squeeze=False, sharey=True
+    )
+    for axis, backend in zip(axes[0], backends):
+        for line in (s for s in series if s["backend"] == backend):
+            budgets = sorted(e for e, gaps in line["gaps"].items() if gaps)
+            means = [statistics.fmean(line["gaps"][e]) for e in budgets]
+            colour, shift = colours[line["pilot"]], 1 + 0.04 * (pilots.index(line["pilot"]) - len(pilots) / 2)
+            axis.plot([e * shift for e in budgets], means, marker="o", color=colour, label=line["pilot"])
+            for e in budgets:
+                seeds = line["gaps"][e]
+                axis.plot([e * shift] * len(seeds), seeds, "o", color=colour, alpha=0.35, markersize=3.5)
+        axis.axhline(0, color="0.3", linewidth=0.8)
+        axis.axhline(-threshold, color="tab:red", linestyle="--", linewidth=1, label=f"GO: −{threshold:g}")
+        axis.set_xscale("log", base=2)
+        ticks = sorted({e for s in series for e in s["gaps"]})
+        axis.set_xticks(ticks, [str(e) for e in ticks])
+        axis.set_xlabel("budget (epochs)")
+        axis.set_title(f"{backend} − softmax (with APE)", fontsize=10)
+        axis.grid(alpha=0.3)
+    axes[0, 0].set_ylabel("test top-1 gap, points")
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(
+        handles, labels, loc="outside right upper", fontsize=8, title="line: mean; dots: seeds", title_fontsize=7
+    )
+    fig.suptitle(title or "Performer − softmax per budget, every gap pilot (negative: softmax ahead)", fontsize=10)
+    return fig
+
+
 # --------------------------------------------------------------------------- 50: resolution
 
 
