@@ -265,6 +265,8 @@ def test_training_time_is_read_against_the_budget_the_preset_states(tmp_path):
     assert budget.budget_line(3.5, 0.5, 12).endswith("of its pre-registered budget of 12 one-thread CPU hours.")
     assert "**over** its pre-registered budget of 3 one-thread CPU hours by 0.5" in budget.budget_line(3.5, 0, 3)
     assert budget.budget_line(1.0, 0, None).endswith("the preset states no CPU budget.")
+    assert budget.budget_line(1.0, 0, 12).startswith("Training time so far: 1.0 hours")
+    assert budget.budget_line(1.0, 0, 12, complete=True).startswith("Training time in all: 1.0 hours")
 
 
 def test_a_fresh_clone_counts_the_epochs_of_runs_parked_by_another_checkout(tmp_path):

@@ -73,9 +73,10 @@ def _seconds(history: list[dict], branches: dict | None, continued_from: dict | 
     return own - inherited_seconds(history, branches, continued_from)
 
 
-def budget_line(hours: float, running: float, budget: float | None) -> str:
-    """Training time so far against the stated budget, saying plainly when it is spent or exceeded."""
-    spent = f"Training time so far: {hours:.1f} hours of epoch time (cool-downs included"
+def budget_line(hours: float, running: float, budget: float | None, complete: bool = False) -> str:
+    """Training time (so far, unless the preset's every run has finished: `complete`) against the stated
+    budget, saying plainly when it is spent or exceeded."""
+    spent = f"Training time {'in all' if complete else 'so far'}: {hours:.1f} hours of epoch time (cool-downs included"
     spent += f"; {running:.1f} of them in runs still training)" if running else ")"
     if budget is None:
         return spent + "; the preset states no CPU budget."

@@ -134,7 +134,8 @@ def status_lines(params: Params, runs_root=None, reports_root=None) -> list[str]
     ]
     stated = stated_budget(params.name)
     if stated is not None:  # a pilot's pre-registered CPU budget (its header)
-        lines.append(budget_line(*training_hours(params, runs_root, reports_root), stated).replace("**", ""))
+        spent = training_hours(params, runs_root, reports_root)
+        lines.append(budget_line(*spent, stated, complete=len(finished) == total).replace("**", ""))
     for place in sorted(busy):
         run = Run(params, *place, runs_root=runs_root)
         lines.append(f"in flight: {label(*place)}, {epochs_done(run)} of {run.train_config.epochs} epochs done")
