@@ -270,10 +270,14 @@ def budget_reading(params, found: dict, reports_root=None) -> tuple[str, int]:
     return ("", len(started)) if started else (f"{done} of {planned}", 0)
 
 
+def pilot_budgets(params) -> list[int]:
+    """The pilot's budgets in epochs, shortest first: its cool-downs' and its longest run's."""
+    return sorted({*params.train.budgets, params.train.epochs})
+
+
 def pilot_gap_rows(params, found: dict) -> list[dict]:
     """The gap per Performer of the pilot and budget, from pilot_records' top-1."""
-    budgets = sorted({*params.train.budgets, params.train.epochs})
-    return gap_rows(found["top1"], budgets, list(params.seeds), _performers(params))
+    return gap_rows(found["top1"], pilot_budgets(params), list(params.seeds), _performers(params))
 
 
 def _performers(params) -> list[str]:
@@ -348,7 +352,7 @@ def pilot_summary(preset: str, reports_root=None) -> dict:
     found = pilot_records(params, reports_root)
     top1, read, fell = found["top1"], found["read"], found["fell"]
     longest = params.train.epochs
-    budgets = sorted({*params.train.budgets, longest})
+    budgets = pilot_budgets(params)
     seeds = list(params.seeds)
     variants = list(dict.fromkeys([*read, *(v for _, v, _ in grid(params))]))
     backends = _performers(params)
@@ -446,11 +450,9 @@ def _curves(found: dict, params, folder) -> list[str]:
     """The finished runs' training curves (the 32-epoch runs; the cool-down branches are not drawn),
     mean over seeds with their range, collapsed runs apart, runs in flight dotted: pilot_curves.png and its
     README lines."""
-    import matplotlib.pyplot as plt
+    from .plots import save_png
 
-    figure = curves_figure(found, params)
-    figure.savefig(folder / "pilot_curves.png", dpi=110)
-    plt.close(figure)
+    save_png(curves_figure(found, params), folder / "pilot_curves.png")
     longest = params.train.epochs
     flying = [f"{variant} seed {seed} ({len(rows)} of {longest} epochs)" for variant, seed, rows in found["in_flight"]]
     lines = [

@@ -105,7 +105,7 @@ def readings(params, top1: dict, decided: list[dict]) -> dict:
     shortest budget (`early`) and their change between the two longest (`moved`); every run's gain in top-1
     between those two (`gains`); the three `budgets` (shortest, second longest, longest); and per Performer
     the per-seed gaps at every budget (`by_budget`, for the figure)."""
-    budgets = sorted({*params.train.budgets, params.train.epochs})
+    budgets = gap_pilot.pilot_budgets(params)
     shortest, short, longest = budgets[0], budgets[-2] if len(budgets) > 1 else budgets[0], budgets[-1]
     backends = [r["backend"] for r in decided]
     seeds = list(params.seeds)
@@ -133,18 +133,14 @@ def _standing(complete: bool, ended: str, waiting: int) -> str:
 def write_overview(reports_root=None) -> list[str]:
     """reports/gap_pilots.md (every pilot of the order, a line each) and its figure gap_pilots.png (every
     Performer's gap per budget, plots.pilot_gaps_figure); returns the lines."""
-    import matplotlib.pyplot as plt
-
-    from .plots import pilot_gaps_figure
+    from .plots import pilot_gaps_figure, save_png
 
     folder = reports_root or records.reports_root()
     rows, standing, trend, series = overview_rows(reports_root)
     lines = overview_lines(reports_root, (rows, standing, trend, series))
     records.write_text(folder / OVERVIEW, "\n".join(lines) + "\n")
     if series:
-        figure = pilot_gaps_figure(series, gap_pilot.GO_GAP)
-        figure.savefig(folder / FIGURE, dpi=110)
-        plt.close(figure)
+        save_png(pilot_gaps_figure(series, gap_pilot.GO_GAP), folder / FIGURE)
     return lines
 
 

@@ -25,6 +25,13 @@ def _mpl():
     return plt
 
 
+def save_png(fig, path, dpi: int = 110) -> None:
+    """Write a figure a report keeps beside its markdown (reports/<preset>/pilot_curves.png,
+    reports/gap_pilots.png) as PNG, then close it."""
+    fig.savefig(path, dpi=dpi)
+    _mpl().close(fig)
+
+
 def over_seeds(series: dict) -> dict[str, dict]:
     """{variant: [{x: y} per seed]} → {variant: {"x", "mean", "low", "high", "seeds"}}: at each x, the
     mean and the range over the seeds that have it (x sorted)."""
