@@ -373,7 +373,7 @@ def test_a_spent_budget_starts_no_run_and_a_finished_study_still_writes_its_summ
     reaches it, `study` starts nothing more (one line saying so) but finishes a run it had started;
     within it, or with nothing left, it goes on."""
     from rpevit.cli import main
-    from rpevit.lab import records
+    from rpevit.lab import records, study_status
     from rpevit.lab.cell import State
     from rpevit.lab.params import load_params
     from rpevit.lab.run import Run
@@ -424,6 +424,10 @@ def test_a_spent_budget_starts_no_run_and_a_finished_study_still_writes_its_summ
     # so the budget ended the pilot: its go/no-go is final, not interim
     monkeypatch.setattr(budget, "stated_budget", lambda preset: 0.5)
     assert gap_pilot.budget_ended(dial, gap_pilot.pilot_records(dial)) == "1 of 2"
+    monkeypatch.setattr(study_status, "stated_budget", lambda preset: 0.5)
+    status = study_status.status_lines(dial)
+    assert status[1].startswith("Training time in all: ") and "over its pre-registered budget of 0.5" in status[1]
+    assert status[2] == "left: 1 run, which its spent budget does not start (training has ended)"
     rows = gap_pilot.gap_rows(gap_pilot.budget_top1(_found(-1.0, -0.5)), [8, 16, 32], [1, 2])
     line = gap_pilot.decision(rows, 32, False, "canvas56_gap_pilot", budget_ended="5 of 6")
     assert "(its budget is spent with 5 of 6 runs finished: no new run starts; the rule reads" in line

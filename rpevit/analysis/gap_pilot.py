@@ -373,7 +373,7 @@ def pilot_summary(preset: str, reports_root=None) -> dict:
         "intro": f"{params.description}. Pre-registered in `params/{params.name}.yaml` before its first run: the "
         "task, the variants, seeds, recipe, budgets, the go/no-go rule and the seed rule. "
         f"{finished_count} of {planned} runs finished.{borrowed_line} "
-        + budget_line(hours, running, stated_budget(preset), complete=finished_count == planned),
+        + budget_line(hours, running, stated_budget(preset), complete=finished_count == planned or bool(ended)),
         "decision": decision(rows, longest, finished_count == planned, params.name, ended),
         "trend": trend_line(top1, variants, seeds, short, longest, backends),
         "collapsed": (

@@ -123,3 +123,11 @@ def budget_spent(params, preset=None, runs_root=None, reports_root=None) -> str 
         f"{params.name}: its pre-registered budget of {budget:g} one-thread CPU hours is spent ({hours:.1f} hours "
         "of epoch time); nothing more is trained. Its report says what was reached."
     )
+
+
+def ended_by_budget(params, runs_root=None, reports_root=None) -> bool:
+    """True when the preset's spent budget starts no more runs and none it started is in flight: its
+    training has ended with runs left untrained."""
+    return budget_spent(params, runs_root=runs_root, reports_root=reports_root) is not None and not runs_in_flight(
+        params, runs_root, reports_root
+    )

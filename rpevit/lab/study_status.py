@@ -10,7 +10,7 @@ from __future__ import annotations
 from ..core.variants import parse_variant
 from . import design, records
 from .bench import train_costs
-from .budget import budget_line, stated_budget, training_hours
+from .budget import budget_line, ended_by_budget, stated_budget, training_hours
 from .catalog import grid, in_flight_and_records, pace_records, secondary_held
 from .params import Params, load_params
 from .parking import PARKED, pending
@@ -22,6 +22,10 @@ from .runs import weights_wanted
 from .schema import DIVERGED
 from .schema import finished as finished_runs
 from .time_limit import epochs_done, expected_total
+
+
+def _runs(count: int) -> str:
+    return f"{count} run{'s' * (count != 1)}"
 
 
 def wanted(params: Params, current: list[dict], busy: set, held: str = "") -> dict[str, list]:
@@ -133,9 +137,10 @@ def status_lines(params: Params, runs_root=None, reports_root=None) -> list[str]
         + (f", {diverged} diverged" if diverged else "")
     ]
     stated = stated_budget(params.name)
+    stopped = stated is not None and ended_by_budget(params, runs_root, reports_root)
     if stated is not None:  # a pilot's pre-registered CPU budget (its header)
         spent = training_hours(params, runs_root, reports_root)
-        lines.append(budget_line(*spent, stated, complete=len(finished) == total).replace("**", ""))
+        lines.append(budget_line(*spent, stated, complete=len(finished) == total or stopped).replace("**", ""))
     for place in sorted(busy):
         run = Run(params, *place, runs_root=runs_root)
         lines.append(f"in flight: {label(*place)}, {epochs_done(run)} of {run.train_config.epochs} epochs done")
@@ -146,12 +151,15 @@ def status_lines(params: Params, runs_root=None, reports_root=None) -> list[str]
     held = secondary_held(params, runs_root, reports_root) if params.design.active else ""
     groups, pace = wanted(params, current, busy, held), pace_records(params, runs_root, reports_root, own=current)
     costs, left = train_costs(params, reports_root), groups["left"]
-    lines.append(
-        f"left: {len(left)} runs ({sum(p in busy for p in left)} in flight); "
-        + _expected(params, left, pace, runs_root, costs)
-        if left
-        else "left: no runs"
-    )
+    if stopped and left:
+        lines.append(f"left: {_runs(len(left))}, which its spent budget does not start (training has ended)")
+    else:
+        lines.append(
+            f"left: {_runs(len(left))} ({sum(p in busy for p in left)} in flight); "
+            + _expected(params, left, pace, runs_root, costs)
+            if left
+            else "left: no runs"
+        )
     if groups["waiting"]:
         lines.append(
             f"waiting: {len(groups['waiting'])} more runs that the stopping rule, the budget or the primary grid "
