@@ -114,10 +114,7 @@ def budget_spent(params, preset=None, runs_root=None, reports_root=None) -> str 
     if budget is None:
         return None
     hours, _ = training_hours(params, runs_root, reports_root)
-    if hours < budget or all(
-        current_record(Run(params, *place, runs_root=runs_root, reports_root=reports_root).rooted())
-        for place in grid(params)
-    ):  # within budget, or nothing left to train (a finished study still writes its summary)
+    if not over_budget(params, hours, budget, runs_root, reports_root):
         return None
     return (
         f"{params.name}: its pre-registered budget of {budget:g} one-thread CPU hours is spent ({hours:.1f} hours "
@@ -125,9 +122,11 @@ def budget_spent(params, preset=None, runs_root=None, reports_root=None) -> str 
     )
 
 
-def ended_by_budget(params, runs_root=None, reports_root=None) -> bool:
-    """True when the preset's spent budget starts no more runs and none it started is in flight: its
-    training has ended with runs left untrained."""
-    return budget_spent(params, runs_root=runs_root, reports_root=reports_root) is not None and not runs_in_flight(
-        params, runs_root, reports_root
+def over_budget(params, hours: float, budget: float, runs_root=None, reports_root=None) -> bool:
+    """True when `hours` of training (training_hours) have reached the `budget` and a run of the preset is
+    left to train: no new run starts (within it, or with nothing left — a finished study still writes its
+    summary — False)."""
+    return hours >= budget and not all(
+        current_record(Run(params, *place, runs_root=runs_root, reports_root=reports_root).rooted())
+        for place in grid(params)
     )

@@ -10,7 +10,7 @@ from __future__ import annotations
 from ..core.variants import parse_variant
 from . import design, records
 from .bench import train_costs
-from .budget import budget_line, ended_by_budget, stated_budget, training_hours
+from .budget import budget_line, over_budget, runs_in_flight, stated_budget, training_hours
 from .catalog import grid, in_flight_and_records, pace_records, secondary_held
 from .params import Params, load_params
 from .parking import PARKED, pending
@@ -130,16 +130,18 @@ def status_lines(params: Params, runs_root=None, reports_root=None) -> list[str]
     lines = [
         f"{params.name}: "
         + (
-            f"{len(finished)} run{'s' * (len(finished) != 1)} finished, of at most {total} the design may train"
+            f"{_runs(len(finished))} finished, of at most {total} the design may train"
             if params.design.active
             else f"{len(finished)} of {total} runs finished"
         )
         + (f", {diverged} diverged" if diverged else "")
     ]
-    stated = stated_budget(params.name)
-    stopped = stated is not None and ended_by_budget(params, runs_root, reports_root)
+    stated, stopped = stated_budget(params.name), False  # stopped: its spent budget ended it, runs untrained
     if stated is not None:  # a pilot's pre-registered CPU budget (its header)
         spent = training_hours(params, runs_root, reports_root)
+        stopped = over_budget(params, spent[0], stated, runs_root, reports_root) and not runs_in_flight(
+            params, runs_root, reports_root
+        )
         lines.append(budget_line(*spent, stated, complete=len(finished) == total or stopped).replace("**", ""))
     for place in sorted(busy):
         run = Run(params, *place, runs_root=runs_root)
