@@ -1,8 +1,8 @@
 """JupyterLab on this project (`make lab` puts this folder on JUPYTER_CONFIG_PATH): a notebook
 saved under notebooks/ is saved without outputs, execution counts or run metadata
-(scripts/nbclean.py), so running the study notebooks leaves `git status` clean. Its cells tagged
-`nbval-check-output` keep the references stored in the file (what `make test` compares; a run in
-Lab, with any parameters, changes none: scripts/nbval_references.py makes them)."""
+(scripts/nbclean.py), so running the study notebooks leaves `git status` clean. The references that
+`make test` compares its cells tagged `nbval-check-output` with are kept apart, in tests/nbval_references/
+(scripts/nbval_references.py makes them): a run in Lab, with any parameters, changes none."""
 
 import importlib.util
 from pathlib import Path

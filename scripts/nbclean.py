@@ -1,16 +1,13 @@
-"""Keep the study notebooks stored clean: no outputs, execution counts or run metadata — except the
-nbval references.
+"""Keep the study notebooks stored clean: no outputs, execution counts or run metadata.
 
-A code cell tagged `nbval-check-output` (nbval's tag) is compared by nbval with its stored outputs
-(`make test`, `--nbval-lax`): those outputs are its reference and stay, text only (streams and the
-text/* parts of displays: no images, widget state or metadata), with execution count 1 (nbval skips a
-cell whose count is null). Every other cell is stored without outputs. References are made from the
-notebook's defaults by `scripts/nbval_references.py`.
+A code cell tagged `nbval-check-output` (nbval's tag) is one whose outputs `make test` compares with a
+reference (`--nbval-lax`). The references are not kept in the notebooks: they live in
+tests/nbval_references/<notebook>.json, text only (`text_outputs`), made by `scripts/nbval_references.py`,
+which also writes the copies nbval runs (each notebook with its references) into .nbval/.
 
 Three ways in, one rule (`strip`); the sources, tags and the user's own metadata stay as they are:
   - JupyterLab (`make lab`): `.jupyter/jupyter_server_config.py` installs `pre_save_hook`, so a
-    notebook under a `notebooks/` folder is saved without what running it produced; a marked cell keeps
-    the reference stored in the file it overwrites (a run in Lab, whatever its parameters, changes none);
+    notebook under a `notebooks/` folder is saved without what running it produced;
   - git: `make install` sets this file as the clean filter of `notebooks/*.ipynb` (`.gitattributes`),
     so `git status` and `git add` see a notebook as it would be saved here (stdin → stdout);
   - by hand: `python scripts/nbclean.py notebooks/*.ipynb` cleans files in place.
@@ -26,12 +23,12 @@ from pathlib import Path
 
 CELL_RUN_METADATA = ("execution", "ExecuteTime", "collapsed", "scrolled", "papermill")
 NOTEBOOK_RUN_METADATA = ("widgets", "papermill")
-CHECKED = "nbval-check-output"  # nbval's tag: the cell's stored outputs are its reference
-REFERENCE_COUNT = 1  # the execution count of a stored reference (any number but null: nbval skips unrun cells)
+CHECKED = "nbval-check-output"  # nbval's tag: the cell's outputs are compared with its reference
+REFERENCE_COUNT = 1  # the execution count a reference is given (any number but null: nbval skips unrun cells)
 
 
 def is_checked(cell: dict) -> bool:
-    """A code cell whose outputs nbval compares with the stored ones (tagged `nbval-check-output`)."""
+    """A code cell whose outputs nbval compares with its reference (tagged `nbval-check-output`)."""
     tags = cell.get("metadata", {}).get("tags", [])
     return cell.get("cell_type") == "code" and isinstance(tags, list) and CHECKED in tags
 
@@ -56,14 +53,9 @@ def text_outputs(outputs: list[dict]) -> list[dict]:
 def strip(nb: dict) -> dict:
     """Remove outputs, execution counts and run metadata from a notebook (a JSON dict), in place:
     per cell Lab's timings, output collapse/scroll state, papermill's fields and empty tags; per notebook the
-    widget state, papermill's fields and the kernel's language details (its `name` stays). A cell tagged
-    `nbval-check-output` keeps its text outputs (`text_outputs`), with count 1 once it has run."""
+    widget state, papermill's fields and the kernel's language details (its `name` stays)."""
     for cell in nb.get("cells", []):
-        if is_checked(cell):
-            cell["outputs"] = text_outputs(cell.get("outputs", []))
-            ran = cell.get("execution_count") is not None or bool(cell["outputs"])
-            cell["execution_count"] = REFERENCE_COUNT if ran else None
-        elif cell.get("cell_type") == "code":
+        if cell.get("cell_type") == "code":
             cell["outputs"] = []
             cell["execution_count"] = None
         metadata = cell.get("metadata", {})
@@ -99,36 +91,13 @@ def clean_text(text: str) -> str:
     return dumps(strip(nb)) if isinstance(nb, dict) and "cells" in nb else text
 
 
-def stored_references(path: Path) -> dict:
-    """{cell id: (execution count, outputs)} of the cells tagged `nbval-check-output` in the notebook
-    file at `path`; {} if there is none or it is not a notebook."""
-    try:
-        nb = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    cells = nb.get("cells", []) if isinstance(nb, dict) else []
-    return {c["id"]: (c.get("execution_count"), c.get("outputs", [])) for c in cells if is_checked(c) and "id" in c}
-
-
-def keep_references(nb: dict, stored: dict) -> dict:
-    """Give each cell tagged `nbval-check-output` the reference stored for its id (`stored_references`),
-    or none: what a session produced (its parameters may be any) never becomes a reference. In place."""
-    for cell in nb.get("cells", []):
-        if is_checked(cell):
-            count, outputs = stored.get(cell.get("id"), (None, []))
-            cell["execution_count"], cell["outputs"] = count, outputs
-    return nb
-
-
 def pre_save_hook(model: dict, path: str, contents_manager, **kwargs) -> None:
     """jupyter_server's FileContentsManager.pre_save_hook: clean a notebook saved under a `notebooks/`
-    folder (`path` is relative to the server's root), its marked cells keeping the references of the
-    file it replaces; other files are saved as they are."""
+    folder (`path` is relative to the server's root); other files are saved as they are."""
     if model.get("type") != "notebook" or not isinstance(model.get("content"), dict):
         return
-    target = (Path(getattr(contents_manager, "root_dir", ".")) / path).resolve()
-    if target.parent.name == "notebooks":
-        strip(keep_references(model["content"], stored_references(target)))
+    if (Path(getattr(contents_manager, "root_dir", ".")) / path).resolve().parent.name == "notebooks":
+        strip(model["content"])
 
 
 def main(argv: list[str]) -> int:

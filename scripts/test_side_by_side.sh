@@ -10,7 +10,10 @@ py=${1:?usage: bash scripts/test_side_by_side.sh PYTHON}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 held=$(mktemp)
 trap 'rm -f "$held"' EXIT
-nbval=(--nbval-lax --nbval-current-env --nbval-sanitize-with notebooks/nbval_sanitize.cfg notebooks)
+# nbval runs copies of notebooks/ (stored output-free) that carry the references of their marked cells
+# (tests/nbval_references/), written into the git-ignored .nbval/ by scripts/nbval_references.py
+"$py" scripts/nbval_references.py --into .nbval || exit 1
+nbval=(--nbval-lax --nbval-current-env --nbval-sanitize-with notebooks/nbval_sanitize.cfg .nbval)
 "$py" -m pytest -q --durations=10 -p no:cacheprovider "${nbval[@]}" >"$held" 2>&1 &
 notebooks=$!
 "$py" -m pytest -q --durations=15 tests

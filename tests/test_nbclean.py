@@ -1,6 +1,6 @@
-"""Notebooks stored clean (scripts/nbclean.py): what is stripped and what stays (the text references of
-cells tagged `nbval-check-output`), the Lab save hook's folder rule and its keeping of the stored
-references, the git clean filter in a scratch repository, and the wiring (`make lab`, `make install`,
+"""Notebooks stored clean (scripts/nbclean.py): what is stripped (every output, the marked cells' too: their
+references live in tests/nbval_references/) and what stays, the text a reference keeps, the Lab save hook's
+folder rule, the git clean filter in a scratch repository, and the wiring (`make lab`, `make install`,
 .gitattributes). The headless Lab run itself is tests/test_lab.py; nbval's comparison with the
 references, tests/test_nbval_compare.py."""
 
@@ -27,33 +27,17 @@ PNG = {"image/png": "iVBORw0KGgo=", "text/plain": ["<IPython.core.display.Image 
 WIDGET = "application/vnd.jupyter.widget-view+json"
 
 
-def _shown(output: dict) -> dict:
-    """An output of a reference as the kernel sent it: with its metadata, the image beside an image's text
-    and the run's execution count."""
-    output = copy.deepcopy(output)
-    if "data" in output:
-        output["metadata"] = {"image/png": {"width": 600}}
-        if output["data"].get("text/plain") == PNG["text/plain"]:
-            output["data"]["image/png"] = PNG["image/png"]
-    if "execution_count" in output:
-        output["execution_count"] = 12
-    return output
-
-
-def _ran(nb: dict, reference: list[str] | None = None) -> dict:
-    """`nb` as JupyterLab saves it after running every cell (outputs, counts, timings, widget state). A cell
-    tagged `nbval-check-output` shows its stored reference with the images, metadata and a widget view
-    that the reference leaves out, or `reference` (printed by a run with other parameters)."""
+def _ran(nb: dict) -> dict:
+    """`nb` as JupyterLab saves it after running every cell (outputs, counts, timings, widget state; a cell
+    tagged `nbval-check-output` shows a table, an image and a widget view too)."""
     nb = copy.deepcopy(nb)
     widget = {"output_type": "display_data", "metadata": {}, "data": {WIDGET: {"model_id": "f00", "version_major": 2}}}
+    table = {"output_type": "display_data", "metadata": {}, "data": {"text/markdown": ["| a |\n"]}}
     for count, cell in enumerate((c for c in nb["cells"] if c["cell_type"] == "code"), start=1):
         cell["execution_count"] = count
-        if not nbclean.is_checked(cell):
-            cell["outputs"] = [{"output_type": "stream", "name": "stdout", "text": ["ran\n"]}]
-        elif reference is None:
-            cell["outputs"] = [*map(_shown, cell["outputs"]), widget]
-        else:
-            cell["outputs"] = [{"output_type": "stream", "name": "stdout", "text": reference}, widget]
+        cell["outputs"] = [{"output_type": "stream", "name": "stdout", "text": ["ran\n"]}]
+        if nbclean.is_checked(cell):
+            cell["outputs"] += [table, {"output_type": "display_data", "data": PNG, "metadata": {}}, widget]
         cell["metadata"].update(
             execution={"iopub.status.busy": "2026-01-01T00:00:00Z"}, scrolled=True, jupyter={"outputs_hidden": True}
         )
@@ -71,13 +55,11 @@ def test_stored_notebooks_are_clean_and_come_back_byte_for_byte(path):
     text = path.read_text(encoding="utf-8")
     assert nbclean.clean_text(text) == text
     assert nbclean.clean_text(nbclean.dumps(_ran(json.loads(text)))) == text
-    for cell in _checked(json.loads(text)):  # a reference nbval compares: run (count 1), text only
-        assert cell["execution_count"] == nbclean.REFERENCE_COUNT, cell["id"]
-        data = [key for o in cell["outputs"] for key in o.get("data", {})]
-        assert all(key.startswith("text/") for key in data), cell["id"]
+    code = [c for c in json.loads(text)["cells"] if c["cell_type"] == "code"]
+    assert all(c["outputs"] == [] and c["execution_count"] is None for c in code)  # the marked cells' too
 
 
-def test_checked_cells_keep_text_references_only():
+def test_a_reference_keeps_the_text_outputs_only_and_the_stored_cell_none():
     ran = {
         "cells": [
             {
@@ -109,9 +91,11 @@ def test_checked_cells_keep_text_references_only():
         ],
         "metadata": {},
     }
+    outputs = copy.deepcopy(ran["cells"][0]["outputs"])
     table, new, plain = nbclean.strip(ran)["cells"]
-    assert table["execution_count"] == 1 and table["metadata"] == {"tags": ["nbval-check-output"]}
-    assert table["outputs"] == [
+    assert table["execution_count"] is None and table["metadata"] == {"tags": ["nbval-check-output"]}
+    assert table["outputs"] == [] and new["outputs"] == [] and plain["outputs"] == []
+    assert nbclean.text_outputs(outputs) == [
         {"output_type": "stream", "name": "stdout", "text": ["3 checks passed\n"]},
         {
             "output_type": "display_data",
@@ -125,8 +109,7 @@ def test_checked_cells_keep_text_references_only():
             "data": {"text/markdown": ["| a |\n"], "text/plain": ["<Markdown>"]},
         },
     ]
-    assert new["execution_count"] is None and new["outputs"] == []  # never run: no reference, nbval skips it
-    assert plain["execution_count"] is None and plain["outputs"] == []
+    assert new["execution_count"] is None and plain["execution_count"] is None
 
 
 def test_strip_keeps_sources_tags_and_the_users_metadata():
@@ -138,9 +121,9 @@ def test_strip_keeps_sources_tags_and_the_users_metadata():
     cleaned = nbclean.strip(ran)
     assert cleaned["cells"][1]["source"] == ['name = "cpu_claims"\n']
     assert cleaned["cells"][1]["metadata"] == {"tags": ["parameters"], "jupyter": {"source_hidden": True}}
-    unchecked = [c for c in cleaned["cells"] if not nbclean.is_checked(c)]
-    assert all(c.get("outputs", []) == [] and c.get("execution_count") is None for c in unchecked)
-    assert _checked(cleaned) == _checked(nb)  # the references, as stored
+    code = [c for c in cleaned["cells"] if c["cell_type"] == "code"]
+    assert all(c.get("outputs", []) == [] and c.get("execution_count") is None for c in code)
+    assert _checked(cleaned) == _checked(nb)  # the marked cells, tags and all, as stored
     assert cleaned["metadata"]["language_info"] == {"name": "python"} and cleaned["metadata"]["authors"] == ["me"]
     assert "widgets" not in cleaned["metadata"]
     assert nbclean.clean_text("not json") == "not json" and nbclean.clean_text("[1]") == "[1]"
@@ -150,23 +133,16 @@ def test_strip_keeps_sources_tags_and_the_users_metadata():
     "path, stripped", [("notebooks/45_claims.ipynb", True), ("reports/smoke/45_claims.ipynb", False)]
 )
 def test_the_save_hook_cleans_notebooks_under_notebooks_only(tmp_path, path, stripped):
-    """Saved from Lab after a run with other parameters: under notebooks/ the file comes back as stored, its
-    references included (a session's outputs never become a reference); elsewhere as it was run."""
+    """Saved from Lab after a run: under notebooks/ the file comes back as stored; elsewhere as it was run."""
     text = NOTEBOOKS[0].read_text(encoding="utf-8")
-    assert _checked(json.loads(text)), "a notebook with nbval references"
     (tmp_path / path).parent.mkdir(parents=True)
     (tmp_path / path).write_text(text, encoding="utf-8")
-    nb = _ran(json.loads(text), reference=["preset cpu_claims\n"])
+    nb = _ran(json.loads(text))
     model = {"type": "notebook", "content": copy.deepcopy(nb)}
     manager = type("Manager", (), {"root_dir": str(tmp_path)})()
     nbclean.pre_save_hook(model=model, path=path, contents_manager=manager)
     assert (nbclean.dumps(model["content"]) == text) is stripped
     assert (model["content"] == nb) is not stripped
-    (tmp_path / path).unlink()  # a new notebook: its marked cells have no reference yet
-    model = {"type": "notebook", "content": copy.deepcopy(nb)}
-    nbclean.pre_save_hook(model=model, path=path, contents_manager=manager)
-    if stripped:
-        assert all(c["outputs"] == [] and c["execution_count"] is None for c in _checked(model["content"]))
     text_file = {"type": "file", "content": "x", "format": "text"}
     nbclean.pre_save_hook(model=text_file, path="notebooks/notes.txt", contents_manager=manager)
     assert text_file["content"] == "x"
@@ -194,10 +170,6 @@ def test_the_git_filter_stores_a_run_notebook_clean(tmp_path):
     _git(tmp_path, "add", "-A")
     assert _git(tmp_path, "status", "--porcelain") == ""
     notebook.write_text(text.replace('name = \\"smoke\\"', 'name = \\"cpu_claims\\"', 1), encoding="utf-8")
-    assert _git(tmp_path, "diff", "--numstat").split() == ["1", "1", f"notebooks/{notebook.name}"]
-    reference = "45 checks passed, 0 failed"  # a stored nbval reference is content: its change shows
-    assert reference in text
-    notebook.write_text(text.replace(reference, "44 checks passed, 1 failed", 1), encoding="utf-8")
     assert _git(tmp_path, "diff", "--numstat").split() == ["1", "1", f"notebooks/{notebook.name}"]
 
 

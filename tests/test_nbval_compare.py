@@ -1,14 +1,17 @@
 """`make test` compares what the notebooks compute: nbval (`--nbval-lax`) checks every cell tagged
-`nbval-check-output` against the outputs stored with it (the references, kept by scripts/nbclean.py),
-after notebooks/nbval_sanitize.cfg has removed what varies between machines and runs (timings, dates,
-paths, addresses, floating noise). The sanitizer on sample lines: it removes that and keeps every number a
-check reads; then nbval itself, in a subprocess with `make test`'s flags, on copies of the cheapest
-notebook (00_derivation_checks, seconds): the stored copy passes, and a copy with one number of a
-reference changed and one computation planted fails exactly at those two cells.
+`nbval-check-output` against its reference (tests/nbval_references/, written by scripts/nbval_references.py,
+which also writes the copies nbval runs: notebooks/ itself stays output-free), after
+notebooks/nbval_sanitize.cfg has removed what varies between machines and runs (timings, dates, paths,
+addresses, floating noise). Every marked cell has a reference and every reference a marked cell; the
+sanitizer on sample lines: it removes that and keeps every number a check reads; then nbval itself, in a
+subprocess with `make test`'s flags, on copies of the cheapest notebook (00_derivation_checks, seconds):
+the copy with its references passes, and a copy with one number of a reference changed and one
+computation planted fails exactly at those two cells.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -20,6 +23,9 @@ from nbval.plugin import get_sanitize_patterns
 
 from rpevit.lab.params import PROJECT_ROOT
 
+_spec = importlib.util.spec_from_file_location("nbval_references", PROJECT_ROOT / "scripts" / "nbval_references.py")
+nbval_references = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(nbval_references)
 SANITIZE = PROJECT_ROOT / "notebooks" / "nbval_sanitize.cfg"
 NBVAL = ["--nbval-lax", "--nbval-current-env", "--nbval-sanitize-with", str(SANITIZE)]
 CHECKED = "nbval-check-output"
@@ -35,9 +41,50 @@ def _sanitized(text: str) -> str:
 def test_make_test_compares_the_notebooks_with_the_sanitizer():
     script = "scripts/test_side_by_side.sh"  # `make test` runs the notebooks through it, beside the suite
     assert f"bash {script} $(PY)" in (PROJECT_ROOT / "Makefile").read_text()
-    line = next(line for line in (PROJECT_ROOT / script).read_text().splitlines() if "--nbval-lax" in line)
-    assert line == f"nbval=({' '.join(NBVAL).replace(str(PROJECT_ROOT) + '/', '')} notebooks)"
+    lines = (PROJECT_ROOT / script).read_text().splitlines()
+    line = next(line for line in lines if "--nbval-lax" in line)
+    assert line == f"nbval=({' '.join(NBVAL).replace(str(PROJECT_ROOT) + '/', '')} .nbval)"
+    assert '"$py" scripts/nbval_references.py --into .nbval || exit 1' in lines[: lines.index(line)]
+    assert "/.nbval/" in (PROJECT_ROOT / ".gitignore").read_text().splitlines()
     assert len(get_sanitize_patterns(SANITIZE.read_text(encoding="utf-8"))) == 7  # every section parsed
+
+
+def test_every_marked_cell_has_a_reference_and_every_reference_a_marked_cell():
+    notebooks = sorted((PROJECT_ROOT / "notebooks").glob("*.ipynb"))
+    kept = {path.stem for path in nbval_references.REFERENCES.glob("*.json")}
+    assert kept <= {path.stem for path in notebooks}, "references of a notebook that is gone"
+    marked_anywhere = 0
+    for path in notebooks:
+        marked = {
+            c["id"]
+            for c in json.loads(path.read_text(encoding="utf-8"))["cells"]
+            if CHECKED in c["metadata"].get("tags", [])
+        }
+        assert set(nbval_references.references(path)) == marked, path.name
+        marked_anywhere += len(marked)
+    assert marked_anywhere >= 15  # 00's derivation tables, 35's pilot tables, 40's and 45's counts
+
+
+def test_the_copies_nbval_runs_carry_the_references_and_a_missing_one_stops_them(tmp_path, monkeypatch):
+    (tmp_path / "nbval" / "stale.ipynb").parent.mkdir()
+    (tmp_path / "nbval" / "stale.ipynb").write_text("{}")  # a notebook removed from notebooks/ since
+    written = nbval_references.write_checked_copies(tmp_path / "nbval")
+    assert sorted(p.name for p in written) == sorted(p.name for p in (PROJECT_ROOT / "notebooks").glob("*.ipynb"))
+    assert not (tmp_path / "nbval" / "stale.ipynb").exists()
+    copy = json.loads((tmp_path / "nbval" / "00_derivation_checks.ipynb").read_text(encoding="utf-8"))
+    kept = nbval_references.references(PROJECT_ROOT / "notebooks" / "00_derivation_checks.ipynb")
+    assert sum(bool(outputs) for outputs in kept.values()) >= 6  # its derivation tables
+    for cell in (c for c in copy["cells"] if c["cell_type"] == "code"):
+        if CHECKED in cell["metadata"].get("tags", []):
+            assert cell["execution_count"] == 1 and cell["outputs"] == kept[cell["id"]]
+        else:
+            assert cell["execution_count"] is None and cell["outputs"] == []
+    monkeypatch.setattr(nbval_references, "REFERENCES", tmp_path / "none")
+    with pytest.raises(
+        SystemExit,
+        match=r"^error: notebooks/00_derivation_checks.ipynb: cell \S+ is tagged nbval-check-output but has no ref",
+    ):
+        nbval_references.write_checked_copies(tmp_path / "nbval")
 
 
 @pytest.mark.parametrize(
@@ -102,9 +149,9 @@ def _nbval(folder, notebook: str) -> tuple[int, dict[int, str], str]:
 
 @pytest.mark.slow
 def test_nbval_fails_on_a_changed_reference_or_computation_and_passes_the_stored_notebook(tmp_path):
-    text = (PROJECT_ROOT / "notebooks" / "00_derivation_checks.ipynb").read_text(encoding="utf-8")
-    (tmp_path / "stored.ipynb").write_text(text, encoding="utf-8")
-    nb = json.loads(text)
+    copies = nbval_references.write_checked_copies(tmp_path / "copies")
+    next(p for p in copies if p.stem == "00_derivation_checks").rename(tmp_path / "stored.ipynb")
+    nb = json.loads((tmp_path / "stored.ipynb").read_text(encoding="utf-8"))
     code = [c for c in nb["cells"] if c["cell_type"] == "code"]
     number = {c.get("id"): n for n, c in enumerate(code)}
     favor, premap = (code[number[i]] for i in ("00-12", "00-08"))  # (c) FAVOR+ error table; pre-map contrast

@@ -1,8 +1,8 @@
 """The JupyterLab save hook of this project for any Jupyter server of its virtual environment: `make
 install` registers it in .venv/etc/jupyter/jupyter_server_config.json, so a plain `jupyter
 lab` (not only `make lab`) saves the project's notebooks/ without outputs, execution counts or run
-metadata, their `nbval-check-output` cells keeping the references stored in the file
-(scripts/nbclean.py, the same code as git's clean filter): Run All and save leave `git status` clean.
+metadata (scripts/nbclean.py, the same code as git's clean filter; nbval's references are kept apart, in
+tests/nbval_references/): Run All and save leave `git status` clean.
 Notebooks of other projects opened with the same server are saved as they are."""
 
 from __future__ import annotations
