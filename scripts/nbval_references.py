@@ -9,8 +9,8 @@ output-free (scripts/nbclean.py).
         run each notebook as nbval runs it (a copy, with its parameters cell's defaults, in its own folder,
         on the kernel of this Python) and write its marked cells' outputs as its references;
     .venv/bin/python scripts/nbval_references.py --into .nbval
-        write every notebook of notebooks/ into that folder (emptied first) with its references in its
-        marked cells: what `make test` runs nbval on (scripts/test_side_by_side.sh).
+        write every notebook of notebooks/ into that folder (replacing the notebooks there) with its
+        references in its marked cells: what `make test` runs nbval on (scripts/test_side_by_side.sh).
 
 Notebooks 40 and 45 read the smoke runs that notebook 10 trains when `make test` runs the folder in order:
 train them first (run notebook 10, or `make test`) so that their references show what nbval sees there.
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import shutil
 import sys
 from pathlib import Path
 
@@ -59,10 +58,14 @@ def with_references(nb: dict, kept: dict[str, list[dict]], name: str = "notebook
 
 
 def write_checked_copies(folder: Path) -> list[Path]:
-    """Every notebook of notebooks/ written into `folder` (emptied first) with its references: nbval's input."""
+    """Every notebook of notebooks/ written into `folder` with its references, replacing the notebooks there
+    (a stale one too): nbval's input. notebooks/ itself is refused."""
     folder = Path(folder)
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True)
+    if folder.resolve() == NOTEBOOKS.resolve():
+        raise SystemExit("error: the copies with references go beside notebooks/, never into it (e.g. --into .nbval)")
+    folder.mkdir(parents=True, exist_ok=True)
+    for stale in folder.glob("*.ipynb"):
+        stale.unlink()
     written = []
     for source in sorted(NOTEBOOKS.glob("*.ipynb")):
         nb = json.loads(source.read_text(encoding="utf-8"))

@@ -68,9 +68,10 @@ def test_every_marked_cell_has_a_reference_and_every_reference_a_marked_cell():
 def test_the_copies_nbval_runs_carry_the_references_and_a_missing_one_stops_them(tmp_path, monkeypatch):
     (tmp_path / "nbval" / "stale.ipynb").parent.mkdir()
     (tmp_path / "nbval" / "stale.ipynb").write_text("{}")  # a notebook removed from notebooks/ since
+    (tmp_path / "nbval" / "notes.txt").write_text("mine")  # not a notebook: left alone
     written = nbval_references.write_checked_copies(tmp_path / "nbval")
     assert sorted(p.name for p in written) == sorted(p.name for p in (PROJECT_ROOT / "notebooks").glob("*.ipynb"))
-    assert not (tmp_path / "nbval" / "stale.ipynb").exists()
+    assert not (tmp_path / "nbval" / "stale.ipynb").exists() and (tmp_path / "nbval" / "notes.txt").is_file()
     copy = json.loads((tmp_path / "nbval" / "00_derivation_checks.ipynb").read_text(encoding="utf-8"))
     kept = nbval_references.references(PROJECT_ROOT / "notebooks" / "00_derivation_checks.ipynb")
     assert sum(bool(outputs) for outputs in kept.values()) >= 6  # its derivation tables
@@ -79,6 +80,8 @@ def test_the_copies_nbval_runs_carry_the_references_and_a_missing_one_stops_them
             assert cell["execution_count"] == 1 and cell["outputs"] == kept[cell["id"]]
         else:
             assert cell["execution_count"] is None and cell["outputs"] == []
+    with pytest.raises(SystemExit, match="^error: the copies with references go beside notebooks/, never into it"):
+        nbval_references.write_checked_copies(PROJECT_ROOT / "notebooks")
     monkeypatch.setattr(nbval_references, "REFERENCES", tmp_path / "none")
     with pytest.raises(
         SystemExit,
