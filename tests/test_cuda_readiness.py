@@ -384,9 +384,9 @@ def _step(model, images, interpolate=False):
 def _attention_combinations() -> list[str]:
     """Every backend × rotary × bias × gate combination once (270), the absolute methods (none, ape,
     ape_sincos) taken in turn. An absolute method acts once, on the tokens before the first block,
-    and meets no attention code, so this covers every code path of the 810 variants at a third of
+    and meets no attention code, so this covers every code path of the 1,080 variants at a third of
     the cost (meta runs ~8× slower than the CPU: Python reference kernels); the bf16 test below
-    runs all 810."""
+    runs all 1,080."""
     from rpevit.core.variants import parse_variant
 
     by_combination: dict[tuple, dict] = {}

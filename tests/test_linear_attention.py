@@ -98,6 +98,23 @@ def test_backends_registered_with_interface():
         assert cls.mechanisms == ("absolute", "gate", "rotary", "bias")
 
 
+def test_favor_redraw_is_favor_that_redraws_every_thousand_steps_unless_told():
+    """`favor_redraw` differs from `favor` only in its default redraw interval (1,000 steps)."""
+    from rpevit.core.attention.linear import FavorRedrawAttention
+
+    assert BACKENDS["favor_redraw"] is FavorRedrawAttention and issubclass(FavorRedrawAttention, FavorAttention)
+    assert FavorRedrawAttention.Options().redraw_steps == 1000 and FavorAttention.Options().redraw_steps == 0
+    fixed = FavorAttention(FavorAttention.Options(), None, HEAD_DIM, HEADS).train()
+    redrawn = FavorRedrawAttention(FavorRedrawAttention.Options(), None, HEAD_DIM, HEADS).train()
+    first_fixed, first_redrawn = fixed.omega.clone(), redrawn.omega.clone()
+    for _ in range(1000):
+        assert torch.equal(redrawn.omega, first_redrawn)  # the first 999 steps keep the first draw
+        fixed.count_training_step()
+        redrawn.count_training_step()
+    assert torch.equal(fixed.omega, first_fixed) and not torch.equal(redrawn.omega, first_redrawn)
+    assert FavorRedrawAttention(FavorRedrawAttention.Options(redraw_steps=5), None, HEAD_DIM, HEADS).redraw_steps == 5
+
+
 def test_default_feature_counts():
     assert [default_favor_features(d) for d in (1, 2, 8, 16, 32, 64)] == [4, 4, 20, 48, 112, 268]
     config = ModelConfig(dim=64, heads=4)

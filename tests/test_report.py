@@ -244,7 +244,7 @@ def test_a_variant_looks_the_same_in_every_figure():
     for index, method in enumerate(["none", *POSITIONS]):
         assert report.method_colour(method) == report.METHOD_COLOURS[index]
     assert len(set(report.METHOD_COLOURS)) == len(report.METHOD_COLOURS) == len(POSITIONS) + 1
-    assert [variant_style(f"{b}+ape")["marker"] for b in BACKENDS] == ["o", "s", "^"]
+    assert [variant_style(f"{b}+ape")["marker"] for b in BACKENDS] == ["o", "s", "^", "D"]
     # an added method keeps the leading method's colour and marker, hollow
     added, plain = variant_style("favor+rope_mixed+ape"), variant_style("favor+rope_mixed")
     assert added["color"] == plain["color"] and added["marker"] == plain["marker"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Protocol, runtime_checkable
 
-from .linear import FavorAttention, ReluAttention
+from .linear import FavorAttention, FavorRedrawAttention, ReluAttention
 from .softmax import SoftmaxAttention
 
 
@@ -34,6 +34,7 @@ BACKENDS: dict[str, type] = {
     "softmax": SoftmaxAttention,
     "favor": FavorAttention,
     "relu": ReluAttention,
+    "favor_redraw": FavorRedrawAttention,
 }
 
 

@@ -203,6 +203,9 @@ class FavorOptions:
             raise UserError(f"{where}.redraw_steps must be ≥ 0 (0 = never redraw), got {self.redraw_steps}.")
 
 
+REDRAW_EVERY = 1000  # training steps between FAVOR+ redraws for `favor_redraw` (performer-pytorch's default)
+
+
 def feature_seed(seed: int, layer: int, draw: int) -> int:
     """The seed of FAVOR+'s ω for (run seed, layer index, redraw count): a 63-bit hash of the three,
     the same in every process, so data-parallel ranks draw the same ω with no communication."""
@@ -273,6 +276,24 @@ class FavorAttention(LinearAttention):
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
         self._calls = int(self.redraw_counter)
+
+
+@dataclass(frozen=True)
+class FavorRedrawOptions(FavorOptions):
+    """FAVOR+ options with ω redrawn every 1,000 training steps unless set (performer-pytorch's default)."""
+
+    redraw_steps: int = REDRAW_EVERY
+
+
+class FavorRedrawAttention(FavorAttention):
+    """FAVOR+ whose random features are redrawn during training (Choromanski et al. 2021 §4; every
+    `redraw_steps` = 1,000 steps by default, performer-pytorch's `feature_redraw_interval`): the network
+    cannot adapt to one fixed ω, so it learns the softmax kernel FAVOR+ estimates rather than one random
+    feature attention. The same module as `favor` in every other respect; its options live under
+    `model.favor_redraw`."""
+
+    Options = FavorRedrawOptions
+    summary = "FAVOR+ with ω redrawn every 1,000 training steps (performer-pytorch's default), O(N·m·d)"
 
 
 @dataclass(frozen=True)
