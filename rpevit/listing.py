@@ -42,7 +42,10 @@ def list_command(args) -> int:
                     kind = "relative" if method.relative else "absolute"
                     print(f"  {name}: {mechanism}, {kind} — {method.summary}")
     if show("datasets"):
+        from .core.data.recall import NAME_PATTERN
+
         print("datasets:  " + ", ".join(DATASETS))
+        print(f"           and the 2D associative-recall tasks {NAME_PATTERN}, e.g. recall8_neighbour_k8")
     if show("presets"):
         print("presets:   " + ", ".join(list_presets()))
     if show("variants"):

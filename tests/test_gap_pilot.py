@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import shutil
+from pathlib import Path
 
 import pytest
 from scipy import stats as scipy_stats
@@ -588,3 +589,18 @@ def test_the_committed_overview_is_the_one_its_kept_records_give(tmp_path, monke
     monkeypatch.setenv("RPEVIT_RUNS", str(tmp_path / "runs"))
     committed = (PROJECT_ROOT / "reports" / pilot_overview.OVERVIEW).read_text()
     assert committed == "\n".join(pilot_overview.overview_lines()) + "\n"
+
+
+@pytest.mark.parametrize("preset", ["fmnist_converged", "smoke", "params/smoke.yaml"])
+def test_gap_pilot_refuses_a_study_that_is_not_a_pilot_and_writes_nothing(preset, capsys):
+    """`gap-pilot fmnist_converged` once overwrote that study's report with a bogus pilot page."""
+    from rpevit.cli import main
+    from rpevit.lab.params import PROJECT_ROOT
+
+    folder = PROJECT_ROOT / "reports" / Path(preset).stem
+    before = {path: path.read_bytes() for path in folder.rglob("*") if path.is_file()}
+    assert main(["gap-pilot", preset]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: gap-pilot reports a gap pilot")
+    assert "canvas_gap_pilot" in err[0] and "notebooks" in err[0]
+    assert {path: path.read_bytes() for path in folder.rglob("*") if path.is_file()} == before

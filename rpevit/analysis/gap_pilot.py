@@ -30,6 +30,8 @@ NEXT_AFTER_NO_GO = {
     "(params/canvas56_dial16.yaml), then 8",
     "canvas56_dial16": "FAVOR+ with 8 features on the 56×56 canvas (params/canvas56_dial8.yaml)",
 }
+# every preset whose report `gap-pilot` writes: the order's pilots and the longer budget on the 40×40 canvas
+GAP_PILOTS = ("canvas_gap_pilot", "canvas56_gap_pilot", "canvas56_dial16", "canvas56_dial8", "canvas40_long")
 # the same order as presets, for a GPU sitting that trains the next pilot in the minutes left
 NEXT_PILOT = {
     "canvas_gap_pilot": "canvas56_gap_pilot",

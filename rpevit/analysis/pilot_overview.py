@@ -7,6 +7,8 @@ reports/gap_pilots.md from the kept records.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ..core.errors import UserError
 from ..core.stats import t_half_width
 from ..lab import records
@@ -284,6 +286,18 @@ def sync_readme(readme, lines: list[str]) -> bool:
     return new != text
 
 
+def check_is_pilot(preset: str) -> None:
+    """One UserError, before anything is read or written, unless `preset` is one of the gap pilots (a
+    pilot's report replaces reports/<preset>/README.md: on another study it would overwrite its report)."""
+    name = Path(str(preset)).stem
+    if name not in gap_pilot.GAP_PILOTS:
+        raise UserError(
+            f"gap-pilot reports a gap pilot, and {preset!r} is not one (its report would replace "
+            f"reports/{name}/README.md). The pilots: {', '.join(gap_pilot.GAP_PILOTS)}. A study's own report: "
+            f"python -m rpevit notebooks {name} --no-train."
+        )
+
+
 def add_parser(sub) -> None:
     """The `gap-pilot` sub-command's arguments."""
     gap = sub.add_parser("gap-pilot", help="a gap pilot's report: go/no-go, gaps per budget, seeds needed")
@@ -301,6 +315,8 @@ def command(args) -> int:
     pilot's name (or nothing), with --standing only the pilot to train now (or nothing)."""
     from ..lab.params import PROJECT_ROOT
 
+    if not (args.overview or args.standing):
+        check_is_pilot(args.params)
     if args.next:
         print(gap_pilot.next_pilot(args.params) or "")
     elif args.standing:

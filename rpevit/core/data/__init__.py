@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from ..errors import UserError
-from . import canvas
+from . import canvas, recall
 from .files import (
     _CIFAR_LAYOUTS,
     _IDX_DIRECTORIES,
@@ -26,7 +26,7 @@ from .files import (
     _missing_message,
     search_roots,
 )
-from .info import DATASETS, Dataset, DatasetInfo, Split
+from .info import DATASETS, Dataset, DatasetInfo, Split, recall_info
 from .pipeline import AUGMENTATIONS, augment, batches, normalize, num_batches, recipe_for, training_canvas
 from .readers import _load_mnist5k, _read_cifar, _read_idx_pair
 
@@ -136,6 +136,20 @@ def _on_canvas(info: DatasetInfo, base: Dataset, split_seed: int) -> Dataset:
     return Dataset(info, base.train, val, test, base.source)
 
 
+def _recall_dataset(
+    info: DatasetInfo, device, split_seed: int, val_size: int | None, train_size: int | None
+) -> Dataset:
+    """A recall task (recall.py) drawn from the split seed: validation and test fixed; the training split
+    only sets the epoch's size and serves as examples (the batch pipeline draws its batches anew)."""
+    sizes = {**recall.DEFAULT_SIZES, **{k: v for k, v in (("val", val_size), ("train", train_size)) if v is not None}}
+    if min(sizes.values()) < 1:
+        raise UserError(f"{info.name}: data.val_size and data.train_size must be positive, got {sizes}.")
+    splits = {
+        split: _to_device(*recall.fixed_split(info.recall, split, n, split_seed), device) for split, n in sizes.items()
+    }
+    return Dataset(info, splits["train"], splits["val"], splits["test"], f"generated ({recall.__name__})")
+
+
 def example_images(split: Split, info: DatasetInfo, count: int) -> torch.Tensor:
     """The first `count` images of `split` as the model sees them, normalized float32, at the dataset's
     size (objects of a canvas task centred): inputs for compiling and shape checks, never for training."""
@@ -146,10 +160,15 @@ def example_images(split: Split, info: DatasetInfo, count: int) -> torch.Tensor:
 def _dataset_info(name: str) -> DatasetInfo:
     """The DatasetInfo for `name` (case and '-' vs '_' ignored); UserError if unknown."""
     key = str(name).strip().lower().replace("-", "_")
+    task = recall.parse(key)
+    if task is not None:
+        if (problem := task.problem()) is not None:
+            raise UserError(f"dataset '{name}': {problem}. Choose other settings in its name ({recall.NAME_PATTERN}).")
+        return recall_info(task)
     if key not in DATASETS:
         raise UserError(
-            f"Unknown dataset '{name}'. Allowed: {', '.join(DATASETS)}. "
-            "Pick one of these in the params file or on the command line."
+            f"Unknown dataset '{name}'. Allowed: {', '.join(DATASETS)}, or a recall task "
+            f"{recall.NAME_PATTERN}. Pick one of these in the params file or on the command line."
         )
     return DATASETS[key]
 
@@ -191,6 +210,8 @@ def training_images(name: str, val_size: int | None = None, train_size: int | No
     the official training set less the validation split, capped at train_size (mnist5k: its fixed
     stratified split)."""
     info = _dataset_info(name)
+    if info.recall is not None:
+        return recall.DEFAULT_SIZES["train"] if train_size is None else train_size
     if info.canvas_of is not None:
         return training_images(info.canvas_of, val_size, train_size)
     if info.name == "mnist5k":
@@ -231,6 +252,8 @@ def load_dataset(
         device = torch.device(device)
     except (RuntimeError, TypeError) as exc:
         raise UserError(f"Invalid device '{device}': {exc}. Use e.g. 'cpu' or 'cuda'.") from exc
+    if info.recall is not None:
+        return _recall_dataset(info, device, split_seed, val_size, train_size)
     if info.name == "mnist5k":
         if val_size is not None and val_size != info.num_classes * MNIST5K_PER_CLASS["val"]:
             raise UserError(

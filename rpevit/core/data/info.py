@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .recall import RecallTask
+
 
 @dataclass(frozen=True)
 class DatasetInfo:
@@ -23,6 +25,7 @@ class DatasetInfo:
     official_train: int | None = None  # the official training split's size (None: not a standard split)
     class_names: tuple[str, ...] = ()  # label i's name; () where only the numbers are known
     canvas_of: str | None = None  # the dataset whose images sit at random places on this one's canvas (canvas.py)
+    recall: RecallTask | None = None  # a procedural associative-recall task (recall.py): no files
 
     def class_name(self, label: int) -> str:
         """The name of class `label` (its number where the dataset has no names)."""
@@ -70,6 +73,12 @@ DATASETS.update(
         for info in (_on_canvas(DATASETS[base], s) for s in (40, 56))
     }
 )
+
+
+def recall_info(task: RecallTask) -> DatasetInfo:
+    """The DatasetInfo of a recall task (recall.py): one channel, 10 value classes, no augmentation."""
+    names = tuple(f"value {v}" for v in range(10))
+    return DatasetInfo(task.name, 1, task.image_size, 10, (0.1,), (0.3,), "none", class_names=names, recall=task)
 
 
 @dataclass

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import UserError
+from . import recall
 from .canvas import place_randomly
 from .info import DatasetInfo, Split
 
@@ -207,8 +208,15 @@ def _iterate_batches(
     recipe: str,
     canvas: int | None = None,
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """The generator behind `batches`: permutation first, then each batch's augmentation."""
+    """The generator behind `batches`: permutation first, then each batch's augmentation (a recall task's
+    training batches are drawn anew from the generator instead, recall.py)."""
     count = len(split)
+    if shuffle and info.recall is not None:
+        for start in range(0, count, batch_size):
+            images, labels = recall.draw(info.recall, min(batch_size, count - start), generator)
+            images = augment(images.to(split.images.device), recipe, generator)
+            yield normalize(images, info), labels.to(split.labels.device)
+        return
     order = None
     if shuffle:
         order = torch.randperm(count, generator=generator, device=generator.device).to(split.images.device)
