@@ -423,3 +423,27 @@ def test_the_runner_reports_an_unknown_preset_in_one_line(tmp_path):
     assert result.returncode == 2 and not result.stdout
     assert re.fullmatch(r"error: no preset file 'cpu_claimz'; available presets: .*cpu_claims.*\n", result.stderr)
     assert not (tmp_path / "reports").exists()
+
+
+def test_the_notebooks_that_need_images_are_those_that_inspect_runs():
+    """NEEDS_IMAGES lists exactly the notebooks whose code reads test images (`inspection`)."""
+    reading = {p.stem for p in list_notebooks() if "inspection." in p.read_text()}
+    assert reading == set(notebooks.NEEDS_IMAGES)
+
+
+def test_a_dataset_without_files_keeps_the_image_notebooks_outputs_and_says_so(monkeypatch, capsys):
+    """`notebooks fmnist_converged --no-train` without Fashion-MNIST once deleted 24 committed files: now the
+    notebooks that need its images are not re-run, with one warning line naming the install command."""
+    from rpevit.core import data
+    from rpevit.lab.params import load_params
+
+    params, chosen = load_params("fmnist_converged"), list_notebooks()
+    assert notebooks.held_back_without_images(params, chosen) == chosen or not data.files_found("fashion_mnist")
+    capsys.readouterr()
+    monkeypatch.setattr(data, "files_found", lambda name, root=None: name == "mnist5k")
+    kept = notebooks.held_back_without_images(params, chosen)
+    assert [p.stem for p in chosen if p not in kept] == ["30_attention_maps", "90_explorer"]
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("warning: fashion_mnist is not on this machine")
+    assert "apt-get install dataset-fashion-mnist" in err[0]
+    assert notebooks.held_back_without_images(load_params("smoke"), chosen) == chosen  # mnist5k: no files needed

@@ -24,6 +24,7 @@ from __future__ import annotations
 import ast
 import difflib
 import os
+import sys
 import tempfile
 import time
 import typing
@@ -41,6 +42,9 @@ NO_TIMEOUT_TAG = "no-timeout"
 INJECTED_COMMENT = "# Parameters"  # the first line of the cell papermill injects after `parameters`
 DEVICES = typing.get_args(typing.get_type_hints(TrainConfig)["device"])  # choices of a `device` parameter
 KERNEL_NAME = "rpevit"  # the kernelspec the notebooks declare (make lab / the README install it)
+# the notebooks that read a dataset's test images (attention maps): where its files are absent they are not
+# re-run, so their committed outputs stay (tests/test_notebooks.py checks the list against the sources)
+NEEDS_IMAGES = ("30_attention_maps", "90_explorer")
 
 
 class NotebookFailed(RuntimeError):
@@ -307,6 +311,23 @@ def execute_notebook(
     return time.perf_counter() - started
 
 
+def held_back_without_images(params, chosen: list[Path]) -> list[Path]:
+    """`chosen` less the notebooks that need a dataset's images (NEEDS_IMAGES) when a dataset of the preset
+    has no files here: their committed outputs are kept, and one `warning:` line says so and how to get it."""
+    from ..core.data import files_found, how_to_get
+
+    missing = [name for name in params.datasets if not files_found(name, params.data.root)]
+    held = [nb for nb in chosen if nb.stem in NEEDS_IMAGES] if missing else []
+    if held:
+        print(
+            f"warning: {', '.join(missing)} is not on this machine, so {', '.join(nb.stem for nb in held)} "
+            f"keep the outputs they have (not re-run); to regenerate them: {how_to_get(missing[0])}",
+            file=sys.stderr,
+            flush=True,
+        )
+    return [nb for nb in chosen if nb not in held]
+
+
 def execute_notebooks(
     preset: str,
     only: list[str] | None = None,
@@ -327,6 +348,7 @@ def execute_notebooks(
         raise UserError(f"no notebook matches {only}; notebooks: {', '.join(nb.stem for nb in available)}.")
     for notebook in chosen:  # what each notebook would be passed, checked before anything runs or is written
         check_passed(notebook, notebook_parameters(preset, notebook, train=train))
+    chosen = held_back_without_images(params, chosen)
     out_dir = report_dir(params.name, reports_root)
     done = []
     for index, notebook in enumerate(chosen, start=1):

@@ -63,9 +63,9 @@ def gap_interval(row: dict) -> str:
 def _task(params) -> str:
     """The pilot's task in words: canvas, tokens, FAVOR+'s feature count."""
     from ..core.attention.features import default_favor_features
-    from ..core.data.info import DATASETS
+    from ..core.data import dataset_info
 
-    size, patch = DATASETS[params.datasets[0]].image_size, params.model.patch_size
+    size, patch = dataset_info(params.datasets[0]).image_size, params.model.patch_size
     features = params.model.options_for("favor").num_features
     default = default_favor_features(params.model.dim // params.model.heads)
     return f"{size}×{size}, {(size // patch) ** 2 + 1} tokens, FAVOR+ m = {features or default}"

@@ -40,7 +40,7 @@ from .tables import markdown_table
 
 def train_throughput(params, variant: str, device, steps: int, compile_model: bool = False) -> float:
     """Training images/s of a preset's model on random inputs of its first dataset's shape."""
-    info = data_lib.DATASETS[params.datasets[0]]
+    info = data_lib.dataset_info(params.datasets[0])
     model = runs.untrained_model(Run(params, info.name, variant, 0), device=device).train()
     forward = torch.compile(model) if compile_model else model
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
@@ -91,7 +91,7 @@ def training_levers(
     of medians to the same variant's fp32 eager run at the preset's batch size (`amps`: which of fp32
     (False) and bf16 autocast (True) to time; fp32 always, as every ratio's base).
     """
-    info = data_lib.DATASETS[params.datasets[0]]
+    info = data_lib.dataset_info(params.datasets[0])
     compiles = (False, True) if compile_model else (False,)
     settings = [(b, amp, comp) for b in batches for amp in amps for comp in compiles]
     cells = {}
@@ -156,7 +156,7 @@ def interleaved_speeds(
 
     timers = []
     for params, variant, *side in cells:
-        info = data_lib.DATASETS[params.datasets[0]]
+        info = data_lib.dataset_info(params.datasets[0])
         run = Run(params, info.name, variant, 0)
         config = dataclasses.replace(run.model_config, image_size=side[0]) if side else run.model_config
         shape = (info.channels, config.image_size, config.image_size)

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from ..core import capture as capture_lib
-from ..core.data import DATASETS
+from ..core.data import dataset_info
 from ..core.device import autocast, resolve_device
 from ..core.loop import adamw
 from ..core.model import build_model
@@ -102,7 +102,7 @@ def _training_flops(params, variant: str, device) -> float:
     from ..core.metrics import matmul_flops
 
     (model,), _ = _models(params, variant, 1, device)
-    info = DATASETS[params.datasets[0]]
+    info = dataset_info(params.datasets[0])
     return 3 * matmul_flops(model, torch.randn(2, info.channels, info.image_size, info.image_size, device=device))
 
 
@@ -111,7 +111,7 @@ def pack_rows(
 ) -> list[dict]:
     """Per variant, K and capture: median aggregate images/s over interleaved rounds, and its ratio to
     one run's plain (uncaptured) step; with `peak` (FLOP/s) the best cell's MFU."""
-    info = DATASETS[params.datasets[0]]
+    info = dataset_info(params.datasets[0])
     batch_size, largest = params.train.batch_size, max(packs)
     shape = (largest, batch_size, info.channels, info.image_size, info.image_size)
     batch = (torch.randn(shape, device=device), torch.randint(0, info.num_classes, shape[:2], device=device))

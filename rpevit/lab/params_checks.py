@@ -26,12 +26,14 @@ def _no_duplicates(key: str, values, canonical) -> None:
 def validate(params, read_preset, load_preset) -> None:
     """Every check of a preset, in order; the first failure raises its UserError. `read_preset(name)`
     gives another preset's raw YAML and `load_preset(name)` its Params (for a design's plateau check)."""
-    from ..core.data import DATASETS
+    from ..core.data import dataset_info
     from ..core.variants import parse_variant
 
     for name in params.datasets:
-        if name not in DATASETS:
-            raise UserError(f"datasets: unknown dataset {name!r}; choose from {', '.join(DATASETS)}.")
+        try:
+            dataset_info(name)
+        except UserError as exc:
+            raise UserError(f"datasets: {exc}") from None
     for variant in params.variants:
         try:
             parse_variant(variant)
@@ -66,7 +68,7 @@ def validate(params, read_preset, load_preset) -> None:
     _check_train_size(params)
     patch = params.model.patch_size
     for name in params.datasets:
-        size = DATASETS[name].image_size
+        size = dataset_info(name).image_size
         if size % patch:
             raise UserError(
                 f"model.patch_size: {patch} does not divide the {size}×{size} images of {name}; "
@@ -89,7 +91,7 @@ def validate(params, read_preset, load_preset) -> None:
             f"evaluate.resolutions: {bad} are not positive multiples of model.patch_size = {patch}; "
             "list image sizes divisible by the patch size."
         )
-    smallest = min(DATASETS[name].image_size for name in params.datasets)
+    smallest = min(dataset_info(name).image_size for name in params.datasets)
     if huge := [r for r in params.evaluate.resolutions if r > MAX_RESOLUTION_FACTOR * smallest]:
         raise UserError(
             f"evaluate.resolutions: {huge} exceed {MAX_RESOLUTION_FACTOR}× the {smallest}×{smallest} images of this "

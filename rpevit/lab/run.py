@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core.config import ModelConfig, components
-from ..core.data import DATASETS
+from ..core.data import dataset_info
 from ..core.options import result_fields
 from ..core.variants import Variant, parse_variant
 from . import records
@@ -28,7 +28,7 @@ from .result import Result
 
 def model_config_for(params: Params, dataset: str) -> ModelConfig:
     """The preset's model settings sized for a dataset (image size, channels, classes)."""
-    info = DATASETS[dataset]
+    info = dataset_info(dataset)
     return dataclasses.replace(
         params.model, image_size=info.image_size, channels=info.channels, num_classes=info.num_classes
     )

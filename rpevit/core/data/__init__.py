@@ -35,7 +35,10 @@ __all__ = [
     "DATASETS",
     "Dataset",
     "DatasetInfo",
+    "dataset_info",
     "example_images",
+    "files_found",
+    "how_to_get",
     "Split",
     "augment",
     "batches",
@@ -157,8 +160,9 @@ def example_images(split: Split, info: DatasetInfo, count: int) -> torch.Tensor:
     return normalize(images, info)
 
 
-def _dataset_info(name: str) -> DatasetInfo:
-    """The DatasetInfo for `name` (case and '-' vs '_' ignored); UserError if unknown."""
+def dataset_info(name: str) -> DatasetInfo:
+    """The DatasetInfo for `name` (case and '-' vs '_' ignored; a registered dataset or a recall task's
+    name); one UserError if unknown or not drawable."""
     key = str(name).strip().lower().replace("-", "_")
     task = recall.parse(key)
     if task is not None:
@@ -205,11 +209,33 @@ def _read_files(
     return (*_read_cifar(location, _CIFAR_LAYOUTS[info.name], info), str(location))
 
 
+def files_found(name: str, root: str | Path | None = None) -> bool:
+    """Whether `name` can be loaded here without a download: its files are under a search root (a canvas
+    task: its base dataset's; mnist5k and the recall tasks need no files)."""
+    info = dataset_info(name)
+    if info.recall is not None or info.name == "mnist5k":
+        return True
+    if info.canvas_of is not None:
+        return files_found(info.canvas_of, root)
+    roots, searched = search_roots(root), []
+    if info.name in _IDX_DIRECTORIES:
+        return _locate_idx(info.name, roots, searched) is not None
+    return _locate_cifar(_CIFAR_LAYOUTS[info.name], roots, searched) is not None
+
+
+def how_to_get(name: str) -> str:
+    """The one command (or step) that puts dataset `name`'s files on this machine."""
+    base = dataset_info(name).canvas_of or dataset_info(name).name
+    if base == "fashion_mnist":
+        return "apt-get install dataset-fashion-mnist"
+    return f"put {base}'s files under $RPEVIT_DATA or pass --download (docs/running.md, Datasets)"
+
+
 def training_images(name: str, val_size: int | None = None, train_size: int | None = None) -> int:
     """How many images load_dataset(name, val_size=…, train_size=…) trains on, without reading them:
     the official training set less the validation split, capped at train_size (mnist5k: its fixed
     stratified split)."""
-    info = _dataset_info(name)
+    info = dataset_info(name)
     if info.recall is not None:
         return recall.DEFAULT_SIZES["train"] if train_size is None else train_size
     if info.canvas_of is not None:
@@ -233,7 +259,7 @@ def load_dataset(
 ) -> Dataset:
     """Load `name` with a seeded train/val split of the official train set on `device`; with
     `train_size`, training uses a seeded class-stratified subset of that many images."""
-    info = _dataset_info(name)
+    info = dataset_info(name)
     if info.canvas_of is not None:
         return _on_canvas(
             info,
