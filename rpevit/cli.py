@@ -434,7 +434,12 @@ COMMANDS = {
     "doctor": cmd_doctor,
 }
 # sub-commands whose module holds both their arguments (`add_parser`) and their body (`command`)
-DELEGATED = {"gap-pilot": "analysis.pilot_overview", "gpu-sitting": "lab.sitting", "park": "lab.parking"}
+DELEGATED = {
+    "gap-pilot": "analysis.pilot_overview",
+    "recall-pilot": "analysis.recall_pilot",
+    "gpu-sitting": "lab.sitting",
+    "park": "lab.parking",
+}
 
 
 def main(argv=None) -> int:

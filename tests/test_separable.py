@@ -116,6 +116,21 @@ def test_decay_paths_equal_dense_reference(grid, post, path):
     assert (same - reference(q_num, k_num, q_den, k_den, v, grid, row, col, cls)).abs().max() <= 1e-10
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_decay_offsets_are_integers_rounded_once_at_any_side(dtype):
+    """|Δ| is built as integers and rounded once to the rates' dtype: an arange in bf16 drifts past 256
+    (it gave −300 where −298 is meant on a side of 300)."""
+    grid = Grid(300, 3, cls=False)
+    row, col = decay_logits(torch.ones(2, 2, dtype=dtype), grid)
+    offsets = torch.arange(-299, 300).abs()
+    assert (
+        row.dtype == dtype
+        and torch.equal(row[0], -offsets.to(dtype))
+        and torch.equal(col[1], -torch.tensor([2, 1, 0, 1, 2]).to(dtype))
+    )
+    assert float(row[0, 299 - 298]) == -298.0
+
+
 def test_weights_is_the_dense_matrix_of_the_fast_paths():
     grid = GRIDS[0]
     q_num, k_num, q_den, k_den, v = make_inputs(grid, post=True, seed=30)
@@ -492,13 +507,13 @@ def test_no_per_query_sums_for_all_tokens(path, monkeypatch):
 
 
 def test_choose_path_rule():
-    assert choose_path(Grid(7, 7), 32, 32, torch.device("cpu"), decay=False) == "dense"
-    assert choose_path(Grid(16, 16), 32, 32, torch.device("cpu"), decay=True) == "dense"
-    assert choose_path(Grid(32, 32), 32, 32, torch.device("cpu"), decay=True) == "axis"
-    assert choose_path(Grid(64, 64), 112, 32, torch.device("cpu"), decay=False) == "axis"
-    assert choose_path(Grid(64, 64), 32, 32, torch.device("cpu"), decay=True) == "axis"
-    assert choose_path(Grid(16, 16, cls=False), 32, 32, torch.device("cpu"), decay=False) == "dense"  # N = 256
-    assert choose_path(Grid(16, 17, cls=False), 32, 32, torch.device("cpu"), decay=False) == "axis"
+    assert choose_path(Grid(7, 7), decay=False) == "dense"
+    assert choose_path(Grid(16, 16), decay=True) == "dense"
+    assert choose_path(Grid(32, 32), decay=True) == "axis"
+    assert choose_path(Grid(64, 64), decay=False) == "axis"
+    assert choose_path(Grid(64, 64), decay=True) == "axis"
+    assert choose_path(Grid(16, 16, cls=False), decay=False) == "dense"  # N = 256
+    assert choose_path(Grid(16, 17, cls=False), decay=False) == "axis"
 
 
 def test_choose_path_fft_crossovers_are_pinned():
@@ -507,7 +522,7 @@ def test_choose_path_fft_crossovers_are_pinned():
 
     def crossover(height, m):
         grid = (Grid(height, w, cls=False) for w in range(1, 3000))
-        return next(g.width for g in grid if choose_path(g, m, 32, torch.device("cpu"), decay=True) == "fft")
+        return next(g.width for g in grid if choose_path(g, decay=True) == "fft")
 
     assert [crossover(h, 32) for h in (17, 32, 100)] == [866, 922, 963]
     assert crossover(32, 8) == 922

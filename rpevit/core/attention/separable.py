@@ -127,8 +127,10 @@ def axis_rates(decay: torch.Tensor, heads: int) -> torch.Tensor:
 def decay_logits(decay: torch.Tensor, grid):
     """Row logits −λ_row·|Δrow| (h, 2H−1) and column logits −λ_col·|Δcol| (h, 2W−1)."""
     rates = axis_rates(decay, decay.shape[0])
-    rows = torch.arange(-(grid.height - 1), grid.height, device=decay.device, dtype=decay.dtype).abs()
-    cols = torch.arange(-(grid.width - 1), grid.width, device=decay.device, dtype=decay.dtype).abs()
+    # integer offsets first, then one rounding to the rates' dtype: an arange in bf16 itself accumulates
+    # its step and is off by 2 past 256 (−300 where −298 is meant)
+    rows = torch.arange(-(grid.height - 1), grid.height, device=decay.device).abs().to(decay.dtype)
+    cols = torch.arange(-(grid.width - 1), grid.width, device=decay.device).abs().to(decay.dtype)
     return -rates[:, :1] * rows, -rates[:, 1:] * cols
 
 
@@ -281,7 +283,7 @@ class DecayOperator(_GridOperator):
 # --- the attention ----------------------------------------------------------------------------------
 
 
-def choose_path(grid, m: int, d: int, device: torch.device, decay: bool) -> str:
+def choose_path(grid, decay: bool) -> str:
     """The "auto" rule (measured on the 2-core CPU; the same rule elsewhere, not measured there):
 
     - N ≤ DENSE_MAX_TOKENS: "dense" (the N×N weights);
@@ -351,7 +353,7 @@ def separable_linear_attention(
     if decay is not None and _host_readable(decay) and bool((decay < 0).any()):
         raise ValueError("decay rates must be λ ≥ 0 (the scan recurrences and the decay bias need them)")
     if path == "auto":
-        path = choose_path(grid, m, v.shape[-1], q_num.device, decay is not None)
+        path = choose_path(grid, decay is not None)
     if path == "scan" and decay is None:
         raise ValueError("the scan path needs decay rates λ ≥ 0")
     dtype = compute_dtype_of(q_num, k_num, q_den, k_den, v, row_logits, col_logits, cls_terms)

@@ -1,0 +1,224 @@
+"""The report of a pre-registered recall pilot (params/recall_pilot.yaml): on the 2D associative-recall
+task (rpevit/core/data/recall.py), at which number of pairs K does softmax solve the task while a
+Performer falls behind — by the go/no-go rule fixed in the preset before its first run.
+
+Per run the record holds test top-1 at the end of its budget (best-validation weights). Gap = Performer −
+softmax at the same K and seed, in points (negative: softmax ahead), with a 95 % t-interval over the seeds
+(scipy). GO at the smallest K where softmax's mean test top-1 is ≥ 95 % and some Performer's mean gap is
+≤ −5 points. `python -m rpevit recall-pilot <preset>` writes reports/<preset>/README.md, recall_pilot.csv
+and .md, and the figures recall_pilot.png (top-1 against K) and recall_curves.png (validation top-1 per
+epoch) from the kept records.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from pathlib import Path
+
+from ..core.data import dataset_info
+from ..core.errors import UserError
+from ..core.stats import t_interval
+from ..lab import records
+from ..lab.result import results
+from ..lab.schema import finished
+from ..lab.tables import markdown_table, signed
+
+SOLVED = 95.0  # softmax's mean test top-1 (%) at a K for the task to count as solvable there
+GO_GAP = 5.0  # a Performer this many points behind softmax at such a K: GO
+CHANCE = 10.0  # ten value classes
+TABLE, FIGURE, CURVES = "recall_pilot", "recall_pilot.png", "recall_curves.png"
+
+
+def check_is_recall_pilot(params) -> None:
+    """One UserError unless every dataset of the preset is a recall task and softmax+ape is among its variants."""
+    if not all(dataset_info(d).recall is not None for d in params.datasets) or "softmax+ape" not in params.variants:
+        raise UserError(
+            f"recall-pilot reports a recall pilot (recall tasks only, softmax+ape among the variants); "
+            f"{params.name!r} is not one. A study's own report: python -m rpevit notebooks {params.name} --no-train."
+        )
+
+
+def top1_by_run(found) -> dict[tuple[str, str, int], float]:
+    """(dataset, variant, seed) → test top-1 in points, of the finished runs."""
+    return {(r.dataset, r.variant, r.seed): 100 * r.top1 for r in finished(results(found))}
+
+
+def performers(params) -> list[str]:
+    """The preset's variants other than softmax+ape, in its order."""
+    return [v for v in params.variants if v != "softmax+ape"]
+
+
+def _mean(values: list[float]) -> float:
+    return statistics.fmean(values) if values else math.nan
+
+
+def interval_text(gaps: list[float]) -> str:
+    """A mean gap with its 95 % t-interval (one seed: no interval)."""
+    if not gaps:
+        return "—"
+    found = t_interval(gaps)
+    if len(gaps) == 1:
+        return f"{signed(found['mean'])} (1 seed, no interval)"
+    return f"{signed(found['mean'])} [{signed(found['low'])}, {signed(found['high'])}]"
+
+
+def pilot_rows(params, top1: dict) -> list[dict]:
+    """Per dataset (K) and Performer: softmax's and the Performer's mean top-1, the per-seed gaps, their
+    mean with its interval, and how many seeds have both runs."""
+    rows = []
+    for dataset in params.datasets:
+        task = dataset_info(dataset).recall
+        soft = [top1[(dataset, "softmax+ape", s)] for s in params.seeds if (dataset, "softmax+ape", s) in top1]
+        for variant in performers(params):
+            seeds = [s for s in params.seeds if all((dataset, v, s) in top1 for v in (variant, "softmax+ape"))]
+            gaps = [top1[(dataset, variant, s)] - top1[(dataset, "softmax+ape", s)] for s in seeds]
+            mine = [top1[(dataset, variant, s)] for s in params.seeds if (dataset, variant, s) in top1]
+            rows.append(
+                {
+                    "dataset": dataset,
+                    "K": task.pairs,
+                    "variant": variant,
+                    "softmax top-1": _mean(soft),
+                    "top-1": _mean(mine),
+                    "seeds": len(gaps),
+                    "gaps (per seed)": ", ".join(signed(g) for g in gaps) or "—",
+                    "mean gap": _mean(gaps),
+                    "gap, 95 % interval": interval_text(gaps),
+                    "complete": len(soft) == len(params.seeds) and len(mine) == len(params.seeds),
+                }
+            )
+    return rows
+
+
+def decision(rows: list[dict], params) -> str:
+    """The pre-registered go/no-go: GO at the smallest K where softmax is ≥ SOLVED and a Performer's mean gap
+    ≤ −GO_GAP; a K not yet complete stops the reading there (the rule takes the smallest K)."""
+    for dataset in params.datasets:
+        at = [r for r in rows if r["dataset"] == dataset]
+        if not all(r["complete"] for r in at):
+            return f"**Not decided yet**: the runs at {dataset} (K = {at[0]['K']}) have not all finished."
+        behind = [r for r in at if r["softmax top-1"] >= SOLVED and r["mean gap"] <= -GO_GAP]
+        if behind:
+            worst = min(behind, key=lambda r: r["mean gap"])
+            return (
+                f"**GO at K = {worst['K']}** (`{dataset}`): softmax solves it "
+                f"({worst['softmax top-1']:.1f} % test top-1, ≥ {SOLVED:g}) and {worst['variant']} is "
+                f"{worst['gap, 95 % interval']} points behind (≤ −{GO_GAP:g} needed, mean over seeds, 95 % "
+                "t-interval). The factorial on this K is pre-registered next."
+            )
+    solved = sorted({r["K"] for r in rows if r["softmax top-1"] >= SOLVED})
+    ks = ", ".join(str(dataset_info(d).recall.pairs) for d in params.datasets)
+    return (
+        f"**NO-GO**: at no K of {ks} did softmax reach ≥ {SOLVED:g} % with a Performer ≥ {GO_GAP:g} points behind "
+        + (f"(softmax solved K = {', '.join(map(str, solved))})." if solved else "(softmax solved none of them).")
+        + " By the pre-registration the same-cell layout and fewer FAVOR+ features come next, pre-registered "
+        "the same way."
+    )
+
+
+def accuracy_figure(params, top1: dict):
+    """Test top-1 against K, one line per variant (the mean over seeds; each seed a dot), chance and the 95 %
+    line marked."""
+    from .plots import _mpl
+    from .styles import variant_style
+
+    plt = _mpl()
+    fig, axis = plt.subplots(figsize=(6.4, 4.2))
+    ks = [dataset_info(d).recall.pairs for d in params.datasets]
+    for variant in params.variants:
+        style = variant_style(variant)
+        means = []
+        for k, dataset in zip(ks, params.datasets, strict=True):
+            values = [top1[(dataset, variant, s)] for s in params.seeds if (dataset, variant, s) in top1]
+            axis.plot(
+                [k] * len(values), values, linestyle="none", marker=style["marker"], color=style["color"], alpha=0.5
+            )
+            means.append(_mean(values))
+        axis.plot(ks, means, label=variant, **style)
+    axis.axhline(SOLVED, color="grey", linewidth=0.8, linestyle="--")
+    axis.axhline(CHANCE, color="grey", linewidth=0.8, linestyle=":")
+    axis.set(xlabel="K (key–value pairs in the image)", ylabel="test top-1 (%)", xticks=ks, ylim=(0, 102))
+    axis.set_title(f"{params.name}: recall accuracy against K (dots: seeds; dashed: 95 %, dotted: chance)", fontsize=9)
+    axis.legend(fontsize=8, loc="lower left")
+    return fig
+
+
+def curves_figure(params, found):
+    """Validation top-1 per epoch of every finished run, one panel per K."""
+    from ..lab.catalog import run_history
+    from .plots import _mpl
+    from .styles import variant_style
+
+    plt = _mpl()
+    fig, axes = plt.subplots(1, len(params.datasets), figsize=(4.2 * len(params.datasets), 3.4), squeeze=False)
+    for axis, dataset in zip(axes[0], params.datasets, strict=True):
+        for r in finished(results(found)):
+            if r.dataset == dataset and r.run is not None and (rows := run_history(r.run)):
+                style = variant_style(r.variant)
+                label = r.variant if r.seed == params.seeds[0] else None
+                axis.plot([row["epoch"] for row in rows], [100 * row["val_acc"] for row in rows], label=label, **style)
+        axis.set(title=f"K = {dataset_info(dataset).recall.pairs}", xlabel="epoch", ylim=(0, 102))
+    axes[0][0].set_ylabel("validation top-1 (%)")
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def write_report(preset: str, reports_root=None) -> list[str]:
+    """reports/<preset>/README.md, recall_pilot.{csv,md} and its two figures; returns the README's lines."""
+    from ..lab.catalog import grid, study_records
+    from ..lab.params import load_params
+    from .plots import save_png
+
+    params = load_params(preset)
+    check_is_recall_pilot(params)
+    found = study_records(params, reports_root=reports_root)
+    top1 = top1_by_run(found)
+    rows = pilot_rows(params, top1)
+    folder = Path(reports_root or records.reports_root()) / params.name
+    folder.mkdir(parents=True, exist_ok=True)
+    shown = [{k: round(v, 2) if isinstance(v, float) else v for k, v in r.items() if k != "complete"} for r in rows]
+    records.write_csv(folder / f"{TABLE}.csv", shown)
+    table = markdown_table(
+        [{**r, "mean gap": "—" if math.isnan(r["mean gap"]) else signed(r["mean gap"])} for r in shown], digits=2
+    )
+    records.write_text(folder / f"{TABLE}.md", table)
+    save_png(accuracy_figure(params, top1), folder / FIGURE)
+    save_png(curves_figure(params, found), folder / CURVES)
+    done = len(finished(results(found)))
+    lines = [
+        f"# {params.name}: the recall pilot",
+        "",
+        f"{params.description}. Pre-registered in `params/{params.name}.yaml` before its first run: the task, "
+        f"the variants, seeds, recipe, budget and the go/no-go rule. {done} of {len(grid(params))} runs finished.",
+        "",
+        decision(rows, params),
+        "",
+        "## Test top-1 and the gap per K (Performer − softmax, points; negative: softmax ahead; 95 % t-intervals "
+        "over seeds)",
+        "",
+        table.rstrip("\n"),
+        "",
+        f"![Test top-1 against K per variant]({FIGURE})",
+        "",
+        "## Validation top-1 per epoch",
+        "",
+        f"![Validation top-1 per epoch, one panel per K]({CURVES})",
+    ]
+    records.write_text(folder / "README.md", "\n".join(lines) + "\n")
+    return lines
+
+
+def add_parser(sub) -> None:
+    """The `recall-pilot` sub-command's arguments."""
+    pilot = sub.add_parser("recall-pilot", help="a recall pilot's report: accuracy against K, gaps, go/no-go")
+    pilot.add_argument("params", help="the pilot's preset")
+
+
+def command(args) -> int:
+    """`python -m rpevit recall-pilot <preset>`: its report, reports/<preset>/README.md."""
+    lines = write_report(args.params)
+    print("\n".join(lines))
+    print(f"wrote reports/{Path(str(args.params)).stem}/: README.md, {TABLE}.csv, {TABLE}.md, {FIGURE}, {CURVES}")
+    return 0

@@ -1,0 +1,82 @@
+"""The recall pilot's report (rpevit/analysis/recall_pilot.py): gaps per K with t-intervals, the
+pre-registered go/no-go (the smallest K where softmax ≥ 95 % and a Performer ≥ 5 points behind), and the
+refusal of a preset that is not a recall pilot."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from scipy import stats as scipy_stats
+
+from rpevit.analysis import recall_pilot
+from rpevit.core.errors import UserError
+from rpevit.lab.params import load_params
+
+KS = ("recall8_neighbour_k4", "recall8_neighbour_k8")
+
+
+def _params(**changes):
+    base = load_params("smoke")
+    fields = {"name": "toy_recall", "datasets": list(KS), "variants": ["softmax+ape", "favor+ape", "relu+ape"]}
+    return dataclasses.replace(base, **{**fields, "seeds": [1, 2], **changes})
+
+
+def _top1(table):
+    """{(dataset, variant): (seed 1, seed 2)} → the report's top-1 dictionary."""
+    return {(d, v, s): t for (d, v), values in table.items() for s, t in zip((1, 2), values, strict=True)}
+
+
+def test_gaps_per_k_have_a_t_interval_over_seeds():
+    top1 = _top1(
+        {
+            (KS[0], "softmax+ape"): (99.0, 98.0),
+            (KS[0], "favor+ape"): (90.0, 95.0),
+            (KS[0], "relu+ape"): (98.0, 98.0),
+            (KS[1], "softmax+ape"): (97.0, 97.0),
+            (KS[1], "favor+ape"): (60.0, 70.0),
+        }
+    )
+    rows = {(r["K"], r["variant"]): r for r in recall_pilot.pilot_rows(_params(), top1)}
+    favor = rows[(4, "favor+ape")]
+    assert favor["gaps (per seed)"] == "−9.00, −3.00" and favor["mean gap"] == pytest.approx(-6.0)
+    half = scipy_stats.t.ppf(0.975, 1) * 3.0 * 2**0.5 / 2**0.5  # SD of (−9, −3) is 3·√2; /√2 seeds
+    assert favor["gap, 95 % interval"] == f"−6.00 [{-6 - half:+.2f}, {-6 + half:+.2f}]".replace("-", "−")
+    assert rows[(8, "relu+ape")]["seeds"] == 0 and rows[(8, "relu+ape")]["gap, 95 % interval"] == "—"
+    assert not rows[(8, "relu+ape")]["complete"] and rows[(4, "relu+ape")]["complete"]
+
+
+def test_go_is_the_smallest_k_where_softmax_solves_and_a_performer_falls_5_behind():
+    params = _params()
+    solved_no_gap = {(KS[0], v): (99.0, 99.0) for v in params.variants}
+    gap_at_8 = {
+        (KS[1], "softmax+ape"): (96.0, 97.0),
+        (KS[1], "favor+ape"): (80.0, 85.0),
+        (KS[1], "relu+ape"): (96.0, 96.0),
+    }
+    line = recall_pilot.decision(recall_pilot.pilot_rows(params, _top1({**solved_no_gap, **gap_at_8})), params)
+    assert line.startswith("**GO at K = 8**") and "favor+ape" in line
+    # a gap of 4.9 points is not enough; softmax at 94.9 % has not solved the task
+    near = {(KS[1], "softmax+ape"): (96.0, 96.0), (KS[1], "favor+ape"): (91.1, 91.1), (KS[1], "relu+ape"): (96.0, 96.0)}
+    unsolved = {
+        (KS[1], "softmax+ape"): (94.9, 94.9),
+        (KS[1], "favor+ape"): (20.0, 20.0),
+        (KS[1], "relu+ape"): (20.0, 20.0),
+    }
+    for table in (near, unsolved):
+        line = recall_pilot.decision(recall_pilot.pilot_rows(params, _top1({**solved_no_gap, **table})), params)
+        assert line.startswith("**NO-GO**"), line
+    assert "softmax solved K = 4, 8" in recall_pilot.decision(
+        recall_pilot.pilot_rows(params, _top1({**solved_no_gap, **near})), params
+    )
+    # a K whose runs have not all finished stops the reading there
+    line = recall_pilot.decision(recall_pilot.pilot_rows(params, _top1(solved_no_gap)), params)
+    assert line.startswith("**Not decided yet**") and "K = 8" in line
+
+
+def test_a_preset_that_is_not_a_recall_pilot_is_refused_before_anything_is_written():
+    with pytest.raises(UserError, match="recall-pilot reports a recall pilot"):
+        recall_pilot.check_is_recall_pilot(load_params("smoke"))
+    with pytest.raises(UserError, match="not one"):
+        recall_pilot.check_is_recall_pilot(_params(variants=["favor+ape", "relu+ape"]))
+    recall_pilot.check_is_recall_pilot(_params())
