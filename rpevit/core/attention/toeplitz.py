@@ -98,17 +98,18 @@ def _check(table, cls_terms, grid, heads):
 
 
 def kernel_weights(table: torch.Tensor, cls_terms: torch.Tensor | None, grid):
-    """exp(b − M) of the table (h, 2H−1, 2W−1) and of the CLS terms (h, 3), one shift M per head and query kind.
+    """exp(b − M) of the table (h, 2H−1, 2W−1) and of the CLS terms (h, 3; None on a grid without CLS), one shift
+    M per head and query kind.
 
     Patch queries read the table and the patch→CLS term: M_patch = max(table, b_patch→CLS); the CLS query
     reads only CLS→patch and CLS→CLS: M_cls = max of those two (detached; without CLS, M = the table's max).
     A shift common to a query's whole row cancels in its ratio, so these are exact, and a CLS term far above
     the table (exp beyond the dtype's range) no longer underflows the patch rows to zero.
     """
-    cls = table.new_zeros(table.shape[0], 3) if cls_terms is None else cls_terms.to(table.dtype)
     shift = table.detach().flatten(1).amax(dim=1)  # (h,)
-    if not grid.cls:
-        return torch.exp(table - shift[:, None, None]), torch.exp(cls - shift[:, None])
+    if not grid.cls:  # no CLS token: no CLS weights to compute
+        return torch.exp(table - shift[:, None, None]), None
+    cls = table.new_zeros(table.shape[0], 3) if cls_terms is None else cls_terms.to(table.dtype)
     shift = torch.maximum(shift, cls[:, 1].detach())  # patch queries
     cls_shift = torch.maximum(cls[:, 0], cls[:, 2]).detach()  # the CLS query
     shifts = torch.stack((cls_shift, shift, cls_shift), dim=1)  # (h, 3): [CLS→patch, patch→CLS, CLS→CLS]
@@ -242,7 +243,7 @@ def biased_linear_weights(
     with autocast_off(q_num.device):
         q_num, k_num, q_den, k_den = (t.to(dtype) for t in (q_num, k_num, q_den, k_den))
         kernel, cls = kernel_weights(table.to(dtype), None if cls_terms is None else cls_terms.to(dtype), grid)
-        weights = dense_bias(kernel, cls if grid.cls else None, grid)  # (h, T, T): exp(B − M)
+        weights = dense_bias(kernel, cls, grid)  # (h, T, T): exp(B − M)
         numerator = (q_num @ k_num.transpose(-2, -1)) * weights  # (B, h, T, T)
         denominator = ((q_den @ k_den.transpose(-2, -1)) * weights).sum(-1, keepdim=True)  # (B, h, T, 1)
         return numerator / denominator.clamp_min(eps)
