@@ -604,3 +604,15 @@ def test_gap_pilot_refuses_a_study_that_is_not_a_pilot_and_writes_nothing(preset
     assert len(err) == 1 and err[0].startswith("error: gap-pilot reports a gap pilot")
     assert "canvas_gap_pilot" in err[0] and "notebooks" in err[0]
     assert {path: path.read_bytes() for path in folder.rglob("*") if path.is_file()} == before
+
+
+def test_the_longer_study_needs_the_interval_below_minus_half_a_point_too():
+    """canvas40_long's pre-registered GO: mean gap ≤ −1.5 and the upper end of its 95 % interval < −0.5."""
+    tight = {"backend": "favor", "epochs": 64, "seeds": 4, "mean gap": -1.6, "SD": 0.3}
+    wide = {**tight, "SD": 2.0}  # upper end −1.6 + t(3)·2/2 ≈ +1.58
+    assert gap_pilot.is_go([tight], "canvas40_long") and gap_pilot.is_go([wide])  # the order's rule: mean only
+    assert not gap_pilot.is_go([wide], "canvas40_long")
+    assert not gap_pilot.is_go([{**tight, "seeds": 1, "SD": math.nan}], "canvas40_long")
+    line = gap_pilot.decision([wide], 64, complete=True, preset="canvas40_long")
+    assert line.startswith("**NO-GO**") and "upper end of its 95 % interval below −0.5" in line
+    assert gap_pilot.decision([tight], 64, complete=True, preset="canvas40_long").startswith("**GO**")
