@@ -12,7 +12,6 @@ from scipy import stats as scipy_stats
 
 from rpevit.analysis import gap_pilot
 from rpevit.core.errors import UserError
-from rpevit.core.stats import t_interval
 from rpevit.lab import budget
 from rpevit.lab.result import results
 from rpevit.lab.tables import signed
@@ -498,8 +497,9 @@ def test_the_overview_gives_each_pilot_its_gap_with_an_interval(tmp_path, monkey
     assert (tmp_path / pilot_overview.FIGURE).stat().st_size > 0 and lines[-1].endswith("(gap_pilots.png)")
     assert not any(line.startswith("![") for line in pilot_overview.readme_block(lines))  # the README links it
     rows = {line.split(" | ")[0].strip("| `"): line.split(" | ") for line in lines if line.startswith("| `")}
-    ci = t_interval([-2.0, -1.6])
-    favor = f"{signed(ci['mean'])} [{signed(ci['low'])}, {signed(ci['high'])}] (2 seeds, inconclusive)"
+    # the seed SD pooled over the two cells (favor −2.0, −1.6; relu −0.5, −0.9): df 2
+    half = scipy_stats.t.ppf(0.975, 2) * math.sqrt(0.08) / math.sqrt(2)
+    favor = f"{signed(-1.8)} [{signed(-1.8 - half)}, {signed(-1.8 + half)}] (2 seeds, softmax ahead)"
     assert "**GO on `canvas_gap_pilot`**" in lines[4] and "the factorial is pre-registered on its task" in lines[4]
     assert rows["canvas_gap_pilot"][1:4] == ["40×40, 101 tokens, FAVOR+ m = 48", "6 of 6", "GO"]
     assert rows["canvas_gap_pilot"][4] == favor
@@ -539,16 +539,21 @@ def test_when_every_pilot_ends_no_go_the_overview_says_so_with_the_largest_defic
 
     monkeypatch.setattr(pilot_overview, "overview_row", row)
     _, standing, *_ = pilot_overview.overview_rows()
-    assert standing.startswith("**No pilot of the pre-registered order opened a gap**: every one ended NO-GO")
-    assert "fell behind softmax on average was −0.73 points (favor on `canvas_gap_pilot`" in standing
-    assert "short of the 1.5 a GO needs" in standing
+    assert standing.startswith("**No Performer was ≥ 1.5 points behind softmax at a pilot's longest budget")
+    assert "every pilot of the pre-registered order ended NO-GO" in standing
+    assert "the furthest behind on average was −0.73 points (favor on `canvas_gap_pilot`)" in standing
+    assert "no gap of the size the rule asks at these budgets, not no gap" in standing
     # the honest limit: the lowest lower bound of any interval, the gap two seeds cannot exclude
-    assert "the lowest reaches −4.85 points, favor on `canvas_gap_pilot`" in standing
+    assert "a gap of 1.5 points is not excluded (the lowest interval bound reaches −4.85, favor on" in standing
+    # with bounds above −1.5 (a pooled SD) every interval excludes it
+    pooled = {"sd": 0.3, "df": 5, "cells": 5, "bartlett_p": 0.5}
+    narrow = pilot_overview.no_gap_anywhere([(-0.73, -1.33, "favor", "canvas_gap_pilot")], pooled)
+    assert "(seed SD 0.30 pooled over 5 cells, df 5, Bartlett p 0.50) excludes a gap of 1.5" in narrow
     deficits.update(canvas_gap_pilot=[(0.2, None, "relu")], canvas56_gap_pilot=[(0.1, None, "favor")])
     deficits.update(canvas56_dial16=[], canvas56_dial8=[])  # Performers ahead, one seed each: no interval
     standing = pilot_overview.overview_rows()[1]
     assert "no Performer was behind softmax on average" in standing
-    assert "intervals stay wide" not in standing
+    assert "not excluded" not in standing
 
 
 def test_the_overview_says_how_the_gaps_moved_with_training_across_the_pilots():

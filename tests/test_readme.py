@@ -8,7 +8,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
-LIMIT, ANSWER_WITHIN, FIRST_STUDY_WITHIN = 8000, 2000, 5000
+LIMIT, ANSWER_WITHIN, FIRST_STUDY_WITHIN = 8000, 2600, 6500
 NUMBER = re.compile(r"[−+-]?\d+\.\d+")
 
 

@@ -7,13 +7,14 @@ reports/gap_pilots.md from the kept records.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from ..core.errors import UserError
 from ..core.stats import t_half_width
 from ..lab import records
 from ..lab.tables import markdown_table, signed
-from . import gap_pilot
+from . import gap_pilot, pilot_answer
 
 FIRST_PILOT = "canvas_gap_pilot"
 OVERVIEW = "gap_pilots.md"
@@ -118,6 +119,7 @@ def readings(params, top1: dict, decided: list[dict]) -> dict:
         "gains": gap_pilot.budget_gains(top1, ["softmax+ape", *(f"{b}+ape" for b in backends)], seeds, short, longest),
         "budgets": (shortest, short, longest),
         "by_budget": {b: {e: gap_pilot.seed_gaps(top1, seeds, e, b) for e in budgets} for b in backends},
+        "top1": top1,
     }
 
 
@@ -147,15 +149,17 @@ def write_overview(reports_root=None) -> list[str]:
 
 
 def overview_rows(reports_root=None) -> tuple[list[dict], str, str, list[dict]]:
-    """Every pilot of the order, a row each (overview_row); where the order stands, in a sentence; how the
-    gaps moved with training across the pilots (training_trend; '' before any pilot has two budgets); and
-    each Performer's per-seed gaps per budget and pilot, the figure's series ({"pilot", "backend", "gaps"})."""
-    rows, waiting, standing, gaps, trend, series = [], None, "", [], [], []
+    """Every pilot of the order, a row each (overview_row, its gaps' intervals pooled over the pilots' cells:
+    pilot_answer); where the order stands, in a sentence; what the records say beyond the go/no-go (softmax's
+    lead per seed pair and its growth, the tasks, equal training time; '' before any pilot has two budgets);
+    and each Performer's per-seed gaps per budget and pilot, the figure's series ({"pilot", "backend", "gaps"})."""
+    rows, waiting, standing, gaps, reads, series, params_of = [], None, "", [], [], [], []
     for preset in pilot_order():
         row, verdict, read = overview_row(preset, reports_root, before=waiting)
         rows.append(row)
         gaps += [(*gap, preset) for gap in read["gaps"]]
-        trend.append(read)
+        reads.append(read)
+        params_of.append(preset)
         series += [{"pilot": preset, "backend": b, "gaps": by} for b, by in read["by_budget"].items()]
         if waiting is None and verdict != "NO-GO":
             waiting = preset  # the order stops here until this pilot ends NO-GO
@@ -166,7 +170,76 @@ def overview_rows(reports_root=None) -> tuple[list[dict], str, str, list[dict]]:
                 else f"**The order stands at `{preset}`** (runs finished: {rows[-1]['runs']}): not yet answered; "
                 "no pilot has opened a gap so far, and the pilots after it train only if it ends NO-GO."
             )
-    return rows, standing or no_gap_anywhere(gaps), training_trend(trend), series
+    pooled = pilot_answer.pooled_sd([by[read["budgets"][-1]] for read in reads for by in read["by_budget"].values()])
+    if pooled:
+        gaps = [
+            (mean, low if len(by[read["budgets"][-1]]) > 1 else None, backend, preset)
+            for preset, read in zip(params_of, reads, strict=True)
+            for backend, by in read["by_budget"].items()
+            if by[read["budgets"][-1]]
+            for mean, low, _ in [pilot_answer.pooled_interval(by[read["budgets"][-1]], pooled)]
+        ]
+    for row, read in zip(rows, reads, strict=True):
+        for backend, by in read["by_budget"].items():
+            row[f"{backend} − softmax at {read['budgets'][-1]} epochs"] = pilot_answer.interval_text(
+                by[read["budgets"][-1]], pooled
+            )
+    trend = training_trend(reads)
+    if trend:
+        trend = "\n\n".join(
+            p for p in (trend, lead_line(params_of, reads), tasks_line(params_of, reads, reports_root)) if p
+        )
+    return rows, standing or no_gap_anywhere(gaps, pooled), trend, series
+
+
+def lead_line(presets: list[str], reads: list[dict]) -> str:
+    """Per pilot in which softmax led in every seed pair at the longest budget: the gaps' range and, if the lead
+    grew from the second longest budget in every pair, the change with a pooled interval."""
+    changes = pilot_answer.pooled_sd([c for read in reads for c in read["moved"].values()])
+    parts = []
+    for preset, read in zip(presets, reads, strict=True):
+        shortest, short, longest = read["budgets"] or (None, None, None)
+        at_end = {b: by[longest] for b, by in read["by_budget"].items() if by.get(longest)}
+        values = [g for found in at_end.values() for g in found]
+        if not values or max(values) >= 0:
+            continue
+        pairs = ", ".join(f"{b} {len(found)} of {len(found)}" for b, found in at_end.items())
+        line = (
+            f"On `{preset}` softmax led in every seed pair at {longest} epochs ({pairs}; "
+            f"{signed(max(values))} to {signed(min(values))} points)"
+        )
+        moved = read["moved"]
+        if moved and all(v < 0 for found in moved.values() for v in found):
+            grown = "; ".join(f"{b} {pilot_answer.interval_text(found, changes)}" for b, found in moved.items())
+            line += f", and its lead grew from {short} to {longest} epochs in every pair ({grown})"
+        parts.append(line + ".")
+    if not parts:
+        return ""
+    return " ".join(parts) + f" Intervals: {pilot_answer.pooling_note(changes)} for the changes."
+
+
+def tasks_line(presets: list[str], reads: list[dict], reports_root=None) -> str:
+    """What the pilots' tasks are (each canvas once), FAVOR+'s setting, and each Performer's accuracy at
+    softmax's training time where the side-by-side costs cover the pilot's model (pilot_answer)."""
+    from ..lab.params import load_params
+
+    tasks, timed = {}, []
+    for preset, read in zip(presets, reads, strict=True):
+        params = load_params(preset)
+        canvas, favor = pilot_answer.canvas_task(params)
+        tasks.setdefault(canvas, []).append(favor)
+        costs = pilot_answer.training_costs(reports_root or records.reports_root(), params)
+        for backend in read["by_budget"]:
+            if found := pilot_answer.equal_time(params, read["top1"], costs, backend):
+                timed.append(pilot_answer.equal_time_text(backend, found, preset))
+    favors = sorted({f for found in tasks.values() for f in found})
+    line = f"Tasks: {'; '.join(tasks)}; FAVOR+ with {' or '.join(favors)} in every pilot."
+    if timed:
+        line += (
+            " At softmax's training time (side-by-side cost per image, reports/bench/cpu_tokens.csv; top-1 "
+            "interpolated on log budget): " + "; ".join(timed) + "."
+        )
+    return line
 
 
 def _count(values: dict[str, list[float]], sign: int) -> str:
@@ -202,30 +275,39 @@ def training_trend(reads: list[dict]) -> str:
     )
 
 
-def no_gap_anywhere(gaps: list[tuple]) -> str:
+def no_gap_anywhere(gaps: list[tuple], pooled: dict | None = None) -> str:
     """The answer once every pilot ended NO-GO, from each Performer's gap at a pilot's longest budget
-    ((mean, lower bound or None, backend, pilot) each): the largest mean deficit, and the lowest lower bound
-    of a 95 % interval — the gap the pilots' few seeds cannot exclude."""
+    ((mean, lower bound or None, backend, pilot) each; lower bounds from the pooled SD where given): the
+    largest mean deficit, and whether every interval excludes a gap of GO_GAP — said as measured, at these
+    budgets only."""
+    go = gap_pilot.GO_GAP
     deepest = min(gaps, default=None)
     if deepest is None or deepest[0] >= 0:
         furthest = "no Performer was behind softmax on average at a pilot's longest budget"
     else:
         gap, _, backend, preset = deepest
-        furthest = (
-            f"the furthest a Performer fell behind softmax on average was {signed(gap)} points ({backend} on "
-            f"`{preset}`, at its longest budget), short of the {gap_pilot.GO_GAP} a GO needs"
-        )
+        furthest = f"the furthest behind on average was {signed(gap)} points ({backend} on `{preset}`)"
     bounds = [(low, backend, preset) for _, low, backend, preset in gaps if low is not None]
-    unexcluded = ""
+    excluded = ""
     if bounds:
         low, backend, preset = min(bounds)
-        unexcluded = (
-            f" With so few seeds the intervals stay wide (the lowest reaches {signed(low)} points, {backend} on "
-            f"`{preset}`): the pilots found no gap by their rule, but cannot exclude one of that size."
+        how = (
+            f"seed SD {pooled['sd']:.2f} pooled over {pooled['cells']} cells, df {pooled['df']}"
+            + (f", Bartlett p {pooled['bartlett_p']:.2f}" if not math.isnan(pooled["bartlett_p"]) else "")
+            if pooled
+            else "t over each cell's seeds"
+        )
+        excluded = (
+            f" Every 95 % interval ({how}) excludes a gap of {go} points (the lowest bound is {signed(low)}, "
+            f"{backend} on `{preset}`)."
+            if low > -go
+            else f" With so few seeds a gap of {go} points is not excluded (the lowest interval bound reaches "
+            f"{signed(low)}, {backend} on `{preset}`)."
         )
     return (
-        f"**No pilot of the pre-registered order opened a gap**: every one ended NO-GO, and {furthest}."
-        f"{unexcluded} By the pre-registered rule that is the answer on these tasks: no gap for an RPE to close."
+        f"**No Performer was ≥ {go} points behind softmax at a pilot's longest budget (32 epochs)**: every pilot of "
+        f"the pre-registered order ended NO-GO, and {furthest}.{excluded} That is no gap of the size the rule asks "
+        "at these budgets, not no gap: where softmax leads, and how its lead moved with training, follows the table."
     )
 
 

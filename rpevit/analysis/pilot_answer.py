@@ -1,0 +1,137 @@
+"""The canvas pilots' answer as their records support it: no Performer ≥ 1.5 points behind softmax at the
+longest budget, and what the go/no-go line alone hides — softmax's lead in every seed pair, its growth with
+training, intervals that pool the seed variance of the cells that share a design, what each canvas task is,
+the fixed-feature FAVOR+ setting, and accuracy at equal training time beside equal epochs.
+
+Pooling: every pilot trains the same ViT with the same recipe, seeds and budgets, so the per-seed gaps of
+its (pilot, Performer) cells share one within-cell variance; with two seeds a cell alone has df 1 (a 95 %
+half-width of 9 SD), pooled over k cells it has df k (Bartlett's test of equal variances says whether the
+cells disagree). Equal training time: a Performer's top-1 at the budget that costs what softmax's longest
+budget costs, by the side-by-side training cost per image of reports/bench/cpu_tokens.csv (never a run's
+own epoch time, which other work on the machine inflates), interpolated on log₂ budget between the
+budgets a pilot measured.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import statistics
+from pathlib import Path
+
+from scipy import stats as scipy_stats
+
+from ..core.data import dataset_info
+from ..lab.tables import signed
+
+COSTS = Path("bench") / "cpu_tokens.csv"  # under reports/: the side-by-side training cost per image
+
+
+def pooled_sd(cells: list[list[float]]) -> dict | None:
+    """The within-cell SD pooled over cells of ≥ 2 values: {sd, df, cells, bartlett_p}; None if no cell has 2."""
+    used = [c for c in cells if len(c) > 1]
+    if not used:
+        return None
+    df = sum(len(c) - 1 for c in used)
+    variance = sum((len(c) - 1) * statistics.variance(c) for c in used) / df
+    bartlett = scipy_stats.bartlett(*used).pvalue if len(used) > 1 and variance > 0 else math.nan
+    return {"sd": math.sqrt(variance), "df": df, "cells": len(used), "bartlett_p": float(bartlett)}
+
+
+def pooled_interval(values: list[float], pooled: dict, confidence: float = 0.95) -> tuple[float, float, float]:
+    """(mean, low, high): the mean of one cell's values ± t(df of the pooling)·pooled SD/√n."""
+    mean = statistics.fmean(values)
+    half = scipy_stats.t.ppf((1 + confidence) / 2, pooled["df"]) * pooled["sd"] / math.sqrt(len(values))
+    return mean, mean - half, mean + half
+
+
+def interval_text(values: list[float], pooled: dict | None) -> str:
+    """'−0.73 [−1.33, −0.12] (2 seeds, softmax ahead)' from the pooled SD; one seed or none pooled: no interval."""
+    if not values:
+        return "—"
+    if len(values) < 2 or pooled is None:
+        return f"{signed(statistics.fmean(values))} ({len(values)} seed{'s' * (len(values) != 1)}, no interval)"
+    mean, low, high = pooled_interval(values, pooled)
+    reading = "softmax ahead" if high < 0 else "Performer ahead" if low > 0 else "inconclusive"
+    return f"{signed(mean)} [{signed(low)}, {signed(high)}] ({len(values)} seeds, {reading})"
+
+
+def pooling_note(pooled: dict | None) -> str:
+    """How the intervals were pooled, in one clause."""
+    if pooled is None:
+        return "no cell has two seeds yet, so no interval"
+    p = pooled["bartlett_p"]
+    test = f"; Bartlett p = {p:.2f}" if not math.isnan(p) else ""
+    return (
+        f"95 % t-intervals with the seed SD pooled over the {pooled['cells']} cells that have two seeds or more "
+        f"(they share model, recipe, seeds and budgets): SD {pooled['sd']:.2f} points, df {pooled['df']}{test}"
+    )
+
+
+def canvas_task(params) -> tuple[str, str]:
+    """What a canvas pilot's task is — how far its 28×28 object moves and how many places it can take (the same
+    for train and test) — and FAVOR+'s random-feature setting."""
+    info = dataset_info(params.datasets[0])
+    room = info.image_size - dataset_info(info.canvas_of).image_size if info.canvas_of else 0
+    favor = params.model.options_for("favor")
+    redraws = "one fixed ω per layer" if favor.redraw_steps == 0 else f"ω redrawn every {favor.redraw_steps} steps"
+    placements = f"{(room + 1) ** 2} placements shared by train and test"
+    return f"{info.image_size}×{info.image_size} moves the object ±{room // 2} px ({placements})", redraws
+
+
+def training_costs(reports_root: Path, params) -> dict[str, float]:
+    """Median training seconds per image of each variant benchmarked side by side on this preset's own model
+    (reports/bench/cpu_tokens.csv rows of a preset with the same model and images), or {}."""
+    from ..lab.params import load_params
+
+    path = Path(reports_root) / COSTS
+    if not path.is_file():
+        return {}
+    by_variant: dict[str, list[float]] = {}
+    with path.open() as handle:
+        for row in csv.DictReader(handle):
+            bench = load_params(row["preset"])
+            if bench.model == params.model and bench.datasets[0] == params.datasets[0]:
+                by_variant.setdefault(row["variant"], []).append(float(row["train_seconds_per_image"]))
+    return {variant: statistics.median(values) for variant, values in by_variant.items()}
+
+
+def top1_at(budgets: dict[int, float], epochs: float) -> float | None:
+    """Top-1 at `epochs` by linear interpolation on log₂ budget between measured budgets ({epochs: top-1});
+    None outside their range (no extrapolation)."""
+    known = sorted(budgets)
+    if not known or not known[0] <= epochs <= known[-1]:
+        return None
+    if epochs in budgets:
+        return budgets[epochs]
+    upper = next(b for b in known if b > epochs)
+    lower = max(b for b in known if b < epochs)
+    weight = (math.log2(epochs) - math.log2(lower)) / (math.log2(upper) - math.log2(lower))
+    return budgets[lower] + weight * (budgets[upper] - budgets[lower])
+
+
+def equal_time(params, top1: dict, costs: dict[str, float], backend: str) -> dict | None:
+    """One Performer at softmax's longest budget's training time: {ratio, epochs, top1, softmax, gap} (means over
+    seeds), None without both costs or where the equal-time budget falls outside the measured ones."""
+    longest, performer = params.train.epochs, f"{backend}+ape"
+    if performer not in costs or "softmax+ape" not in costs:
+        return None
+    ratio = costs[performer] / costs["softmax+ape"]
+    epochs = longest / ratio
+    seeds = [s for s in params.seeds if (performer, s, longest) in top1 and ("softmax+ape", s, longest) in top1]
+    found = [
+        top1_at({b: top1[(performer, s, b)] for v, s2, b in top1 if v == performer and s2 == s}, epochs) for s in seeds
+    ]
+    if not seeds or any(value is None for value in found):
+        return None
+    softmax = statistics.fmean(top1[("softmax+ape", s, longest)] for s in seeds)
+    mean = statistics.fmean(found)
+    return {"ratio": ratio, "epochs": epochs, "top1": mean, "softmax": softmax, "gap": mean - softmax}
+
+
+def equal_time_text(backend: str, found: dict, preset: str) -> str:
+    """'favor on `canvas_gap_pilot` 87.0 vs 89.5 % (−2.48; 20.3 epochs at 1.57× the cost per image)'."""
+    return (
+        f"{backend} on `{preset}` {found['top1']:.1f} vs {found['softmax']:.1f} % ({signed(found['gap'])}; "
+        f"{found['epochs']:.1f} epochs at {found['ratio']:.2f}× the cost per image)"
+    )
