@@ -115,6 +115,7 @@ def cmd_study(args) -> int:
     from .lab.time_limit import TimeLimit, parse_duration
 
     params = _params(args)
+    check_clean_revision(args.params, args.allow_dirty)
     for line in restore(args.params):  # runs parked by an earlier checkout go on here (rpevit/lab/parking.py)
         print(line)
     limit = None if args.time_limit is None else TimeLimit(parse_duration(args.time_limit))
@@ -151,6 +152,21 @@ def cmd_study(args) -> int:
     results = run_study(params, progress=not args.no_progress, time_limit=limit, pack_size=pack_size)
     print(f"{len(results)} runs recorded; summary: {reports_root() / params.name / 'summary.md'}")
     return 0
+
+
+def check_clean_revision(preset: str, allow_dirty: bool) -> None:
+    """A pre-registered preset trains only from a clean, committed code revision (its records name it): one
+    UserError before anything runs when the package has uncommitted changes, unless `allow_dirty`."""
+    from .lab.budget import preregistered
+    from .lab.revision import code_revision, short_revision
+
+    revision = code_revision()
+    if preregistered(preset) and revision.endswith("+dirty") and not allow_dirty:
+        raise UserError(
+            f"{preset} is pre-registered, so its runs train from a clean, committed revision, and the package has "
+            f"uncommitted changes ({short_revision(revision)}). Commit them first, or pass --allow-dirty "
+            "(the records will name the revision +dirty)."
+        )
 
 
 def cmd_evaluate(args) -> int:
@@ -325,6 +341,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--gpus-per-run", type=float, help="--engine ray: GPU share per run, ≤ 1 (0.25 packs 4 runs per GPU)"
     )
     study.add_argument("--cpus-per-run", type=int, help="--engine ray: CPUs per run = its torch threads (default 1)")
+    study.add_argument(
+        "--allow-dirty",
+        action="store_true",
+        help="train a pre-registered preset even though the package has uncommitted changes",
+    )
     study.add_argument(
         "--time-limit",
         metavar="DURATION",

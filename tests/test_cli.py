@@ -127,3 +127,20 @@ def test_capture_only_sets_the_backends_a_study_compiles():
     train = _params(args).train
     assert train.compile and train.compile_backends == ("favor", "relu")
     assert not _params(build_parser().parse_args(["study", "smoke"])).train.compile
+
+
+def test_a_pre_registered_preset_refuses_uncommitted_code_unless_allowed(monkeypatch, capsys):
+    """Every run of a pre-registered preset comes from a clean, named revision; --allow-dirty overrides."""
+    from rpevit import cli
+    from rpevit.lab import budget, revision
+
+    assert budget.preregistered("canvas40_long") and budget.preregistered("recall_pilot")
+    assert not budget.preregistered("smoke") and not budget.preregistered("no_such_preset")
+    monkeypatch.setattr(revision, "code_revision", lambda: "0123456789abcdef0123+dirty")
+    assert cli.main(["study", "canvas40_long"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: canvas40_long is pre-registered") and "--allow-dirty" in err[0]
+    cli.check_clean_revision("canvas40_long", allow_dirty=True)  # allowed: no error
+    cli.check_clean_revision("smoke", allow_dirty=False)  # not pre-registered: no error
+    monkeypatch.setattr(revision, "code_revision", lambda: "0123456789abcdef0123")
+    cli.check_clean_revision("canvas40_long", allow_dirty=False)  # clean: no error

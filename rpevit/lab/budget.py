@@ -27,6 +27,18 @@ from .schema import epoch_cost
 _BUDGET = re.compile(r"^# Budget: ≤ (\d+(?:\.\d+)?) one-thread CPU hours", re.MULTILINE)
 
 
+_PREREGISTERED = re.compile(r"^# Pre-registered", re.MULTILINE)
+
+
+def preregistered(preset) -> bool:
+    """Whether a preset's header says it was pre-registered (`# Pre-registered …`, committed before its first
+    run); False if its file cannot be found. `preset` is a name or a path."""
+    try:
+        return bool(_PREREGISTERED.search(preset_path(preset).read_text(encoding="utf-8")))
+    except (UserError, OSError):
+        return False
+
+
 def stated_budget(preset) -> float | None:
     """The one-thread CPU hours a preset's pre-registration allows (its header's `# Budget: ≤ N
     one-thread CPU hours` line), None if it states none or its file cannot be found; `preset` is a
