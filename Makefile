@@ -19,17 +19,12 @@ MUTATION_JOBS ?= 2
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml scripts/install_torch.sh Makefile
+$(STAMP): pyproject.toml scripts/install_torch.sh scripts/setup_lab.sh Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	bash scripts/install_torch.sh $(PY) $(TORCH_VERSION) $(TORCHVISION_VERSION)
 	$(PY) -m pip install --quiet -e ".[test]"
 	$(PY) -m pip install --quiet -e ".[cluster]" || echo "note: Ray could not be installed here; the --engine ray tests will be skipped"
-	$(PY) -m ipykernel install --sys-prefix --name rpevit --display-name "Python (rpevit)" >/dev/null
-	mkdir -p $(VENV)/etc/jupyter  # the venv's server config: a plain `jupyter lab` saves notebooks/ clean too
-	printf '{"FileContentsManager": {"pre_save_hook": "rpevit.lab.lab_hook.pre_save_hook"}}\n' \
-	  > $(VENV)/etc/jupyter/jupyter_server_config.json
-	if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then \
-	  git config filter.nbclean.clean "$(abspath $(PY)) scripts/nbclean.py"; fi  # .gitattributes: notebooks/*.ipynb
+	bash scripts/setup_lab.sh $(PY)  # kernel, notebook save hook, git clean filter (environment.yml runs it too)
 	touch $@
 
 study: $(STAMP)

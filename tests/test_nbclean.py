@@ -176,7 +176,13 @@ def test_the_git_filter_stores_a_run_notebook_clean(tmp_path):
 def test_make_lab_and_make_install_use_the_hook_and_the_filter():
     makefile = (ROOT / "Makefile").read_text()
     assert "JUPYTER_CONFIG_PATH=$(CURDIR)/.jupyter" in makefile.split("\nlab:")[1].split("\n\n")[0]
-    assert 'git config filter.nbclean.clean "$(abspath $(PY)) scripts/nbclean.py"' in makefile
+    setup = (ROOT / "scripts" / "setup_lab.sh").read_text()
+    assert (
+        "bash scripts/setup_lab.sh $(PY)" in makefile
+        and "bash scripts/setup_lab.sh" in (ROOT / "environment.yml").read_text()
+    )
+    assert 'git config filter.nbclean.clean "$python_path scripts/nbclean.py"' in setup
+    assert "rpevit.lab.lab_hook.pre_save_hook" in setup
     assert "notebooks/*.ipynb filter=nbclean" in (ROOT / ".gitattributes").read_text().splitlines()
     config = (ROOT / ".jupyter" / "jupyter_server_config.py").read_text()
     assert "scripts" in config and "nbclean.py" in config and "FileContentsManager.pre_save_hook" in config

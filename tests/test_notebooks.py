@@ -175,8 +175,10 @@ def test_kernel_named_by_readme_makefile_and_environment():
     display = "Python (rpevit)"
     assert display in (PROJECT_ROOT / "README.md").read_text()
     install = f'ipykernel install --sys-prefix --name {KERNEL_NAME} --display-name "{display}"'
-    assert install in (PROJECT_ROOT / "Makefile").read_text()
-    assert install in (PROJECT_ROOT / "environment.yml").read_text()
+    assert install in (PROJECT_ROOT / "scripts" / "setup_lab.sh").read_text()
+    # both install routes run the one setup script: kernel, save hook and git filter agree
+    assert "bash scripts/setup_lab.sh $(PY)" in (PROJECT_ROOT / "Makefile").read_text()
+    assert "bash scripts/setup_lab.sh python" in (PROJECT_ROOT / "environment.yml").read_text()
 
 
 def test_only_declared_parameters_are_passed():
