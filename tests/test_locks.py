@@ -50,9 +50,14 @@ def test_an_unreadable_lock_is_busy_while_young_then_taken_over(tmp_path, conten
     assert records.RunLock(tmp_path).holder().startswith("unknown") and lock.read_bytes() == content
     age(lock, records.LOCK_GRACE_SECONDS + 1)
     assert records.RunLock(tmp_path).holder() is None  # stale now
+    records.recovered.clear()
     with records.RunLock(tmp_path):
         assert lock.read_text() == f"{os.getpid()} {socket.gethostname()}"
     assert not lock.exists()
+    # the damaged lock is kept beside the run and named, like any damaged file
+    (aside,) = tmp_path.glob(f"{records.LOCK}.damaged-*")
+    assert aside.read_bytes() == content
+    assert len(records.recovered) == 1 and "a lock that names no process" in records.recovered[0]
 
 
 def test_study_and_status_with_a_non_utf8_lock(tmp_path, roots, capsys):

@@ -369,6 +369,8 @@ class RunLock:
                         "skipping it (delete the .lock file if that process is gone)"
                     ) from None
                 try:
+                    if self._names_no_process():  # truncated or garbled: named like any damaged file
+                        move_aside(self.path, "a lock that names no process (its writer died mid-write)")
                     self.path.unlink(missing_ok=True)  # stale: its process is gone
                 except OSError as exc:
                     raise RunBusy(f"could not take over the stale lock {self.path} ({exc.strerror or exc})") from None
@@ -399,6 +401,16 @@ class RunLock:
         if host != socket.gethostname() or (pid != os.getpid() and pid_alive(pid)):
             return f"{pid} on {host}"
         return None
+
+    def _names_no_process(self) -> bool:
+        """Whether the lock file is there but holds no "pid host" (empty, truncated or garbled)."""
+        try:
+            text, _ = self.path.read_bytes().decode("utf-8").split()
+            return int(text) < 1
+        except FileNotFoundError:
+            return False
+        except (OSError, ValueError):
+            return True
 
     def _older_than_grace(self) -> bool:
         """Whether the lock file was last written more than LOCK_GRACE_SECONDS ago (True if it is gone)."""
