@@ -184,7 +184,7 @@ def _runs(rng, plan, seeds=(0, 1), n=1000, load=0.1):
 
 def _gap_table():
     return [
-        Claim(claims.S002, f"{m} closes the {b}–softmax gap", "equal", Comparison(f"{b}+{m}", f"softmax+{m}"))
+        Claim(claims.S002, f"{b} matches softmax with {m}", "equal", Comparison(f"{b}+{m}", f"softmax+{m}"))
         for m in ("krpe", "rope_mixed")
         for b in ("favor", "relu")
     ] + [
@@ -244,7 +244,7 @@ def test_claims_table_is_short_with_the_verdict_second_and_details_apart():
     table = claims.claims_table(rows)
     assert list(table[0]) == ["claim", "verdict", "reading", claims.EFFECT_HEADER]
     assert "Performer − softmax" in claims.EFFECT_HEADER
-    assert table[0]["claim"] == "seed 002: krpe closes the favor–softmax gap"
+    assert table[0]["claim"] == "seed 002: favor matches softmax with krpe"
     assert table[1]["verdict"] == claims.NO_DATA and table[1]["reading"] == "no data: not run yet"  # bare verdicts
     assert table[3]["reading"] == f"no data: {claims.NOT_PLANNED}"
     assert {row["verdict"] for row in table} <= {"supported", "contradicted", "inconclusive", claims.NO_DATA}
@@ -384,7 +384,7 @@ def test_forest_figure_has_a_panel_per_source_and_measure_each_on_its_own_scale(
     fig = claims.forest_figure(rows, "toy")
     gap, scale, timing, untestable, resolution = fig.axes
     labels = [t.get_text() for t in gap.get_yticklabels()]
-    assert labels == [f"{m} closes the {b}–softmax gap" for m in ("krpe", "rope_mixed") for b in ("favor", "relu")]
+    assert labels == [f"{b} matches softmax with {m}" for m in ("krpe", "rope_mixed") for b in ("favor", "relu")]
     assert gap.get_title(loc="left") == "seed 002, §Goal" and "Performer − softmax" in gap.get_xlabel()
     assert timing.get_title(loc="left") == "seed 001, Tables 1–2 — inference time"
     assert any(t.get_text() == "no data: not run yet" for t in gap.texts)
@@ -662,7 +662,7 @@ def test_an_interim_table_is_corrected_for_the_family_of_the_finished_study():
     assert claims.family_size(evaluate_claims(found, table, planned=one_seed)) == (1, 4)
     # a row with one seed so far, and more planned, waits in the family too
     single = found + _runs(rng, {"softmax+krpe": 0.9, "favor+krpe": 0.9}, seeds=(0,))
-    row = {r["claim"]: r for r in evaluate_claims(single, table, planned=later)}["krpe closes the favor–softmax gap"]
+    row = {r["claim"]: r for r in evaluate_claims(single, table, planned=later)}["favor matches softmax with krpe"]
     assert row["verdict"] == claims.UNDECIDED and row["pending"]
 
 

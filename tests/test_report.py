@@ -415,7 +415,7 @@ def test_secondary_claims_show_once_two_seeds_pair_them():
     )
     # per seed +10 and +20 points: mean +15, 90 % t-interval (the equivalence test's) ± 6.314 · 7.07 / √2
     assert (
-        "seed 002, krpe closes the favor–softmax gap (favor+krpe − softmax+krpe) +15.00 [−16.57, +46.57] over 2 seeds "
+        "seed 002, favor matches softmax with krpe (favor+krpe − softmax+krpe) +15.00 [−16.57, +46.57] over 2 seeds "
         "(90 % interval)." in text
     )
     assert "relu" not in text  # relu+krpe has no run: its claim is not computed

@@ -302,12 +302,12 @@ def patch_sweep(
     `inference_batch_seconds` keeps every timed inference batch (for intervals, rpevit.analysis.claims).
     `train=False` times inference only.
     """
-    from ..core.attention import BACKENDS
+    from ..core.attention import computing_backends
 
     device = torch.device(device)
     rows = []
     for patch in patch_sizes:
-        for backend in backends or BACKENDS:
+        for backend in backends or computing_backends():
             torch.manual_seed(0)
             model = build_model(
                 f"{backend}+{positions}",

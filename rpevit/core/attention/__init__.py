@@ -51,3 +51,10 @@ def exact_backends() -> list[str]:
 def linear_backends() -> list[str]:
     """Backends approximating attention in linear time."""
     return [name for name, cls in BACKENDS.items() if not cls.exact]
+
+
+def computing_backends() -> list[str]:
+    """Backends whose forward pass computes something of its own: not a registered backend's subclass that
+    only trains differently (favor_redraw infers exactly as favor), so timings list each computation once."""
+    classes = list(BACKENDS.values())
+    return [name for name, cls in BACKENDS.items() if not any(cls is not c and issubclass(cls, c) for c in classes)]
