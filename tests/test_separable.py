@@ -791,3 +791,27 @@ def test_weights_of_any_float64_input_are_float64(wide):
     assert out.dtype == F64 and float((out - expected).abs().max()) <= 1e-12
     with pytest.raises(ValueError, match=r"^cls_terms must be \(heads=3, 3\), got \(3, 2\)$"):
         weights(*mixed[:4], grid, *mixed[4:6], mixed[6][:, :2])
+
+
+@pytest.mark.parametrize("slabs", [1, 3, 8])
+@pytest.mark.parametrize("features", [1, 4, 6])
+@pytest.mark.parametrize("budget_features", [0.5, 1, 3, 4, 6, 13, 48])
+def test_chunks_never_exceed_the_budget_at_any_slab_count(slabs, features, budget_features):
+    """The chunk budget at more than one (batch·head) slab: every chunk holds ≤ budget bytes (one feature at
+    least), the chunks tile slabs × features once, and none is needlessly small — a budget that doubles (a
+    chunk of twice the slabs or features) fails here, which one slab alone cannot show."""
+    from rpevit.core.attention.kernel_sums import _chunks
+
+    per_feature = 1000
+    budget = int(budget_features * per_feature)
+    chunks = list(_chunks(slabs, features, per_feature, budget))
+    covered = torch.zeros(slabs, features, dtype=torch.long)
+    for g0, g1, l0, l1 in chunks:
+        covered[g0:g1, l0:l1] += 1
+        size = (g1 - g0) * (l1 - l0) * per_feature
+        assert size <= max(budget, per_feature), (g0, g1, l0, l1)
+    assert bool((covered == 1).all())
+    fits = max(1, budget // per_feature)  # features per chunk the budget allows
+    whole_slabs = max(1, budget // (features * per_feature)) if fits >= features else 1
+    expected = -(-slabs // whole_slabs) * -(-features // min(fits, features))
+    assert len(chunks) == expected
