@@ -49,9 +49,14 @@ from .toeplitz import biased_linear_attention, biased_linear_weights, fft_is_che
 DENOMINATOR_EPS = 1e-12
 
 
-def _bias_terms(bias, grid):
-    """(table (h, 2H−1, 2W−1), CLS terms (h, 3) or None) of a relative-bias module for this grid."""
-    return bias.table(grid), (bias.cls_terms() if grid.cls else None)
+def _cast(tensor, dtype):
+    return None if tensor is None else tensor.to(dtype)
+
+
+def _bias_terms(bias, grid, dtype):
+    """(table (h, 2H−1, 2W−1), CLS terms (h, 3) or None) of a relative-bias module for this grid, in the
+    attention's compute dtype (a bias of another dtype is cast to it, as the softmax backend casts its mask)."""
+    return bias.table(grid).to(dtype), _cast(bias.cls_terms() if grid.cls else None, dtype)
 
 
 def separable(bias) -> bool:
@@ -69,11 +74,11 @@ def bias_paths(bias) -> tuple[str, ...]:
     return ("axis",) * separable(bias) + ("scan",) * decaying(bias) + ("fft", "dense")
 
 
-def _separable_terms(bias, grid):
-    """(row logits, col logits, CLS terms or None, decay rates or None) of a separable bias."""
+def _separable_terms(bias, grid, dtype):
+    """(row logits, col logits, CLS terms or None, decay rates or None) of a separable bias, in `dtype`."""
     row, col = bias.factors(grid)
     decay = bias.axis_rates(grid) if decaying(bias) else None
-    return row, col, (bias.cls_terms() if grid.cls else None), decay
+    return tuple(_cast(t, dtype) for t in (row, col, bias.cls_terms() if grid.cls else None, decay))
 
 
 def key_sums(num_k: torch.Tensor, den_k: torch.Tensor, v: torch.Tensor):
@@ -139,14 +144,14 @@ class LinearAttention(nn.Module):
             if bias is None:
                 out = linear_attention(*pairs, v.to(dtype))  # (B, h, T, d)
             elif separable(bias):  # additive over axes: applied one axis at a time (separable.py)
-                row, col, cls_terms, decay = _separable_terms(bias, grid)
+                row, col, cls_terms, decay = _separable_terms(bias, grid, dtype)
                 out = separable_linear_attention(
                     *pairs, v.to(dtype), grid, row, col, cls_terms, decay=decay, path=self.bias_path
                 )
             elif self._use_fft(grid, v.shape[-1]):
-                out = biased_linear_attention(*pairs, v.to(dtype), grid, *_bias_terms(bias, grid))
+                out = biased_linear_attention(*pairs, v.to(dtype), grid, *_bias_terms(bias, grid, dtype))
             else:  # small grids: the same attention through its N×N matrix is cheaper
-                out = biased_linear_weights(*pairs, grid, *_bias_terms(bias, grid)) @ v.to(dtype)
+                out = biased_linear_weights(*pairs, grid, *_bias_terms(bias, grid, dtype)) @ v.to(dtype)
         return out.to(v.dtype)
 
     def weights(self, q, k, grid, bias=None, feature_rotation=None):
@@ -157,9 +162,9 @@ class LinearAttention(nn.Module):
             if bias is None:
                 return dense_linear_attention(*pairs).to(q.dtype)
             if separable(bias):
-                row, col, cls_terms, _ = _separable_terms(bias, grid)
+                row, col, cls_terms, _ = _separable_terms(bias, grid, dtype)
                 return separable_weights(*pairs, grid, row, col, cls_terms).to(q.dtype)
-            return biased_linear_weights(*pairs, grid, *_bias_terms(bias, grid)).to(q.dtype)
+            return biased_linear_weights(*pairs, grid, *_bias_terms(bias, grid, dtype)).to(q.dtype)
 
     def check_bias(self, bias) -> None:
         """`bias_path` axis / scan exist only for separable biases (rpevit.core.attention.separable)."""
