@@ -1,5 +1,6 @@
 # rpevit — the README's commands. Everything runs inside a local virtual environment (.venv).
 #   make study [PRESET=smoke]   install, run the preset's grid, execute the notebooks → reports/<preset>/
+#                               (the smoke demo → local/reports/smoke/, with a line on whether it reproduced)
 #   make test                   install, run the test suite and every notebook under nbval
 #   make check                  lint + the fast tests (no training, subprocesses, Ray or notebooks)
 #   make lab                    JupyterLab on the project with the rpevit kernel (saves notebooks/ clean)
@@ -27,9 +28,15 @@ $(STAMP): pyproject.toml scripts/install_torch.sh scripts/setup_lab.sh Makefile
 	bash scripts/setup_lab.sh $(PY)  # kernel, notebook save hook, git clean filter (environment.yml runs it too)
 	touch $@
 
+# The smoke demo is reproducible and leaves git clean: one thread (the committed runs used one), its summary
+# and notebooks into the git-ignored local/reports/, then one line on whether this machine reproduced the
+# committed top-1 of each run. Any other preset writes its report into reports/<preset>/ as it should.
+LOCAL_REPORTS := local/reports
+DEMO := $(filter smoke,$(PRESET))
 study: $(STAMP)
-	$(PY) -m rpevit study $(PRESET) --no-progress
-	$(PY) -m rpevit notebooks $(PRESET)
+	$(if $(DEMO),OMP_NUM_THREADS=1 RPEVIT_REPORTS=$(CURDIR)/$(LOCAL_REPORTS)) $(PY) -m rpevit study $(PRESET) --no-progress
+	$(if $(DEMO),OMP_NUM_THREADS=1) $(PY) -m rpevit notebooks $(PRESET) $(if $(DEMO),--reports $(LOCAL_REPORTS))
+	$(if $(DEMO),OMP_NUM_THREADS=1 $(PY) -m rpevit status $(PRESET) --reproduced)
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check rpevit tests scripts

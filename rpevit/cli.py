@@ -11,6 +11,7 @@ import dataclasses
 import importlib
 import os
 import sys
+from pathlib import Path
 
 from .core.errors import UserError
 from .lab.schema import is_finished
@@ -204,6 +205,7 @@ def cmd_notebooks(args) -> int:
         args.params,
         only=args.only.split(",") if args.only else None,
         kernel=args.kernel,
+        reports_root=args.reports,
         cell_timeout=args.cell_timeout,
         train=not args.no_train,
     )
@@ -241,7 +243,13 @@ def cmd_status(args) -> int:
     """Where a study stands: finished runs, runs in flight, what it still wants and how long that takes."""
     from .lab.study_status import status_lines
 
-    print("\n".join(status_lines(_params(args))))
+    params = _params(args)
+    if args.reproduced:  # one line: does this machine have the committed top-1 of each run?
+        from .lab.reproduction import reproduction_line
+
+        print(reproduction_line(params))
+        return 0
+    print("\n".join(status_lines(params)))
     return 0
 
 
@@ -367,6 +375,12 @@ def build_parser() -> argparse.ArgumentParser:
     notebooks.add_argument("--only", help="comma-separated notebook name prefixes, e.g. 00,40")
     notebooks.add_argument("--kernel", default="python3", help="Jupyter kernel name")
     notebooks.add_argument(
+        "--reports",
+        type=Path,
+        help="write the report into DIR/<preset>/ instead of reports/<preset>/ (make study: the smoke demo's "
+        "outputs go to the git-ignored local/reports/, so the committed reports/smoke/ stays as it is)",
+    )
+    notebooks.add_argument(
         "--cell-timeout",
         type=int,
         help="seconds one cell may run before the notebook fails "
@@ -389,6 +403,11 @@ def build_parser() -> argparse.ArgumentParser:
         "status", help="where a study stands: runs finished and in flight, what it still wants, hours left"
     )
     status.add_argument("params", help="preset name or YAML path")
+    status.add_argument(
+        "--reproduced",
+        action="store_true",
+        help="one line: whether this machine's finished runs have the committed summary's test top-1",
+    )
 
     keep = sub.add_parser(
         "keep-weights",

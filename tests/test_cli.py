@@ -144,3 +144,31 @@ def test_a_pre_registered_preset_refuses_uncommitted_code_unless_allowed(monkeyp
     cli.check_clean_revision("smoke", allow_dirty=False)  # not pre-registered: no error
     monkeypatch.setattr(revision, "code_revision", lambda: "0123456789abcdef0123")
     cli.check_clean_revision("canvas40_long", allow_dirty=False)  # clean: no error
+
+
+def test_the_reproduction_line_compares_each_run_with_the_committed_summary(tmp_path, monkeypatch):
+    """`status --reproduced`: bit for bit, or which runs differ and by how much, read against the committed
+    reports/<preset>/summary.csv (make study's last line)."""
+    from rpevit.lab import reproduction
+    from rpevit.lab.params import load_params
+    from rpevit.lab.result import Result
+
+    params = load_params("smoke")
+    folder = tmp_path / "smoke"
+    folder.mkdir()
+    rows = "dataset,variant,seed,status,top1,threads\n" + "".join(
+        f"mnist5k,{v},0,finished,{t},1\n" for v, t in (("softmax+ape", 0.622), ("favor+ape", 0.75))
+    )
+    (folder / "summary.csv").write_text(rows)
+
+    def runs(top1s):
+        records = [{"dataset": "mnist5k", "variant": v, "seed": 0, "status": "finished", "top1": t} for v, t in top1s]
+        monkeypatch.setattr(reproduction, "study_records", lambda p: [Result.of(r) for r in records])
+
+    runs([("softmax+ape", 0.622), ("favor+ape", 0.75)])
+    assert reproduction.reproduction_line(params, tmp_path).startswith("reproduced: the test top-1 of all 2 runs")
+    runs([("softmax+ape", 0.596), ("favor+ape", 0.75)])
+    line = reproduction.reproduction_line(params, tmp_path)
+    assert line.startswith("not reproduced here: 1 of 2 runs differ") and "|Δ top-1| 0.0260, softmax+ape seed 0" in line
+    assert "the committed runs used 1 thread(s)" in line
+    assert "no committed summary" in reproduction.reproduction_line(params, tmp_path / "nowhere")

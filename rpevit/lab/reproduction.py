@@ -1,0 +1,53 @@
+"""Did this machine reproduce a study's committed numbers? A run's test top-1 against the committed
+summary (reports/<preset>/summary.csv, written by the machine that made the committed report).
+
+Float results depend on the CPU, the torch build and the thread count (two cores summing in another order
+give other last bits, and those grow through training), so a different number is not an error; the line
+says which runs differ, by how much, and what the committed runs were measured with.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from pathlib import Path
+
+from .catalog import study_records
+from .params import PROJECT_ROOT, Params
+from .result import results
+from .schema import finished
+
+COMMITTED = PROJECT_ROOT / "reports"  # the tracked reports, whatever $RPEVIT_REPORTS points at
+
+
+def committed_top1(preset: str, root: Path = COMMITTED) -> tuple[dict[tuple[str, str, int], float], set[str]]:
+    """(dataset, variant, seed) → top-1 of the committed summary, and the thread counts it names ({} if none)."""
+    path = Path(root) / preset / "summary.csv"
+    if not path.is_file():
+        return {}, set()
+    with path.open() as handle:
+        rows = [row for row in csv.DictReader(handle) if row.get("status") == "finished"]
+    top1 = {(r["dataset"], r["variant"], int(r["seed"])): float(r["top1"]) for r in rows}
+    return top1, {r["threads"] for r in rows if r.get("threads")}
+
+
+def reproduction_line(params: Params, root: Path = COMMITTED) -> str:
+    """One line: whether this machine's finished runs have the committed top-1, run by run."""
+    committed, threads = committed_top1(params.name, root)
+    if not committed:
+        return f"reproduction: no committed summary for {params.name} to compare with."
+    mine = {r.place: r.top1 for r in finished(results(study_records(params)))}
+    shared = sorted(set(mine) & set(committed))
+    if not shared:
+        return f"reproduction: none of this machine's finished runs is in the committed summary of {params.name}."
+    differ = [(abs(mine[p] - committed[p]), p) for p in shared if mine[p] != committed[p]]
+    where = f"reports/{params.name}/summary.csv"
+    if not differ:
+        return f"reproduced: the test top-1 of all {len(shared)} runs equals the committed {where}, bit for bit."
+    largest, (_, variant, seed) = max(differ)
+    here = os.environ.get("OMP_NUM_THREADS", "the default")
+    return (
+        f"not reproduced here: {len(differ)} of {len(shared)} runs differ from the committed {where} (largest "
+        f"|Δ top-1| {largest:.4f}, {variant} seed {seed}); the committed runs used {', '.join(sorted(threads)) or '?'} "
+        f"thread(s), this one OMP_NUM_THREADS={here}: float results depend on the CPU, torch build and threads."
+    )
