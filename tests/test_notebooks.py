@@ -449,3 +449,24 @@ def test_a_dataset_without_files_keeps_the_image_notebooks_outputs_and_says_so(m
     assert len(err) == 1 and err[0].startswith("warning: fashion_mnist is not on this machine")
     assert "apt-get install dataset-fashion-mnist" in err[0]
     assert notebooks.held_back_without_images(load_params("smoke"), chosen) == chosen  # mnist5k: no files needed
+
+
+def test_results_notebooks_open_on_a_study_with_numbers(monkeypatch):
+    """40 and 45 store `name = None`: opened as stored they show smoke once its runs are here, else the study
+    that holds the answer (fmnist_converged, from its kept records); papermill's name still chooses."""
+    from rpevit.lab import catalog
+    from rpevit.lab.result import Result
+
+    for stem in ("40_results", "45_claims"):
+        assert parameter_defaults(next(p for p in NOTEBOOKS if p.stem == stem))["name"] is None
+    monkeypatch.setattr(catalog, "study_records", lambda params, **kw: [])
+    assert notebooks.opened_study() == "fmnist_converged"
+    space = {"name": None, "report_dir": None, "In": ["", "name = None\nreport_dir = None", "check"]}
+    notebooks.check_parameters(space)
+    assert space["name"] == "fmnist_converged"
+    done = Result.of({"dataset": "mnist5k", "variant": "softmax+ape", "seed": 0, "status": "finished", "top1": 0.5})
+    monkeypatch.setattr(catalog, "study_records", lambda params, **kw: [done])
+    assert notebooks.opened_study() == "smoke"
+    chosen = {"name": "cpu_claims", "report_dir": None, "In": ["", "name = None\nreport_dir = None", "check"]}
+    notebooks.check_parameters(chosen)
+    assert chosen["name"] == "cpu_claims"

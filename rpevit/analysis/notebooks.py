@@ -180,6 +180,24 @@ def check_parameters(namespace: dict, **choices) -> None:
     names = [*defaults, *sorted(injected - set(defaults)), *choices, "name"]
     values = {name: namespace[name] for name in dict.fromkeys(names) if name in namespace}
     validate_parameters(defaults, values, sorted(injected), choices)
+    if "name" in namespace and namespace["name"] is None:  # opened as it is stored: show a study with numbers
+        namespace["name"] = opened_study()
+
+
+ANSWER_STUDY = "fmnist_converged"  # the study whose kept records hold the project's answer (the README's)
+DEMO_STUDY = "smoke"  # what `make study` trains here
+
+
+def opened_study() -> str:
+    """The study a results notebook shows with `name = None` (as stored, opened in JupyterLab): the smoke
+    study once its runs are here (`make study` trained them, as notebook 10 does under nbval), else the study
+    that holds the project's answer, read from its kept records — numbers on first open, never an empty
+    study. Papermill's `name` still chooses."""
+    from ..lab.catalog import study_records
+    from ..lab.result import results
+    from ..lab.schema import finished
+
+    return DEMO_STUDY if finished(results(study_records(load_params(DEMO_STUDY)))) else ANSWER_STUDY
 
 
 def project_relative(path) -> str:
