@@ -80,3 +80,24 @@ def test_a_preset_that_is_not_a_recall_pilot_is_refused_before_anything_is_writt
     with pytest.raises(UserError, match="not one"):
         recall_pilot.check_is_recall_pilot(_params(variants=["favor+ape", "relu+ape"]))
     recall_pilot.check_is_recall_pilot(_params())
+
+
+def test_the_report_is_written_from_the_records_with_its_figures(tmp_path, monkeypatch):
+    """`recall-pilot`: README with the go/no-go line, the table (csv, md) and both figures."""
+    from rpevit.lab import catalog
+    from rpevit.lab.result import results
+
+    records = [
+        {"dataset": d, "variant": v, "seed": s, "status": "finished", "top1": t / 100, "epochs": 40}
+        for d in ("recall8_neighbour_k2",)
+        for v, t in (("softmax+ape", 99.0), ("favor+ape", 80.0), ("relu+ape", 97.0))
+        for s in (1, 2)
+    ]
+    monkeypatch.setattr(catalog, "study_records", lambda params, **kw: results(records))
+    lines = recall_pilot.write_report("recall_pilot", reports_root=tmp_path)
+    folder = tmp_path / "recall_pilot"
+    assert (folder / "README.md").read_text() == "\n".join(lines) + "\n"
+    assert lines[4].startswith("**GO at K = 2**") and "favor+ape is −19.00" in lines[4]
+    assert "6 of 18 runs finished" in lines[2]
+    for name in ("recall_pilot.csv", "recall_pilot.md", recall_pilot.FIGURE, recall_pilot.CURVES):
+        assert (folder / name).stat().st_size > 0

@@ -160,45 +160,69 @@ def curves_figure(params, found):
                 axis.plot([row["epoch"] for row in rows], [100 * row["val_acc"] for row in rows], label=label, **style)
         axis.set(title=f"K = {dataset_info(dataset).recall.pairs}", xlabel="epoch", ylim=(0, 102))
     axes[0][0].set_ylabel("validation top-1 (%)")
-    axes[0][0].legend(fontsize=7)
+    if axes[0][0].get_legend_handles_labels()[0]:
+        axes[0][0].legend(fontsize=7)
+    else:
+        axes[0][0].text(0.5, 0.5, "no finished run yet", ha="center", transform=axes[0][0].transAxes)
     fig.tight_layout()
     return fig
 
 
-def write_report(preset: str, reports_root=None) -> list[str]:
-    """reports/<preset>/README.md, recall_pilot.{csv,md} and its two figures; returns the README's lines."""
+def summary(preset: str, reports_root=None) -> dict:
+    """What a recall pilot's report shows, computed from its records and written nowhere (write_report writes
+    it; notebook 35 shows it): `params`, `found`, `top1`, `rows` (pilot_rows), `decision`, `table` (Markdown),
+    `intro`."""
     from ..lab.catalog import grid, study_records
     from ..lab.params import load_params
-    from .plots import save_png
 
     params = load_params(preset)
     check_is_recall_pilot(params)
     found = study_records(params, reports_root=reports_root)
     top1 = top1_by_run(found)
     rows = pilot_rows(params, top1)
-    folder = Path(reports_root or records.reports_root()) / params.name
-    folder.mkdir(parents=True, exist_ok=True)
     shown = [{k: round(v, 2) if isinstance(v, float) else v for k, v in r.items() if k != "complete"} for r in rows]
-    records.write_csv(folder / f"{TABLE}.csv", shown)
     table = markdown_table(
         [{**r, "mean gap": "—" if math.isnan(r["mean gap"]) else signed(r["mean gap"])} for r in shown], digits=2
     )
-    records.write_text(folder / f"{TABLE}.md", table)
-    save_png(accuracy_figure(params, top1), folder / FIGURE)
-    save_png(curves_figure(params, found), folder / CURVES)
     done = len(finished(results(found)))
+    intro = (
+        f"{params.description}. Pre-registered in `params/{params.name}.yaml` before its first run: the task, "
+        f"the variants, seeds, recipe, budget and the go/no-go rule. {done} of {len(grid(params))} runs finished."
+    )
+    return {
+        "params": params,
+        "found": found,
+        "top1": top1,
+        "rows": shown,
+        "decision": decision(rows, params),
+        "table": table,
+        "intro": intro,
+    }
+
+
+def write_report(preset: str, reports_root=None) -> list[str]:
+    """reports/<preset>/README.md, recall_pilot.{csv,md} and its two figures; returns the README's lines."""
+    from .plots import save_png
+
+    found = summary(preset, reports_root)
+    params = found["params"]
+    folder = Path(reports_root or records.reports_root()) / params.name
+    folder.mkdir(parents=True, exist_ok=True)
+    records.write_csv(folder / f"{TABLE}.csv", found["rows"])
+    records.write_text(folder / f"{TABLE}.md", found["table"])
+    save_png(accuracy_figure(params, found["top1"]), folder / FIGURE)
+    save_png(curves_figure(params, found["found"]), folder / CURVES)
     lines = [
         f"# {params.name}: the recall pilot",
         "",
-        f"{params.description}. Pre-registered in `params/{params.name}.yaml` before its first run: the task, "
-        f"the variants, seeds, recipe, budget and the go/no-go rule. {done} of {len(grid(params))} runs finished.",
+        found["intro"],
         "",
-        decision(rows, params),
+        found["decision"],
         "",
         "## Test top-1 and the gap per K (Performer − softmax, points; negative: softmax ahead; 95 % t-intervals "
         "over seeds)",
         "",
-        table.rstrip("\n"),
+        found["table"].rstrip("\n"),
         "",
         f"![Test top-1 against K per variant]({FIGURE})",
         "",
