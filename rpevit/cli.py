@@ -109,14 +109,14 @@ def cmd_train(args) -> int:
 def cmd_study(args) -> int:
     """Run (or resume) a preset's whole grid and write reports/<preset>/summary.{csv,md}."""
     from .core.device import resolve_device
-    from .lab.budget import budget_spent, started_runs
+    from .lab.budget import budget_spent, check_clean_revision, started_runs
     from .lab.parking import restore
     from .lab.records import reports_root
     from .lab.study import run_study
     from .lab.time_limit import TimeLimit, parse_duration
 
     params = _params(args)
-    check_clean_revision(args.params, args.allow_dirty)
+    check_clean_revision(args.params, args.allow_dirty)  # a pre-registered preset: a clean, committed revision
     for line in restore(args.params):  # runs parked by an earlier checkout go on here (rpevit/lab/parking.py)
         print(line)
     limit = None if args.time_limit is None else TimeLimit(parse_duration(args.time_limit))
@@ -153,21 +153,6 @@ def cmd_study(args) -> int:
     results = run_study(params, progress=not args.no_progress, time_limit=limit, pack_size=pack_size)
     print(f"{len(results)} runs recorded; summary: {reports_root() / params.name / 'summary.md'}")
     return 0
-
-
-def check_clean_revision(preset: str, allow_dirty: bool) -> None:
-    """A pre-registered preset trains only from a clean, committed code revision (its records name it): one
-    UserError before anything runs when the package has uncommitted changes, unless `allow_dirty`."""
-    from .lab.budget import preregistered
-    from .lab.revision import code_revision, short_revision
-
-    revision = code_revision()
-    if preregistered(preset) and revision.endswith("+dirty") and not allow_dirty:
-        raise UserError(
-            f"{preset} is pre-registered, so its runs train from a clean, committed revision, and the package has "
-            f"uncommitted changes ({short_revision(revision)}). Commit them first, or pass --allow-dirty "
-            "(the records will name the revision +dirty)."
-        )
 
 
 def cmd_evaluate(args) -> int:
@@ -241,15 +226,11 @@ def cmd_findings(args) -> int:
 
 def cmd_status(args) -> int:
     """Where a study stands: finished runs, runs in flight, what it still wants and how long that takes."""
+    from .lab.reproduction import reproduction_line
     from .lab.study_status import status_lines
 
-    params = _params(args)
-    if args.reproduced:  # one line: does this machine have the committed top-1 of each run?
-        from .lab.reproduction import reproduction_line
-
-        print(reproduction_line(params))
-        return 0
-    print("\n".join(status_lines(params)))
+    params = _params(args)  # --reproduced: one line, does this machine have the committed top-1 of each run?
+    print(reproduction_line(params) if args.reproduced else "\n".join(status_lines(params)))
     return 0
 
 
@@ -349,11 +330,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--gpus-per-run", type=float, help="--engine ray: GPU share per run, ≤ 1 (0.25 packs 4 runs per GPU)"
     )
     study.add_argument("--cpus-per-run", type=int, help="--engine ray: CPUs per run = its torch threads (default 1)")
-    study.add_argument(
-        "--allow-dirty",
-        action="store_true",
-        help="train a pre-registered preset even though the package has uncommitted changes",
-    )
+    study.add_argument("--allow-dirty", action="store_true", help="train a pre-registered preset from uncommitted code")
     study.add_argument(
         "--time-limit",
         metavar="DURATION",
@@ -374,12 +351,7 @@ def build_parser() -> argparse.ArgumentParser:
     notebooks.add_argument("params", help="preset name or YAML path")
     notebooks.add_argument("--only", help="comma-separated notebook name prefixes, e.g. 00,40")
     notebooks.add_argument("--kernel", default="python3", help="Jupyter kernel name")
-    notebooks.add_argument(
-        "--reports",
-        type=Path,
-        help="write the report into DIR/<preset>/ instead of reports/<preset>/ (make study: the smoke demo's "
-        "outputs go to the git-ignored local/reports/, so the committed reports/smoke/ stays as it is)",
-    )
+    notebooks.add_argument("--reports", type=Path, help="write the report into DIR/<preset>/, not reports/<preset>/")
     notebooks.add_argument(
         "--cell-timeout",
         type=int,
@@ -404,9 +376,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     status.add_argument("params", help="preset name or YAML path")
     status.add_argument(
-        "--reproduced",
-        action="store_true",
-        help="one line: whether this machine's finished runs have the committed summary's test top-1",
+        "--reproduced", action="store_true", help="one line: do the runs here have the committed top-1?"
     )
 
     keep = sub.add_parser(

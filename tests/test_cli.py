@@ -140,10 +140,10 @@ def test_a_pre_registered_preset_refuses_uncommitted_code_unless_allowed(monkeyp
     assert cli.main(["study", "canvas40_long"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: canvas40_long is pre-registered") and "--allow-dirty" in err[0]
-    cli.check_clean_revision("canvas40_long", allow_dirty=True)  # allowed: no error
-    cli.check_clean_revision("smoke", allow_dirty=False)  # not pre-registered: no error
+    budget.check_clean_revision("canvas40_long", allow_dirty=True)  # allowed: no error
+    budget.check_clean_revision("smoke", allow_dirty=False)  # not pre-registered: no error
     monkeypatch.setattr(revision, "code_revision", lambda: "0123456789abcdef0123")
-    cli.check_clean_revision("canvas40_long", allow_dirty=False)  # clean: no error
+    budget.check_clean_revision("canvas40_long", allow_dirty=False)  # clean: no error
 
 
 def test_the_reproduction_line_compares_each_run_with_the_committed_summary(tmp_path, monkeypatch):

@@ -39,6 +39,20 @@ def preregistered(preset) -> bool:
         return False
 
 
+def check_clean_revision(preset, allow_dirty: bool) -> None:
+    """A pre-registered preset trains only from a clean, committed code revision (its records name it): one
+    UserError before anything runs when the package has uncommitted changes, unless `allow_dirty`."""
+    from . import revision
+
+    current = revision.code_revision()
+    if preregistered(preset) and current.endswith("+dirty") and not allow_dirty:
+        raise UserError(
+            f"{preset} is pre-registered, so its runs train from a clean, committed revision, and the package has "
+            f"uncommitted changes ({revision.short_revision(current)}). Commit them first, or pass --allow-dirty "
+            "(the records will name the revision +dirty)."
+        )
+
+
 def stated_budget(preset) -> float | None:
     """The one-thread CPU hours a preset's pre-registration allows (its header's `# Budget: ≤ N
     one-thread CPU hours` line), None if it states none or its file cannot be found; `preset` is a

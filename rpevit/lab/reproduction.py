@@ -15,7 +15,7 @@ from pathlib import Path
 from .catalog import study_records
 from .params import PROJECT_ROOT, Params
 from .result import results
-from .schema import finished
+from .schema import finished, is_finished
 
 COMMITTED = PROJECT_ROOT / "reports"  # the tracked reports, whatever $RPEVIT_REPORTS points at
 
@@ -26,7 +26,7 @@ def committed_top1(preset: str, root: Path = COMMITTED) -> tuple[dict[tuple[str,
     if not path.is_file():
         return {}, set()
     with path.open() as handle:
-        rows = [row for row in csv.DictReader(handle) if row.get("status") == "finished"]
+        rows = [row for row in csv.DictReader(handle) if is_finished(row)]
     top1 = {(r["dataset"], r["variant"], int(r["seed"])): float(r["top1"]) for r in rows}
     return top1, {r["threads"] for r in rows if r.get("threads")}
 
