@@ -9,7 +9,9 @@ says which runs differ, by how much, and what the committed runs were measured w
 from __future__ import annotations
 
 import csv
+import io
 import os
+import subprocess
 from pathlib import Path
 
 from .catalog import study_records
@@ -20,13 +22,33 @@ from .schema import finished, is_finished
 COMMITTED = PROJECT_ROOT / "reports"  # the tracked reports, whatever $RPEVIT_REPORTS points at
 
 
+def committed_text(path: Path) -> str | None:
+    """The committed content of `path` (git's HEAD: a run here may have rewritten the file), else the file's
+    own text outside a checkout, or None if neither has it."""
+    relative = Path(path).resolve().relative_to(PROJECT_ROOT.resolve()) if Path(path).is_absolute() else path
+    try:
+        shown = subprocess.run(
+            ["git", "-C", str(PROJECT_ROOT), "show", f"HEAD:{Path(relative).as_posix()}"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        shown = None
+    if shown is not None and shown.returncode == 0:
+        return shown.stdout
+    return Path(path).read_text() if Path(path).is_file() else None
+
+
 def committed_top1(preset: str, root: Path = COMMITTED) -> tuple[dict[tuple[str, str, int], float], set[str]]:
     """(dataset, variant, seed) → top-1 of the committed summary, and the thread counts it names ({} if none)."""
     path = Path(root) / preset / "summary.csv"
-    if not path.is_file():
+    inside = Path(root).resolve().is_relative_to(PROJECT_ROOT.resolve())
+    text = committed_text(path) if inside else (path.read_text() if path.is_file() else None)
+    if text is None:
         return {}, set()
-    with path.open() as handle:
-        rows = [row for row in csv.DictReader(handle) if is_finished(row)]
+    rows = [row for row in csv.DictReader(io.StringIO(text)) if is_finished(row)]
     top1 = {(r["dataset"], r["variant"], int(r["seed"])): float(r["top1"]) for r in rows}
     return top1, {r["threads"] for r in rows if r.get("threads")}
 

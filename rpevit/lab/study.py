@@ -120,12 +120,14 @@ def run_study(
     progress: bool = False,
     dataset_loader=None,
     summary: bool = True,
+    summary_root=None,
     time_limit: TimeLimit | None = None,
     pack_size: int | None = None,
 ) -> list[dict]:
     """Run every cell of the preset's grid that has work (cell.run_cell: repair, train, evaluate,
     keep), then write the summary (unless `summary` is False: a notebook that only shows, e.g. under
-    nbval, leaves reports/ as it found it); returns the current records in grid order.
+    nbval, leaves reports/ as it found it; `summary_root`: the folder above the summary's, where not the reports
+    root — make study's demo writes local/reports/smoke/); returns the current records in grid order.
     `dataset_loader(params, name)` loads a dataset (default runs.dataset_for); with a `time_limit`
     no run starts that is not expected to finish within it (rpevit.lab.time_limit). With `pack_size` (the pack
     engine; 0: no limit) the runs of one variant train together in packs (cell.run_pack; a design's
@@ -157,7 +159,7 @@ def run_study(
             rows[run.place] = row
             kind, message = outcome(row, before)
             meter.event(kind, run.place, message)
-    return summarise(params, grid_cells, rows, records.recovered, write=summary)
+    return summarise(params, grid_cells, rows, records.recovered, write=summary, root=summary_root)
 
 
 def packs(todo: list[tuple[Run, State]], size: int) -> list[list[tuple[Run, State]]]:
@@ -302,7 +304,9 @@ def wanted_left(
     return len(runs), (None if not runs or unknown else seconds)
 
 
-def summarise(params: Params, grid_cells: list[Run], rows: dict, notes: list[str], write: bool = True) -> list[dict]:
+def summarise(
+    params: Params, grid_cells: list[Run], rows: dict, notes: list[str], write: bool = True, root=None
+) -> list[dict]:
     """Write the summary of the grid (if `write`) — its current records, a row for each run that
     failed or was skipped in this sitting, and the notes — and return the current records in grid order."""
     results, shown, failures = [], [], []
@@ -315,7 +319,7 @@ def summarise(params: Params, grid_cells: list[Run], rows: dict, notes: list[str
         elif row is not None and row.get("status") in ("failed", "skipped"):
             shown.append(row)
             failures.append(f"{row['status']}: {label(*run.place)} — {row['message']}")
-    reports_root = grid_cells[0].reports_root if grid_cells else None
+    reports_root = root or (grid_cells[0].reports_root if grid_cells else None)
     if write:
         notes = list(dict.fromkeys(notes)) + failures
         write_summary(params.name, shown, reports_root, notes=notes, coverage=(len(results), len(grid_cells)))
