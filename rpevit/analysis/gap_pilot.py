@@ -30,6 +30,7 @@ NEXT_AFTER_NO_GO = {
     "(params/canvas56_dial16.yaml), then 8",
     "canvas56_dial16": "FAVOR+ with 8 features on the 56×56 canvas (params/canvas56_dial8.yaml)",
 }
+TITLES = {"canvas40_long": "the longer-budget study on the 40×40 canvas"}  # a report's title beside "the gap pilot"
 # what a NO-GO of a study outside that order leads to
 AFTER_NO_GO_OUTSIDE = {
     "canvas40_long": "none: no Performer is 1.5 points behind softmax at up to 64 epochs on this canvas, and that "
@@ -432,7 +433,7 @@ def write_report(preset: str, reports_root=None) -> list[str]:
     records.write_csv(folder / "pilot_gaps.csv", summary["raw_gaps"])
     gaps, change, gap_change = summary["gaps"], summary["change"], summary["gap_change"]
     lines = [
-        f"# {params.name}: the gap pilot",
+        f"# {params.name}: {TITLES.get(params.name, 'the gap pilot')}",
         "",
         summary["intro"],
         "",
