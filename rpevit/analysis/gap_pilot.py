@@ -443,6 +443,8 @@ def write_report(preset: str, reports_root=None) -> list[str]:
         "",
         summary["factorial"],
         "",
+        revisions_line(found["own"]),
+        "",
         "## Test top-1 per run and budget (%; best-validation weights of each budget)",
         "",
         markdown_table(summary["runs"], list(summary["runs"][0]), digits=2),
@@ -463,6 +465,23 @@ def write_report(preset: str, reports_root=None) -> list[str]:
     records.write_text(folder / "pilot_gaps.md", markdown_table(gaps, list(gaps[0]), digits=2))
     records.write_text(folder / "README.md", "\n".join(lines) + "\n")
     return lines
+
+
+def revisions_line(found) -> str:
+    """The code revisions the finished runs were trained from (their records name them), with run counts."""
+    from collections import Counter
+
+    from ..lab.revision import short_revision
+
+    counts = Counter(
+        short_revision(r.code_revision) if r.code_revision else "unnamed" for r in finished(results(found))
+    )
+    if not counts:
+        return "Code revisions: no finished run yet."
+    named = ", ".join(f"`{rev}` ({n} run{'s' * (n != 1)})" for rev, n in sorted(counts.items()))
+    dirty = sum(n for rev, n in counts.items() if rev.endswith("+dirty") or rev == "unnamed")
+    warning = f" — {dirty} from an uncommitted or unnamed revision" if dirty else ""
+    return f"Code revisions its finished runs were trained from: {named}{warning}."
 
 
 SENSITIVITY_NOTE = (
