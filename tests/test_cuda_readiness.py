@@ -382,7 +382,7 @@ def _step(model, images, interpolate=False):
 
 
 def _attention_combinations() -> list[str]:
-    """Every backend × rotary × bias × gate combination once (270), the absolute methods (none, ape,
+    """Every backend × rotary × bias × gate combination once (360), the absolute methods (none, ape,
     ape_sincos) taken in turn. An absolute method acts once, on the tokens before the first block,
     and meets no attention code, so this covers every code path of the 1,080 variants at a third of
     the cost (meta runs ~8× slower than the CPU: Python reference kernels); the bf16 test below
@@ -410,7 +410,7 @@ def test_every_attention_combination_trains_on_the_meta_device():
             _step(_meta_model(variant).train(), images)
         except Exception as exc:  # collected: one assertion names them all
             failures[variant] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
-    assert len(variants) == 270 and failures == {}
+    assert len(variants) == 360 and failures == {}
 
 
 def _exact_paths(variant: str) -> dict:

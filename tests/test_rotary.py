@@ -402,7 +402,7 @@ def test_rope_mixed_init_directions_are_uniform():
 def test_linear_backends_are_the_kernel_approximations():
     from rpevit.core.attention import linear_backends
 
-    assert linear_backends() == ["favor", "relu"]
+    assert linear_backends() == ["favor", "relu", "favor_redraw"]
 
 
 @pytest.mark.parametrize("name", METHODS)

@@ -11,7 +11,7 @@ import typing
 import numpy as np
 import torch
 
-from .attention import BACKENDS
+from .attention import BACKENDS, computing_backends
 from .attention.layer import MultiHeadAttention
 from .checks import offset_ratios
 from .position import POSITIONS, build_position
@@ -89,7 +89,8 @@ def relative_property_cases() -> list[tuple[str, str | None, str]]:
     softmax; with each linear backend a no-position control, every rotary method at the post-map
     site (where it is exactly relative) and every relative-bias method."""
     cases = [("softmax", None, "pre")] + [("softmax", m, "pre") for m in POSITIONS]
-    for backend, cls in BACKENDS.items():
+    for backend in computing_backends():  # favor_redraw computes as favor: its checks are favor's
+        cls = BACKENDS[backend]
         if backend == "softmax":
             continue
         cases.append((backend, None, "auto"))
@@ -104,8 +105,8 @@ def premap_cases() -> list[tuple[str, str, str]]:
     """(backend, rotary method, "pre") for every linear backend that can rotate before its feature map."""
     return [
         (b, m, "pre")
-        for b, cls in BACKENDS.items()
-        if b != "softmax" and "pre" in rotation_sites(b) and "rotary" in cls.mechanisms
+        for b in computing_backends()
+        if b != "softmax" and "pre" in rotation_sites(b) and "rotary" in BACKENDS[b].mechanisms
         for m in methods_of("rotary")
     ]
 
