@@ -17,7 +17,7 @@ import torch  # noqa: E402
 
 from rpevit.analysis import attention_measures, inspection, map_figures
 from rpevit.core import checks, layer_probes
-from rpevit.core.attention import BACKENDS  # noqa: E402
+from rpevit.core.attention import computing_backends  # noqa: E402
 from rpevit.core.checks import relative_violation  # noqa: E402
 from rpevit.core.grid import Grid  # noqa: E402
 from rpevit.core.position import POSITIONS  # noqa: E402
@@ -89,7 +89,7 @@ def test_layer_attention_relative_property(tiny_params):
 def test_cases_cover_the_registries():
     cases = layer_probes.relative_property_cases()
     assert {m for b, m, _ in cases if b == "softmax"} == set(POSITIONS) | {None}
-    for backend in BACKENDS:
+    for backend in computing_backends():  # a backend that computes as another (favor_redraw) is its cases
         if backend != "softmax":
             assert (backend, None, "auto") in cases
             assert {m for b, m, s in cases if b == backend and s == "post"} == set(layer_probes.methods_of("rotary"))

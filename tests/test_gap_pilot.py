@@ -628,8 +628,10 @@ def test_the_report_lists_the_code_revisions_its_runs_came_from():
         {"variant": "softmax+ape", "seed": s, "status": "finished", "top1": 0.9, "code_revision": rev}
         for s, rev in ((1, "a" * 40), (2, "a" * 40), (3, "b" * 40 + "+dirty"), (4, ""))
     ]
-    line = gap_pilot.revisions_line(results(found))
+    from rpevit.lab.revision import revisions_line
+
+    line = revisions_line(results(found))
     assert line.startswith("Code revisions its finished runs were trained from: ")
     assert f"`{'a' * 12}` (2 runs)" in line and f"`{'b' * 12}+dirty` (1 run)" in line and "`unnamed` (1 run)" in line
     assert line.endswith("— 2 from an uncommitted or unnamed revision.")
-    assert gap_pilot.revisions_line([]) == "Code revisions: no finished run yet."
+    assert revisions_line([]) == "Code revisions: no finished run yet."

@@ -17,6 +17,7 @@ from ..core.stats import t_half_width, t_interval
 from ..lab import records
 from ..lab.budget import budget_line, stated_budget, training_hours
 from ..lab.result import results
+from ..lab.revision import revisions_line
 from ..lab.schema import finished
 from ..lab.tables import markdown_table, signed
 
@@ -32,10 +33,7 @@ NEXT_AFTER_NO_GO = {
 }
 TITLES = {"canvas40_long": "the longer-budget study on the 40×40 canvas"}  # a report's title beside "the gap pilot"
 # what a NO-GO of a study outside that order leads to
-AFTER_NO_GO_OUTSIDE = {
-    "canvas40_long": "none: no Performer is 1.5 points behind softmax at up to 64 epochs on this canvas, and that "
-    "is the canvas answer"
-}
+AFTER_NO_GO_OUTSIDE = {"canvas40_long": "none: no Performer 1.5 behind at up to 64 epochs, the canvas answer"}
 # every preset whose report `gap-pilot` writes: the order's pilots and the longer budget on the 40×40 canvas
 GAP_PILOTS = ("canvas_gap_pilot", "canvas56_gap_pilot", "canvas56_dial16", "canvas56_dial8", "canvas40_long")
 # a stricter GO where a preset says so: the upper end of the gap's 95 % interval must also be below this
@@ -443,7 +441,7 @@ def write_report(preset: str, reports_root=None) -> list[str]:
         "",
         summary["factorial"],
         "",
-        revisions_line(found["own"]),
+        revisions_line(finished(results(found["own"]))),
         "",
         "## Test top-1 per run and budget (%; best-validation weights of each budget)",
         "",
@@ -465,23 +463,6 @@ def write_report(preset: str, reports_root=None) -> list[str]:
     records.write_text(folder / "pilot_gaps.md", markdown_table(gaps, list(gaps[0]), digits=2))
     records.write_text(folder / "README.md", "\n".join(lines) + "\n")
     return lines
-
-
-def revisions_line(found) -> str:
-    """The code revisions the finished runs were trained from (their records name them), with run counts."""
-    from collections import Counter
-
-    from ..lab.revision import short_revision
-
-    counts = Counter(
-        short_revision(r.code_revision) if r.code_revision else "unnamed" for r in finished(results(found))
-    )
-    if not counts:
-        return "Code revisions: no finished run yet."
-    named = ", ".join(f"`{rev}` ({n} run{'s' * (n != 1)})" for rev, n in sorted(counts.items()))
-    dirty = sum(n for rev, n in counts.items() if rev.endswith("+dirty") or rev == "unnamed")
-    warning = f" — {dirty} from an uncommitted or unnamed revision" if dirty else ""
-    return f"Code revisions its finished runs were trained from: {named}{warning}."
 
 
 SENSITIVITY_NOTE = (

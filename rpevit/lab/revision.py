@@ -49,3 +49,17 @@ def short_revision(revision: str) -> str:
         return revision
     commit, plus, rest = revision.partition("+")
     return commit[:12] + plus + rest
+
+
+def revisions_line(runs) -> str:
+    """The code revisions finished runs (Results) were trained from, with run counts, and how many came from
+    uncommitted or unnamed code: a study's report names them."""
+    from collections import Counter
+
+    counts = Counter(short_revision(r.code_revision) if r.code_revision else "unnamed" for r in runs)
+    if not counts:
+        return "Code revisions: no finished run yet."
+    named = ", ".join(f"`{rev}` ({n} run{'s' * (n != 1)})" for rev, n in sorted(counts.items()))
+    dirty = sum(n for rev, n in counts.items() if rev.endswith("+dirty") or rev == "unnamed")
+    warning = f" — {dirty} from an uncommitted or unnamed revision" if dirty else ""
+    return f"Code revisions its finished runs were trained from: {named}{warning}."
