@@ -157,13 +157,14 @@ def curves_figure(params, found):
             if r.dataset == dataset and r.run is not None and (rows := run_history(r.run)):
                 style = variant_style(r.variant)
                 label = r.variant if r.seed == params.seeds[0] else None
-                axis.plot([row["epoch"] for row in rows], [100 * row["val_acc"] for row in rows], label=label, **style)
+                epochs, accuracy = [row["epoch"] for row in rows], [100 * row["val_acc"] for row in rows]
+                axis.plot(epochs, accuracy, label=label, markevery=5, **style)
         axis.set(title=f"K = {dataset_info(dataset).recall.pairs}", xlabel="epoch", ylim=(0, 102))
+        if not axis.lines:
+            axis.text(0.5, 0.5, "no finished run yet", ha="center", transform=axis.transAxes)
     axes[0][0].set_ylabel("validation top-1 (%)")
     if axes[0][0].get_legend_handles_labels()[0]:
         axes[0][0].legend(fontsize=7)
-    else:
-        axes[0][0].text(0.5, 0.5, "no finished run yet", ha="center", transform=axes[0][0].transAxes)
     fig.tight_layout()
     return fig
 
