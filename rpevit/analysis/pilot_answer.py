@@ -87,13 +87,18 @@ def training_costs(reports_root: Path, params) -> dict[str, float]:
     path = Path(reports_root) / COSTS
     if not path.is_file():
         return {}
-    by_variant: dict[str, list[float]] = {}
     with path.open() as handle:
-        for row in csv.DictReader(handle):
-            bench = load_params(row["preset"])
-            if bench.model == params.model and bench.datasets[0] == params.datasets[0]:
-                by_variant.setdefault(row["variant"], []).append(float(row["train_seconds_per_image"]))
+        rows = list(csv.DictReader(handle))
+    same = {name for name in {r["preset"] for r in rows} if _same_model(load_params(name), params)}  # each once
+    by_variant: dict[str, list[float]] = {}
+    for row in rows:
+        if row["preset"] in same:
+            by_variant.setdefault(row["variant"], []).append(float(row["train_seconds_per_image"]))
     return {variant: statistics.median(values) for variant, values in by_variant.items()}
+
+
+def _same_model(bench, params) -> bool:
+    return bench.model == params.model and bench.datasets[0] == params.datasets[0]
 
 
 def top1_at(budgets: dict[int, float], epochs: float) -> float | None:

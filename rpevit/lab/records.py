@@ -336,6 +336,15 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+def _lock_owner(content: bytes) -> tuple[int, str]:
+    """(pid, host) a lock file's bytes name; (0, "") when empty, garbled or not UTF-8."""
+    try:
+        text, host = content.decode("utf-8").split()
+        return int(text), host
+    except ValueError:  # UnicodeDecodeError is a ValueError too
+        return 0, ""
+
+
 class RunLock:
     """Exclusive use of a run directory: `<dir>/.lock` holds "pid host". A lock of a dead process on
     this host is stale and taken over, and so is one that cannot be read or names no process once it
@@ -386,16 +395,11 @@ class RunLock:
         or parsed counts as held for LOCK_GRACE_SECONDS after it was last written (its writer may be
         between creating it and writing its name), then as stale."""
         try:
-            content = self.path.read_bytes()
+            pid, host = _lock_owner(self.path.read_bytes())
         except FileNotFoundError:
             return None
         except OSError:
             return None if self._older_than_grace() else "unknown (unreadable lock)"
-        try:
-            text, host = content.decode("utf-8").split()
-            pid = int(text)
-        except ValueError:  # empty, garbled or not UTF-8 (UnicodeDecodeError is a ValueError)
-            pid, host = 0, ""
         if pid < 1:
             return None if self._older_than_grace() else "unknown (lock not written yet, or its writer died mid-write)"
         if host != socket.gethostname() or (pid != os.getpid() and pid_alive(pid)):
@@ -405,11 +409,10 @@ class RunLock:
     def _names_no_process(self) -> bool:
         """Whether the lock file is there but holds no "pid host" (empty, truncated or garbled)."""
         try:
-            text, _ = self.path.read_bytes().decode("utf-8").split()
-            return int(text) < 1
+            return _lock_owner(self.path.read_bytes())[0] < 1
         except FileNotFoundError:
             return False
-        except (OSError, ValueError):
+        except OSError:
             return True
 
     def _older_than_grace(self) -> bool:
