@@ -35,11 +35,12 @@ def tiny_dataset() -> Dataset:
 
 @pytest.fixture
 def tiny_params():
-    """The smoke preset shrunk to a 2-layer, 32-dim model and 2 epochs of batch 32."""
+    """The smoke preset shrunk to a 2-layer, 32-dim model and 2 epochs of batch 32 (keeping no records)."""
     params = load_params("smoke")
     return dataclasses.replace(
         params,
         name="tiny",
+        keep_records=False,
         model=dataclasses.replace(params.model, dim=32, depth=2, heads=2, mlp_dim=64),
         train=dataclasses.replace(
             params.train, epochs=2, batch_size=32, lr=3e-3, warmup_epochs=0.5, eval_batch_size=50, timing_images=8
