@@ -62,10 +62,10 @@ def grid_params(tiny_params):
 @pytest.fixture
 def design_wanting_nothing(monkeypatch):
     """A stand-in for rpevit.lab.design whose one run the stopping rule does not want, patched into the
-    modules that consult it (the one scheduler of every engine, and the catalog)."""
+    modules that consult it (the one scheduler of every engine, and wanted.wanted)."""
     import types
 
-    from rpevit.lab import catalog, study
+    from rpevit.lab import study, wanted
 
     fake = types.SimpleNamespace(
         ordered_runs=lambda params: [("mnist5k", "softmax+ape", 0)],
@@ -74,7 +74,7 @@ def design_wanting_nothing(monkeypatch):
             "the stopping rule needs 0 primary seeds",
         ),
     )
-    for module in (study, catalog):
+    for module in (study, wanted):
         monkeypatch.setattr(module, "design", fake)
     return fake
 

@@ -15,6 +15,7 @@ from rpevit.lab import catalog, design, records, time_limit
 from rpevit.lab.params import load_params
 from rpevit.lab.result import results
 from rpevit.lab.run import Run
+from rpevit.lab.wanted import Snapshot, primary_settled, wanted
 
 PRIMARY = ["softmax+ape", "favor+ape", "softmax+rope_mixed", "favor+rope_mixed"]
 HEADER = f"""datasets: [mnist5k]
@@ -302,21 +303,21 @@ def test_the_eta_counts_the_runs_the_design_wants_and_no_other_process_trains(tm
     todo = [(run, settle(run, repair=False)) for run in grid]
 
     # nothing finished: primary seeds 0-1 (8 runs) and the 2 secondary runs; seeds 2-3 wait on the rule
-    def wanted(part):
-        return study.wanted_left(params, part, *catalog.in_flight_and_records(params, tmp_path / "runs"))[0]
+    def counted(part):
+        return study.wanted_left(params, part, catalog.snapshot(params, tmp_path / "runs", tmp_path / "reports"))[0]
 
-    assert wanted(todo) == 10
-    assert wanted(todo[5:]) == 5 and wanted([]) == 0
-    busy, finished = catalog.in_flight_and_records(params, tmp_path / "runs")
-    assert study.wanted_left(params, todo, busy, finished)[1] is None  # no finished run to take a pace from
+    assert counted(todo) == 10
+    assert counted(todo[5:]) == 5 and counted([]) == 0
+    seen = catalog.snapshot(params, tmp_path / "runs", tmp_path / "reports")
+    assert study.wanted_left(params, todo, seen)[1] is None  # no finished run to take a pace from
     pace = [{"dataset": grid[0].dataset, "variant": "softmax+ape", "status": "finished", "train_seconds_per_epoch": 10}]
-    count, seconds = study.wanted_left(params, todo, busy, finished, "", pace)
+    count, seconds = study.wanted_left(params, todo, dataclasses.replace(seen, pace=pace))
     assert count == 10 and seconds == pytest.approx(10 * time_limit.expected_seconds(grid[0], pace))  # one pace
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         grid[0].dir.mkdir(parents=True)
         (grid[0].dir / records.LOCK).write_text(f"{other.pid} {socket.gethostname()}")
-        assert wanted(todo) == 9  # another process trains the first run
+        assert counted(todo) == 9  # another process trains the first run
     finally:
         other.kill()
         other.wait()
@@ -379,7 +380,7 @@ def test_a_run_left_unfinished_by_a_stopped_process_is_taken_up_before_any_later
     missing = ("mnist5k", "favor+rope_mixed", 1)
     # what this process sees at each look: the other process trains seed 1's last run, then it has stopped
     looks = iter([({missing}, _finished(accuracy)), ({missing}, _finished(accuracy)), (set(), _finished(accuracy))])
-    monkeypatch.setattr(study, "in_flight_and_records", lambda params, *roots: next(looks))
+    monkeypatch.setattr(catalog, "in_flight_and_records", lambda params, *roots: next(looks))
     monkeypatch.setattr(study, "POLL_SECONDS", 0)
     order = study.designed_order(params, todo, Progress(len(todo)))
     run, _ = next(order)
@@ -398,7 +399,7 @@ def test_a_designed_order_ends_by_naming_what_it_did_not_start(tmp_path, monkeyp
     grid = cells(params, catalog.grid(params), tmp_path / "runs", tmp_path / "reports")
     todo = [(run, settle(run, repair=False)) for run in grid]
     narrow = _finished(_accuracies([0, 1], 0.0))  # the rule is met at 2 seeds
-    monkeypatch.setattr(study, "in_flight_and_records", lambda params, *roots: (set(), narrow))
+    monkeypatch.setattr(catalog, "in_flight_and_records", lambda params, *roots: (set(), narrow))
     chosen = [run.place for run, _ in study.designed_order(params, todo, Progress(len(todo)))]
     assert chosen == [("mnist5k", "softmax+krpe", 0), ("mnist5k", "softmax+krpe", 1)]  # the secondary runs
     out = capsys.readouterr().out
@@ -439,7 +440,7 @@ def test_secondary_runs_are_held_while_the_longer_budget_check_wants_runs(tmp_pa
     one_seed = [{**r, "epochs": 4} for r in _finished(_accuracies([0], 0.0))]
     flying = {("mnist5k", "softmax+ape", 1)}
     monkeypatch.setattr(catalog, "in_flight_and_records", lambda params, *roots: (flying, one_seed))
-    assert design.wanted_runs(check, one_seed, flying) == [("mnist5k", v, 1) for v in PRIMARY]
+    assert wanted(check, Snapshot(one_seed, flying)).runs == [("mnist5k", v, 1) for v in PRIMARY]
     assert "wants 4 more runs (1 in flight)" in catalog.secondary_held(params, *roots)
     everything = {("mnist5k", v, 1) for v in PRIMARY}  # the check's last runs all train elsewhere
     monkeypatch.setattr(catalog, "in_flight_and_records", lambda params, *roots: (everything, one_seed))
@@ -460,8 +461,10 @@ def test_a_designed_study_skips_its_secondary_runs_while_its_check_wants_runs(tm
     params = checked(tmp_path)
     grid = cells(params, catalog.grid(params), tmp_path / "runs", tmp_path / "reports")
     todo = [(run, settle(run, repair=False)) for run in grid]
-    narrow = _finished(_accuracies([0, 1], 0.0))
-    monkeypatch.setattr(study, "in_flight_and_records", lambda params, *roots: (set(), narrow))
+    narrow = _finished(_accuracies([0, 1], 0.0))  # the study's own records; its check has none
+    monkeypatch.setattr(
+        catalog, "in_flight_and_records", lambda read, *roots: (set(), narrow if read.name == params.name else [])
+    )
     assert list(study.designed_order(params, todo, Progress(len(todo)))) == []
     out = capsys.readouterr().out
     assert "not started: softmax+krpe on mnist5k, seed 0 (the longer-budget check" in out
@@ -499,15 +502,15 @@ def test_a_missing_check_preset_is_one_error(tmp_path):
 
 def test_the_primary_grid_is_settled_once_no_primary_run_is_left(tmp_path):
     params = preset(tmp_path)  # min_seeds 2, max_seeds 4
-    assert not design.primary_settled(params, _finished(_accuracies([0], 0.0)))  # below min_seeds
-    assert not design.primary_settled(params, _finished(_accuracies([0, 1], 1.0)))  # wide: seed 2 wanted
-    assert design.primary_settled(params, _finished(_accuracies([0, 1], 0.0)))  # the target met
-    assert design.primary_settled(params, _finished(_accuracies([0, 1, 2, 3], 1.0)))  # max_seeds
+    assert not primary_settled(params, _finished(_accuracies([0], 0.0)))  # below min_seeds
+    assert not primary_settled(params, _finished(_accuracies([0, 1], 1.0)))  # wide: seed 2 wanted
+    assert primary_settled(params, _finished(_accuracies([0, 1], 0.0)))  # the target met
+    assert primary_settled(params, _finished(_accuracies([0, 1, 2, 3], 1.0)))  # max_seeds
     wide = _finished(_accuracies([0, 1], 1.0), seconds=450, epochs=2)  # 1 h per seed, 2 h spent
     tight = _budgeted(tmp_path, budget_hours=2.9)
-    assert design.primary_settled(tight, wide)  # the budget does not cover seed 2
+    assert primary_settled(tight, wide)  # the budget does not cover seed 2
     started = wide + _finished({("softmax+ape", 2): 0.9}, seconds=450, epochs=2)
-    assert not design.primary_settled(tight, started)  # a started seed is finished first
+    assert not primary_settled(tight, started)  # a started seed is finished first
 
 
 def test_a_settled_primary_grid_shows_its_contrasts_with_the_reports_intervals_and_no_verdict(tmp_path):
@@ -537,3 +540,26 @@ def test_the_planned_runs_are_the_finished_ones_and_those_the_design_still_wants
     assert catalog.planned_runs(spent, narrow) == [("mnist5k", v, s) for s in (0, 1) for v in PRIMARY]
     plain = preset(tmp_path, design_text="")  # without a design: its whole grid
     assert catalog.planned_runs(plain, narrow) == catalog.grid(plain)
+
+
+def test_one_wanted_answers_the_scheduler_the_status_the_planned_count_and_the_eta(tmp_path):
+    """wanted.wanted sorts the unfinished runs of the grid, in training order, into left (a run in flight
+    elsewhere counts as left), waiting and held, from one snapshot; the planned count is the finished runs
+    plus its runs, and a run it rules out is in no group."""
+    params = preset(tmp_path)  # min_seeds 2, max_seeds 4, 2 secondary seeds
+    current = _finished(_accuracies([0], 0.0))  # primary seed 0 complete
+    flying = ("mnist5k", "softmax+ape", 1)
+    found = wanted(params, Snapshot(current, {flying}))
+    unfinished = [place for place in catalog.grid(params) if place not in {r.place for r in results(current)}]
+    assert flying in found.left and not set(found.left) & set(found.waiting)
+    assert found.runs == [place for place in unfinished if place in set(found.left) | set(found.waiting)]
+    assert [place for place, _ in found.sorted] == [place for place in unfinished if place in set(found.runs)]
+    assert {v for _, v, s in found.runs if s >= 2} <= set(PRIMARY) and found.waiting  # seeds 2-3 wait on the rule
+    settled = _finished(_accuracies([0, 1], 0.0))  # the target met at two seeds: later primary seeds ruled out
+    assert not {s for _, v, s in wanted(params, Snapshot(settled)).runs if v in PRIMARY}
+    assert (
+        catalog.planned_runs(params, current)
+        == [r.place for r in results(current)] + wanted(params, Snapshot(current)).runs
+    )
+    held = wanted(params, Snapshot(current, held="the check first"))
+    assert held.held == [("mnist5k", "softmax+krpe", s) for s in (0, 1)] and not set(held.held) & set(held.runs)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from rpevit.core.errors import UserError
-from rpevit.lab import catalog, cell, records, runs, study
+from rpevit.lab import catalog, cell, records, runs, study, wanted
 from rpevit.lab import train as train_module
 from rpevit.lab.run import Run
 from rpevit.lab.time_limit import TimeLimit
@@ -246,7 +246,7 @@ def test_a_study_waits_while_another_process_trains_what_decides_its_next_run(
 
     fake = types.SimpleNamespace(ordered_runs=lambda params: [("mnist5k", "softmax+ape", 0)], decide=decide)
     monkeypatch.setattr(study, "design", fake)
-    monkeypatch.setattr(catalog, "design", fake)
+    monkeypatch.setattr(wanted, "design", fake)
     monkeypatch.setattr(study, "POLL_SECONDS", 0)
     monkeypatch.setattr(study, "wanted_left", lambda params, todo, *reads: (len(todo), None))  # the ETA: not tested
     designed = dataclasses.replace(

@@ -17,6 +17,7 @@ from rpevit.lab.run import Run
 from rpevit.lab.study import run_study
 from rpevit.lab.study_status import remaining_hours, status_lines
 from rpevit.lab.train import train_run
+from rpevit.lab.wanted import primary_settled
 
 
 @pytest.fixture
@@ -102,7 +103,7 @@ def test_a_designed_study_shows_its_seeds_budgets_and_check(tmp_path):
     assert f"fashion_mnist: {progress.complete} complete primary seeds, the stopping rule needs {progress.needed}" in (
         "\n".join(lines)
     )
-    assert ("; settled: no more primary runs" in "\n".join(lines)) == design.primary_settled(params, kept)
+    assert ("; settled: no more primary runs" in "\n".join(lines)) == primary_settled(params, kept)
     assert any(line.startswith("fashion_mnist budget: primary ") for line in lines)
     assert any(line.startswith("  fmnist_plateau_check: ") for line in lines)
     assert not any(line.startswith("in flight:") for line in lines)
@@ -121,7 +122,7 @@ def test_a_fixed_seed_design_shows_no_stopping_rule(tmp_path):
     assert f"of the design's fixed {len(check.seeds)} (no stopping rule)" in seeds
     assert "stopping rule needs" not in seeds and "half-widths" not in seeds
     kept = study_records(check, runs_root=tmp_path)
-    if design.primary_settled(check, kept):  # why it stands, after "settled"
+    if primary_settled(check, kept):  # why it stands, after "settled"
         fixed = f"the design's fixed {len(check.seeds)} seeds are complete"
         assert seeds.endswith(f"; settled: no more primary runs — {fixed}")
 

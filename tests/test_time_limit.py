@@ -11,7 +11,7 @@ import torch
 
 from rpevit.cli import main
 from rpevit.core.errors import UserError
-from rpevit.lab import catalog, records, study, time_limit
+from rpevit.lab import records, study, time_limit, wanted
 from rpevit.lab.run import Run
 from rpevit.lab.time_limit import TimeLimit, epochs_done, parse_duration, seconds_per_epoch
 from rpevit.lab.train import train_run
@@ -172,7 +172,7 @@ def test_a_designed_study_trains_a_later_run_that_fits_and_stops_waiting_when_ti
         ordered_runs=lambda params: order, decide=lambda params, run, finished, busy, secondary_held="": ("train", "")
     )
     monkeypatch.setattr(study, "design", fake)
-    monkeypatch.setattr(catalog, "design", fake)
+    monkeypatch.setattr(wanted, "design", fake)
     monkeypatch.setattr(study, "wanted_left", lambda params, todo, *reads: (len(todo), None))
     both = ("softmax+none", "softmax+ape")
     designed = dataclasses.replace(
@@ -215,7 +215,7 @@ def test_no_secondary_run_overtakes_an_earlier_run_that_does_not_fit(
         ordered_runs=lambda params: order, decide=lambda params, run, finished, busy, secondary_held="": ("train", "")
     )
     monkeypatch.setattr(study, "design", fake)
-    monkeypatch.setattr(catalog, "design", fake)
+    monkeypatch.setattr(wanted, "design", fake)
     design = types.SimpleNamespace(active=True, plateau_check=None, primary=primary)
     paces = {"softmax+none": 1e6, "softmax+ape": 1e-9}  # the first cannot fit, the second could
     monkeypatch.setattr(time_limit, "expected_seconds", lambda run, pace, costs=None: paces[run.variant])

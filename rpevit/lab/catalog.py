@@ -9,33 +9,23 @@ study runner (rpevit.lab.study, rpevit.lab.cell) writes what this reads.
 from __future__ import annotations
 
 from ..core.errors import UserError
-from ..core.variants import parse_variant
-from . import design, records
+from . import records
 from .params import Params, checked_by, load_params
 from .result import Result, results
 from .run import Run
 from .schema import finished as finished_runs
 from .schema import is_finished
-
-
-def grid(params: Params) -> list[tuple[str, str, int]]:
-    """The (dataset, canonical variant, seed) triples of a preset, in training order (a preset with
-    a design: every run it may train, primary seed-major first; rpevit.lab.design)."""
-    if params.design.active:
-        return design.ordered_runs(params)
-    if params.order == "seed":
-        return [(d, parse_variant(v).name, s) for d in params.datasets for s in params.seeds for v in params.variants]
-    return [(d, parse_variant(v).name, s) for d in params.datasets for v in params.variants for s in params.seeds]
+from .wanted import Snapshot, grid, wanted
 
 
 def planned_runs(params: Params, current: list[dict]) -> list[tuple[str, str, int]]:
     """The runs a preset has finished or will still train, given its current records (study_records): its
     grid; for a design, its finished runs and those its stopping rule and budgets still want
-    (design.wanted_runs), so seeds and variants it has ruled out are not counted on."""
+    (wanted.wanted: left and waiting), so seeds and variants it has ruled out are not counted on."""
     if not params.design.active:
         return grid(params)
     done = [r.place for r in finished_runs(results(current))]
-    return done + design.wanted_runs(params, current)
+    return done + wanted(params, Snapshot(current)).runs
 
 
 def planned_line(params: Params, current: list[dict]) -> str:
@@ -126,7 +116,7 @@ def secondary_held(params: Params, runs_root=None, reports_root=None) -> str:
         return ""
     check = load_params(name)
     busy, finished = in_flight_and_records(check, runs_root, reports_root)
-    left = design.wanted_runs(check, finished, busy)
+    left = wanted(check, Snapshot(finished, busy)).runs
     if not left:
         return ""
     flying = sum(place in busy for place in left)
@@ -134,6 +124,15 @@ def secondary_held(params: Params, runs_root=None, reports_root=None) -> str:
     if flying == len(left):
         return head + " (all in flight in other processes); run this study again once they finish"
     return head + (f" ({flying} in flight)" if flying else "") + f"; train it with `python -m rpevit study {name}`"
+
+
+def snapshot(params: Params, runs_root=None, reports_root=None, ours=frozenset()) -> Snapshot:
+    """What one decision reads, once (wanted.Snapshot): runs in flight (and `ours`, handed out by this
+    process and not ended), the current records, why secondary runs are held, the records giving a pace."""
+    busy, current = in_flight_and_records(params, runs_root, reports_root)
+    held = secondary_held(params, runs_root, reports_root) if params.design.active else ""
+    pace = pace_records(params, runs_root, reports_root, own=current)
+    return Snapshot(current, busy | set(ours), held, pace)
 
 
 def reference_runs(params: Params, runs_root=None, reports_root=None) -> list[Run]:

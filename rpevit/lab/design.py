@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from ..core.errors import UserError
-from .result import Result, results
+from .result import results
 from .schema import DIVERGED, epoch_cost
 from .schema import finished as finished_runs
 
@@ -280,20 +280,6 @@ def decide(
     return "train", ""
 
 
-def wanted_runs(params, finished: list[dict], busy=frozenset()) -> list[tuple[str, str, int]]:
-    """The design's runs it still wants on these records: unfinished and not ruled out (decide says
-    train or wait), in training order; those in flight (`busy`) included."""
-    finished = results(finished)
-    done = {r.place for r in finished}  # finished or diverged: not retried
-    left = []
-    for place in ordered_runs(params):
-        if place in done:
-            continue
-        if place in busy or decide(params, place, finished, busy)[0] != "skip":
-            left.append(place)
-    return left
-
-
 def seeds_text(params, current: list[dict]) -> str:
     """Words: how many complete primary seeds one dataset's current records (finished and diverged)
     hold, and why the primary grid stands there (why_it_stands)."""
@@ -340,16 +326,6 @@ def _standing(params, current: list[dict]) -> tuple[str, bool]:
     if verdict == "skip":
         return f"the stopping rule ({target}) wanted more, but {why}", False
     return f"the stopping rule ({target}) wants more: the study is still training", True
-
-
-def primary_settled(params, records: list[dict]) -> bool:
-    """Whether one dataset's primary grid is settled (its current records, finished and diverged): at
-    least min_seeds complete and no primary run left that the stopping rule or the budget would still
-    train (wanted_runs; a run in flight elsewhere counts as left). Its contrasts then stay as they are."""
-    if primary_progress(params, records).complete < params.design.stopping.min_seeds:
-        return False
-    dataset, primary = Result.of(records[0]).dataset, set(_names(params.design.primary))
-    return not any(d == dataset and v in primary for d, v, _ in wanted_runs(params, records))
 
 
 def training_hours(records) -> float:

@@ -14,6 +14,7 @@ evaluation, keeping), as on Ray; the summary says what was recovered and repaire
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import time
@@ -25,25 +26,17 @@ from ..core.variants import parse_variant
 from . import design, records, runs
 from .bench import train_costs
 from .budget import budget_spent
-from .catalog import (
-    current_record,
-    grid,
-    in_flight_and_records,
-    pace_records,
-    run_lock,
-    secondary_held,
-    study_records,
-)
+from .catalog import current_record, grid, pace_records, run_lock, snapshot, study_records
 from .cell import State, cells, needs_evaluation, run_cell, run_pack, settle
 from .params import Params
 from .paths import inside
 from .progress import Progress, label
-from .result import results
 from .run import Run
 from .schema import SUMMARY_COLUMNS, is_finished
 from .schema import finished as finished_runs
 from .tables import markdown_table
 from .time_limit import TimeLimit, expected_total
+from .wanted import Snapshot, wanted
 
 POLL_SECONDS = 60  # how often a waiting study looks again at the runs other processes train
 
@@ -227,13 +220,9 @@ def designed_order(
     primary = {parse_variant(v).name for v in params.design.primary}
     costs = train_costs(params, roots[1])
     while True:
-        busy, finished = in_flight_and_records(params, *roots)
         ours = submitted() if submitted is not None else set()
-        busy = busy | ours
-        held = secondary_held(params, *roots)
-        pace = pace_records(params, *roots, own=finished)
-        finished = results(finished)
-        done = {r.place for r in finished}
+        seen = snapshot(params, *roots, ours=ours)  # this scan's reads
+        busy, finished, held, pace, done = seen.busy, list(seen.records), seen.held, list(seen.pace), seen.done
         chosen, waits, skips, refused = None, [], [], set()  # refused: "primary" / "secondary" runs refused for time
         for run, before in todo:
             if run.place in tried or run.place in busy or (before.train and run.place in done):
@@ -253,8 +242,7 @@ def designed_order(
             (waits if verdict == "wait" else skips).append((run, why))
         if chosen is not None:
             untried = [t for t in todo if t[0].place not in tried]
-            # this scan's reads
-            meter.wanted = functools.partial(wanted_left, params, untried, busy, finished, held, pace, costs)
+            meter.wanted = functools.partial(wanted_left, params, untried, seen, costs)
             tried.add(chosen[0].place)
             yield chosen
             continue
@@ -277,30 +265,15 @@ def designed_order(
         time.sleep(POLL_SECONDS if time_limit is None else max(0.0, min(POLL_SECONDS, time_limit.left())))
 
 
-def wanted_left(
-    params: Params,
-    todo: list[tuple[Run, State]],
-    busy: set,
-    finished: list[dict],
-    held: str = "",
-    pace: list[dict] = (),
-    costs: dict | None = None,
-) -> tuple[int, float | None]:
-    """Of `todo` (this process's runs not yet tried, the current one first), those the design would
-    train on the `finished` records (the primary seeds the stopping rule wants so far, the secondary
-    runs within budget and not `held`: design.decide) that are unfinished and not `busy` in another
-    process: what the ETA counts. Returns (how many, their expected seconds one after another at the
-    pace of `pace` scaled by `costs`, the epochs their checkpoints hold subtracted — None where a run
+def wanted_left(params: Params, todo: list[tuple[Run, State]], seen: Snapshot, costs: dict | None = None):
+    """Of `todo` (this process's runs not yet tried, the current one first), those the design trains
+    (wanted.wanted: left) once the runs in flight elsewhere have ended, unfinished and not in flight: what
+    the ETA counts. Returns (how many, their expected seconds one after another at the pace of the
+    snapshot's records scaled by `costs`, the epochs their checkpoints hold subtracted — None where a run
     has no pace to go on)."""
-    done = {r.place for r in results(finished)}
-    runs = [
-        run
-        for run, state in todo
-        if state.train
-        and run.place not in busy | done
-        and design.decide(params, run.place, finished, secondary_held=held)[0] == "train"
-    ]
-    seconds, unknown = expected_total(runs, pace, costs)
+    left = set(wanted(params, dataclasses.replace(seen, busy=frozenset())).left) - seen.busy
+    runs = [run for run, state in todo if state.train and run.place in left]
+    seconds, unknown = expected_total(runs, seen.pace, costs)
     return len(runs), (None if not runs or unknown else seconds)
 
 

@@ -11,7 +11,7 @@ from ..core.variants import parse_variant
 from . import design, records
 from .bench import train_costs
 from .budget import budget_line, over_budget, runs_in_flight, stated_budget, training_hours
-from .catalog import grid, in_flight_and_records, pace_records, secondary_held
+from .catalog import grid, snapshot
 from .params import Params, load_params
 from .parking import PARKED, pending
 from .progress import label
@@ -22,32 +22,11 @@ from .runs import weights_wanted
 from .schema import DIVERGED
 from .schema import finished as finished_runs
 from .time_limit import epochs_done, expected_total
+from .wanted import primary_settled, wanted
 
 
 def _runs(count: int) -> str:
     return f"{count} run{'s' * (count != 1)}"
-
-
-def wanted(params: Params, current: list[dict], busy: set, held: str = "") -> dict[str, list]:
-    """The unfinished runs of the grid by what happens to them now, in training order: `left` (the
-    preset trains them now, or they are in flight), `waiting` (the stopping rule or the primary grid
-    decides on them after the runs in flight) and `held` (secondary runs held while `held` says the
-    longer-budget check trains first). Runs a design rules out are in none. Without a design every
-    unfinished run is left."""
-    done = {r.place for r in results(current)}
-    places = [place for place in grid(params) if place not in done]
-    if not params.design.active:
-        return {"left": places, "waiting": [], "held": []}
-    groups = {"left": [], "waiting": [], "held": []}
-    for place in places:
-        verdict, why = (
-            ("train", "") if place in busy else design.decide(params, place, current, busy, secondary_held=held)
-        )
-        if verdict != "skip":
-            groups["left" if verdict == "train" else "waiting"].append(place)
-        elif held and why == held:
-            groups["held"].append(place)
-    return groups
 
 
 def remaining_hours(params: Params, places, pace: list[dict], runs_root=None, costs=None) -> tuple[float, int]:
@@ -99,7 +78,7 @@ def _design_lines(params: Params, current: list[dict]) -> list[str]:
             + (f"; lost seeds: {sorted(progress.lost)}" if progress.lost else "")
             + (
                 f"; settled: no more primary runs — {design.why_it_stands(params, mine)}"
-                if mine and design.primary_settled(params, mine)
+                if mine and primary_settled(params, mine)
                 else ""
             )
             + (f"; {target}" + "; ".join(f"{name} {w:.2f}" for name, w in widths.items()) if widths else "")
@@ -123,7 +102,8 @@ def _design_lines(params: Params, current: list[dict]) -> list[str]:
 def status_lines(params: Params, runs_root=None, reports_root=None) -> list[str]:
     """The status of a preset, one fact a line (module docstring); a design's longer-budget check's
     lines follow, indented."""
-    busy, current = in_flight_and_records(params, runs_root, reports_root)
+    seen = snapshot(params, runs_root, reports_root)
+    busy, current = seen.busy, list(seen.records)
     finished = finished_runs(current)
     diverged = sum(r.status == DIVERGED for r in current)
     total = len(grid(params))
@@ -150,9 +130,8 @@ def status_lines(params: Params, runs_root=None, reports_root=None) -> list[str]
         lines.append(f"parked: {', '.join(parked)} (reports/{params.name}/{PARKED}/; the next `study` resumes them)")
     if params.design.active:
         lines += _design_lines(params, current)
-    held = secondary_held(params, runs_root, reports_root) if params.design.active else ""
-    groups, pace = wanted(params, current, busy, held), pace_records(params, runs_root, reports_root, own=current)
-    costs, left = train_costs(params, reports_root), groups["left"]
+    groups, pace = wanted(params, seen), list(seen.pace)
+    costs, left = train_costs(params, reports_root), groups.left
     if stopped and left:
         lines.append(f"left: {_runs(len(left))}, which its spent budget does not start (training has ended)")
     else:
@@ -162,15 +141,15 @@ def status_lines(params: Params, runs_root=None, reports_root=None) -> list[str]
             if left
             else "left: no runs"
         )
-    if groups["waiting"]:
+    if groups.waiting:
         lines.append(
-            f"waiting: {len(groups['waiting'])} more runs that the stopping rule, the budget or the primary grid "
+            f"waiting: {len(groups.waiting)} more runs that the stopping rule, the budget or the primary grid "
             "decides on after the runs in flight"
         )
-    if groups["held"]:
+    if groups.held:
         lines.append(
-            f"held: {len(groups['held'])} secondary runs until the longer-budget check has its runs; "
-            f"{_expected(params, groups['held'], pace, runs_root, costs)}"
+            f"held: {len(groups.held)} secondary runs until the longer-budget check has its runs; "
+            f"{_expected(params, groups.held, pace, runs_root, costs)}"
             + (
                 f" (the secondary budget caps them at {params.design.secondary_budget_hours:g} training hours)"
                 if params.design.secondary_budget_hours is not None

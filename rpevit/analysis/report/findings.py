@@ -122,13 +122,14 @@ def study_status(preset: str, root=None) -> str:
 
 
 def settled_primary(params, current: list[dict]) -> str:
-    """Sentences for each dataset whose primary grid is settled (design.primary_settled): why it stands
+    """Sentences for each dataset whose primary grid is settled (wanted.primary_settled): why it stands
     there, and each pre-registered contrast's effect with the unadjusted interval its report shows
     (stats.contrast_test over the complete seeds); the verdicts wait for the report's multiplicity rule
     over all its claims. '' while no primary grid is settled."""
     from ...core.stats import contrast_test
-    from ...lab.design import complete_seed_records, per_seed_contrast, primary_settled, seeds_text
+    from ...lab.design import complete_seed_records, per_seed_contrast, seeds_text
     from ...lab.tables import signed
+    from ...lab.wanted import primary_settled
 
     design, sentences = params.design, []
     for dataset in params.datasets:
