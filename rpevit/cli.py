@@ -175,10 +175,11 @@ def cmd_evaluate(args) -> int:
             "give image sizes divisible by the patch size."
         )
     dataset = _dataset(args, params)
-    rows = evaluate_resolutions(Run(params, dataset.info.name, args.variant, args.seed), dataset, resolutions)
+    rows = evaluate_resolutions(run := Run(params, dataset.info.name, args.variant, args.seed), dataset, resolutions)
     print(
         markdown_table([{"resolution": r["resolution"], "mode": r["mode"], "top-1 %": 100 * r["top1"]} for r in rows])
     )
+    print(f"stored in its record: {run.rooted().dir / 'record.json'} (resolution_eval)")
     return 0
 
 
@@ -200,10 +201,11 @@ def cmd_notebooks(args) -> int:
 
 def cmd_retime(args) -> int:
     """Time finished runs' inference again on a quiet machine (runs first timed on a busy one)."""
+    from .lab.records import reports_root
     from .lab.study import retime_study
 
-    retimed = retime_study(_params(args), everything=args.all)
-    print(f"{len(retimed)} runs re-timed")
+    retimed = retime_study(params := _params(args), everything=args.all)
+    print(f"{len(retimed)} runs re-timed: their records (and kept copies), summary {reports_root() / params.name}")
     return 0
 
 

@@ -117,6 +117,8 @@ def test_damaged_checkpoint_of_finished_run_makes_evaluate_explain_and_study_rep
     assert list(directory.glob("record.json.unverified-*")) and list(directory.glob("checkpoint.pt.damaged-*"))
     again = study.run_study(params, runs_root=roots[0], reports_root=roots[1])  # retrained from scratch
     assert results(again[0]) == results(reference["softmax+ape"])
+    code, out, _ = cli(capsys, "evaluate", "--params", preset, "--variant", "softmax+ape", "--resolutions", "28")
+    assert code == 0 and f"stored in its record: {directory / records.RECORD} (resolution_eval)" in out  # what it wrote
 
 
 def test_history_is_completed_from_the_checkpoint(preset, roots, reference):
