@@ -1,13 +1,14 @@
-"""The mutation report: mutmut's results joined with the reviewed equivalent mutants.
+"""The mutation report: mutmut's results joined with the reviews of its survivors.
 
     .venv/bin/python scripts/mutation_report.py            # after `make mutation` (mutants/ holds the run)
 
 Reads `mutmut results --all true` and reports/bench/mutation_equivalents.tsv (one reviewed survivor per
-line: mutant name, category, the mutated line as mutmut wrote it, an optional note), and writes
-reports/bench/mutation_survivors.md: the score per file, killed / (mutants − equivalent), and every
-survivor with its diff — each equivalent one under its category's reason, every other one as open.
-An equivalence whose mutated line no longer matches the mutant (the code changed since the review) is
-stale: it counts as open until reviewed again.
+line: mutant name, category, the mutated line as mutmut wrote it, a note), and writes
+reports/bench/mutation_survivors.md: the score per file, killed / (mutants − equivalent), the mutants killed
+by timeout by name, and every survivor with its diff under its category. Every review follows one rule
+(RULE): an EQUIVALENT category says why no input shows a difference; an OBSERVABLE one names the input that
+does, and such a survivor counts against the score. A review whose mutated line no longer matches the
+mutant (the code changed since) is stale: it counts as open until reviewed again.
 """
 
 from __future__ import annotations
@@ -24,34 +25,44 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 EQUIVALENTS = ROOT / "reports/bench/mutation_equivalents.tsv"
 OUTPUT = ROOT / "reports/bench/mutation_survivors.md"
 
-# why a mutant in each category cannot change any observable result (see reports/bench/mutation.md)
-CATEGORIES = {
-    "cpu-device": "a `device=` argument or `.to(device)` dropped: one CPU device, nothing to move (the CUDA "
-    "placement is tested by tests/test_gpu.py on a GPU)",
-    "same-dtype": "a dtype argument or cast dropped where every reaching value already has that dtype, or "
-    "where type promotion gives the same dtype",
+# The one rule of every review: a mutant is equivalent only if no valid input of any supported dtype and
+# device gives an observable difference in values, dtype, device placement or a documented cost contract.
+RULE = (
+    "a mutant is equivalent only if no valid input of any supported dtype (float32, float64, bfloat16) and "
+    "device (CPU, CUDA) gives an observable difference in values, dtype, device placement or a documented cost "
+    "contract (the chunked paths' memory budget); each review says why no input can show it, or which input does"
+)
+
+# categories that meet the rule: why no input shows a difference (each review's note says it for its mutant)
+EQUIVALENT = {
+    "same-dtype": "a dtype argument or cast dropped where every reaching value has that dtype, or promotion gives "
+    "the same dtype and values, for every supported input dtype",
     "default": "an argument replaced by None or removed where the callee's default is the same value "
     "(bicubic/linear align_corners=False, fft dim=-1, irfft n = dim for even dim, eps = DENOMINATOR_EPS)",
-    "rank-index": "a negative axis made positive where the tensor's rank makes both the same axis "
-    "(transpose(+2, −1) of a 4-D tensor is transpose(−2, −1))",
+    "rank-index": "a negative axis made positive where every reaching tensor's rank makes both the same axis",
     "einsum-case": "einsum subscripts in upper case: the same contraction",
-    "cost-only": "changes only how much memory or time is used (chunk sizes, kept caches, contiguity, the "
-    "shared-feature shortcut), never a value: every chunking and path equals the dense result by test",
-    "measure-zero": "differs only on a set of probability zero or on exact values the code never sees "
-    "(a QR diagonal exactly 0; x/±1 = x·±1; a boundary no reachable input hits)",
+    "cost-only": "changes only time or memory outside the documented chunk budget (caches, contiguity, a batch "
+    "size scipy draws the same stream with), never a value, dtype or device",
+    "measure-zero": "differs only on inputs no valid call can give (a QR diagonal exactly 0; I + S singular for "
+    "skew S) or where both branches compute the same exact value",
     "label-only": "changes a cache key's constant name or a repr only: no computed value reads it",
-    "cpu-softmax": "CPU softmax of a bf16 tensor accumulates in float32 whatever dtype is asked for",
-    "float32-result": "an intermediate computed in float32 instead of float64 before a float32 result: the "
-    "difference is below the result's rounding",
-    "unused": "a value no later code reads (an extra zero column, CLS terms of a grid without CLS, an argument "
-    "the callee ignores) or a default every caller overrides",
-    "library": "a library call given a value it treats the same (its default, a falsy None, a case it folds); "
-    "the note names it",
+    "unused": "a value no later code reads, or a default every caller overrides",
+    "library": "a library call given a value it treats the same (its default, a falsy None, a case it folds)",
 }
 
-
-# equivalent only in values or only on this machine: a stricter score counts them as survivors
-NOT_STRICT = ("cpu-device", "cost-only", "float32-result", "cpu-softmax")
+# categories of reviewed survivors: an input shows the difference (the note names it); they count as survivors
+OBSERVABLE = {
+    "device": "device placement: a CUDA input (or PyTorch's meta device) shows a tensor made on the CPU",
+    "dtype": "a bfloat16, float16 or float64 input shows another dtype or other values",
+    "rounding": "a float32 intermediate where float64 was meant: the last bits of some results differ",
+    "memory-contract": "the chunked paths' memory budget changes (a cost contract)",
+    "gpu-numerics": "differs only where a GPU kernel accumulates differently from the CPU one",
+    "untested": "an observable difference that no test in scope checks yet (the note names the input)",
+}
+CATEGORIES = {**EQUIVALENT, **OBSERVABLE}
+# what mutmut reports as detected: a failing test, a test run past its time limit (the mutant made a loop
+# endless or an FFT astronomically long), a crashed test process (unbounded recursion); the last two are named
+DETECTED = ("killed", "timeout", "segfault")
 
 
 def results() -> dict[str, str]:
@@ -114,60 +125,61 @@ def main() -> None:
     status = results()
     if not status:
         sys.exit("error: mutmut reports no mutants here; run `make mutation` first")
-    survivors = sorted(n for n, s in status.items() if s not in ("killed", "timeout"))
+    survivors = sorted(n for n, s in status.items() if s not in DETECTED)
     diffs = mutated_lines(survivors)
-    equivalents = reviewed()
+    reviews = reviewed()
     verdict = {}
     for name in survivors:
-        category, line, _ = equivalents.get(name, (None, None, ""))
+        category, line, _ = reviews.get(name, (None, None, ""))
         added = " ".join(diffs[name][1])
         verdict[name] = category if category and line == added else ("stale" if category else "open")
     per_file = collections.defaultdict(collections.Counter)
     for name, state in status.items():
         module = name.rsplit(".", 1)[0]
         per_file[module]["mutants"] += 1
-        per_file[module]["killed" if state in ("killed", "timeout") else verdict.get(name, "open")] += 1
+        per_file[module]["killed" if state in DETECTED else verdict.get(name, "open")] += 1
     lines = [
         "# Surviving mutants, reviewed",
         "",
         "Generated by `scripts/mutation_report.py` from `mutmut results` and "
         "[mutation_equivalents.tsv](mutation_equivalents.tsv); the method and history are in "
-        "[mutation.md](mutation.md). Score = killed (timeouts included) / (mutants − equivalent).",
+        "[mutation.md](mutation.md). The rule of every review: " + RULE + ". Score = killed (timeouts and crashes "
+        "included) "
+        "/ (mutants − equivalent); a reviewed survivor an input can show counts against it.",
         "",
-        "| module | mutants | killed | equivalent | open | score |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| module | mutants | killed | equivalent | survivors (reviewed: an input shows them) | open | score |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     totals = collections.Counter()
     for module in sorted(per_file):
         c = per_file[module]
-        equivalent = sum(c[k] for k in CATEGORIES)
+        equivalent, shown = sum(c[k] for k in EQUIVALENT), sum(c[k] for k in OBSERVABLE)
         open_ = c["open"] + c["stale"]
-        totals.update(mutants=c["mutants"], killed=c["killed"], equivalent=equivalent, open=open_)
+        totals.update(mutants=c["mutants"], killed=c["killed"], equivalent=equivalent, shown=shown, open=open_)
         score = c["killed"] / max(1, c["mutants"] - equivalent)
-        lines.append(f"| {module} | {c['mutants']} | {c['killed']} | {equivalent} | {open_} | {100 * score:.1f} % |")
+        lines.append(
+            f"| {module} | {c['mutants']} | {c['killed']} | {equivalent} | {shown} | {open_} | {100 * score:.1f} % |"
+        )
     score = totals["killed"] / max(1, totals["mutants"] - totals["equivalent"])
-    loose = sum(verdict[n] in NOT_STRICT for n in survivors)
-    strict = totals["killed"] / max(1, totals["mutants"] - totals["equivalent"] + loose)
     lines.append(
-        f"| **all** | {totals['mutants']} | {totals['killed']} | {totals['equivalent']} | {totals['open']} | "
-        f"**{100 * score:.1f} %** |"
+        f"| **all** | {totals['mutants']} | {totals['killed']} | {totals['equivalent']} | {totals['shown']} | "
+        f"{totals['open']} | **{100 * score:.1f} %** |"
     )
-    lines += [
-        "",
-        f"Counting the {loose} mutants that are equivalent only in values or only on this CPU "
-        f"({', '.join(NOT_STRICT)}) as survivors: **{100 * strict:.1f} %**.",
-        "",
-        "## Equivalent mutants by category",
-        "",
-    ]
-    for category, reason in CATEGORIES.items():
-        members = [n for n in survivors if verdict[n] == category]
-        if members:
-            lines += [f"### {category} ({len(members)}): {reason}", ""]
-            for n in members:
-                note = equivalents[n][2]
-                lines.append(f"- `{n}`: `{' '.join(diffs[n][1])}`" + (f" — {note}" if note else ""))
-            lines.append("")
+    timeouts = sorted(n for n, s in status.items() if s == "timeout")
+    crashes = sorted(n for n, s in status.items() if s == "segfault")
+    lines += ["", f"## Killed by timeout ({len(timeouts)})", "", *[f"- `{n}`" for n in timeouts], ""]
+    lines += [f"## Killed by a crashed test process ({len(crashes)})", "", *[f"- `{n}`" for n in crashes], ""]
+    for title, group in (("Equivalent under the rule", EQUIVALENT), ("Survivors an input shows", OBSERVABLE)):
+        counts = {category: sum(verdict[n] == category for n in survivors) for category in group}
+        lines += [f"## {title}", "", ", ".join(f"{c} {k}" for c, k in counts.items() if k) or "none", ""]
+        for category, reason in group.items():
+            members = [n for n in survivors if verdict[n] == category]
+            if members:
+                lines += [f"### {category} ({len(members)}): {reason}", ""]
+                for n in members:
+                    note = reviews[n][2]
+                    lines.append(f"- `{n}`: `{' '.join(diffs[n][1])}`" + (f" — {note}" if note else ""))
+                lines.append("")
     open_names = [n for n in survivors if verdict[n] in ("open", "stale")]
     lines += [f"## Open survivors ({len(open_names)})", ""]
     for name in open_names:
@@ -177,7 +189,8 @@ def main() -> None:
     OUTPUT.write_text("\n".join(lines) + "\n")
     print(
         f"{OUTPUT.relative_to(ROOT)}: score {100 * score:.1f} % ({totals['killed']} killed of "
-        f"{totals['mutants']} − {totals['equivalent']} equivalent; {totals['open']} open)"
+        f"{totals['mutants']} − {totals['equivalent']} equivalent; {totals['shown']} reviewed survivors, "
+        f"{totals['open']} open; {len(timeouts)} by timeout)"
     )
 
 

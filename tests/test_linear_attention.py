@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from rpevit.core.attention import BACKENDS
+from rpevit.core.attention import BACKENDS, computing_backends
 from rpevit.core.attention.features import (
     default_favor_features,
     favor_features,
@@ -792,3 +792,9 @@ def test_layer_hands_a_post_rotation_to_the_backend(backend):
         out = layer(x, GRID_7)
     torch.testing.assert_close(out, rotated, rtol=1e-10, atol=1e-12)
     assert (out - plain).abs().max() > 1e-4
+
+
+def test_the_computing_backends_list_each_computation_once():
+    """favor_redraw trains differently but computes as favor: timings and checks list favor alone."""
+    assert computing_backends() == ["softmax", "favor", "relu"]
+    assert issubclass(BACKENDS["favor_redraw"], BACKENDS["favor"]) and "favor_redraw" in BACKENDS
