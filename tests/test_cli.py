@@ -163,7 +163,7 @@ def test_the_reproduction_line_compares_each_run_with_the_committed_summary(tmp_
 
     def runs(top1s):
         records = [{"dataset": "mnist5k", "variant": v, "seed": 0, "status": "finished", "top1": t} for v, t in top1s]
-        monkeypatch.setattr(reproduction, "study_records", lambda p: [Result.of(r) for r in records])
+        monkeypatch.setattr(reproduction, "trained_here", lambda p: [Result.of(r) for r in records])
 
     runs([("softmax+ape", 0.622), ("favor+ape", 0.75)])
     assert reproduction.reproduction_line(params, tmp_path).startswith("reproduced: the test top-1 of all 2 runs")
@@ -172,3 +172,16 @@ def test_the_reproduction_line_compares_each_run_with_the_committed_summary(tmp_
     assert line.startswith("not reproduced here: 1 of 2 runs differ") and "|Δ top-1| 0.0260, softmax+ape seed 0" in line
     assert "the committed runs used 1 thread(s)" in line
     assert "no committed summary" in reproduction.reproduction_line(params, tmp_path / "nowhere")
+
+
+def test_the_reproduction_line_reads_this_machines_runs_not_the_kept_copies(tmp_path, monkeypatch):
+    """The committed smoke reference keeps its records in reports/smoke/records/: they are the committed numbers,
+    so a machine that trained nothing has nothing to compare (never "reproduced" by reading them back)."""
+    from rpevit.lab import catalog, reproduction
+    from rpevit.lab.params import load_params
+
+    monkeypatch.setenv("RPEVIT_RUNS", str(tmp_path / "runs"))
+    params = load_params("smoke")
+    assert len(catalog.study_records(params)) == 6  # the kept copies are there
+    assert reproduction.trained_here(params) == []
+    assert reproduction.reproduction_line(params).startswith("reproduction: none of this machine's finished runs")

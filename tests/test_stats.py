@@ -547,3 +547,63 @@ def test_fieller_says_unbounded_when_there_is_no_gap_to_close():
     assert not stats.fieller_ratio([1.0], [2.0])["bounded"] and stats.fieller_ratio([1.0], [2.0])["ratio"] == 0.5
     with pytest.raises(ValueError, match="two finite 1-D arrays of the same length"):
         stats.fieller_ratio([1.0, 2.0], [1.0])
+
+
+def test_t_interval_uses_the_confidence_it_is_given():
+    """Against scipy's t.interval at levels other than the default (a mutant dropping `confidence` gave 95 %)."""
+    x = np.array([1.0, 2.0, 6.0])
+    for confidence in (0.5, 0.9, 0.99):
+        low, high = scipy_stats.t.interval(confidence, df=2, loc=x.mean(), scale=scipy_stats.sem(x))
+        found = stats.t_interval(x, confidence)
+        assert (found["low"], found["high"]) == (pytest.approx(low, rel=1e-12), pytest.approx(high, rel=1e-12))
+
+
+@pytest.mark.parametrize("confidence", [0.9, 0.95])
+def test_fieller_ends_are_where_the_t_test_sits_at_its_level_at_any_confidence_and_n(confidence):
+    """Bounded sets at n = 2 and n = 8: each end is the ρ whose t-test of a − ρ·b has p = 1 − confidence."""
+    cases = [([1.0, 2.0], [10.0, 10.1]), _gap_and_closing(np.random.default_rng(4), seeds=8)]
+    for a, b in cases:
+        found = stats.fieller_ratio(a, b, confidence)
+        assert found["bounded"] and found["n"] == len(a) and found["confidence"] == confidence
+        for end in (found["low"], found["high"]):
+            p = scipy_stats.ttest_1samp(np.asarray(a) - end * np.asarray(b), 0.0).pvalue
+            assert p == pytest.approx(1 - confidence, abs=1e-9)
+
+
+def test_fieller_decides_bounded_or_not_at_each_edge():
+    """One input per branch of the bounded/unbounded decision (q2 = b̄² − t²·v_bb and the discriminant)."""
+    unbounded = [
+        ([10.0, 11.0, 9.0], [0.1, -0.1, 0.05]),  # b̄ not distinguishable from 0: q2 < 0
+        ([1.0, 2.0, 3.0], [0.0, 0.0, 0.0]),  # no denominator at all: q2 = 0, ratio nan
+    ]
+    for a, b in unbounded:
+        found = stats.fieller_ratio(a, b)
+        assert not found["bounded"] and math.isnan(found["low"]) and math.isnan(found["high"]), (a, b)
+    assert math.isnan(stats.fieller_ratio([1.0, 2.0, 3.0], [0.0, 0.0, 0.0])["ratio"])
+    exact = stats.fieller_ratio([1.0, 1.1, 0.9], [0.5, 0.5, 0.5])  # b without spread: (ā ± t·s_a/√n) / b̄
+    half = scipy_stats.t.ppf(0.975, 2) * np.std([1.0, 1.1, 0.9], ddof=1) / math.sqrt(3)
+    assert (
+        exact["bounded"]
+        and exact["low"] == pytest.approx((1 - half) / 0.5)
+        and exact["high"] == pytest.approx((1 + half) / 0.5)
+    )
+    point = stats.fieller_ratio([2.0, 2.0, 2.0], [1.0, 1.0, 1.0])  # no spread at all: the discriminant is 0
+    assert point["bounded"] and point["low"] == point["high"] == 2.0
+    assert math.isnan(stats.fieller_ratio([1.0, -1.0, 5.0], [1.0, -1.0, 0.0])["ratio"])  # b̄ = 0: no ZeroDivisionError
+
+
+def test_fieller_refuses_what_is_not_two_finite_vectors_and_keeps_its_keys():
+    for a, b in (([], []), ([1.0, math.nan], [1.0, 2.0]), ([1.0, 2.0], [math.inf, 2.0]), (2.0, 1.0)):
+        with pytest.raises(ValueError, match="two finite 1-D arrays"):
+            stats.fieller_ratio(a, b)
+    keys = {"ratio", "low", "high", "bounded", "n", "confidence"}
+    single = stats.fieller_ratio([1.0], [2.0], 0.9)
+    assert set(single) == keys and single["n"] == 1 and single["confidence"] == 0.9
+    assert set(stats.fieller_ratio([1.0, 2.0, 4.0], [1.0, 1.5, 1.0])) == keys
+
+
+def test_fieller_computes_in_float64_whatever_its_inputs():
+    """float32 per-seed values give the float64 answer of the same values (not a float32 mean)."""
+    rng = np.random.default_rng(9)
+    a, b = (x.astype(np.float32) for x in _gap_and_closing(rng, seeds=5))
+    assert stats.fieller_ratio(a, b) == stats.fieller_ratio(a.astype(np.float64), b.astype(np.float64))

@@ -14,9 +14,11 @@ import os
 import subprocess
 from pathlib import Path
 
-from .catalog import study_records
+from . import records
+from .catalog import grid
 from .params import PROJECT_ROOT, Params
-from .result import results
+from .result import Result
+from .run import Run
 from .schema import finished, is_finished
 
 COMMITTED = PROJECT_ROOT / "reports"  # the tracked reports, whatever $RPEVIT_REPORTS points at
@@ -53,12 +55,24 @@ def committed_top1(preset: str, root: Path = COMMITTED) -> tuple[dict[tuple[str,
     return top1, {r["threads"] for r in rows if r.get("threads")}
 
 
+def trained_here(params: Params) -> list[Result]:
+    """The preset's finished runs whose records are in this machine's runs root (runs/, or $RPEVIT_RUNS) —
+    not the kept copies in reports/, which are the committed numbers themselves."""
+    found = []
+    for place in grid(params):
+        run = Run(params, *place).rooted()
+        record = records.read_record(run.dir)
+        if run.matches(record):
+            found.append(Result.of(record, run))
+    return finished(found)
+
+
 def reproduction_line(params: Params, root: Path = COMMITTED) -> str:
     """One line: whether this machine's finished runs have the committed top-1, run by run."""
     committed, threads = committed_top1(params.name, root)
     if not committed:
         return f"reproduction: no committed summary for {params.name} to compare with."
-    mine = {r.place: r.top1 for r in finished(results(study_records(params)))}
+    mine = {r.place: r.top1 for r in trained_here(params)}
     shared = sorted(set(mine) & set(committed))
     if not shared:
         return f"reproduction: none of this machine's finished runs is in the committed summary of {params.name}."
