@@ -1,6 +1,8 @@
 """The mutation report: mutmut's results joined with the reviews of its survivors.
 
     .venv/bin/python scripts/mutation_report.py            # after `make mutation` (mutants/ holds the run)
+    .venv/bin/python scripts/mutation_report.py --results reports/bench/mutation_results.txt
+        # the committed statuses: a full run and its survivors' re-run (mutants/ still needed for the diffs)
 
 Reads `mutmut results --all true` and reports/bench/mutation_equivalents.tsv (one reviewed survivor per
 line: mutant name, category, the mutated line as mutmut wrote it, a note), and writes
@@ -54,7 +56,7 @@ EQUIVALENT = {
 OBSERVABLE = {
     "device": "device placement: a CUDA input (or PyTorch's meta device) shows a tensor made on the CPU",
     "dtype": "a bfloat16, float16 or float64 input shows another dtype or other values",
-    "rounding": "a float32 intermediate where float64 was meant: the last bits of some results differ",
+    "rounding": "a float32 intermediate where float64 was meant, or another rounding order: last bits differ",
     "memory-contract": "the chunked paths' memory budget changes (a cost contract)",
     "gpu-numerics": "differs only where a GPU kernel accumulates differently from the CPU one",
     "untested": "an observable difference that no test in scope checks yet (the note names the input)",
@@ -65,11 +67,15 @@ CATEGORIES = {**EQUIVALENT, **OBSERVABLE}
 DETECTED = ("killed", "timeout", "segfault")
 
 
-def results() -> dict[str, str]:
-    """mutant name → status from mutmut (run in the repository root, where mutants/ is)."""
-    out = subprocess.run(
-        [str(ROOT / ".venv/bin/mutmut"), "results", "--all", "true"], cwd=ROOT, capture_output=True, text=True
-    ).stdout
+def results(path: pathlib.Path | None = None) -> dict[str, str]:
+    """mutant name → status: from `mutmut results --all true` (run in the repository root, where mutants/
+    is), or from `path`, a saved copy of that output (lines `name: status`; `#` lines are comments) — the
+    combined statuses of a full run and a later run of its survivors, which mutmut alone cannot show."""
+    if path is None:
+        command = [str(ROOT / ".venv/bin/mutmut"), "results", "--all", "true"]
+        out = subprocess.run(command, cwd=ROOT, capture_output=True, text=True).stdout
+    else:
+        out = "\n".join(line for line in path.read_text().splitlines() if not line.startswith("#"))
     status = {}
     for line in out.splitlines():
         name, sep, state = line.strip().rpartition(": ")
@@ -122,7 +128,8 @@ def reviewed() -> dict[str, tuple[str, str, str]]:
 
 
 def main() -> None:
-    status = results()
+    saved = sys.argv[sys.argv.index("--results") + 1] if "--results" in sys.argv else None
+    status = results(pathlib.Path(saved) if saved else None)
     if not status:
         sys.exit("error: mutmut reports no mutants here; run `make mutation` first")
     survivors = sorted(n for n, s in status.items() if s not in DETECTED)
