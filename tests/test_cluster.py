@@ -512,8 +512,7 @@ def test_ray_draws_hold_the_secondary_runs_while_the_longer_budget_check_wants_r
     designed = checked(tmp_path)  # the check (4 epochs, seeds 0-1) is linked by path
     settled = _finished(_accuracies([0, 1], 0.0))  # the primary grid is settled at 2 seeds
     reads = {designed.name: (set(), settled)}
-    for module in (catalog, study):
-        monkeypatch.setattr(module, "in_flight_and_records", lambda params, *roots: reads.get(params.name, (set(), [])))
+    monkeypatch.setattr(catalog, "in_flight_and_records", lambda params, *roots: reads.get(params.name, (set(), [])))
     draws = designed_draws(designed, tmp_path)
     assert not any(place and place[1] == "softmax+krpe" for place in draws)
     assert "not started: softmax+krpe on mnist5k, seed 0 (the longer-budget check" in capsys.readouterr().out

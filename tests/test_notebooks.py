@@ -257,6 +257,7 @@ def synthetic(tmp_path):
 def test_execute_notebooks_tracks_replaces_and_indexes_outputs(synthetic, tmp_path, capsys, caplog, monkeypatch):
     monkeypatch.setenv("RPEVIT_RUNS", str(tmp_path / "runs"))  # no smoke runs, whatever this machine trained
     reports = tmp_path / "reports"
+    monkeypatch.setenv("RPEVIT_REPORTS", str(reports))  # nor the smoke records the repository keeps
     folder = reports / "smoke"
     folder.mkdir(parents=True)
     for name in ("summary.csv", "summary.md", "10_leftover.csv", "55_unrelated.png"):
