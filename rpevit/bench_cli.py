@@ -1,5 +1,5 @@
 """The `bench` command: its arguments and its dispatch to the benchmark modules (rpevit/lab/bench.py,
-bench_pack.py, bench_engines.py). Benchmarks print Markdown tables of ratios measured side by side;
+bench_pack.py, bench_tokens.py, bench_attention.py). Benchmarks print Markdown tables of ratios measured side by side;
 they are never tests."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ def add_bench_parser(sub) -> None:
     bench = sub.add_parser("bench", help="throughput benchmarks")
     bench.add_argument(
         "what",
-        choices=["train", "data", "levers", "speed", "tokens", "attention", "bias", "patches", "engines", "pack"],
+        choices=["train", "data", "levers", "speed", "tokens", "attention", "bias", "patches", "pack"],
         help="what to measure",
     )
     bench.add_argument(
@@ -44,19 +44,13 @@ def add_bench_parser(sub) -> None:
     )
     bench.add_argument("--steps", type=int, help="timed steps per measurement (train/data 20, attention 5)")
     bench.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
-    bench.add_argument(
-        "--workers", type=int, default=2, help="engines: Ray tasks at once (a local cluster of workers × cpus-per-run)"
-    )
-    bench.add_argument("--cpus-per-run", type=int, default=1, help="engines: CPUs (torch threads) per Ray task")
-    bench.add_argument("--variants", help="engines, pack: comma-separated variants (default: the preset's / primary)")
+    bench.add_argument("--variants", help="pack: comma-separated variants (default: the preset's primary)")
     bench.add_argument("--packs", help="pack: comma-separated pack sizes K (default 1,2,4,8)")
     bench.add_argument("--capture", action="store_true", help="pack: also time every cell graph-captured")
-    bench.add_argument("--epochs", type=int, help="engines: override train.epochs (a quicker check)")
-    bench.add_argument("--root", help="engines: directory for both runs trees (default: a new temporary directory)")
 
 
 def cmd_bench(args) -> int:
-    """Benchmarks: throughput of training and of the data pipeline, engines (ratios in one run)."""
+    """Benchmarks: throughput of training, of the data pipeline and of attention (ratios in one run)."""
     print(
         "command: python -m rpevit " + " ".join(sys.argv[1:])
         if sys.argv[0].endswith("__main__.py")
@@ -72,11 +66,6 @@ def cmd_bench(args) -> int:
         from .lab.bench_pack import run_pack_bench
 
         run_pack_bench(args)
-        return 0
-    if args.what == "engines":  # whole studies: orchestration layer, not rpevit.lab.bench
-        from .tools.bench_engines import run_engines_bench
-
-        run_engines_bench(args)
         return 0
     from .lab.bench import run_bench
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib
 import os
 import sys
 from pathlib import Path
@@ -107,22 +106,24 @@ def cmd_train(args) -> int:
 
 
 def cmd_study(args) -> int:
-    """Run (or resume) a preset's whole grid and write reports/<preset>/summary.{csv,md}."""
+    """Run (or resume) a preset's grid and write reports/<preset>/summary.{csv,md}; installed hooks prepare it
+    and gate each start (rpevit.lab.hooks)."""
     from .core.device import resolve_device
-    from .lab.budget import budget_spent, check_clean_revision, started_runs
-    from .lab.parking import restore
+    from .lab import hooks
+    from .lab.params import check_clean_revision
     from .lab.records import reports_root
-    from .lab.study import run_study
+    from .lab.study import run_study, started_runs
     from .lab.time_limit import TimeLimit, parse_duration
 
     params = _params(args)
     check_clean_revision(args.params, args.allow_dirty)  # a pre-registered preset: a clean, committed revision
-    for line in restore(args.params):  # runs parked by an earlier checkout go on here (rpevit/lab/parking.py)
+    for line in hooks.prepare(params):
         print(line)
     limit = None if args.time_limit is None else TimeLimit(parse_duration(args.time_limit))
-    if (spent := budget_spent(params, args.params)) and not started_runs(params):  # a spent budget starts nothing
-        print(spent)
+    if (refused := hooks.refusal(params)) and not started_runs(params):  # a gate that refuses starts nothing
+        print(refused)
         return 0
+    gates = (lambda run: hooks.refusal(params, run.runs_root, run.reports_root),)
     if args.engine == "ray":
         from .lab.cluster import run_study_ray
 
@@ -137,6 +138,7 @@ def cmd_study(args) -> int:
             progress=False if args.no_progress else None,
             pack_size=args.pack_size,
             time_limit=limit,
+            gates=gates,
         )
         failed = [r for r in results if r.get("status") in ("failed", "skipped")]
         print(
@@ -150,7 +152,7 @@ def cmd_study(args) -> int:
         raise UserError(f"--pack-size {args.pack_size} is not valid: a positive integer, with --engine pack or ray.")
     engine = args.engine or ("pack" if resolve_device(params.train.device).type == "cuda" else "sequential")
     pack_size = (args.pack_size or 0) if engine == "pack" else None
-    results = run_study(params, progress=not args.no_progress, time_limit=limit, pack_size=pack_size)
+    results = run_study(params, progress=not args.no_progress, time_limit=limit, pack_size=pack_size, gates=gates)
     print(f"{len(results)} runs recorded; summary: {reports_root() / params.name / 'summary.md'}")
     return 0
 
@@ -210,19 +212,17 @@ def cmd_retime(args) -> int:
 
 
 def cmd_doctor(args) -> int:
-    """The installation's health: torch, the device; with --gpu the GPU acceptance run (rpevit.tools.doctor)."""
-    from .tools.doctor import command
+    """The installation: torch and its build, the device, and the dtypes it computes in."""
+    import torch
 
-    return command(args)
+    from .core.device import resolve_device
 
-
-def cmd_findings(args) -> int:
-    """Copy a report's generated answer into the Findings block of docs/results.md."""
-    from .analysis.report import sync_findings
-    from .lab.params import PROJECT_ROOT
-
-    changed = sync_findings(PROJECT_ROOT / "docs" / "results.md", args.params, link_prefix="../")
-    print(f"docs/results.md Findings {'updated from' if changed else 'already match'} reports/{args.params}/")
+    cuda = torch.cuda.is_available()
+    print(f"torch {torch.__version__} ({'CUDA ' + torch.version.cuda if torch.version.cuda else 'CPU build'})")
+    print(f"device: {torch.cuda.get_device_name(0) if cuda else 'cpu only (no CUDA device)'}")
+    device = resolve_device("auto")
+    bf16 = torch.cuda.is_bf16_supported() if cuda else True
+    print(f"dtypes on {device.type}: float32, float64{', bfloat16' if bf16 else ''}")
     return 0
 
 
@@ -247,17 +247,6 @@ def cmd_keep_weights(args) -> int:
     print("\n".join(lines))
     if any(": kept " in line for line in lines):
         print(f"commit them with the records: git add {reports_root() / params.name / 'records'}")
-    return 0
-
-
-def cmd_pilot(args) -> int:
-    """Write a recipe pilot's report (learning curves, table, decision) from its presets' records."""
-    from pathlib import Path
-
-    from .tools.pilot import write_pilot_report
-
-    out = write_pilot_report(args.presets, Path(args.out), chosen=args.chosen)
-    print(f"pilot report: {out / 'README.md'}")
     return 0
 
 
@@ -387,22 +376,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     keep.add_argument("params", help="preset name or YAML path (keep_records: true)")
 
-    findings = sub.add_parser("findings", help="copy a report's generated answer into docs/results.md's Findings")
-    findings.add_argument(
-        "params", nargs="?", default="fmnist_converged", help="preset whose report to copy (fmnist_converged)"
-    )
-
-    pilot = sub.add_parser("pilot", help="a recipe pilot's report from its presets' run records")
-    pilot.add_argument("presets", nargs="+", help="the pilot presets (e.g. fmnist_pilot_flip fmnist_pilot_flip_erase)")
-    pilot.add_argument("--out", required=True, help="the report folder (e.g. reports/fmnist_pilot)")
-    pilot.add_argument("--chosen", help="the study preset whose recipe the pilot chose (e.g. fmnist_converged)")
-
-    for module in DELEGATED.values():
-        importlib.import_module(f"{__package__}.{module}").add_parser(sub)
-    doctor = sub.add_parser("doctor", help="check the installation; --gpu: the GPU acceptance run")
-    doctor.add_argument(
-        "--gpu", action="store_true", help="on a CUDA machine: CUDA tests, sync check, torchrun, Ray, GPU benchmarks"
-    )
+    sub.add_parser("doctor", help="check the installation: torch, the device, its dtypes")
 
     from .bench_cli import add_bench_parser
 
@@ -418,10 +392,9 @@ EXAMPLES = """examples:
   python -m rpevit notebooks smoke                   regenerate reports/smoke/ from the run records
   python -m rpevit notebooks fmnist_converged --no-train   an interim report: finished runs only, none trained
   python -m rpevit status fmnist_converged          runs finished and in flight, what the design wants, hours left
-  python -m rpevit findings                          copy the converged study's answer into docs/results.md
   python -m rpevit keep-weights fmnist_converged     one seed's tested weights per variant beside its kept records
   python -m rpevit bench attention                   time and memory of one layer vs tokens
-  python -m rpevit doctor --gpu                      the GPU acceptance run (README: On a GPU)
+  python -m rpevit doctor                            torch, the device and its dtypes
 """
 
 
@@ -439,18 +412,9 @@ COMMANDS = {
     "notebooks": cmd_notebooks,
     "retime": cmd_retime,
     "status": cmd_status,
-    "findings": cmd_findings,
     "keep-weights": cmd_keep_weights,
     "bench": _bench,
-    "pilot": cmd_pilot,
     "doctor": cmd_doctor,
-}
-# sub-commands whose module holds both their arguments (`add_parser`) and their body (`command`)
-DELEGATED = {
-    "gap-pilot": "analysis.pilot_overview",
-    "recall-pilot": "analysis.recall_pilot",
-    "gpu-sitting": "lab.sitting",
-    "park": "lab.parking",
 }
 
 
@@ -469,8 +433,6 @@ def main(argv=None) -> int:
         )
         return 2
     try:
-        if args.command in DELEGATED:
-            return importlib.import_module(f"{__package__}.{DELEGATED[args.command]}").command(args)
         return COMMANDS[args.command](args)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)

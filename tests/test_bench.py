@@ -76,26 +76,26 @@ def test_levers_time_every_setting_and_ratio_to_fp32_eager(small):
 
 
 def test_bench_engines_reads_its_options_from_the_command_line():
-    """`python -m rpevit bench engines` (moved from `python -m rpevit.lab.cluster compare`): the preset with
-    --variants and --epochs applied, the Ray options passed through."""
-    from rpevit.cli import build_parser
-    from rpevit.tools.bench_engines import engines_params
+    """`python -m campaign bench-engines`: the preset with --variants and --epochs applied, the Ray options
+    passed through."""
+    from campaign.bench_engines import engines_params
+    from campaign.cli import build_parser
 
     args = build_parser().parse_args(
-        ["bench", "engines", "--params", "smoke", "--variants", "softmax+ape, relu+ape", "--epochs", "1"]
+        ["bench-engines", "--params", "smoke", "--variants", "softmax+ape, relu+ape", "--epochs", "1"]
         + ["--workers", "3", "--cpus-per-run", "2", "--root", "/tmp/x"]
     )
     params = engines_params(args)
     assert params.name == "smoke" and params.variants == ("softmax+ape", "relu+ape") and params.train.epochs == 1
     assert (args.workers, args.cpus_per_run, args.root) == (3, 2, "/tmp/x")
-    default = engines_params(build_parser().parse_args(["bench", "engines"]))
+    default = engines_params(build_parser().parse_args(["bench-engines"]))
     assert default.variants == load_params("smoke").variants and default.train == load_params("smoke").train
 
 
 def test_bench_engines_with_an_unknown_preset_is_one_error_line(capsys):
-    from rpevit.cli import main
+    from campaign.cli import main
 
-    assert main(["bench", "engines", "--params", "no_such_preset"]) == 2
+    assert main(["bench-engines", "--params", "no_such_preset"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error:") and "no_such_preset" in err and "\n" not in err
 

@@ -132,18 +132,18 @@ def test_capture_only_sets_the_backends_a_study_compiles():
 def test_a_pre_registered_preset_refuses_uncommitted_code_unless_allowed(monkeypatch, capsys):
     """Every run of a pre-registered preset comes from a clean, named revision; --allow-dirty overrides."""
     from rpevit import cli
-    from rpevit.lab import budget, revision
+    from rpevit.lab import params, revision
 
-    assert budget.preregistered("canvas40_long") and budget.preregistered("recall_pilot")
-    assert not budget.preregistered("smoke") and not budget.preregistered("no_such_preset")
+    assert params.preregistered("canvas40_long") and params.preregistered("recall_pilot")
+    assert not params.preregistered("smoke") and not params.preregistered("no_such_preset")
     monkeypatch.setattr(revision, "code_revision", lambda: "0123456789abcdef0123+dirty")
     assert cli.main(["study", "canvas40_long"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: canvas40_long is pre-registered") and "--allow-dirty" in err[0]
-    budget.check_clean_revision("canvas40_long", allow_dirty=True)  # allowed: no error
-    budget.check_clean_revision("smoke", allow_dirty=False)  # not pre-registered: no error
+    params.check_clean_revision("canvas40_long", allow_dirty=True)  # allowed: no error
+    params.check_clean_revision("smoke", allow_dirty=False)  # not pre-registered: no error
     monkeypatch.setattr(revision, "code_revision", lambda: "0123456789abcdef0123")
-    budget.check_clean_revision("canvas40_long", allow_dirty=False)  # clean: no error
+    params.check_clean_revision("canvas40_long", allow_dirty=False)  # clean: no error
 
 
 def test_the_reproduction_line_compares_each_run_with_the_committed_summary(tmp_path, monkeypatch):

@@ -21,13 +21,13 @@ import types
 import pytest
 import torch
 
+from campaign import bench_engines
 from rpevit.core.data import Dataset, Split
 from rpevit.core.errors import UserError
 from rpevit.lab import catalog, cluster, progress, records, runs, study
 from rpevit.lab.cell import cells, settle
 from rpevit.lab.params import load_params
 from rpevit.lab.progress import Progress
-from rpevit.tools import bench_engines
 
 from helpers import require_module, without_times
 
@@ -408,7 +408,7 @@ def test_killed_worker_is_retried_and_the_run_resumes(ray_cluster, tiny_params, 
 
 
 def test_compare_engines_reports_a_ratio(ray_cluster, tiny_params, one_thread, tmp_path, capsys):
-    """bench engines (rpevit.tools.bench_engines) on the caller's data loader: both engines, same results."""
+    """bench engines (campaign.bench_engines) on the caller's data loader: both engines, same results."""
     params = dataclasses.replace(
         tiny_params,
         variants=("softmax+none", "softmax+ape"),

@@ -8,8 +8,9 @@ import dataclasses
 
 import pytest
 
+from campaign import budget
 from rpevit.core.errors import UserError
-from rpevit.lab import budget, continuation, params_checks, records
+from rpevit.lab import continuation, params_checks, records
 from rpevit.lab.run import Run
 from rpevit.lab.train import train_run
 

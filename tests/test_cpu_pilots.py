@@ -1,5 +1,5 @@
 """The pilots' order on the CPU: `gap-pilot --standing` names the pilot to train now, and
-scripts/cpu_pilots.sh trains whatever it names until the order ends."""
+campaign/scripts/cpu_pilots.sh trains whatever it names until the order ends."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 from test_gap_pilot import _found
 
-from rpevit.analysis import pilot_overview
-from rpevit.lab import budget, catalog
+from campaign import budget, pilot_overview
+from rpevit.lab import catalog
 from rpevit.lab.result import results
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,7 +62,7 @@ def test_the_cpu_runner_trains_the_standing_pilot_until_the_order_ends(tmp_path)
     queue.write_text("canvas56_gap_pilot\ncanvas56_dial16\n\n")
     env = {"PATH": "/usr/bin:/bin", "PYTHON": str(fake), "QUEUE": str(queue), "LOG": str(log), "WAIT_SECONDS": "0"}
     done = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "cpu_pilots.sh"), "--capture-only", "favor"],
+        ["bash", str(ROOT / "campaign" / "scripts" / "cpu_pilots.sh"), "--capture-only", "favor"],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -77,7 +77,7 @@ def test_the_cpu_runner_trains_the_standing_pilot_until_the_order_ends(tmp_path)
     assert "the pilots' order has ended" in done.stdout
     queue.write_text("FAIL\n")  # --standing fails: the runner stops with it instead of calling the order ended
     failed = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "cpu_pilots.sh")],
+        ["bash", str(ROOT / "campaign" / "scripts" / "cpu_pilots.sh")],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -90,7 +90,7 @@ def test_the_cpu_runner_trains_the_standing_pilot_until_the_order_ends(tmp_path)
     queue.write_text("canvas56_dial16\n")
     log.unlink()
     env["WAIT_SECONDS"] = "0"
-    stuck = subprocess.Popen(["bash", str(ROOT / "scripts" / "cpu_pilots.sh")], cwd=tmp_path, env=env)
+    stuck = subprocess.Popen(["bash", str(ROOT / "campaign" / "scripts" / "cpu_pilots.sh")], cwd=tmp_path, env=env)
     try:
         stuck.wait(timeout=3)
     except subprocess.TimeoutExpired:

@@ -584,7 +584,7 @@ def test_aot_eager_forward_and_backward_equal_eager():
 
 
 def test_doctor_gpu_refuses_without_cuda_in_one_line():
-    """`python -m rpevit doctor --gpu` on a machine without CUDA: one line, status 2."""
+    """`python -m campaign gpu-acceptance` on a machine without CUDA: one line, status 2."""
     import subprocess
     import sys
     from pathlib import Path
@@ -592,7 +592,7 @@ def test_doctor_gpu_refuses_without_cuda_in_one_line():
     root = Path(__file__).resolve().parents[1]
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(root), "CUDA_VISIBLE_DEVICES": ""}
     result = subprocess.run(
-        [sys.executable, "-m", "rpevit", "doctor", "--gpu"], capture_output=True, text=True, env=env, cwd=root
+        [sys.executable, "-m", "campaign", "gpu-acceptance"], capture_output=True, text=True, env=env, cwd=root
     )
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr.startswith("error: no CUDA device") and len(result.stderr.strip().splitlines()) == 1

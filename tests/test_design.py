@@ -514,7 +514,7 @@ def test_the_primary_grid_is_settled_once_no_primary_run_is_left(tmp_path):
 
 
 def test_a_settled_primary_grid_shows_its_contrasts_with_the_reports_intervals_and_no_verdict(tmp_path):
-    from rpevit.analysis.report.findings import settled_primary
+    from campaign.findings import settled_primary
 
     params = preset(tmp_path)
     assert settled_primary(params, _finished(_accuracies([0, 1], 1.0))) == ""  # seed 2 still wanted

@@ -122,7 +122,7 @@ def test_tests_named_in_the_docs_exist():
 # --- docs/architecture.md §1: the layer table is the import rule -------------------------------------
 
 LAYER_ROW = re.compile(r"^\| (\d+) \| [^|]+ \| `([^`]+)` \| ([^|]+) \|", re.M)
-SUBPACKAGES = ("core", "lab", "analysis", "tools")
+SUBPACKAGES = ("core", "lab", "analysis")
 
 
 def layers() -> dict[str, int]:
@@ -210,6 +210,25 @@ def test_no_import_cycle_between_members():
     for node in sorted(graph):
         if node not in state:
             visit(node, [])
+
+
+def test_no_rpevit_module_imports_the_campaign():
+    """The library does not know the project's campaign exists: no import of `campaign` anywhere under rpevit/
+    (module level or inside a function); the campaign reaches a study through rpevit.lab.hooks only."""
+    found = []
+    for path in sorted((ROOT / "rpevit").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            names += [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            found += [f"{path.relative_to(ROOT)}: {n}" for n in names if n.split(".")[0] == "campaign"]
+    assert found == []
+    named = [str(p.relative_to(ROOT)) for p in sorted((ROOT / "rpevit").rglob("*.py")) if "campaign" in p.read_text()]
+    assert named == [], "rpevit names the campaign (an import by string, a docstring's pointer)"
+
+
+def test_the_campaign_modules_stay_within_500_lines_too():
+    too_long = [p.name for p in sorted((ROOT / "campaign").rglob("*.py")) if len(p.read_text().splitlines()) > 500]
+    assert too_long == []
 
 
 def test_the_core_trains_alone(tmp_path):

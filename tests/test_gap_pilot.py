@@ -10,9 +10,8 @@ from pathlib import Path
 import pytest
 from scipy import stats as scipy_stats
 
-from rpevit.analysis import gap_pilot
+from campaign import budget, gap_pilot
 from rpevit.core.errors import UserError
-from rpevit.lab import budget
 from rpevit.lab.result import results
 from rpevit.lab.tables import signed
 
@@ -277,7 +276,8 @@ def test_a_fresh_clone_counts_the_epochs_of_runs_parked_by_another_checkout(tmp_
 
     import torch
 
-    from rpevit.lab import parking, records
+    from campaign import parking
+    from rpevit.lab import records
     from rpevit.lab.params import load_params
     from rpevit.lab.run import Run
 
@@ -372,12 +372,13 @@ def test_a_spent_budget_starts_no_run_and_a_finished_study_still_writes_its_summ
     """The pre-registered rule "≤ N one-thread CPU hours": once the epoch time of the preset's runs
     reaches it, `study` starts nothing more (one line saying so) but finishes a run it had started;
     within it, or with nothing left, it goes on."""
+    from campaign import hooks
     from rpevit.cli import main
     from rpevit.lab import records, study_status
     from rpevit.lab.cell import State
     from rpevit.lab.params import load_params
     from rpevit.lab.run import Run
-    from rpevit.lab.study import plain_order
+    from rpevit.lab.study import plain_order, started_runs
 
     path = _dial(tmp_path)
     path.write_text("# Budget: ≤ 0.5 one-thread CPU hours (a test)\n" + path.read_text())
@@ -392,10 +393,11 @@ def test_a_spent_budget_starts_no_run_and_a_finished_study_still_writes_its_summ
     spent = budget.budget_spent(dial, path)
     assert spent.startswith("dial: its pre-registered budget of 0.5 one-thread CPU hours is spent (0.5 hours")
     unstarted = Run(dial, "mnist5k", "favor+ape", 2).rooted()
-    assert [run.seed for run in budget.started_runs(dial)] == [1]
-    monkeypatch.setattr(budget, "stated_budget", lambda preset: 0.5)  # plain_order finds it by name
+    assert [run.seed for run in started_runs(dial)] == [1]
+    monkeypatch.setattr(budget, "stated_budget", lambda preset: 0.5)  # the campaign's gate finds it by name
     todo = [(Run(dial, "mnist5k", "favor+ape", s).rooted(), State(train=True)) for s in (1, 2)]
-    assert [run.seed for run, _ in plain_order(dial, todo)] == [1]  # the started run goes on
+    gates = [lambda run: hooks.refusal(dial, run.runs_root, run.reports_root)]
+    assert [run.seed for run, _ in plain_order(dial, todo, gates=gates)] == [1]  # the started run goes on
     # the time in a run still training here does not end the pilot: only finished runs' time counts there,
     # so every machine with the kept records reads the same
     assert gap_pilot.budget_ended(dial, gap_pilot.pilot_records(dial)) == ""
@@ -424,10 +426,9 @@ def test_a_spent_budget_starts_no_run_and_a_finished_study_still_writes_its_summ
     # so the budget ended the pilot: its go/no-go is final, not interim
     monkeypatch.setattr(budget, "stated_budget", lambda preset: 0.5)
     assert gap_pilot.budget_ended(dial, gap_pilot.pilot_records(dial)) == "1 of 2"
-    monkeypatch.setattr(study_status, "stated_budget", lambda preset: 0.5)
-    status = study_status.status_lines(dial)
+    status = study_status.status_lines(dial)  # the campaign's hooks: its budget line, its gate
     assert status[1].startswith("Training time in all: ") and "over its pre-registered budget of 0.5" in status[1]
-    assert status[2] == "left: 1 run, which its spent budget does not start (training has ended)"
+    assert status[2] == f"left: 1 run, which a start gate refuses: {spent}"
     rows = gap_pilot.gap_rows(gap_pilot.budget_top1(_found(-1.0, -0.5)), [8, 16, 32], [1, 2])
     line = gap_pilot.decision(rows, 32, False, "canvas56_gap_pilot", budget_ended="5 of 6")
     assert "(its budget is spent with 5 of 6 runs finished: no new run starts; the rule reads" in line
@@ -438,8 +439,8 @@ def test_a_spent_budget_ends_the_pilot_only_after_its_started_runs_finish(tmp_pa
     """A run started before the budget was spent is finished (study resumes it), so the pilot's verdict
     waits for it, whether its checkpoint is here or parked by another checkout; then the pilot ends, and
     the order moves on."""
-    from rpevit.analysis import pilot_overview
-    from rpevit.lab import parking, records
+    from campaign import parking, pilot_overview
+    from rpevit.lab import records
     from rpevit.lab.params import load_params
     from rpevit.lab.run import Run
 
@@ -481,7 +482,7 @@ def test_the_overview_gives_each_pilot_its_gap_with_an_interval(tmp_path, monkey
     """Every pilot of the order, a line each: the 40×40 pilot's gaps from its records with the t-interval
     of the per-seed gaps, a dial without ReLU, pilots without records as not yet decided; the file is
     what the command prints."""
-    from rpevit.analysis import pilot_overview
+    from campaign import pilot_overview
     from rpevit.lab import catalog
 
     monkeypatch.setenv("RPEVIT_RUNS", str(tmp_path / "runs"))  # no run in flight, whatever trains here
@@ -524,7 +525,7 @@ def test_the_overview_gives_each_pilot_its_gap_with_an_interval(tmp_path, monkey
 def test_when_every_pilot_ends_no_go_the_overview_says_so_with_the_largest_deficit(monkeypatch):
     """The order's end without a gap is the answer on these tasks: the standing sentence says so, with the
     furthest a Performer fell behind (its mean gap at the pilot's longest budget, backend and pilot)."""
-    from rpevit.analysis import pilot_overview
+    from campaign import pilot_overview
 
     deficits = {
         "canvas_gap_pilot": [(-0.73, -4.85, "favor"), (-0.52, -1.28, "relu")],
@@ -559,7 +560,7 @@ def test_when_every_pilot_ends_no_go_the_overview_says_so_with_the_largest_defic
 def test_the_overview_says_how_the_gaps_moved_with_training_across_the_pilots():
     """What a go/no-go at the longest budget cannot see, counted over every pilot's seed pairs: who was ahead
     at the shortest budget, whose gap moved toward softmax between the two longest, and the runs' gains."""
-    from rpevit.analysis.pilot_overview import readings, training_trend
+    from campaign.pilot_overview import readings, training_trend
     from rpevit.lab.params import load_params
 
     params = load_params("canvas56_dial8")  # favor only, seeds 1 and 2, budgets 8/16/32
@@ -584,11 +585,11 @@ def test_the_overview_says_how_the_gaps_moved_with_training_across_the_pilots():
 
 
 def test_the_committed_overview_is_the_one_its_kept_records_give(tmp_path, monkeypatch):
-    """reports/gap_pilots.md is regenerated (`python -m rpevit gap-pilot --overview`) whenever a pilot's
+    """reports/gap_pilots.md is regenerated (`python -m campaign gap-pilot --overview`) whenever a pilot's
     kept records or parked runs change: a finished run committed without it fails here. Read as a fresh
     clone reads it (runs/ empty: only what is tracked), so it checks the same here, beside runs still
     training, as in CI."""
-    from rpevit.analysis import pilot_overview
+    from campaign import pilot_overview
     from rpevit.lab.params import PROJECT_ROOT
 
     monkeypatch.setenv("RPEVIT_RUNS", str(tmp_path / "runs"))
@@ -599,7 +600,7 @@ def test_the_committed_overview_is_the_one_its_kept_records_give(tmp_path, monke
 @pytest.mark.parametrize("preset", ["fmnist_converged", "smoke", "params/smoke.yaml"])
 def test_gap_pilot_refuses_a_study_that_is_not_a_pilot_and_writes_nothing(preset, capsys):
     """`gap-pilot fmnist_converged` once overwrote that study's report with a bogus pilot page."""
-    from rpevit.cli import main
+    from campaign.cli import main
     from rpevit.lab.params import PROJECT_ROOT
 
     folder = PROJECT_ROOT / "reports" / Path(preset).stem

@@ -1,4 +1,4 @@
-"""The CUDA acceptance tests (issue 19 §3), run by `python -m rpevit doctor --gpu` on a CUDA machine.
+"""The CUDA acceptance tests (issue 19 §3), run by `python -m campaign gpu-acceptance` on a CUDA machine.
 
 Skipped without a CUDA GPU, by design: their CPU stand-ins are tests/test_cuda_readiness.py. Each
 checks what only a GPU can show: every variant trains in bf16, the fast attention paths and cuFFT
@@ -20,7 +20,7 @@ from rpevit.core.variants import list_variants
 from helpers import resumed_like_straight
 
 pytestmark = pytest.mark.skipif(
-    not torch.cuda.is_available(), reason="needs a CUDA GPU (run `python -m rpevit doctor --gpu` on one)"
+    not torch.cuda.is_available(), reason="needs a CUDA GPU (run `python -m campaign gpu-acceptance` on one)"
 )
 CUDA = torch.device("cuda")
 TINY = {"dim": 32, "depth": 2, "heads": 2, "mlp_dim": 32, "image_size": 16, "patch_size": 4, "channels": 1}

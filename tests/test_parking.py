@@ -1,4 +1,4 @@
-"""Parked runs (rpevit/lab/parking.py): an unfinished run kept in reports/<preset>/parked/ goes on in another
+"""Parked runs (campaign/parking.py): an unfinished run kept in reports/<preset>/parked/ goes on in another
 checkout, never backwards, never over a run that ended or that another live process trains."""
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ import pytest
 import torch
 from conftest import tiny_preset_yaml
 
-from rpevit.lab import parking, records
+from campaign import parking
+from rpevit.lab import records
 
 ROOT = Path(__file__).resolve().parents[1]
 VARIANT = ("smoke", "mnist5k", "softmax+ape")
@@ -132,7 +133,7 @@ def test_park_after_a_fresh_clone_loses_no_parked_run(checkout):
 
 
 def test_a_gpu_sitting_staged_in_a_fresh_clone_carries_the_parked_runs(checkout, tmp_path):
-    from rpevit.lab import sitting
+    from campaign import sitting
 
     _checkpoint(_run(1), 7)
     parking.park(["smoke"])
@@ -166,7 +167,7 @@ def test_restore_leaves_ended_and_busy_runs_alone(checkout):
 
 
 def test_unpack_advances_a_run_whole_and_brings_an_ended_one(checkout, tmp_path):
-    from rpevit.lab import sitting
+    from campaign import sitting
 
     checkout("gpu")
     _checkpoint(_run(1), 9)
@@ -215,7 +216,7 @@ def test_a_run_killed_mid_study_and_parked_finishes_in_a_fresh_checkout_as_if_un
             "RPEVIT_REPORTS": str(tmp_path / machine / "reports"),
             "OMP_NUM_THREADS": "1",
         }
-        launch = ["-c", KILLED_AFTER_EPOCH_2] if killed else ["-m", "rpevit"]
+        launch = ["-c", KILLED_AFTER_EPOCH_2] if killed else ["-m", "campaign"]
         done = subprocess.run([sys.executable, *launch, *args], cwd=ROOT, env=env, capture_output=True, text=True)
         assert done.returncode == (-signal.SIGKILL if killed else 0), done.stdout + done.stderr
         return done.stdout

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
+from campaign.recipe_pilot import decision_text
 from rpevit.analysis.convergence import plateau_gain, plateau_met
-from rpevit.tools.pilot import decision_text
 
 
 def test_plateau_gain_is_the_best_validation_gain_over_the_last_fifth():
@@ -50,7 +50,7 @@ def test_decision_falls_back_to_the_best_converged_recipe_and_states_the_distanc
 
 
 def test_choice_names_the_pilot_run_of_the_chosen_recipe_and_its_longer_twin():
-    from rpevit.tools.pilot import choice_text
+    from campaign.recipe_pilot import choice_text
 
     rows = [
         dict(_row("fmnist_pilot_flip_erase", 90.11, 0.62, epochs=26), **{"seed": 0}),

@@ -58,11 +58,11 @@ def test_the_pilots_table_is_the_overview_report_s():
     after = after[: figure[0] - 1] if figure else after
     assert "![" in README[match.end() :].split("\n\n")[1], "the figure follows the pilots block"
     expected = [*standing, "", *table, *after]
-    assert match.group(2).splitlines() == expected, "run `python -m rpevit gap-pilot --overview`"
+    assert match.group(2).splitlines() == expected, "run `python -m campaign gap-pilot --overview`"
 
 
 def test_the_overview_command_fills_the_pilots_block(tmp_path):
-    from rpevit.analysis.pilot_overview import sync_readme
+    from campaign.pilot_overview import sync_readme
 
     readme = tmp_path / "README.md"
     readme.write_text("top\n<!-- pilots: quoted from x -->\n| old |\n<!-- /pilots -->\nbottom\n")

@@ -1,4 +1,4 @@
-"""The recall pilot's report (rpevit/analysis/recall_pilot.py): gaps per K with t-intervals, the
+"""The recall pilot's report (campaign/recall_pilot.py): gaps per K with t-intervals, the
 pre-registered go/no-go (the smallest K where softmax ≥ 95 % and a Performer ≥ 5 points behind), and the
 refusal of a preset that is not a recall pilot."""
 
@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 from scipy import stats as scipy_stats
 
-from rpevit.analysis import recall_pilot
+from campaign import recall_pilot
 from rpevit.core.errors import UserError
 from rpevit.lab.params import load_params
 

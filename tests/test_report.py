@@ -306,32 +306,34 @@ def test_generated_texts_head_the_index_and_fill_the_readme_findings(tmp_path):
     assert index.index("### The answer") < index.index("## Guide") and "- **seed 001**: 1 supported." in index
     assert "- text **45_answer** ([md](45_answer.md))" in index
 
+    from campaign import findings
+
     readme = tmp_path / "README.md"
     readme.write_text("# x\n\n## Findings\n\n<!-- findings: old -->\nstale\n<!-- /findings -->\n\n## Next\n")
-    assert report.sync_findings(readme, "p", root=tmp_path)
+    assert findings.sync_findings(readme, "p", root=tmp_path)
     text = readme.read_text()
     assert "stale" not in text and "- **seed 001**: 1 supported." in text and text.endswith("## Next\n")
     assert "[45_answer.md](reports/p/45_answer.md)" in text
-    assert not report.sync_findings(readme, "p", root=tmp_path)  # idempotent
+    assert not findings.sync_findings(readme, "p", root=tmp_path)  # idempotent
     readme.write_text("# no block\n")
     with pytest.raises(UserError, match="no Findings block"):
-        report.sync_findings(readme, "p", root=tmp_path)
+        findings.sync_findings(readme, "p", root=tmp_path)
     with pytest.raises(UserError, match="no generated texts"):
-        report.findings_markdown("empty", root=tmp_path)
+        findings.findings_markdown("empty", root=tmp_path)
 
 
 def test_results_page_findings_are_the_committed_claims_report():
     """docs/results.md's Findings say what the converged study's report (or, while it trains, its kept
-    records) computed, word for word (refresh with `python -m rpevit findings`)."""
-    from rpevit.analysis.report.findings import relinked
+    records) computed, word for word (refresh with `python -m campaign findings`)."""
+    from campaign.findings import findings_markdown, relinked
 
     page = (PROJECT_ROOT / "docs" / "results.md").read_text()
-    assert relinked(report.findings_markdown(), "../") in page
+    assert relinked(findings_markdown(), "../") in page
 
 
 def test_study_status_counts_complete_primary_seeds_and_each_budget(monkeypatch):
+    from campaign import findings
     from rpevit.analysis import convergence
-    from rpevit.analysis.report import findings
     from rpevit.lab import catalog
 
     params = load_params("fmnist_converged")
@@ -398,7 +400,7 @@ def test_study_status_counts_complete_primary_seeds_and_each_budget(monkeypatch)
 
 
 def test_secondary_claims_show_once_two_seeds_pair_them():
-    from rpevit.analysis.report import findings
+    from campaign import findings
 
     params = load_params("fmnist_converged")
 

@@ -10,11 +10,11 @@ import json
 import numpy as np
 import pytest
 
+from campaign.gap_pilot import budget_top1
 from rpevit.analysis import gap_table, results_table
 from rpevit.analysis.claims import busy_text, evaluate_claims, protocol_rows, run_table, seed_table
 from rpevit.analysis.claims.registry import Claim, Comparison, Source
 from rpevit.analysis.cost_plots import accuracy_cost_points
-from rpevit.analysis.gap_pilot import budget_top1
 from rpevit.analysis.plots import resolution_bands
 from rpevit.analysis.report.index import headline
 from rpevit.lab import design, runs

@@ -16,14 +16,14 @@ ROOT = Path(__file__).resolve().parents[1]
 PRESET = tiny_preset_yaml("sitting_tiny", epochs=200, train_size=2000, keep_records=True)
 
 
-def _rpevit(args, roots: Path, check=True, runs: Path | None = None) -> subprocess.CompletedProcess:
+def _campaign(args, roots: Path, check=True, runs: Path | None = None) -> subprocess.CompletedProcess:
     env = {
         **os.environ,
         "RPEVIT_RUNS": str(runs or roots / "runs"),
         "RPEVIT_REPORTS": str(roots / "reports"),
         "OMP_NUM_THREADS": "1",
     }
-    done = subprocess.run([sys.executable, "-m", "rpevit", *args], cwd=ROOT, env=env, capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-m", "campaign", *args], cwd=ROOT, env=env, capture_output=True, text=True)
     if check:
         assert done.returncode == 0, done.stdout + done.stderr
     return done
@@ -35,9 +35,9 @@ def _tops(roots: Path) -> dict[str, float]:
 
 
 def test_gpu_sitting_refuses_without_cuda_and_bad_minutes(tmp_path):
-    refused = _rpevit(["gpu-sitting", "smoke", "--out", str(tmp_path)], tmp_path, check=False)
+    refused = _campaign(["gpu-sitting", "smoke", "--out", str(tmp_path)], tmp_path, check=False)
     assert refused.returncode == 2 and refused.stderr.startswith("error: no CUDA device is visible")
-    refused = _rpevit(["gpu-sitting", "smoke", "--out", str(tmp_path), "--minutes", "12"], tmp_path, check=False)
+    refused = _campaign(["gpu-sitting", "smoke", "--out", str(tmp_path), "--minutes", "12"], tmp_path, check=False)
     assert refused.returncode == 2 and "--minutes 12 is not valid" in refused.stderr
     assert not (tmp_path / "runs").exists()
 
@@ -48,35 +48,36 @@ def test_a_cut_sitting_resumes_on_the_next_machine_to_the_uncut_records(tmp_path
     preset.write_text(PRESET)
     sit = ["gpu-sitting", str(preset), "--device", "cpu", "--processes", "1"]
     straight = tmp_path / "straight"
-    _rpevit([*sit, "--minutes", "3", "--out", str(tmp_path / "out0")], straight)
+    _campaign([*sit, "--minutes", "3", "--out", str(tmp_path / "out0")], straight)
     assert set(_tops(straight)) == {"softmax+ape"}
 
     first, second = tmp_path / "machine1", tmp_path / "machine2"
-    cut = _rpevit([*sit, "--minutes", "0.25", "--out", str(tmp_path / "out1")], first)
+    cut = _campaign([*sit, "--minutes", "0.25", "--out", str(tmp_path / "out1")], first)
     assert "stopped at the deadline: 1" in cut.stdout and "partial" in cut.stdout, cut.stdout
     assert _tops(first) == {}
-    unpacked = _rpevit(["gpu-sitting", "--unpack", str(tmp_path / "out1")], second)
+    unpacked = _campaign(["gpu-sitting", "--unpack", str(tmp_path / "out1")], second)
     assert "1 runs advanced or added" in unpacked.stdout
     assert any((second / "runs").rglob("checkpoint.pt"))  # the cut run travels with its checkpoint
     # the next sitting trains from what `--stage` carries out, and comes back through --unpack
-    from rpevit.lab import sitting
+    from campaign import sitting
 
     monkeypatch.setenv("RPEVIT_RUNS", str(second / "runs"))
     assert sitting.stage([str(preset)], tmp_path / "staged")[0].endswith("1 unfinished run(s) staged (2 files)")
     monkeypatch.delenv("RPEVIT_RUNS")
-    _rpevit([*sit, "--minutes", "3", "--out", str(tmp_path / "out2")], second, runs=tmp_path / "staged" / "runs")
+    _campaign([*sit, "--minutes", "3", "--out", str(tmp_path / "out2")], second, runs=tmp_path / "staged" / "runs")
     assert "resuming after epoch" in (tmp_path / "out2" / "runner0.log").read_text()  # from the staged checkpoint
-    _rpevit(["gpu-sitting", "--unpack", str(tmp_path / "out2")], second)
+    _campaign(["gpu-sitting", "--unpack", str(tmp_path / "out2")], second)
     assert _tops(second) == _tops(straight)
     assert any((second / "runs").rglob("record.json"))  # the run came back finished
-    again = _rpevit(["gpu-sitting", "--unpack", str(tmp_path / "out1")], second)
+    again = _campaign(["gpu-sitting", "--unpack", str(tmp_path / "out1")], second)
     assert "0 kept files added, 0 runs advanced or added" in again.stdout  # nothing finished is overwritten
 
 
 def test_a_second_preset_packs_beside_the_first_and_both_unpack(tmp_path, monkeypatch):
     """The sitting's chain (the next pilot in the minutes left) packs into the same $OUT: its parts are
     numbered on, so neither preset's files overwrite the other's, and one unpack brings both back."""
-    from rpevit.lab import records, sitting
+    from campaign import sitting
+    from rpevit.lab import records
 
     def rooted(machine):
         monkeypatch.setenv("RPEVIT_RUNS", str(tmp_path / machine / "runs"))
@@ -108,7 +109,7 @@ def test_device_tree_slims_the_index_for_travel_and_restores_it_exactly(tmp_path
     git("add", "-A")
     git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x")
     exclude_before = (tmp_path / ".git/info/exclude").read_text()
-    script = str(ROOT / "scripts" / "device_tree.sh")
+    script = str(ROOT / "campaign" / "scripts" / "device_tree.sh")
     subprocess.run(["bash", script, "slim", "q", "p"], cwd=tmp_path, check=True, capture_output=True)
     assert git("ls-files").split() == ["params/q.yaml", *kept, "src.py"]  # q's reference travels with it
     assert git("status", "--porcelain", "--untracked-files=all").split() == [
@@ -126,7 +127,7 @@ def test_device_tree_slims_the_index_for_travel_and_restores_it_exactly(tmp_path
 
 def test_a_captured_sitting_passes_capture_to_its_runners(tmp_path, monkeypatch):
     """gpu-sitting --capture starts study runners with --capture (graph-captured packed steps)."""
-    from rpevit.lab import sitting
+    from campaign import sitting
     from rpevit.lab.params import load_params
 
     started = []
@@ -158,8 +159,9 @@ def test_stage_carries_only_what_unfinished_runs_need(tmp_path, monkeypatch):
     checkpoints; a folder it did not make is refused, its own is replaced."""
     import dataclasses
 
+    from campaign import sitting
     from rpevit.core.errors import UserError
-    from rpevit.lab import records, sitting
+    from rpevit.lab import records
     from rpevit.lab.params import load_params
 
     monkeypatch.setenv("RPEVIT_RUNS", str(tmp_path / "runs"))

@@ -356,7 +356,7 @@ def execute_notebooks(
     train: bool = True,
 ) -> list[Path]:
     """Run the notebooks (all, or those whose names start with an entry of `only`) for a preset
-    into reports/<preset>/, then write its README.md (a gap pilot's: its report, gap_pilot.write_report).
+    into reports/<preset>/, then write its README.md (or an installed hook does: rpevit.lab.hooks).
     Returns the executed copies. `train=False` reports what has finished and trains nothing (an interim
     report of a study still training)."""
     params = load_params(preset)
@@ -384,13 +384,10 @@ def execute_notebooks(
         done.append(output)
     if not only:
         prune(out_dir, [nb.stem for nb in available])
+    from ..lab import hooks
     from ..lab.catalog import study_records
-    from .pilot_overview import pilot_order
 
-    if params.name in pilot_order():  # a gap pilot's README is its pre-registered report, naming the notebooks
-        from .gap_pilot import write_report
-
-        write_report(params.name, reports_root)
+    if hooks.report(params, reports_root):  # an installed hook wrote the index (rpevit.lab.hooks)
         return done
     write_index(
         params.name,

@@ -12,8 +12,6 @@ bench speed:     every variant of a preset side by side: training images/s and i
                  per-round table is what the time claims read (rpevit.analysis.claims).
 bench patches:   seed 000's patch-size sweep: a whole ViT on 32×32 images with patch 8/4/2/1
                  (16…1024 tokens), training and inference seconds per epoch, softmax vs Performers.
-bench engines:   a preset's whole grid, sequential runner vs Ray workers (rpevit.tools.bench_engines: it runs
-                 studies, so it lives in the orchestration layer).
 """
 
 from __future__ import annotations

@@ -18,8 +18,7 @@ Ray Core tasks, not Ray Tune: a run is already a complete, checkpointed job writ
 record; Tune would add its own trial directories, state and checkpoints beside them (two sources
 of truth), and its search and early-stopping schedulers have nothing to do in a fixed grid.
 Ray is an optional extra (`pip install -e '.[cluster]'`); nothing here imports it before a
-study on Ray is asked for. The engine benchmark (sequential vs Ray) is `python -m rpevit bench
-engines` (rpevit.tools.bench_engines).
+study on Ray is asked for.
 """
 
 from __future__ import annotations
@@ -274,6 +273,7 @@ def run_study_ray(
     on_event=None,
     pack_size: int | None = None,
     time_limit=None,
+    gates=(),
 ) -> list[dict]:
     """Run every missing run of the preset's grid as Ray tasks, then write the summary.
 
@@ -294,7 +294,7 @@ def run_study_ray(
     Which runs start, and in which order, is the sequential engine's (study.plain_order, or for a designed
     study study.designed_order with the runs submitted counted as in flight), drawn as the cluster's slots
     free up; `time_limit` (rpevit.lab.time_limit) applies its rule at each draw — a run starts only if it is
-    expected to finish in the time left then; the others are not started (and say so).
+    expected to finish in the time left then; the others are not started (and say so), as with `gates`.
 
     Returns the records of the grid in grid order, plus a row with status `failed` or `skipped`
     (and its `message`) for each run that failed or was skipped in this sitting.
@@ -314,7 +314,7 @@ def run_study_ray(
     tty = sys.stdout.isatty() if progress is None else progress
     meter = Progress(len(todo), tty, on_event, name=f"study {params.name}")
     pending: dict = {}  # Ray object ref → the runs of its task
-    order = _draw_order(params, todo, meter, time_limit, pack_size, pending)
+    order = _draw_order(params, todo, meter, (time_limit, gates), pack_size, pending)
     first = next(order, None) if todo else None
     if first is None:  # nothing for Ray to do: no cluster needed
         meter.close()
@@ -368,16 +368,17 @@ def _check_shares(cpus_per_run, gpus_per_run) -> None:
         )
 
 
-def _draw_order(params: Params, todo: list, meter, time_limit, pack_size, pending: dict):
+def _draw_order(params: Params, todo: list, meter, limits: tuple, pack_size, pending: dict):
     """One scheduler for every engine: the sequential engine's order, drawn as the cluster's slots free
     up — a list of (run, state) per task, or None while a designed study waits on its submitted runs
-    (each run chosen when a slot frees, the runs submitted counting as in flight)."""
+    (each run chosen when a slot frees, the runs submitted counting as in flight); `limits`: (time limit, gates)."""
+    time_limit, gates = limits
     if params.design.active:
         submitted = functools.partial(_places, pending)
         return (item and [item] for item in study.designed_order(params, todo, meter, time_limit, submitted))
     if pack_size is not None:
-        return iter(study.packs(list(study.plain_order(params, todo, time_limit)), pack_size))
-    return ([item] for item in study.plain_order(params, todo, time_limit))
+        return iter(study.packs(list(study.plain_order(params, todo, time_limit, gates)), pack_size))
+    return ([item] for item in study.plain_order(params, todo, time_limit, gates))
 
 
 def _dispatch(ray, order, pending: dict, slots: int, shares: dict, check_name: str, meter, dataset_loader):

@@ -8,8 +8,8 @@ draws are functions of the seed and the epoch, so a 64-epoch run passes through 
 CPU). A preset with `continues: <preset>` — the same data, model and training except `train.epochs`
 and `train.budgets` — starts each run of its own there. It inherits the epochs before that point, the
 cool-downs branched before it and, when the donor run finished, the donor's own budget as one of its
-budgets; the record's `continued_from` names them, and its CPU budget does not count them
-(rpevit/lab/budget.py). Without the donor's stable checkpoint on this machine a run starts from
+budgets; the record's `continued_from` names them, and a CPU budget leaves them out
+(`inherited_seconds`). Without the donor's stable checkpoint on this machine a run starts from
 initialisation and computes the same.
 """
 

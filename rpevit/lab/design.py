@@ -331,7 +331,7 @@ def _standing(params, current: list[dict]) -> tuple[str, bool]:
 def training_hours(records) -> float:
     """Summed training hours of finished runs, read from their records alone: epochs × CPU seconds per
     epoch (wall seconds in records from before those were kept) plus the epoch seconds of their cool-down
-    branches (train.budgets), the measure a pilot's stated budget counts from histories (rpevit/lab/budget.py)."""
+    branches (train.budgets), the measure a stated CPU budget counts from histories (`inherited_seconds` apart)."""
     return (
         sum(
             (r.train_cpu_seconds_per_epoch or r.train_seconds_per_epoch or 0) * (r.epochs or 0)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -153,10 +154,13 @@ class Params:
     # a WSD preset whose runs go on from another preset's runs of the same seeds at the end of their
     # stable phase (rpevit/lab/continuation.py): a longer budget without training the shared epochs again
     continues: str | None = added(None)
+    # the file the preset was read from (load_params sets it; not a key of the preset): a header read later
+    # (a pre-registration, a budget) comes from this file, not from whatever a name finds
+    source: str | None = field(default=None, compare=False, repr=False)
 
     def to_dict(self) -> dict:
-        """Plain-data form (JSON/YAML-serialisable)."""
-        return dataclasses.asdict(self)
+        """Plain-data form (JSON/YAML-serialisable), without `source`."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if k != "source"}
 
 
 def preset_path(name_or_path: str | Path) -> Path:
@@ -210,6 +214,8 @@ def load_params(name_or_path: str | Path) -> Params:
     if not isinstance(raw, dict):
         raise UserError(f"{path}: a preset is a mapping of keys (name, datasets, variants, ...).")
     raw = dict(raw)
+    if "source" in raw:
+        raise UserError(f"{path}: `source` is not a preset key (it names the file a preset was read from).")
     raw.setdefault("name", path.stem)
     try:
         check_name("preset", raw["name"])
@@ -227,4 +233,30 @@ def load_params(name_or_path: str | Path) -> Params:
         )
     except UserError as exc:
         raise UserError(f"{path}: {exc}") from None
-    return params
+    return dataclasses.replace(params, source=str(path))
+
+
+_PREREGISTERED = re.compile(r"^# Pre-registered", re.MULTILINE)
+
+
+def preregistered(preset) -> bool:
+    """Whether a preset's header says it was pre-registered (`# Pre-registered …`, committed before its first
+    run); False if its file cannot be found. `preset` is a name or a path."""
+    try:
+        return bool(_PREREGISTERED.search(preset_path(preset).read_text(encoding="utf-8")))
+    except (UserError, OSError):
+        return False
+
+
+def check_clean_revision(preset, allow_dirty: bool) -> None:
+    """A pre-registered preset trains only from a clean, committed code revision (its records name it): one
+    UserError before anything runs when the package has uncommitted changes, unless `allow_dirty`."""
+    from .revision import code_revision, short_revision
+
+    current = code_revision()
+    if preregistered(preset) and current.endswith("+dirty") and not allow_dirty:
+        raise UserError(
+            f"{preset} is pre-registered, so its runs train from a clean, committed revision, and the package has "
+            f"uncommitted changes ({short_revision(current)}). Commit them first, or pass --allow-dirty "
+            "(the records will name the revision +dirty)."
+        )

@@ -18,14 +18,13 @@ import dataclasses
 import functools
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ..core.device import check_one_precision, planned_precision
 from ..core.variants import parse_variant
 from . import design, records, runs
 from .bench import train_costs
-from .budget import budget_spent
 from .catalog import current_record, grid, pace_records, run_lock, snapshot, study_records
 from .cell import State, cells, needs_evaluation, run_cell, run_pack, settle
 from .params import Params
@@ -38,6 +37,7 @@ from .tables import markdown_table
 from .time_limit import TimeLimit, expected_total
 from .wanted import Snapshot, wanted
 
+Gate = Callable[[Run], str]  # why a run may not start ("" when it may): a start gate the caller passes
 POLL_SECONDS = 60  # how often a waiting study looks again at the runs other processes train
 
 
@@ -116,13 +116,15 @@ def run_study(
     summary_root=None,
     time_limit: TimeLimit | None = None,
     pack_size: int | None = None,
+    gates: Sequence[Gate] = (),
 ) -> list[dict]:
     """Run every cell of the preset's grid that has work (cell.run_cell: repair, train, evaluate,
     keep), then write the summary (unless `summary` is False: a notebook that only shows, e.g. under
     nbval, leaves reports/ as it found it; `summary_root`: the folder above the summary's, where not the reports
     root — make study's demo writes local/reports/smoke/); returns the current records in grid order.
     `dataset_loader(params, name)` loads a dataset (default runs.dataset_for); with a `time_limit`
-    no run starts that is not expected to finish within it (rpevit.lab.time_limit). With `pack_size` (the pack
+    no run starts that is not expected to finish within it (rpevit.lab.time_limit); nor one that a start gate
+    of `gates` refuses (the caller's rules, e.g. a pre-registered budget: plain_order). With `pack_size` (the pack
     engine; 0: no limit) the runs of one variant train together in packs (cell.run_pack; a design's
     adaptive order trains one run per pack)."""
     runs.preflight(params, runs_root=runs_root)
@@ -137,7 +139,7 @@ def run_study(
     if params.design.active:
         order = designed_order(params, todo, meter, time_limit)
     else:
-        order = plain_order(params, todo, time_limit)
+        order = plain_order(params, todo, time_limit, gates)
     # the pack engine groups a plain grid by variant; a design's adaptive order trains one run per pack
     packed = pack_size is not None and not params.design.active
     groups = packs(list(order), pack_size) if packed else ([item] for item in order)
@@ -165,23 +167,32 @@ def packs(todo: list[tuple[Run, State]], size: int) -> list[list[tuple[Run, Stat
     return [g[i : i + step] for g in groups.values() for i in range(0, len(g), step)]
 
 
+def started_runs(params: Params, runs_root=None, reports_root=None) -> list[Run]:
+    """The preset's unfinished runs that hold a checkpoint here: started, so finished whatever a gate says."""
+    found = [Run(params, *place, runs_root=runs_root, reports_root=reports_root).rooted() for place in grid(params)]
+    return [run for run in found if current_record(run) is None and (run.dir / records.CHECKPOINT).is_file()]
+
+
 def refusal(time_limit: TimeLimit | None, run: Run, before: State, pace: list[dict], costs: dict) -> str:
     """Why a run must not start in the time limit's time left ('' when it may, or with no limit);
     `pace`: finished records (catalog.pace_records), `costs`: bench.train_costs."""
     return "" if time_limit is None else time_limit.refusal(run, pace, train=before.train, costs=costs)
 
 
-def plain_order(params: Params, todo: list[tuple[Run, State]], time_limit: TimeLimit | None = None):
-    """The runs of `todo` in grid order, leaving unstarted (and saying so) those a `time_limit` refuses.
-    A run another process is training is not judged here: the runner skips it with its own message."""
+def plain_order(
+    params: Params, todo: list[tuple[Run, State]], time_limit: TimeLimit | None = None, gates: Sequence[Gate] = ()
+):
+    """The runs of `todo` in grid order, leaving unstarted (and saying so) those a `time_limit` refuses, and
+    those not yet started that a start gate refuses (`gate(run)`: why not, "" to let it start; a started run
+    is finished, as a part informs nothing). A run another process is training is not judged here: the
+    runner skips it with its own message."""
     costs = train_costs(params, todo[0][0].reports_root) if todo and time_limit is not None else {}
     for run, before in todo:
         pace = pace_records(params, run.runs_root, run.reports_root) if time_limit is not None else []
         flying = time_limit is not None and run_lock(params, run.place, run.runs_root).holder() is not None
         why = "" if flying else refusal(time_limit, run, before, pace, costs)
-        started = (run.dir / records.CHECKPOINT).is_file()  # a started run is finished: a part informs nothing
-        if not why and not flying and not started:  # a pilot's pre-registered CPU budget, read before each start
-            why = budget_spent(params, runs_root=run.runs_root, reports_root=run.reports_root) or ""
+        if not why and not flying and not (run.dir / records.CHECKPOINT).is_file():
+            why = next((refused for gate in gates if (refused := gate(run))), "")
         if why:
             print(f"not started: {label(*run.place)} ({why})", flush=True)
             continue

@@ -2,18 +2,17 @@
 runs, the runs in flight and their epochs, what it still wants and how long that takes at the pace of
 the finished runs (time_limit.expected_seconds); for a designed study also its complete primary
 seeds, the stopping rule's half-widths, its budgets, the runs waiting on the stopping rule or held
-for its longer-budget check, and that check's own status; kept weights that are missing or damaged,
-and how many finished records come from other code revisions. It trains nothing and writes no result."""
+for its longer-budget check, and that check's own status; what installed hooks add (rpevit.lab.hooks);
+kept weights that are missing or damaged, and how many finished records come from other code revisions.
+It trains nothing and writes no result."""
 
 from __future__ import annotations
 
 from ..core.variants import parse_variant
-from . import design, records
+from . import design, hooks, records
 from .bench import train_costs
-from .budget import budget_line, over_budget, runs_in_flight, stated_budget, training_hours
 from .catalog import grid, snapshot
 from .params import Params, load_params
-from .parking import PARKED, pending
 from .progress import label
 from .result import results
 from .revision import code_revision, short_revision
@@ -116,24 +115,17 @@ def status_lines(params: Params, runs_root=None, reports_root=None) -> list[str]
         )
         + (f", {diverged} diverged" if diverged else "")
     ]
-    stated, stopped = stated_budget(params.name), False  # stopped: its spent budget ended it, runs untrained
-    if stated is not None:  # a pilot's pre-registered CPU budget (its header)
-        spent = training_hours(params, runs_root, reports_root)
-        stopped = over_budget(params, spent[0], stated, runs_root, reports_root) and not runs_in_flight(
-            params, runs_root, reports_root
-        )
-        lines.append(budget_line(*spent, stated, complete=len(finished) == total or stopped).replace("**", ""))
+    lines += hooks.status(params, runs_root, reports_root)  # e.g. a pre-registered budget, runs kept elsewhere
     for place in sorted(busy):
         run = Run(params, *place, runs_root=runs_root)
         lines.append(f"in flight: {label(*place)}, {epochs_done(run)} of {run.train_config.epochs} epochs done")
-    if parked := pending(params.name):
-        lines.append(f"parked: {', '.join(parked)} (reports/{params.name}/{PARKED}/; the next `study` resumes them)")
     if params.design.active:
         lines += _design_lines(params, current)
     groups, pace = wanted(params, seen), list(seen.pace)
     costs, left = train_costs(params, reports_root), groups.left
+    stopped = not busy and hooks.refusal(params, runs_root, reports_root)  # a start gate refuses, none in flight
     if stopped and left:
-        lines.append(f"left: {_runs(len(left))}, which its spent budget does not start (training has ended)")
+        lines.append(f"left: {_runs(len(left))}, which a start gate refuses: {stopped}")
     else:
         lines.append(
             f"left: {_runs(len(left))} ({sum(p in busy for p in left)} in flight); "

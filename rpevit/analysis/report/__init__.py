@@ -2,8 +2,7 @@
 
 - `store`: figures (PNG for matplotlib, offline HTML for plotly), tables (CSV + Markdown) and texts
   written into reports/<preset>/ with a per-notebook manifest (`Report`, `show`, `report_dir`);
-- `index` and `findings`: the index reports/<preset>/README.md (headline, guide, every output) and
-  the Findings block of docs/results.md copied from a preset's report;
+- `index`: the index reports/<preset>/README.md (headline, guide, every output);
 - `styles`: one look per variant (colour, marker, line, fill) shared by every figure.
 
 The figures themselves are drawn by `rpevit.analysis.plots`. Every name is importable from `rpevit.analysis.report`.
@@ -23,14 +22,6 @@ from ..styles import (
     variant_legend,
     variant_style,
     variant_styles,
-)
-from .findings import (
-    FINDINGS_END,
-    FINDINGS_PRESET,
-    findings_begin,
-    findings_markdown,
-    study_status,
-    sync_findings,
 )
 from .index import headline, report_texts, write_index
 from .store import (
@@ -54,8 +45,6 @@ from .store import (
 )
 
 __all__ = [
-    "FINDINGS_END",
-    "FINDINGS_PRESET",
     "MANIFEST",
     "METHOD_COLOURS",
     "NO_ROWS",
@@ -68,8 +57,6 @@ __all__ = [
     "encoding_legend",
     "ensure_plotly_js",
     "figure_png",
-    "findings_begin",
-    "findings_markdown",
     "headline",
     "leading_method",
     "markdown_table",
@@ -85,8 +72,6 @@ __all__ = [
     "report_dir",
     "report_texts",
     "show",
-    "study_status",
-    "sync_findings",
     "tracked_files",
     "variant_legend",
     "variant_style",

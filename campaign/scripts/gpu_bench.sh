@@ -4,7 +4,7 @@
 # aggregate training images/s of the six primary variants for K in {1, 8, 32, 64} runs per pack, eager,
 # then single and K=32 with and without graph capture for three of them (each captured cell compiles).
 # Writes $OUT/bench_pack_gpu.md; commit it as reports/bench/gpu_pack_<device>.md.
-# Usage: bash scripts/gpu_bench.sh [PRESET]
+# Usage: bash campaign/scripts/gpu_bench.sh [PRESET]
 set -uo pipefail
 preset=${1:-fmnist_converged}
 export PYTHONPATH=. PYTHONUNBUFFERED=1
@@ -14,7 +14,7 @@ report="$out/bench_pack_gpu.md"
 {
   echo "# Packed and graph-captured training on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
   echo
-  echo "Command: \`bash scripts/gpu_bench.sh $preset\` ($(date -u +%Y-%m-%d), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown))."
+  echo "Command: \`bash campaign/scripts/gpu_bench.sh $preset\` ($(date -u +%Y-%m-%d), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown))."
   echo
   echo "## K runs per pack, eager"
   echo

@@ -5,7 +5,7 @@ Performer falls behind — by the go/no-go rule fixed in the preset before its f
 Per run the record holds test top-1 at the end of its budget (best-validation weights). Gap = Performer −
 softmax at the same K and seed, in points (negative: softmax ahead), with a 95 % t-interval over the seeds
 (scipy). GO at the smallest K where softmax's mean test top-1 is ≥ 95 % and some Performer's mean gap is
-≤ −5 points. `python -m rpevit recall-pilot <preset>` writes reports/<preset>/README.md, recall_pilot.csv
+≤ −5 points. `python -m campaign recall-pilot <preset>` writes reports/<preset>/README.md, recall_pilot.csv
 and .md, and the figures recall_pilot.png (top-1 against K) and recall_curves.png (validation top-1 per
 epoch) from the kept records.
 """
@@ -16,13 +16,13 @@ import math
 import statistics
 from pathlib import Path
 
-from ..core.data import dataset_info
-from ..core.errors import UserError
-from ..core.stats import t_interval
-from ..lab import records
-from ..lab.result import results
-from ..lab.schema import finished
-from ..lab.tables import markdown_table, signed
+from rpevit.core.data import dataset_info
+from rpevit.core.errors import UserError
+from rpevit.core.stats import t_interval
+from rpevit.lab import records
+from rpevit.lab.result import results
+from rpevit.lab.schema import finished
+from rpevit.lab.tables import markdown_table, signed
 
 SOLVED = 95.0  # softmax's mean test top-1 (%) at a K for the task to count as solvable there
 GO_GAP = 5.0  # a Performer this many points behind softmax at such a K: GO
@@ -120,8 +120,8 @@ def decision(rows: list[dict], params) -> str:
 def accuracy_figure(params, top1: dict):
     """Test top-1 against K, one line per variant (the mean over seeds; each seed a dot), chance and the 95 %
     line marked."""
-    from .plots import _mpl
-    from .styles import variant_style
+    from rpevit.analysis.plots import _mpl
+    from rpevit.analysis.styles import variant_style
 
     plt = _mpl()
     fig, axis = plt.subplots(figsize=(6.4, 4.2))
@@ -146,9 +146,9 @@ def accuracy_figure(params, top1: dict):
 
 def curves_figure(params, found):
     """Validation top-1 per epoch of every finished run, one panel per K."""
-    from ..lab.catalog import run_history
-    from .plots import _mpl
-    from .styles import variant_style
+    from rpevit.analysis.plots import _mpl
+    from rpevit.analysis.styles import variant_style
+    from rpevit.lab.catalog import run_history
 
     plt = _mpl()
     fig, axes = plt.subplots(1, len(params.datasets), figsize=(4.2 * len(params.datasets), 3.4), squeeze=False)
@@ -173,8 +173,8 @@ def summary(preset: str, reports_root=None) -> dict:
     """What a recall pilot's report shows, computed from its records and written nowhere (write_report writes
     it; notebook 35 shows it): `params`, `found`, `top1`, `rows` (pilot_rows), `decision`, `table` (Markdown),
     `intro`."""
-    from ..lab.catalog import grid, study_records
-    from ..lab.params import load_params
+    from rpevit.lab.catalog import grid, study_records
+    from rpevit.lab.params import load_params
 
     params = load_params(preset)
     check_is_recall_pilot(params)
@@ -203,7 +203,7 @@ def summary(preset: str, reports_root=None) -> dict:
 
 def write_report(preset: str, reports_root=None) -> list[str]:
     """reports/<preset>/README.md, recall_pilot.{csv,md} and its two figures; returns the README's lines."""
-    from .plots import save_png
+    from rpevit.analysis.plots import save_png
 
     found = summary(preset, reports_root)
     params = found["params"]
@@ -242,7 +242,7 @@ def add_parser(sub) -> None:
 
 
 def command(args) -> int:
-    """`python -m rpevit recall-pilot <preset>`: its report, reports/<preset>/README.md."""
+    """`python -m campaign recall-pilot <preset>`: its report, reports/<preset>/README.md."""
     lines = write_report(args.params)
     print("\n".join(lines))
     print(f"wrote reports/{Path(str(args.params)).stem}/: README.md, {TABLE}.csv, {TABLE}.md, {FIGURE}, {CURVES}")

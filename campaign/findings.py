@@ -1,25 +1,24 @@
 """The Findings block of docs/results.md: the texts a preset's report generated (copied word for word by
-`python -m rpevit findings`), or, while a designed study trains, how far it is."""
+`python -m campaign findings`), or, while a designed study trains, how far it is."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from ...core.errors import UserError
-from ...lab import records
-from ...lab.result import results
-from ...lab.schema import finished
-from .index import designed, report_texts
-from .store import report_dir
+from rpevit.analysis.report.index import designed, report_texts
+from rpevit.analysis.report.store import report_dir
+from rpevit.core.errors import UserError
+from rpevit.lab import records
+from rpevit.lab.result import results
+from rpevit.lab.schema import finished
 
 FINDINGS_PRESET = "fmnist_converged"
 FINDINGS_END = "<!-- /findings -->"
 
 
 def findings_begin(preset: str) -> str:
-    return (
-        f"<!-- findings: copied from reports/{preset}/ by `python -m rpevit findings {preset}`; do not edit by hand -->"
-    )
+    by = f"`python -m campaign findings {preset}`"
+    return f"<!-- findings: copied from reports/{preset}/ by {by}; do not edit by hand -->"
 
 
 def findings_markdown(preset: str = FINDINGS_PRESET, root=None) -> str:
@@ -49,11 +48,11 @@ def study_status(preset: str, root=None) -> str:
     """Markdown: how far a designed study is (finished runs of its primary and secondary variants,
     complete primary seeds, hours against its budgets, from the kept records) while its report has not
     been generated yet."""
-    from ...core.variants import parse_variant
-    from ...lab.catalog import grid, study_records
-    from ...lab.design import complete_seed_records, primary_progress, training_hours
-    from ...lab.params import load_params
-    from ..convergence import PLATEAU_RULE, budget_check_rows, check_reading, finished_convergence
+    from rpevit.analysis.convergence import PLATEAU_RULE, budget_check_rows, check_reading, finished_convergence
+    from rpevit.core.variants import parse_variant
+    from rpevit.lab.catalog import grid, study_records
+    from rpevit.lab.design import complete_seed_records, primary_progress, training_hours
+    from rpevit.lab.params import load_params
 
     params = load_params(preset)
     design = params.design
@@ -126,10 +125,10 @@ def settled_primary(params, current: list[dict]) -> str:
     there, and each pre-registered contrast's effect with the unadjusted interval its report shows
     (stats.contrast_test over the complete seeds); the verdicts wait for the report's multiplicity rule
     over all its claims. '' while no primary grid is settled."""
-    from ...core.stats import contrast_test
-    from ...lab.design import complete_seed_records, per_seed_contrast, seeds_text
-    from ...lab.tables import signed
-    from ...lab.wanted import primary_settled
+    from rpevit.core.stats import contrast_test
+    from rpevit.lab.design import complete_seed_records, per_seed_contrast, seeds_text
+    from rpevit.lab.tables import signed
+    from rpevit.lab.wanted import primary_settled
 
     design, sentences = params.design, []
     for dataset in params.datasets:
@@ -160,10 +159,12 @@ def secondary_so_far(params, found: list[dict]) -> str:
     then the published claims on them that ≥ 2 paired seeds let compute, with their unadjusted
     intervals (claims.evaluate_claims) and no verdict: the report decides every claim with one Holm
     correction. '' while no secondary run has finished."""
-    from ...core.variants import parse_variant
-    from ...lab.tables import signed
-    from ..claims.evaluation import evaluate_claims  # the modules, not the package: claims.figures draws with report
-    from ..claims.registry import CLAIMS, TOP1
+    from rpevit.analysis.claims.evaluation import (
+        evaluate_claims,
+    )  # the modules, not the package: claims.figures draws with report
+    from rpevit.analysis.claims.registry import CLAIMS, TOP1
+    from rpevit.core.variants import parse_variant
+    from rpevit.lab.tables import signed
 
     design = params.design
     secondary = [parse_variant(v).name for v in design.secondary]
@@ -208,8 +209,8 @@ def secondary_so_far(params, found: list[dict]) -> str:
 
 def _early_study_note(root=None, preset: str = "cpu_claims") -> str:
     """One sentence on the early-training claims study, computed from its kept records."""
-    from ...lab.catalog import study_records
-    from ...lab.params import load_params
+    from rpevit.lab.catalog import study_records
+    from rpevit.lab.params import load_params
 
     try:
         found = finished(study_records(load_params(preset), reports_root=root))
@@ -242,3 +243,18 @@ def sync_findings(readme: Path, preset: str = FINDINGS_PRESET, root=None, link_p
     if new != text:
         records.write_text(readme, new)
     return new != text
+
+
+def add_parser(sub) -> None:
+    """The `findings` sub-command's arguments."""
+    findings = sub.add_parser("findings", help="copy a report's generated answer into docs/results.md's Findings")
+    findings.add_argument("params", nargs="?", default=FINDINGS_PRESET, help=f"preset whose report ({FINDINGS_PRESET})")
+
+
+def command(args) -> int:
+    """`python -m campaign findings`: copy a report's generated answer into the Findings of docs/results.md."""
+    from rpevit.lab.params import PROJECT_ROOT
+
+    changed = sync_findings(PROJECT_ROOT / "docs" / "results.md", args.params, link_prefix="../")
+    print(f"docs/results.md Findings {'updated from' if changed else 'already match'} reports/{args.params}/")
+    return 0

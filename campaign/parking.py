@@ -2,7 +2,7 @@
 
 runs/ is git-ignored. A machine that is handed back or reset (a CPU sitting that ends, a fresh
 clone, a lent GPU) loses every epoch trained since the last finished run, unless it is parked first:
-`python -m rpevit park PRESET…` copies each unfinished run's newest checkpoint and its stable
+`python -m campaign park PRESET…` copies each unfinished run's newest checkpoint and its stable
 checkpoint (the cool-downs branch from it) to reports/<preset>/parked/ — tracked: commit it. `study`
 puts them back into runs/ before it starts (`restore`). Nothing goes backwards: a run is placed as a
 whole (its checkpoint, stable checkpoint and a history.csv written from the checkpoint's own history,
@@ -17,8 +17,8 @@ import io
 import shutil
 from pathlib import Path
 
-from . import records
-from .params import Params, load_params
+from rpevit.lab import records
+from rpevit.lab.params import Params, load_params
 
 PARKED = "parked"  # reports/<preset>/parked/<dataset>/<variant>/seed<N>/: tracked, unlike runs/
 RUN_FILES = (records.CHECKPOINT, records.STABLE_CHECKPOINT)  # read in this order: a checkpoint past the stable
@@ -210,7 +210,7 @@ def add_parser(sub) -> None:
 
 
 def command(args) -> int:
-    """`python -m rpevit park PRESET…`"""
+    """`python -m campaign park PRESET…`"""
     for line in park(args.presets):
         print(line)
     return 0

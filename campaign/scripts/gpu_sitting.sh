@@ -4,8 +4,8 @@
 # ./data folder, unfinished runs from the carried ./staged folder (`gpu-sitting --stage`), results
 # into $OUT; first the compile check (tests/test_compile.py) on the GPU.
 # When every run of a gap pilot finishes with NO-GO inside the minutes, the next pilot of the
-# pre-registered order (`python -m rpevit gap-pilot PRESET --next`) trains in the minutes left.
-# Usage: bash scripts/gpu_sitting.sh PRESET [MINUTES]
+# pre-registered order (`python -m campaign gap-pilot PRESET --next`) trains in the minutes left.
+# Usage: bash campaign/scripts/gpu_sitting.sh PRESET [MINUTES]
 set -euo pipefail
 preset=${1:?usage: gpu_sitting.sh PRESET [MINUTES]}
 minutes=${2:-6}  # plus up to 2.5 min of compile check: a device call of ≤ 10 min
@@ -24,8 +24,8 @@ while [ -n "$preset" ]; do
   left=$(python3 -c "print(round($minutes - ($(date +%s) - $start) / 60, 2))")
   python3 -c "import sys; sys.exit($left < 1.5)" || { echo "$left minutes left: $preset waits"; break; }
   # SITTING_DEVICE=cpu: a dry run on a machine without CUDA (one runner, sequential engine)
-  python3 -m rpevit gpu-sitting "$preset" --minutes "$left" --out "$out" --data-root data \
+  python3 -m campaign gpu-sitting "$preset" --minutes "$left" --out "$out" --data-root data \
     --device "${SITTING_DEVICE:-cuda}" 2>&1 | tee -a "$out/sitting.log"
-  preset=$(python3 -m rpevit gap-pilot "$preset" --next 2>>"$out/sitting.log" || true)
+  preset=$(python3 -m campaign gap-pilot "$preset" --next 2>>"$out/sitting.log" || true)
   if [ -n "$preset" ]; then echo "NO-GO with every run finished: the next pilot, $preset, trains in the minutes left"; fi
 done

@@ -4,7 +4,7 @@ would the factorial need — by the rules fixed in the preset before its first r
 
 Per run the record holds test top-1 at its own budget (train.epochs) and at the shorter budgets
 branched from it (`budgets`, rpevit/core/budgets.py). Gap = Performer − softmax (same seed, same APE) in
-points: negative means softmax ahead. `python -m rpevit gap-pilot <preset>` writes
+points: negative means softmax ahead. `python -m campaign gap-pilot <preset>` writes
 reports/<preset>/README.md and pilot_gaps.{csv,md} from the kept records.
 """
 
@@ -13,13 +13,19 @@ from __future__ import annotations
 import math
 import statistics
 
-from ..core.stats import t_half_width, t_interval
-from ..lab import records
-from ..lab.budget import budget_line, stated_budget, training_hours
-from ..lab.result import results
-from ..lab.revision import revisions_line
-from ..lab.schema import finished
-from ..lab.tables import markdown_table, signed
+from rpevit.core.attention import linear_backends
+from rpevit.core.stats import t_half_width, t_interval
+from rpevit.lab import catalog, records
+from rpevit.lab.catalog import grid
+from rpevit.lab.params import load_params
+from rpevit.lab.result import results
+from rpevit.lab.revision import revisions_line
+from rpevit.lab.schema import finished
+from rpevit.lab.tables import markdown_table, signed
+
+from .budget import budget_line, runs_in_flight, stated_budget, training_hours
+from .parking import history_so_far
+from .pilot_answer import equal_time_line
 
 GO_GAP = 1.5  # a Performer behind softmax by at least this many points at the longest budget: go on
 DD_SD_FLOOR = 0.83  # points: the smallest SD of a difference of differences the seed count is planned on
@@ -250,7 +256,6 @@ def next_pilot(preset: str, reports_root=None) -> str | None:
 def final_verdict(preset: str, reports_root=None) -> str:
     """'GO' or 'NO-GO' once every run of the pilot has finished (or its spent budget ended it), by the
     pre-registered rule; '' while it is open or no pair has finished."""
-    from ..lab.params import load_params
 
     params = load_params(preset)
     return verdict_of(params, pilot_records(params, reports_root), reports_root)
@@ -258,7 +263,6 @@ def final_verdict(preset: str, reports_root=None) -> str:
 
 def verdict_of(params, found: dict, reports_root=None) -> str:
     """final_verdict of a pilot whose records (pilot_records) are already read."""
-    from ..lab.catalog import grid
 
     if len(finished(results(found["own"]))) < len(grid(params)) and not budget_ended(params, found, reports_root):
         return ""
@@ -268,7 +272,7 @@ def verdict_of(params, found: dict, reports_root=None) -> str:
 
 def budget_ended(params, found: dict, reports_root=None) -> str:
     """'k of N' when the epoch time of the pilot's finished runs alone has reached its stated budget before
-    every run finished (no new run starts, lab/budget.py) and no started run is still in flight, else ''."""
+    every run finished (no new run starts, budget.py) and no started run is still in flight, else ''."""
     return budget_reading(params, found, reports_root)[0]
 
 
@@ -277,8 +281,8 @@ def budget_reading(params, found: dict, reports_root=None) -> tuple[str, int]:
     ('', n) when it is spent but n started runs are still in flight (study finishes them: here, or parked
     by another checkout), ('', 0) otherwise. The time is read from finished runs only, so every machine
     with the kept records reads the same."""
-    from ..lab import budget as pilot_budget
-    from ..lab.catalog import grid
+
+    from . import budget as pilot_budget
 
     done, planned = len(finished(results(found["own"]))), len(grid(params))
     budget = pilot_budget.stated_budget(params.name)
@@ -303,8 +307,6 @@ def pilot_gap_rows(params, found: dict) -> list[dict]:
 
 def _performers(params) -> list[str]:
     """The pilot's own Performer backends (those it trains with APE)."""
-    from ..core.attention import linear_backends
-
     return [b for b in linear_backends() if f"{b}+ape" in params.variants]
 
 
@@ -332,21 +334,19 @@ def pilot_records(params, reports_root=None) -> dict:
     with (`read`, from `source`), the test top-1 per (variant, seed, budget) of the runs that did not
     collapse, and the names of those that did (one policy for every report: apart, never read at their
     early best epoch); the runs `started` and unfinished (here or parked) and their curves so far (`in_flight`)."""
-    from ..lab.budget import runs_in_flight
-    from ..lab.catalog import reference_records, run_history, study_records
-    from ..lab.params import load_params
-    from ..lab.parking import history_so_far
-    from .convergence import split_collapsed
+    from rpevit.analysis.convergence import split_collapsed
 
-    own = study_records(params, reports_root=reports_root)
+    own = catalog.study_records(params, reports_root=reports_root)  # read through the module: tests stand in
     reference = load_params(params.reference) if params.reference else None
     read = ["softmax+ape"] if reference else []  # the runs a dial compares with, from its reference
-    borrowed = [r for r in reference_records(params, reports_root=reports_root) if r.variant in read]
+    borrowed = [r for r in catalog.reference_records(params, reports_root=reports_root) if r.variant in read]
     own_kept, own_fell = split_collapsed(params, own, reports_root)
     borrowed_kept, borrowed_fell = split_collapsed(reference, borrowed, reports_root) if reference else ([], [])
     fell = {(r.variant, r.seed) for r in [*borrowed_fell, *own_fell]}
     histories = [
-        (r.variant, r.seed, run_history(r.run)) for r in finished(results([*borrowed, *own])) if r.run is not None
+        (r.variant, r.seed, catalog.run_history(r.run))
+        for r in finished(results([*borrowed, *own]))
+        if r.run is not None
     ]
     started = runs_in_flight(params, reports_root=reports_root)
     return {
@@ -365,12 +365,10 @@ def pilot_records(params, reports_root=None) -> dict:
 
 def pilot_summary(preset: str, reports_root=None) -> dict:
     """Everything a pilot's report shows, computed from its records (write_report writes it, notebook
-    35_gap_pilots shows it): the sentences (`intro`, `decision`, `trend`, `collapsed`, `factorial`), the
-    tables (`runs`: top-1 per run and budget, `gaps`: the gap per budget, `change` and `gap_change`:
-    budget sensitivity) and what they were read from (`params`, `found`: pilot_records)."""
-    from ..lab.catalog import grid
-    from ..lab.params import load_params
-
+    35_gap_pilots shows it): the sentences (`intro`, `decision`, `trend`, `collapsed`, `factorial`,
+    `equal_time`: accuracy at softmax's training time, pilot_answer), the tables (`runs`: top-1 per run and
+    budget, `gaps`: the gap per budget, `change` and `gap_change`: budget sensitivity) and what they were
+    read from (`params`, `found`: pilot_records)."""
     params = load_params(preset)
     found = pilot_records(params, reports_root)
     top1, read, fell = found["top1"], found["read"], found["fell"]
@@ -405,6 +403,7 @@ def pilot_summary(preset: str, reports_root=None) -> dict:
             else ""
         ),
         "factorial": factorial_seeds(rows, longest),
+        "equal_time": equal_time_line(params, top1, backends, reports_root or records.reports_root()),
         "runs": [
             {
                 "variant": f"{v} (from {found['source']})" if v in read else _dialled(v, params.model),
@@ -440,6 +439,7 @@ def write_report(preset: str, reports_root=None) -> list[str]:
         *(["", summary["collapsed"]] if summary["collapsed"] else []),
         "",
         summary["factorial"],
+        *(["", summary["equal_time"]] if summary["equal_time"] else []),
         "",
         revisions_line(finished(results(found["own"]))),
         "",
@@ -475,7 +475,7 @@ def _curves(found: dict, params, folder) -> list[str]:
     """The finished runs' training curves (the 32-epoch runs; the cool-down branches are not drawn),
     mean over seeds with their range, collapsed runs apart, runs in flight dotted: pilot_curves.png and its
     README lines."""
-    from .plots import save_png
+    from rpevit.analysis.plots import save_png
 
     save_png(curves_figure(found, params), folder / "pilot_curves.png")
     longest = params.train.epochs
@@ -493,7 +493,7 @@ def _curves(found: dict, params, folder) -> list[str]:
 def curves_figure(found: dict, params):
     """The finished runs' training curves (pilot_records' histories; collapsed runs in a panel apart) and the
     epochs so far of its runs in flight (dotted, per seed)."""
-    from . import plots
+    from rpevit.analysis import plots
 
     title = f"{params.name}: the longest budget's runs"
     return plots.training_curves(found["histories"], title, collapsed=found["collapsed"], in_flight=found["in_flight"])

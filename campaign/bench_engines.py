@@ -1,10 +1,9 @@
-"""bench engines: wall time of a preset's whole grid with the sequential runner (`study`) and with
+"""bench-engines: wall time of a preset's whole grid with the sequential runner (`study`) and with
 Ray workers (`study --engine ray`, rpevit.lab.cluster), both from scratch in one process, as a ratio.
 
-    python -m rpevit bench engines --params smoke --workers 2 --cpus-per-run 1
+    python -m campaign bench-engines --params smoke --workers 2 --cpus-per-run 1
 
-It runs whole studies, so it sits with them in the orchestration layer (docs/architecture.md §1),
-not in `bench`, whose benchmarks time models and layers. The caller gives the data loader
+It runs whole studies (rpevit's `bench` times models and layers). The caller gives the data loader
 (`dataset_loader`, default the run's real dataset), as `study` and `cluster` take it.
 """
 
@@ -16,9 +15,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..lab import study
-from ..lab.cluster import import_ray, result_fields, run_study_ray
-from ..lab.params import Params, load_params
+from rpevit.lab import study
+from rpevit.lab.cluster import import_ray, result_fields, run_study_ray
+from rpevit.lab.params import Params, load_params
 
 
 def compare_engines(params: Params, *, workers: int = 2, cpus_per_run: int = 1, root=None, dataset_loader=None) -> dict:
@@ -115,3 +114,22 @@ def run_engines_bench(args, dataset_loader=None) -> dict:
         root=args.root,
         dataset_loader=dataset_loader,
     )
+
+
+def add_parser(sub) -> None:
+    """The `bench-engines` sub-command's arguments."""
+    bench = sub.add_parser("bench-engines", help="a preset's whole grid: sequential runner vs Ray workers")
+    bench.add_argument("--params", default="smoke", help="the preset (default smoke)")
+    bench.add_argument(
+        "--workers", type=int, default=2, help="Ray tasks at once (a local cluster of workers × cpus-per-run)"
+    )
+    bench.add_argument("--cpus-per-run", type=int, default=1, help="CPUs (torch threads) per Ray task")
+    bench.add_argument("--variants", help="comma-separated variants (default: the preset's)")
+    bench.add_argument("--epochs", type=int, help="override train.epochs (a quicker check)")
+    bench.add_argument("--root", help="directory for both runs trees (default: a new temporary directory)")
+
+
+def command(args) -> int:
+    """`python -m campaign bench-engines`: run_engines_bench."""
+    run_engines_bench(args)
+    return 0

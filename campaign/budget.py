@@ -14,43 +14,18 @@ from __future__ import annotations
 
 import re
 
-from ..core.errors import UserError
-from . import records
-from .catalog import current_record, grid, run_history
-from .continuation import inherited_seconds
-from .design import branch_seconds
-from .params import preset_path
+from rpevit.core.errors import UserError
+from rpevit.lab import records
+from rpevit.lab.catalog import current_record, grid, run_history
+from rpevit.lab.continuation import inherited_seconds
+from rpevit.lab.design import branch_seconds
+from rpevit.lab.params import preset_path
+from rpevit.lab.run import Run
+from rpevit.lab.schema import epoch_cost
+
 from .parking import parked_checkpoint, read_state
-from .run import Run
-from .schema import epoch_cost
 
 _BUDGET = re.compile(r"^# Budget: ≤ (\d+(?:\.\d+)?) one-thread CPU hours", re.MULTILINE)
-
-
-_PREREGISTERED = re.compile(r"^# Pre-registered", re.MULTILINE)
-
-
-def preregistered(preset) -> bool:
-    """Whether a preset's header says it was pre-registered (`# Pre-registered …`, committed before its first
-    run); False if its file cannot be found. `preset` is a name or a path."""
-    try:
-        return bool(_PREREGISTERED.search(preset_path(preset).read_text(encoding="utf-8")))
-    except (UserError, OSError):
-        return False
-
-
-def check_clean_revision(preset, allow_dirty: bool) -> None:
-    """A pre-registered preset trains only from a clean, committed code revision (its records name it): one
-    UserError before anything runs when the package has uncommitted changes, unless `allow_dirty`."""
-    from . import revision
-
-    current = revision.code_revision()
-    if preregistered(preset) and current.endswith("+dirty") and not allow_dirty:
-        raise UserError(
-            f"{preset} is pre-registered, so its runs train from a clean, committed revision, and the package has "
-            f"uncommitted changes ({revision.short_revision(current)}). Commit them first, or pass --allow-dirty "
-            "(the records will name the revision +dirty)."
-        )
 
 
 def stated_budget(preset) -> float | None:
@@ -118,11 +93,6 @@ def _unfinished(params, runs_root=None, reports_root=None) -> list[Run]:
     return [run for run in found if current_record(run) is None]
 
 
-def started_runs(params, runs_root=None, reports_root=None) -> list[Run]:
-    """The preset's unfinished runs that hold a checkpoint here: started, so finished whatever the budget."""
-    return [run for run in _unfinished(params, runs_root, reports_root) if (run.dir / records.CHECKPOINT).is_file()]
-
-
 def runs_in_flight(params, runs_root=None, reports_root=None) -> list[Run]:
     """The preset's started, unfinished runs: a checkpoint here, or a copy another checkout parked in
     reports/<preset>/parked/ (parking.py). A spent budget finishes them (`study` resumes a started run),
@@ -136,7 +106,7 @@ def runs_in_flight(params, runs_root=None, reports_root=None) -> list[Run]:
 
 def budget_spent(params, preset=None, runs_root=None, reports_root=None) -> str | None:
     """Why the preset may start no more training — its stated budget is spent — or None."""
-    budget = stated_budget(preset or params.name)
+    budget = stated_budget(preset or params.source or params.name)
     if budget is None:
         return None
     hours, _ = training_hours(params, runs_root, reports_root)

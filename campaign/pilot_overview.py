@@ -1,7 +1,7 @@
 """The gap pilots of the pre-registered order side by side (params/canvas_gap_pilot.yaml, then each NO-GO's
 next pilot): per pilot its task, how far it is, its go/no-go and each Performer's gap at the longest
 budget with a 95 % t-interval over seeds. While no pilot opens a gap this is the project's answer on
-tasks where position matters; the README quotes it. `python -m rpevit gap-pilot --overview` writes
+tasks where position matters; the README quotes it. `python -m campaign gap-pilot --overview` writes
 reports/gap_pilots.md from the kept records.
 """
 
@@ -10,10 +10,11 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from ..core.errors import UserError
-from ..core.stats import t_half_width
-from ..lab import records
-from ..lab.tables import markdown_table, signed
+from rpevit.core.errors import UserError
+from rpevit.core.stats import t_half_width
+from rpevit.lab import records
+from rpevit.lab.tables import markdown_table, signed
+
 from . import gap_pilot, pilot_answer
 
 FIRST_PILOT = "canvas_gap_pilot"
@@ -63,8 +64,8 @@ def gap_interval(row: dict) -> str:
 
 def _task(params) -> str:
     """The pilot's task in words: canvas, tokens, FAVOR+'s feature count."""
-    from ..core.attention.features import default_favor_features
-    from ..core.data import dataset_info
+    from rpevit.core.attention.features import default_favor_features
+    from rpevit.core.data import dataset_info
 
     size, patch = dataset_info(params.datasets[0]).image_size, params.model.patch_size
     features = params.model.options_for("favor").num_features
@@ -76,10 +77,10 @@ def overview_row(preset: str, reports_root=None, before: str | None = None) -> t
     """One pilot's line: task, runs finished, go/no-go and the gap of each Performer at its longest budget
     (`before`: the pilot whose finished NO-GO it waits for, if that has not come); its final verdict
     (gap_pilot.final_verdict); and what the answer reads of it (`readings`) — all from one read of its records."""
-    from ..lab.catalog import grid
-    from ..lab.params import load_params
-    from ..lab.result import results
-    from ..lab.schema import finished
+    from rpevit.lab.catalog import grid
+    from rpevit.lab.params import load_params
+    from rpevit.lab.result import results
+    from rpevit.lab.schema import finished
 
     params = load_params(preset)
     found = gap_pilot.pilot_records(params, reports_root)
@@ -137,7 +138,7 @@ def _standing(complete: bool, ended: str, waiting: int) -> str:
 def write_overview(reports_root=None) -> list[str]:
     """reports/gap_pilots.md (every pilot of the order, a line each) and its figure gap_pilots.png (every
     Performer's gap per budget, plots.pilot_gaps_figure); returns the lines."""
-    from .plots import pilot_gaps_figure, save_png
+    from rpevit.analysis.plots import pilot_gaps_figure, save_png
 
     folder = reports_root or records.reports_root()
     rows, standing, trend, series = overview_rows(reports_root)
@@ -221,7 +222,7 @@ def lead_line(presets: list[str], reads: list[dict]) -> str:
 def tasks_line(presets: list[str], reads: list[dict], reports_root=None) -> str:
     """What the pilots' tasks are (each canvas once), FAVOR+'s setting, and each Performer's accuracy at
     softmax's training time where the side-by-side costs cover the pilot's model (pilot_answer)."""
-    from ..lab.params import load_params
+    from rpevit.lab.params import load_params
 
     tasks, timed = {}, []
     for preset, read in zip(presets, reads, strict=True):
@@ -235,10 +236,7 @@ def tasks_line(presets: list[str], reads: list[dict], reports_root=None) -> str:
     favors = sorted({f for found in tasks.values() for f in found})
     line = f"Tasks: {'; '.join(tasks)}; FAVOR+ with {' or '.join(favors)} in every pilot."
     if timed:
-        line += (
-            " At softmax's training time (side-by-side cost per image, reports/bench/cpu_tokens.csv; top-1 "
-            "interpolated on log budget): " + "; ".join(timed) + "."
-        )
+        line += " " + pilot_answer.EQUAL_TIME + "; ".join(timed) + "."
     return line
 
 
@@ -327,7 +325,7 @@ def overview_lines(reports_root=None, overview: tuple | None = None) -> list[str
     return [
         "# The gap pilots, in their pre-registered order",
         "",
-        OVERVIEW_NOTE + " Each pilot's own report (`python -m rpevit gap-pilot <pilot>`, or notebook "
+        OVERVIEW_NOTE + " Each pilot's own report (`python -m campaign gap-pilot <pilot>`, or notebook "
         "35_gap_pilots) has every budget and run.",
         "",
         standing,
@@ -392,10 +390,10 @@ def add_parser(sub) -> None:
 
 
 def command(args) -> int:
-    """`python -m rpevit gap-pilot …`: the pilot's report (reports/<preset>/README.md), with --overview
+    """`python -m campaign gap-pilot …`: the pilot's report (reports/<preset>/README.md), with --overview
     every pilot's line (reports/gap_pilots.md, and the README's table of it), with --next only the next
     pilot's name (or nothing), with --standing only the pilot to train now (or nothing)."""
-    from ..lab.params import PROJECT_ROOT
+    from rpevit.lab.params import PROJECT_ROOT
 
     if not (args.overview or args.standing):
         check_is_pilot(args.params)

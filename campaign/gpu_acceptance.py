@@ -1,4 +1,4 @@
-"""`python -m rpevit doctor --gpu`: the GPU acceptance run, for whoever has a CUDA GPU.
+"""`python -m campaign gpu-acceptance`: the GPU acceptance run, for whoever has a CUDA GPU.
 
 One line per check, `ok`, `FAIL` or `skip`, then the path of the benchmark report:
 
@@ -31,13 +31,13 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..core.errors import UserError
-from ..core.metrics import bf16_peak
+from rpevit.core.errors import UserError
+from rpevit.core.metrics import bf16_peak
 
 SYNC_STEPS = 20
 DOCTOR_PRESET = """\
 name: gpu_doctor
-description: the tiny study of `python -m rpevit doctor --gpu`
+description: the tiny study of `python -m campaign gpu-acceptance`
 datasets: [mnist5k]
 variants: [softmax+rope_mixed, favor+krpe]
 seeds: [0]
@@ -52,7 +52,7 @@ def require_cuda() -> torch.device:
     if not torch.cuda.is_available():
         build = f"torch {torch.__version__}" + ("" if torch.version.cuda else " (a CPU-only build)")
         raise UserError(
-            f"no CUDA device: {build} sees no GPU; `doctor --gpu` runs only on a CUDA machine (a GPU "
+            f"no CUDA device: {build} sees no GPU; `gpu-acceptance` runs only on a CUDA machine (a GPU "
             "machine with a CPU build: bash scripts/install_torch.sh .venv/bin/python 2.13.0 0.28.0)."
         )
     return torch.device("cuda", torch.cuda.current_device())
@@ -102,7 +102,7 @@ def _first_sync(variant: str, device: torch.device) -> str | None:
     or None. `set_sync_debug_mode("error")` makes every synchronizing CUDA call raise, so the
     traceback names the line (one untimed step first: caches are built once; FAVOR+ redraws, outside
     the step, are allowed)."""
-    from ..core.model import build_model
+    from rpevit.core.model import build_model
 
     torch.manual_seed(0)
     size = {"dim": 32, "depth": 2, "heads": 2, "mlp_dim": 32, "image_size": 16, "patch_size": 4, "channels": 1}
@@ -137,7 +137,7 @@ def _first_sync(variant: str, device: torch.device) -> str | None:
 
 def check_sync_free(device: torch.device) -> bool:
     """Every variant's training step without a host sync; the sites found, most frequent first."""
-    from ..core.variants import list_variants
+    from rpevit.core.variants import list_variants
 
     variants = list_variants()
     sites: dict[str, list[str]] = {}
@@ -193,17 +193,17 @@ def check_ray(directory: Path) -> bool:
 def training_throughput(variant: str, device: torch.device, steps: int = 30) -> tuple[float, float]:
     """(training images/s in bf16, training FLOPs per image ≈ 3 × forward matmul FLOPs) of the
     smoke preset's model on random 28×28 images at batch 256."""
-    from ..core import metrics
-    from ..lab.bench import train_throughput
-    from ..lab.params import load_params
+    from rpevit.core import metrics
+    from rpevit.lab.bench import train_throughput
+    from rpevit.lab.params import load_params
 
     params = load_params("smoke")
     params = dataclasses.replace(
         params, train=dataclasses.replace(params.train, batch_size=256, amp="bf16", device="cuda")
     )
     rate = train_throughput(params, variant, device, steps)
-    from ..lab.run import Run
-    from ..lab.runs import untrained_model
+    from rpevit.lab.run import Run
+    from rpevit.lab.runs import untrained_model
 
     model = untrained_model(Run(params, params.datasets[0], variant, 0), device=device)
     flops = 3 * metrics.matmul_flops(model, torch.randn(2, 1, 28, 28, device=device))
@@ -225,7 +225,7 @@ def write_bench(device: torch.device, root: Path) -> tuple[bool, Path]:
     peak_text = f"{peak / 1e12:g} TFLOP/s dense bf16 (stated)" if peak else "unknown (add it to BF16_PEAK_TFLOPS)"
     path.write_text(
         f"# GPU benchmark: {name}\n\n"
-        f"`python -m rpevit doctor --gpu`, {time.strftime('%Y-%m-%d %H:%M %Z')}, torch {torch.__version__}, "
+        f"`python -m campaign gpu-acceptance`, {time.strftime('%Y-%m-%d %H:%M %Z')}, torch {torch.__version__}, "
         f"CUDA {torch.version.cuda}. Peak: {peak_text}.\n\n"
         "## Training throughput, bf16 autocast, smoke-preset model, batch 256, eager\n\n"
         "MFU = images/s × training FLOPs per image (3 × forward matmul FLOPs) / peak.\n\n"
@@ -259,13 +259,13 @@ def run_gpu_doctor(root: Path) -> int:
     return 0 if ok else 1
 
 
-def command(args) -> int:
-    """`python -m rpevit doctor [--gpu]`: torch and the device; with --gpu the GPU acceptance run."""
-    from ..lab.params import PROJECT_ROOT
+def add_parser(sub) -> None:
+    """The `gpu-acceptance` sub-command (no arguments)."""
+    sub.add_parser("gpu-acceptance", help="on a CUDA machine: CUDA tests, sync check, torchrun, Ray, GPU benchmarks")
 
-    if args.gpu:
-        return run_gpu_doctor(PROJECT_ROOT)
-    cuda = torch.cuda.is_available()
-    print(f"torch {torch.__version__} ({'CUDA ' + torch.version.cuda if torch.version.cuda else 'CPU build'})")
-    print(f"device: {torch.cuda.get_device_name(0) if cuda else 'cpu only (no CUDA device)'}")
-    return 0
+
+def command(args) -> int:
+    """`python -m campaign gpu-acceptance`: the GPU acceptance run (module docstring)."""
+    from rpevit.lab.params import PROJECT_ROOT
+
+    return run_gpu_doctor(PROJECT_ROOT)

@@ -21,8 +21,8 @@ from pathlib import Path
 
 from scipy import stats as scipy_stats
 
-from ..core.data import dataset_info
-from ..lab.tables import signed
+from rpevit.core.data import dataset_info
+from rpevit.lab.tables import signed
 
 COSTS = Path("bench") / "cpu_tokens.csv"  # under reports/: the side-by-side training cost per image
 
@@ -82,7 +82,7 @@ def canvas_task(params) -> tuple[str, str]:
 def training_costs(reports_root: Path, params) -> dict[str, float]:
     """Median training seconds per image of each variant benchmarked side by side on this preset's own model
     (reports/bench/cpu_tokens.csv rows of a preset with the same model and images), or {}."""
-    from ..lab.params import load_params
+    from rpevit.lab.params import load_params
 
     path = Path(reports_root) / COSTS
     if not path.is_file():
@@ -140,3 +140,23 @@ def equal_time_text(backend: str, found: dict, preset: str) -> str:
         f"{backend} on `{preset}` {found['top1']:.1f} vs {found['softmax']:.1f} % ({signed(found['gap'])}; "
         f"{found['epochs']:.1f} epochs at {found['ratio']:.2f}× the cost per image)"
     )
+
+
+EQUAL_TIME = (
+    "At softmax's training time (side-by-side cost per image, reports/bench/cpu_tokens.csv; top-1 interpolated "
+    "on log budget): "
+)
+
+
+def equal_time_line(params, top1: dict, backends, reports_root) -> str:
+    """A pilot's own equal-time line: each Performer backend's top-1 at softmax's training time (equal_time),
+    and the backends without a side-by-side cost on this model named as such."""
+    costs = training_costs(reports_root, params)
+    if "softmax+ape" not in costs:
+        return f"Equal training time: no side-by-side cost of this pilot's model in reports/{COSTS}, so not compared."
+    timed = [equal_time_text(b, found, params.name) for b in backends if (found := equal_time(params, top1, costs, b))]
+    unmeasured = [b for b in backends if f"{b}+ape" not in costs]
+    line = EQUAL_TIME + "; ".join(timed) + "." if timed else ""
+    if unmeasured:
+        line += f" Not measured side by side on this model, so not compared at equal time: {', '.join(unmeasured)}."
+    return line.strip()

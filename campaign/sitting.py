@@ -1,6 +1,6 @@
 """A GPU sitting: train as much of a preset's grid as a few lent minutes allow, and carry it back.
 
-`python -m rpevit gpu-sitting <preset> --minutes 8 --out DIR --data-root DIR` on a machine with CUDA
+`python -m campaign gpu-sitting <preset> --minutes 8 --out DIR --data-root DIR` on a machine with CUDA
 checks the device and starts `--processes` study runners side by side on the one GPU. On CUDA they
 use the pack engine: each takes the next variant's runs nobody holds and trains them in one
 vectorised step (the model is launch-bound, so packs and several processes fill the GPU). At the
@@ -8,10 +8,10 @@ deadline the runners are stopped (a run checkpoints every epoch: a stopped run l
 epoch), and what must travel back is packed into DIR as tar files of at most `PART_BYTES` each: the
 preset's kept records (reports/<preset>/records/) and its run directories (runs/<preset>/).
 
-`python -m rpevit gpu-sitting --unpack DIR` puts them into this checkout: new kept records are
+`python -m campaign gpu-sitting --unpack DIR` puts them into this checkout: new kept records are
 added and never overwrite; a run that ended on the device arrives whole where it has no record here;
 an unfinished one replaces the local copy only when it holds more epochs (parking.place_run, the same
-rule as a parked run's). `python -m rpevit gpu-sitting --stage PRESET…` copies what the next sitting
+rule as a parked run's). `python -m campaign gpu-sitting --stage PRESET…` copies what the next sitting
 needs of runs/ (unfinished runs' checkpoints: parking.unfinished_runs) into staged/, which it carries
 out (the device tool's `carry`), so an unfinished run resumes where it stopped. Without CUDA it
 refuses unless `--device cpu` (for tests). docs/scaling.md says how a sitting is prepared and carried back.
@@ -27,11 +27,12 @@ import tarfile
 import time
 from pathlib import Path
 
-from ..core.errors import UserError
-from . import records
-from .params import PROJECT_ROOT, load_params
+from rpevit.core.errors import UserError
+from rpevit.lab import records
+from rpevit.lab.params import PROJECT_ROOT, load_params
+from rpevit.lab.schema import is_finished
+
 from .parking import epochs, place_run, restore, unfinished_runs
-from .schema import is_finished
 
 PACKED_RUNNERS = 3  # on CUDA each runner trains packs (one variant's seeds in one vectorised step)
 PART_BYTES = 15 * 2**20  # the device tool brings back files of at most 16 MiB
@@ -68,7 +69,7 @@ def add_parser(sub) -> None:
 
 
 def command(args) -> int:
-    """`python -m rpevit gpu-sitting …`"""
+    """`python -m campaign gpu-sitting …`"""
     if args.unpack or args.stage:
         for line in unpack(Path(args.unpack)) if args.unpack else stage(args.stage, PROJECT_ROOT / STAGED):
             print(line)
@@ -119,8 +120,8 @@ def sit(
         env.setdefault("OMP_NUM_THREADS", "1")
     limit = max(1, int((deadline - time.monotonic()) // 60))
     engine = "pack" if device == "cuda" else "sequential"
-    command = [sys.executable, "-m", "rpevit", "study", preset, "--device", device, "--engine", engine, "--no-progress"]
-    command += list(extra)  # e.g. --capture
+    command = [sys.executable, "-m", "campaign", "study", preset, "--device", device, "--engine", engine]
+    command += ["--no-progress", *extra]  # extra: e.g. --capture
     logs = [out / f"runner{i}.log" for i in range(processes)] if processes <= 4 else [None] * processes
     runners = []
     for i in range(processes):
@@ -218,7 +219,7 @@ def stage(presets: list[str], folder: Path) -> list[str]:
     files = {preset: unfinished_runs(params) for preset, params in loaded.items()}
     shutil.rmtree(folder, ignore_errors=True)
     (folder / "runs").mkdir(parents=True)
-    (folder / STAGED_MARK).write_text("made by `python -m rpevit gpu-sitting --stage`; replaced by the next\n")
+    (folder / STAGED_MARK).write_text("made by `python -m campaign gpu-sitting --stage`; replaced by the next\n")
     for preset, (own, donor) in files.items():
         copies = [(path, directory / name) for directory, named in own.items() for name, path in named.items()]
         copies += [(path, path) for path in donor]

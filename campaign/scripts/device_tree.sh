@@ -5,9 +5,9 @@
 # (which the study reads to know what is finished: name the pilots a sitting may chain to; each one's
 # `reference:` is added), and ignores it locally; `restore` puts the index back exactly as it was (a copy is kept in
 # .git). Nothing on disk is touched. Never commit between the two.
-#   bash scripts/device_tree.sh slim canvas56_dial16 canvas56_dial8   # then the device call (docs/scaling.md)
-#   bash scripts/device_tree.sh restore
-#   bash scripts/device_tree.sh size [carry paths…]      # MiB that would travel
+#   bash campaign/scripts/device_tree.sh slim canvas56_dial16 canvas56_dial8   # then the device call (docs/scaling.md)
+#   bash campaign/scripts/device_tree.sh restore
+#   bash campaign/scripts/device_tree.sh size [carry paths…]      # MiB that would travel
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
 saved=.git/rpevit-full-index

@@ -1,0 +1,52 @@
+"""The campaign's hooks into an rpevit study (rpevit/lab/hooks.py; entry point `rpevit.hooks` in
+pyproject.toml): runs parked in the repository go on, a pilot's pre-registered budget gates each
+start, `status` says both, and a gap pilot's README is its pre-registered report."""
+
+from __future__ import annotations
+
+
+def prepare(params) -> list[str]:
+    """Put runs that another checkout parked back into runs/ (parking.restore)."""
+    from .parking import restore
+
+    return restore(params)
+
+
+def refusal(params, runs_root=None, reports_root=None) -> str:
+    """Why no new run starts: the preset's pre-registered CPU budget is spent ("" when it is not)."""
+    from .budget import budget_spent
+
+    return budget_spent(params, runs_root=runs_root, reports_root=reports_root) or ""
+
+
+def status(params, runs_root=None, reports_root=None) -> list[str]:
+    """The budget's line (training time against it) and the runs parked for the next `study`."""
+    from rpevit.lab.catalog import grid, snapshot
+    from rpevit.lab.schema import finished
+
+    from .budget import budget_line, over_budget, runs_in_flight, stated_budget, training_hours
+    from .parking import PARKED, pending
+
+    lines = []
+    if (stated := stated_budget(params.source or params.name)) is not None:
+        spent = training_hours(params, runs_root, reports_root)
+        stopped = over_budget(params, spent[0], stated, runs_root, reports_root) and not runs_in_flight(
+            params, runs_root, reports_root
+        )
+        done = len(finished(list(snapshot(params, runs_root, reports_root).records))) == len(grid(params))
+        lines.append(budget_line(*spent, stated, complete=done or stopped).replace("**", ""))
+    if parked := pending(params.name):
+        lines.append(f"parked: {', '.join(parked)} (reports/{params.name}/{PARKED}/; the next `study` resumes them)")
+    return lines
+
+
+def report(params, reports_root=None) -> bool:
+    """A gap pilot's README is its pre-registered report, naming the notebooks (gap_pilot.write_report)."""
+    from .pilot_overview import pilot_order
+
+    if params.name not in pilot_order():
+        return False
+    from .gap_pilot import write_report
+
+    write_report(params.name, reports_root)
+    return True
