@@ -1,5 +1,5 @@
 """bench-engines: wall time of a preset's whole grid with the sequential runner (`study`) and with
-Ray workers (`study --engine ray`, rpevit.lab.cluster), both from scratch in one process, as a ratio.
+Ray workers (`study --engine ray`, rpevit.lab.schedule.cluster), both from scratch in one process, as a ratio.
 
     python -m campaign bench-engines --params smoke --workers 2 --cpus-per-run 1
 
@@ -15,9 +15,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from rpevit.lab import study
-from rpevit.lab.cluster import import_ray, result_fields, run_study_ray
 from rpevit.lab.params import Params, load_params
+from rpevit.lab.schedule import study
+from rpevit.lab.schedule.cluster import import_ray, result_fields, run_study_ray
 
 
 def compare_engines(params: Params, *, workers: int = 2, cpus_per_run: int = 1, root=None, dataset_loader=None) -> dict:

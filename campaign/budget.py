@@ -15,13 +15,13 @@ from __future__ import annotations
 import re
 
 from rpevit.core.errors import UserError
-from rpevit.lab import records
-from rpevit.lab.catalog import current_record, grid, run_history
-from rpevit.lab.continuation import inherited_seconds
-from rpevit.lab.design import branch_seconds
 from rpevit.lab.params import preset_path
-from rpevit.lab.run import Run
+from rpevit.lab.schedule.policy import branch_seconds
 from rpevit.lab.schema import epoch_cost
+from rpevit.lab.store import records
+from rpevit.lab.store.catalog import current_record, grid, run_history
+from rpevit.lab.store.run import Run
+from rpevit.lab.training.continuation import inherited_seconds
 
 from .parking import parked_checkpoint, read_state
 

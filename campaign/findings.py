@@ -8,9 +8,9 @@ from pathlib import Path
 from rpevit.analysis.report.index import designed, report_texts
 from rpevit.analysis.report.store import report_dir
 from rpevit.core.errors import UserError
-from rpevit.lab import records
 from rpevit.lab.result import results
 from rpevit.lab.schema import finished
+from rpevit.lab.store import records
 
 FINDINGS_PRESET = "fmnist_converged"
 FINDINGS_END = "<!-- /findings -->"
@@ -50,9 +50,9 @@ def study_status(preset: str, root=None) -> str:
     been generated yet."""
     from rpevit.analysis.convergence import PLATEAU_RULE, budget_check_rows, check_reading, finished_convergence
     from rpevit.core.variants import parse_variant
-    from rpevit.lab.catalog import grid, study_records
-    from rpevit.lab.design import complete_seed_records, primary_progress, training_hours
     from rpevit.lab.params import load_params
+    from rpevit.lab.schedule.policy import complete_seed_records, primary_progress, training_hours
+    from rpevit.lab.store.catalog import grid, study_records
 
     params = load_params(preset)
     design = params.design
@@ -126,9 +126,9 @@ def settled_primary(params, current: list[dict]) -> str:
     (stats.contrast_test over the complete seeds); the verdicts wait for the report's multiplicity rule
     over all its claims. '' while no primary grid is settled."""
     from rpevit.core.stats import contrast_test
-    from rpevit.lab.design import complete_seed_records, per_seed_contrast, seeds_text
+    from rpevit.lab.schedule.policy import complete_seed_records, per_seed_contrast, seeds_text
+    from rpevit.lab.schedule.wanted import primary_settled
     from rpevit.lab.tables import signed
-    from rpevit.lab.wanted import primary_settled
 
     design, sentences = params.design, []
     for dataset in params.datasets:
@@ -209,8 +209,8 @@ def secondary_so_far(params, found: list[dict]) -> str:
 
 def _early_study_note(root=None, preset: str = "cpu_claims") -> str:
     """One sentence on the early-training claims study, computed from its kept records."""
-    from rpevit.lab.catalog import study_records
     from rpevit.lab.params import load_params
+    from rpevit.lab.store.catalog import study_records
 
     try:
         found = finished(study_records(load_params(preset), reports_root=root))

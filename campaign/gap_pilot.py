@@ -15,12 +15,12 @@ import statistics
 
 from rpevit.core.attention import linear_backends
 from rpevit.core.stats import t_half_width, t_interval
-from rpevit.lab import catalog, records
-from rpevit.lab.catalog import grid
 from rpevit.lab.params import load_params
 from rpevit.lab.result import results
 from rpevit.lab.revision import revisions_line
 from rpevit.lab.schema import finished
+from rpevit.lab.store import catalog, records
+from rpevit.lab.store.catalog import grid
 from rpevit.lab.tables import markdown_table, signed
 
 from .budget import budget_line, runs_in_flight, stated_budget, training_hours

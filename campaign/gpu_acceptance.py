@@ -194,7 +194,7 @@ def training_throughput(variant: str, device: torch.device, steps: int = 30) -> 
     """(training images/s in bf16, training FLOPs per image ≈ 3 × forward matmul FLOPs) of the
     smoke preset's model on random 28×28 images at batch 256."""
     from rpevit.core import metrics
-    from rpevit.lab.bench import train_throughput
+    from rpevit.lab.bench.throughput import train_throughput
     from rpevit.lab.params import load_params
 
     params = load_params("smoke")
@@ -202,8 +202,8 @@ def training_throughput(variant: str, device: torch.device, steps: int = 30) -> 
         params, train=dataclasses.replace(params.train, batch_size=256, amp="bf16", device="cuda")
     )
     rate = train_throughput(params, variant, device, steps)
-    from rpevit.lab.run import Run
-    from rpevit.lab.runs import untrained_model
+    from rpevit.lab.store.run import Run
+    from rpevit.lab.training.runs import untrained_model
 
     model = untrained_model(Run(params, params.datasets[0], variant, 0), device=device)
     flops = 3 * metrics.matmul_flops(model, torch.randn(2, 1, 28, 28, device=device))

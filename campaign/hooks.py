@@ -21,8 +21,9 @@ def refusal(params, runs_root=None, reports_root=None) -> str:
 
 def status(params, runs_root=None, reports_root=None) -> list[str]:
     """The budget's line (training time against it) and the runs parked for the next `study`."""
-    from rpevit.lab.catalog import grid, snapshot
+    from rpevit.lab.schedule.wanted import snapshot
     from rpevit.lab.schema import finished
+    from rpevit.lab.store.catalog import grid
 
     from .budget import budget_line, over_budget, runs_in_flight, stated_budget, training_hours
     from .parking import PARKED, pending

@@ -17,8 +17,8 @@ import io
 import shutil
 from pathlib import Path
 
-from rpevit.lab import records
 from rpevit.lab.params import Params, load_params
+from rpevit.lab.store import records
 
 PARKED = "parked"  # reports/<preset>/parked/<dataset>/<variant>/seed<N>/: tracked, unlike runs/
 RUN_FILES = (records.CHECKPOINT, records.STABLE_CHECKPOINT)  # read in this order: a checkpoint past the stable

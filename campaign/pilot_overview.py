@@ -12,7 +12,7 @@ from pathlib import Path
 
 from rpevit.core.errors import UserError
 from rpevit.core.stats import t_half_width
-from rpevit.lab import records
+from rpevit.lab.store import records
 from rpevit.lab.tables import markdown_table, signed
 
 from . import gap_pilot, pilot_answer
@@ -77,10 +77,10 @@ def overview_row(preset: str, reports_root=None, before: str | None = None) -> t
     """One pilot's line: task, runs finished, go/no-go and the gap of each Performer at its longest budget
     (`before`: the pilot whose finished NO-GO it waits for, if that has not come); its final verdict
     (gap_pilot.final_verdict); and what the answer reads of it (`readings`) — all from one read of its records."""
-    from rpevit.lab.catalog import grid
     from rpevit.lab.params import load_params
     from rpevit.lab.result import results
     from rpevit.lab.schema import finished
+    from rpevit.lab.store.catalog import grid
 
     params = load_params(preset)
     found = gap_pilot.pilot_records(params, reports_root)

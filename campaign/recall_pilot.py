@@ -19,9 +19,9 @@ from pathlib import Path
 from rpevit.core.data import dataset_info
 from rpevit.core.errors import UserError
 from rpevit.core.stats import t_interval
-from rpevit.lab import records
 from rpevit.lab.result import results
 from rpevit.lab.schema import finished
+from rpevit.lab.store import records
 from rpevit.lab.tables import markdown_table, signed
 
 SOLVED = 95.0  # softmax's mean test top-1 (%) at a K for the task to count as solvable there
@@ -148,7 +148,7 @@ def curves_figure(params, found):
     """Validation top-1 per epoch of every finished run, one panel per K."""
     from rpevit.analysis.plots import _mpl
     from rpevit.analysis.styles import variant_style
-    from rpevit.lab.catalog import run_history
+    from rpevit.lab.store.catalog import run_history
 
     plt = _mpl()
     fig, axes = plt.subplots(1, len(params.datasets), figsize=(4.2 * len(params.datasets), 3.4), squeeze=False)
@@ -173,8 +173,8 @@ def summary(preset: str, reports_root=None) -> dict:
     """What a recall pilot's report shows, computed from its records and written nowhere (write_report writes
     it; notebook 35 shows it): `params`, `found`, `top1`, `rows` (pilot_rows), `decision`, `table` (Markdown),
     `intro`."""
-    from rpevit.lab.catalog import grid, study_records
     from rpevit.lab.params import load_params
+    from rpevit.lab.store.catalog import grid, study_records
 
     params = load_params(preset)
     check_is_recall_pilot(params)

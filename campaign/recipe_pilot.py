@@ -10,9 +10,9 @@ import statistics
 from pathlib import Path
 
 from rpevit.analysis.convergence import PLATEAU_FRACTION, PLATEAU_TOLERANCE, plateau_gain
-from rpevit.lab import records
 from rpevit.lab.params import load_params
 from rpevit.lab.schema import is_finished
+from rpevit.lab.store import records
 from rpevit.lab.tables import markdown_table
 
 BAR = 90.0  # points of mean test top-1 softmax+ape must reach
@@ -32,8 +32,8 @@ def recipe_text(params) -> str:
 
 def pilot_runs(presets: list[str], runs_root=None, reports_root=None) -> list[dict]:
     """One row per finished (or still training) run of the pilot presets, with its learning curve."""
-    from rpevit.lab.catalog import grid, run_history, study_records
-    from rpevit.lab.run import Run
+    from rpevit.lab.store.catalog import grid, run_history, study_records
+    from rpevit.lab.store.run import Run
 
     rows = []
     for name in presets:

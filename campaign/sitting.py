@@ -28,9 +28,9 @@ import time
 from pathlib import Path
 
 from rpevit.core.errors import UserError
-from rpevit.lab import records
 from rpevit.lab.params import PROJECT_ROOT, load_params
 from rpevit.lab.schema import is_finished
+from rpevit.lab.store import records
 
 from .parking import epochs, place_run, restore, unfinished_runs
 

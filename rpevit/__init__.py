@@ -16,10 +16,10 @@ from .core.model import build_model
 from .core.variants import list_variants, parse_variant
 
 _LAZY = {
-    "Run": ("lab.run", "Run"),
+    "Run": ("lab.store.run", "Run"),
     "load_params": ("lab.params", "load_params"),
-    "run_study": ("lab.study", "run_study"),
-    "train_run": ("lab.train", "train_run"),
+    "run_study": ("lab.schedule.study", "run_study"),
+    "train_run": ("lab.training.train", "train_run"),
 }
 
 

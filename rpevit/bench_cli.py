@@ -1,5 +1,5 @@
-"""The `bench` command: its arguments and its dispatch to the benchmark modules (rpevit/lab/bench.py,
-bench_pack.py, bench_tokens.py, bench_attention.py). Benchmarks print Markdown tables of ratios measured side by side;
+"""The `bench` command: its arguments and its dispatch to the benchmark wing (rpevit/lab/bench/:
+throughput, attention, pack, tokens). Benchmarks print Markdown tables of ratios measured side by side;
 they are never tests."""
 
 from __future__ import annotations
@@ -58,16 +58,16 @@ def cmd_bench(args) -> int:
         flush=True,
     )
     if args.what == "tokens":
-        from .lab.bench_tokens import run_tokens_bench
+        from .lab.bench.tokens import run_tokens_bench
 
         run_tokens_bench(args)
         return 0
     if args.what == "pack":
-        from .lab.bench_pack import run_pack_bench
+        from .lab.bench.pack import run_pack_bench
 
         run_pack_bench(args)
         return 0
-    from .lab.bench import run_bench
+    from .lab.bench.throughput import run_bench
 
     run_bench(args.what, args)
     return 0

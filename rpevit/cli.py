@@ -18,9 +18,9 @@ from .lab.tables import markdown_table
 
 
 def _params(args):
-    from .lab.catalog import reference_runs
-    from .lab.continuation import check_donor_runs
     from .lab.params import load_params
+    from .lab.store.catalog import reference_runs
+    from .lab.training.continuation import check_donor_runs
 
     params = load_params(args.params)
     data = dataclasses.replace(
@@ -41,7 +41,7 @@ def _params(args):
 
 def _dataset(args, params):
     """Load --dataset (default: the preset's first) onto the preset's device."""
-    from .lab.runs import dataset_for
+    from .lab.training.runs import dataset_for
 
     return dataset_for(params, args.dataset)
 
@@ -56,11 +56,12 @@ def cmd_list(args) -> int:
 def cmd_train(args) -> int:
     """Train one variant of a preset on one dataset (data-parallel when started by torchrun)."""
     from .core.variants import parse_variant
-    from .lab import distributed, records
-    from .lab.run import Run
-    from .lab.runs import preflight
-    from .lab.study import check_run_precision
-    from .lab.train import train_run
+    from .lab.schedule.study import check_run_precision
+    from .lab.store import records
+    from .lab.store.run import Run
+    from .lab.training import distributed
+    from .lab.training.runs import preflight
+    from .lab.training.train import train_run
 
     params = _params(args)
     variant = parse_variant(args.variant).name
@@ -111,9 +112,9 @@ def cmd_study(args) -> int:
     from .core.device import resolve_device
     from .lab import hooks
     from .lab.params import check_clean_revision
-    from .lab.records import reports_root
-    from .lab.study import run_study, started_runs
-    from .lab.time_limit import TimeLimit, parse_duration
+    from .lab.schedule.study import run_study, started_runs
+    from .lab.schedule.time_limit import TimeLimit, parse_duration
+    from .lab.store.records import reports_root
 
     params = _params(args)
     check_clean_revision(args.params, args.allow_dirty)  # a pre-registered preset: a clean, committed revision
@@ -125,7 +126,7 @@ def cmd_study(args) -> int:
         return 0
     gates = (lambda run: hooks.refusal(params, run.runs_root, run.reports_root),)
     if args.engine == "ray":
-        from .lab.cluster import run_study_ray
+        from .lab.schedule.cluster import run_study_ray
 
         if args.pack_size is not None and args.pack_size < 1:
             raise UserError(f"--pack-size {args.pack_size} is not valid: a positive integer.")
@@ -159,8 +160,8 @@ def cmd_study(args) -> int:
 
 def cmd_evaluate(args) -> int:
     """Evaluate a finished run at other input resolutions (extrapolation / interpolation modes)."""
-    from .lab.evaluate import evaluate_resolutions
-    from .lab.run import Run
+    from .lab.store.run import Run
+    from .lab.training.evaluate import evaluate_resolutions
 
     params = _params(args)
     try:
@@ -203,8 +204,8 @@ def cmd_notebooks(args) -> int:
 
 def cmd_retime(args) -> int:
     """Time finished runs' inference again on a quiet machine (runs first timed on a busy one)."""
-    from .lab.records import reports_root
-    from .lab.study import retime_study
+    from .lab.schedule.study import retime_study
+    from .lab.store.records import reports_root
 
     retimed = retime_study(params := _params(args), everything=args.all)
     print(f"{len(retimed)} runs re-timed: their records (and kept copies), summary {reports_root() / params.name}")
@@ -228,8 +229,8 @@ def cmd_doctor(args) -> int:
 
 def cmd_status(args) -> int:
     """Where a study stands: finished runs, runs in flight, what it still wants and how long that takes."""
-    from .lab.reproduction import reproduction_line
-    from .lab.study_status import status_lines
+    from .lab.schedule.reproduction import reproduction_line
+    from .lab.schedule.status import status_lines
 
     params = _params(args)  # --reproduced: one line, does this machine have the committed top-1 of each run?
     print(reproduction_line(params) if args.reproduced else "\n".join(status_lines(params)))
@@ -238,9 +239,9 @@ def cmd_status(args) -> int:
 
 def cmd_keep_weights(args) -> int:
     """Keep one finished run's tested weights per variant beside a preset's kept records."""
-    from .lab.catalog import study_records
-    from .lab.records import reports_root
-    from .lab.runs import keep_weights
+    from .lab.store.catalog import study_records
+    from .lab.store.records import reports_root
+    from .lab.training.runs import keep_weights
 
     params = _params(args)
     lines = keep_weights(params, study_records(params))
@@ -421,8 +422,8 @@ COMMANDS = {
 def main(argv=None) -> int:
     """Entry point: run a sub-command; user errors → one message, exit status 2."""
     from .analysis.notebooks import NotebookFailed
-    from .lab.records import RunBusy
-    from .lab.train import Diverged
+    from .lab.store.records import RunBusy
+    from .lab.training.train import Diverged
 
     args = build_parser().parse_args(argv)
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 and args.command != "train":

@@ -35,7 +35,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from rpevit.lab.records import without_times
+from rpevit.lab.store.records import without_times
 
 PRESET = """\
 name: killtest

@@ -59,13 +59,21 @@ def grid_params(tiny_params):
     )
 
 
+def stand_in_design(monkeypatch, fake) -> None:
+    """Put `fake` (ordered_runs, decide) in place of a design's order (rpevit.lab.design.ordered_runs, which
+    the grid reads) and its decisions (rpevit.lab.schedule.policy.decide, which the one scheduler of every
+    engine and wanted.wanted ask); read at each call, so a test may change fake.decide as it goes."""
+    from rpevit.lab import design
+    from rpevit.lab.schedule import policy
+
+    monkeypatch.setattr(design, "ordered_runs", lambda params: fake.ordered_runs(params))
+    monkeypatch.setattr(policy, "decide", lambda *args, **kwargs: fake.decide(*args, **kwargs))
+
+
 @pytest.fixture
 def design_wanting_nothing(monkeypatch):
-    """A stand-in for rpevit.lab.design whose one run the stopping rule does not want, patched into the
-    modules that consult it (the one scheduler of every engine, and wanted.wanted)."""
+    """A stand-in design whose one run the stopping rule does not want (stand_in_design)."""
     import types
-
-    from rpevit.lab import study, wanted
 
     fake = types.SimpleNamespace(
         ordered_runs=lambda params: [("mnist5k", "softmax+ape", 0)],
@@ -74,8 +82,7 @@ def design_wanting_nothing(monkeypatch):
             "the stopping rule needs 0 primary seeds",
         ),
     )
-    for module in (study, wanted):
-        monkeypatch.setattr(module, "design", fake)
+    stand_in_design(monkeypatch, fake)
     return fake
 
 
@@ -83,8 +90,9 @@ def design_wanting_nothing(monkeypatch):
 def counted(monkeypatch, tiny_dataset):
     """Serve the tiny dataset to the runner and count (and optionally crash) training runs:
     (calls, state), state["crash_on"] = k raises KeyboardInterrupt in the k-th run."""
-    from rpevit.lab import cell, runs
-    from rpevit.lab.train import train_run
+    from rpevit.lab.schedule import cell
+    from rpevit.lab.training import runs
+    from rpevit.lab.training.train import train_run
 
     calls = []
     state = {"crash_on": None}

@@ -12,7 +12,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from rpevit.core.checks import offset_ratios
 from rpevit.core.grid import Grid
-from rpevit.lab.records import without_times
+from rpevit.lab.store.records import without_times
 
 
 def trained_like(module: torch.nn.Module, seed: int | None, scale: float, mode: str = "add") -> torch.nn.Module:
@@ -77,9 +77,9 @@ def resumed_like_straight(params, dataset, variant: str, tmp_path, epochs: int =
     interrupt after epoch 1 and a resume; asserts their histories (but their wall and CPU seconds) are equal."""
     import pytest
 
-    from rpevit.lab import records
-    from rpevit.lab.run import Run
-    from rpevit.lab.train import train_run
+    from rpevit.lab.store import records
+    from rpevit.lab.store.run import Run
+    from rpevit.lab.training.train import train_run
 
     straight = train_run(Run(params, dataset.info.name, variant, 0, epochs=epochs), dataset, tmp_path / "a")
 

@@ -83,8 +83,8 @@ def test_the_runs_own_timings_are_labelled_as_such_beside_the_benchmarks():
 
 
 def test_planned_line_counts_what_notebook_45_counts():
-    from rpevit.lab.catalog import planned_line
     from rpevit.lab.params import load_params
+    from rpevit.lab.schedule.wanted import planned_line
 
     smoke = load_params("smoke")
     found = [{"dataset": "mnist5k", "variant": v, "seed": 0, "status": "finished"} for v in smoke.variants[:4]]

@@ -21,8 +21,8 @@ from rpevit.core.attention import computing_backends  # noqa: E402
 from rpevit.core.checks import relative_violation  # noqa: E402
 from rpevit.core.grid import Grid  # noqa: E402
 from rpevit.core.position import POSITIONS  # noqa: E402
-from rpevit.lab import runs  # noqa: E402
 from rpevit.lab.result import Result
+from rpevit.lab.training import runs  # noqa: E402
 
 GRID = Grid(3, 4, cls=True)
 
@@ -271,7 +271,7 @@ def test_map_source_names_a_dataset_whose_files_are_missing(tiny_params, monkeyp
     """Without the dataset's files the explorer says which dataset is missing and how to get it
     (notebook 90 then does not advise training what is already trained)."""
     from rpevit.core.errors import UserError
-    from rpevit.lab import runs
+    from rpevit.lab.training import runs
 
     def missing(params, name, device="cpu"):
         raise UserError(f"{name}: no files found; apt-get install dataset-fashion-mnist")

@@ -1,4 +1,4 @@
-"""rpevit.lab.bench's side-by-side measurements: structure and order, never speed targets (those are
+"""rpevit.lab.bench.throughput's side-by-side measurements: structure and order, never speed targets (those are
 ratios in reports/bench/, measured on a quiet machine)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from rpevit.lab import bench
+from rpevit.lab.bench import throughput as bench
 from rpevit.lab.params import load_params
 
 
@@ -37,7 +37,7 @@ def test_speed_rounds_rotate_the_order_and_time_every_variant(small):
 def test_token_bench_times_presets_side_by_side_and_divides_by_the_right_partner(small):
     """Cells of two presets interleave in one process; the table divides a Performer by softmax with
     the same positional methods and a method by APE on the same backend, at each token count."""
-    from rpevit.lab import bench_tokens
+    from rpevit.lab.bench import tokens as bench_tokens
 
     wide = dataclasses.replace(small, name="wide", datasets=("mnist5k_canvas40",))
     assert (bench_tokens.tokens_of(small), bench_tokens.tokens_of(wide)) == (50, 101)

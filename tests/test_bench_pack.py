@@ -8,7 +8,7 @@ import math
 import torch
 
 from rpevit.core import capture
-from rpevit.lab import bench_pack
+from rpevit.lab.bench import pack as bench_pack
 from rpevit.lab.params import load_params
 
 

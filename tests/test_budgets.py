@@ -10,9 +10,10 @@ import torch
 
 from rpevit.core import budgets
 from rpevit.core.errors import UserError
-from rpevit.lab import design, records
-from rpevit.lab.run import Run
-from rpevit.lab.train import train_run
+from rpevit.lab.schedule import policy
+from rpevit.lab.store import records
+from rpevit.lab.store.run import Run
+from rpevit.lab.training.train import train_run
 
 HISTORY_KEYS = ("epoch", "train_loss", "train_acc", "val_loss", "val_acc", "lr")
 
@@ -71,7 +72,7 @@ def test_a_branched_budget_is_that_budget_trained_alone(tiny_params, tiny_datase
     # the design's budget, read from the record alone, counts the cool-down's and the epochs' CPU seconds
     # as the pilot budget does from histories
     seconds = sum(float(r["cpu_seconds"]) for r in records.read_history(tmp_path / "b") + branch["history"])
-    assert design.training_hours([branched]) == pytest.approx(seconds / 3600)
+    assert policy.training_hours([branched]) == pytest.approx(seconds / 3600)
     assert sum(float(r["cpu_seconds"]) for r in branch["history"]) > 0
 
 

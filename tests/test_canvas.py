@@ -105,7 +105,7 @@ def test_the_favor_feature_count_dial_is_a_preset_option_in_the_run_key(features
     """FAVOR+ with fewer random features (a controlled approximation gap): model.favor.num_features."""
     from rpevit.core.config import model_config
     from rpevit.core.model import build_model
-    from rpevit.lab.run import Run
+    from rpevit.lab.store.run import Run
 
     dialled = dataclasses.replace(
         tiny_params,

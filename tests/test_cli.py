@@ -55,13 +55,13 @@ def test_missing_dataset_lists_paths_and_hint(capsys, tmp_path, monkeypatch):
 
 
 def test_train_checks_the_study_precision_before_it_loads_data(capsys, tmp_path, monkeypatch):
-    import rpevit.lab.study
+    import rpevit.lab.schedule.study
     from rpevit.core.errors import UserError
 
     def refuse(params, run):
         raise UserError(f"refused {run.variant} seed {run.seed} of {params.name}")
 
-    monkeypatch.setattr(rpevit.lab.study, "check_run_precision", refuse)
+    monkeypatch.setattr(rpevit.lab.schedule.study, "check_run_precision", refuse)
     code, _, err = run_main(
         capsys, "train", "--params", "fashion_mnist", "--variant", "softmax+ape", "--seed", "2",
         "--data-root", str(tmp_path),
@@ -149,9 +149,9 @@ def test_a_pre_registered_preset_refuses_uncommitted_code_unless_allowed(monkeyp
 def test_the_reproduction_line_compares_each_run_with_the_committed_summary(tmp_path, monkeypatch):
     """`status --reproduced`: bit for bit, or which runs differ and by how much, read against the committed
     reports/<preset>/summary.csv (make study's last line)."""
-    from rpevit.lab import reproduction
     from rpevit.lab.params import load_params
     from rpevit.lab.result import Result
+    from rpevit.lab.schedule import reproduction
 
     params = load_params("smoke")
     folder = tmp_path / "smoke"
@@ -177,8 +177,9 @@ def test_the_reproduction_line_compares_each_run_with_the_committed_summary(tmp_
 def test_the_reproduction_line_reads_this_machines_runs_not_the_kept_copies(tmp_path, monkeypatch):
     """The committed smoke reference keeps its records in reports/smoke/records/: they are the committed numbers,
     so a machine that trained nothing has nothing to compare (never "reproduced" by reading them back)."""
-    from rpevit.lab import catalog, reproduction
     from rpevit.lab.params import load_params
+    from rpevit.lab.schedule import reproduction
+    from rpevit.lab.store import catalog
 
     monkeypatch.setenv("RPEVIT_RUNS", str(tmp_path / "runs"))
     params = load_params("smoke")

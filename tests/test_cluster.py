@@ -1,4 +1,4 @@
-"""Study on Ray (rpevit.lab.cluster): a real local Ray cluster runs tiny grids; every record equals the
+"""Study on Ray (rpevit.lab.schedule.cluster): a real local Ray cluster runs tiny grids; every record equals the
 sequential runner's; a worker killed mid-run is retried and resumes from its checkpoint; a failed
 run is named and the others go on. The Ray tests are skipped (with the reason shown) only where
 Ray is not installed."""
@@ -24,10 +24,13 @@ import torch
 from campaign import bench_engines
 from rpevit.core.data import Dataset, Split
 from rpevit.core.errors import UserError
-from rpevit.lab import catalog, cluster, progress, records, runs, study
-from rpevit.lab.cell import cells, settle
+from rpevit.lab import progress
 from rpevit.lab.params import load_params
 from rpevit.lab.progress import Progress
+from rpevit.lab.schedule import cluster, study
+from rpevit.lab.schedule.cell import cells, settle
+from rpevit.lab.store import catalog, records
+from rpevit.lab.training import runs
 
 from helpers import require_module, without_times
 
@@ -307,7 +310,7 @@ def test_ray_packs_train_one_variants_runs_per_task_to_the_sequential_records(
 def test_time_limit_on_ray_starts_only_the_runs_that_fit(ray_cluster, grid_params, one_thread, tmp_path, capsys):
     """--time-limit on Ray: the sequential engine's rule (study.plain_order) decides each task when a slot
     frees: with no time left nothing starts and each run says why; with an hour the rest train."""
-    from rpevit.lab.time_limit import TimeLimit
+    from rpevit.lab.schedule.time_limit import TimeLimit
 
     loader = functools.partial(tiny_loader, n_train=256)
     roots = {"runs_root": tmp_path / "runs", "reports_root": tmp_path / "reports"}

@@ -61,8 +61,8 @@ def test_captured_packed_step_has_no_graph_break_and_no_recompile(variant, monke
     from torch._dynamo.testing import CompileCounter
 
     from rpevit.core import capture
-    from rpevit.lab import pack
-    from rpevit.lab.train import _rng_state
+    from rpevit.lab.training import pack
+    from rpevit.lab.training.train import _rng_state
 
     torch._dynamo.reset()
     counter = CompileCounter()
@@ -92,8 +92,8 @@ def test_a_pack_trained_through_the_captured_step_gives_the_plain_packs_records(
     import dataclasses
 
     from rpevit.core import capture
-    from rpevit.lab import pack
-    from rpevit.lab.run import Run
+    from rpevit.lab.store.run import Run
+    from rpevit.lab.training import pack
 
     model = dataclasses.replace(tiny_params.model, drop_path=0.2)
     params = dataclasses.replace(tiny_params, model=model)
@@ -136,9 +136,9 @@ def test_a_run_trained_through_inductor_on_the_cpu_gives_the_plain_runs_records(
     not captured."""
     import dataclasses
 
-    from rpevit.lab import records
-    from rpevit.lab.run import Run
-    from rpevit.lab.train import train_run
+    from rpevit.lab.store import records
+    from rpevit.lab.store.run import Run
+    from rpevit.lab.training.train import train_run
 
     torch._dynamo.reset()
     train = dataclasses.replace(tiny_params.train, amp="off", device="cpu", compile=True, compile_backends=("favor",))

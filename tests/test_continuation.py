@@ -1,4 +1,4 @@
-"""Going on from a shorter WSD budget (rpevit/lab/continuation.py): a run that starts from another
+"""Going on from a shorter WSD budget (rpevit/lab/training/continuation.py): a run that starts from another
 preset's stable checkpoint computes exactly what it computes from initialisation (fp32 on the CPU),
 inherits the budgets branched before that point, and its CPU budget leaves the inherited epochs out."""
 
@@ -10,9 +10,11 @@ import pytest
 
 from campaign import budget
 from rpevit.core.errors import UserError
-from rpevit.lab import continuation, params_checks, records
-from rpevit.lab.run import Run
-from rpevit.lab.train import train_run
+from rpevit.lab import params_checks
+from rpevit.lab.store import records
+from rpevit.lab.store.run import Run
+from rpevit.lab.training import continuation
+from rpevit.lab.training.train import train_run
 
 HISTORY_KEYS = ("epoch", "train_loss", "train_acc", "val_loss", "val_acc", "lr")
 RESULT_KEYS = ("top1", "top5", "test_correct", "best_epoch", "best_val_acc")

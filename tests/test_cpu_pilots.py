@@ -9,8 +9,8 @@ from pathlib import Path
 from test_gap_pilot import _found
 
 from campaign import budget, pilot_overview
-from rpevit.lab import catalog
 from rpevit.lab.result import results
+from rpevit.lab.store import catalog
 
 ROOT = Path(__file__).resolve().parents[1]
 

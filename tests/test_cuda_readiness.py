@@ -142,7 +142,7 @@ def test_kernel_sum_channels_trace_without_graph_breaks():
 def test_ray_gpu_runs_get_a_fresh_worker_each():
     """Defect 1: GPU runs reused Ray workers (CUDA context, allocator cache, dataset cache outlived a run)."""
     ray = require_module("ray", "Ray is not installed (pip install -e '.[cluster]')")
-    from rpevit.lab import cluster
+    from rpevit.lab.schedule import cluster
 
     assert cluster.remote_task(ray, 0.5)._default_options.get("max_calls") == 1
     assert cluster.remote_task(ray, 1)._default_options.get("max_calls") == 1
@@ -319,7 +319,7 @@ def test_the_package_has_no_import_cycle():
     """Issue 20 item 2: attention/linear.py imported `distributed` (for a broadcast), closing a loop
     attention → distributed → runs → model → attention; the import graph stays acyclic."""
     graph = _module_imports()
-    assert "rpevit.lab.distributed" in graph["rpevit.lab.train"]  # the walk sees imports
+    assert "rpevit.lab.training.distributed" in graph["rpevit.lab.training.train"]  # the walk sees imports
     assert "rpevit.core.attention.linear" in graph["rpevit.core.attention"]
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle(graph) is None, " → ".join(_cycle(graph))
@@ -329,7 +329,7 @@ def test_bench_data_draws_batches_on_the_data_device(monkeypatch, tiny_params):
     """Defect 7: `bench data` drew its batches with a CPU generator for data on the GPU."""
     from types import SimpleNamespace
 
-    from rpevit.lab import bench
+    from rpevit.lab.bench import throughput as bench
 
     made = []
 

@@ -14,13 +14,14 @@ import pytest
 import torch
 
 from rpevit.core.data import Dataset, Split
-from rpevit.lab import catalog, cell, records, study
 from rpevit.lab.params import EvaluateConfig
-from rpevit.lab.records import without_times
-from rpevit.lab.run import Run
+from rpevit.lab.schedule import cell, study
+from rpevit.lab.schedule.status import status_lines
 from rpevit.lab.schema import result_view
-from rpevit.lab.study_status import status_lines
-from rpevit.lab.train import train_run
+from rpevit.lab.store import catalog, records
+from rpevit.lab.store.records import without_times
+from rpevit.lab.store.run import Run
+from rpevit.lab.training.train import train_run
 
 FILES = ("record", "kept record", "history", "kept history", "kept weights", "checkpoint", "prev checkpoint")
 DAMAGES = ("truncated", "empty", "garbled", "deleted")

@@ -11,11 +11,14 @@ import sys
 import pytest
 
 from rpevit.core.errors import UserError
-from rpevit.lab import catalog, design, records, time_limit
+from rpevit.lab import design
 from rpevit.lab.params import load_params
 from rpevit.lab.result import results
-from rpevit.lab.run import Run
-from rpevit.lab.wanted import Snapshot, primary_settled, wanted
+from rpevit.lab.schedule import policy, time_limit
+from rpevit.lab.schedule.wanted import planned_runs, primary_settled, secondary_held, snapshot, wanted
+from rpevit.lab.store import catalog, records
+from rpevit.lab.store.catalog import Snapshot
+from rpevit.lab.store.run import Run
 
 PRIMARY = ["softmax+ape", "favor+ape", "softmax+rope_mixed", "favor+rope_mixed"]
 HEADER = f"""datasets: [mnist5k]
@@ -101,20 +104,20 @@ def _accuracies(seeds, spread):
 def test_stopping_rule_adds_seeds_while_intervals_are_wide_and_stops_when_narrow(tmp_path):
     params = preset(tmp_path)
     run = ("mnist5k", "favor+ape", 2)
-    assert design.decide(params, ("mnist5k", "softmax+ape", 1), _finished(_accuracies([0], 0.0))) == ("train", "")
+    assert policy.decide(params, ("mnist5k", "softmax+ape", 1), _finished(_accuracies([0], 0.0))) == ("train", "")
     # two seeds whose contrast differs by 2 points: the 95 % half-width is far above 0.5 → a third seed
     wide = _finished(_accuracies([0, 1], 1.0))
-    assert design.primary_progress(params, wide)[:2] == (2, 3)
-    assert design.decide(params, run, wide) == ("train", "")
+    assert policy.primary_progress(params, wide)[:2] == (2, 3)
+    assert policy.decide(params, run, wide) == ("train", "")
     # identical contrasts in both seeds: half-width 0 → the rule is met at min_seeds, seed 2 is not started
     narrow = _finished(_accuracies([0, 1], 0.0))
-    verdict, why = design.decide(params, run, narrow)
+    verdict, why = policy.decide(params, run, narrow)
     assert verdict == "skip" and "stopping rule needs 2 primary seeds" in why
     # wide at every seed: stops at max_seeds (4)
     wide4 = _finished(_accuracies([0, 1, 2, 3], 1.0))
-    assert design.decide(params, ("mnist5k", "favor+ape", 4), wide4)[0] == "skip"
+    assert policy.decide(params, ("mnist5k", "favor+ape", 4), wide4)[0] == "skip"
     # secondary variants train once the primary grid is settled
-    assert design.decide(params, ("mnist5k", "softmax+krpe", 1), narrow) == ("train", "")
+    assert policy.decide(params, ("mnist5k", "softmax+krpe", 1), narrow) == ("train", "")
 
 
 def test_runs_the_seeds_in_flight_decide_wait_for_them(tmp_path):
@@ -124,31 +127,31 @@ def test_runs_the_seeds_in_flight_decide_wait_for_them(tmp_path):
     accuracy = _accuracies([0, 1, 2], 1.0)
     del accuracy[("favor+rope_mixed", 2)]
     partial, flying = _finished(accuracy), {("mnist5k", "favor+rope_mixed", 2)}
-    verdict, why = design.decide(params, ("mnist5k", "softmax+ape", 3), partial, flying)
+    verdict, why = policy.decide(params, ("mnist5k", "softmax+ape", 3), partial, flying)
     assert verdict == "wait" and "favor+rope_mixed seed 2 is in flight" in why
-    verdict, why = design.decide(params, ("mnist5k", "softmax+krpe", 0), partial, flying)
+    verdict, why = policy.decide(params, ("mnist5k", "softmax+krpe", 0), partial, flying)
     assert verdict == "wait" and "primary grid comes first" in why
     # the seed's last run finished: wide → seed 3 trains, and the secondary waits for it in turn
     wide = _finished(_accuracies([0, 1, 2], 1.0))
-    assert design.decide(params, ("mnist5k", "softmax+ape", 3), wide) == ("train", "")
-    assert design.decide(params, ("mnist5k", "softmax+krpe", 0), wide, {("mnist5k", "softmax+ape", 3)})[0] == "wait"
+    assert policy.decide(params, ("mnist5k", "softmax+ape", 3), wide) == ("train", "")
+    assert policy.decide(params, ("mnist5k", "softmax+krpe", 0), wide, {("mnist5k", "softmax+ape", 3)})[0] == "wait"
     # narrow → seed 3 is not needed, and the secondary trains beside any leftover primary run
     narrow = _finished(_accuracies([0, 1, 2], 0.0))
-    assert design.decide(params, ("mnist5k", "softmax+ape", 3), narrow)[0] == "skip"
-    assert design.decide(params, ("mnist5k", "softmax+krpe", 0), narrow, flying) == ("train", "")
+    assert policy.decide(params, ("mnist5k", "softmax+ape", 3), narrow)[0] == "skip"
+    assert policy.decide(params, ("mnist5k", "softmax+krpe", 0), narrow, flying) == ("train", "")
     # nothing in flight (the missing run failed): no waiting for what will not come
-    assert design.decide(params, ("mnist5k", "softmax+ape", 3), partial)[0] == "skip"
-    assert design.decide(params, ("mnist5k", "softmax+krpe", 0), partial) == ("train", "")
+    assert policy.decide(params, ("mnist5k", "softmax+ape", 3), partial)[0] == "skip"
+    assert policy.decide(params, ("mnist5k", "softmax+krpe", 0), partial) == ("train", "")
     # a run in flight of a later seed, or of another dataset, decides nothing here
     for elsewhere in (("mnist5k", "softmax+ape", 4), ("other", "favor+rope_mixed", 2)):
-        assert design.decide(params, ("mnist5k", "softmax+ape", 3), partial, {elsewhere})[0] == "skip"
+        assert policy.decide(params, ("mnist5k", "softmax+ape", 3), partial, {elsewhere})[0] == "skip"
 
 
 def test_budget_stops_new_runs_once_spent(tmp_path):
     params = preset(tmp_path)
     params = dataclasses.replace(params, design=dataclasses.replace(params.design, budget_hours=1.0))
     spent = _finished(_accuracies([0, 1], 1.0), seconds=3600 / 16, epochs=2)  # 8 runs × 0.125 h = 1 h
-    verdict, why = design.decide(params, ("mnist5k", "softmax+krpe", 0), spent)
+    verdict, why = policy.decide(params, ("mnist5k", "softmax+krpe", 0), spent)
     assert verdict == "skip" and "budget of 1 training hours is spent (1.0 h)" in why
 
 
@@ -161,14 +164,14 @@ def test_a_primary_seed_starts_only_if_the_budget_covers_it_and_a_started_one_is
     # two complete primary seeds, 4 runs × 0.25 h each: 1 h per seed, 2 h spent
     wide = _finished(_accuracies([0, 1], 1.0), seconds=450, epochs=2)
     roomy, tight = _budgeted(tmp_path, budget_hours=3.0), _budgeted(tmp_path, budget_hours=2.9)
-    assert design.decide(roomy, ("mnist5k", "softmax+ape", 2), wide) == ("train", "")
-    verdict, why = design.decide(tight, ("mnist5k", "softmax+ape", 2), wide)
+    assert policy.decide(roomy, ("mnist5k", "softmax+ape", 2), wide) == ("train", "")
+    verdict, why = policy.decide(tight, ("mnist5k", "softmax+ape", 2), wide)
     assert verdict == "skip" and "budget left (0.9 of 2.9 training hours) does not cover another primary seed" in why
     # seed 2 started (one run finished, or one in flight): its other runs train even past the budget
     started = wide + _finished({("softmax+ape", 2): 0.9}, seconds=3600, epochs=2)
-    assert design.decide(tight, ("mnist5k", "favor+ape", 2), started) == ("train", "")
+    assert policy.decide(tight, ("mnist5k", "favor+ape", 2), started) == ("train", "")
     flying = {("mnist5k", "softmax+ape", 2)}
-    assert design.decide(tight, ("mnist5k", "favor+ape", 2), wide, flying) == ("train", "")
+    assert policy.decide(tight, ("mnist5k", "favor+ape", 2), wide, flying) == ("train", "")
 
 
 def test_secondary_variants_can_have_their_own_budget(tmp_path):
@@ -177,35 +180,35 @@ def test_secondary_variants_can_have_their_own_budget(tmp_path):
         _budgeted(tmp_path, budget_hours=16.0),
         _budgeted(tmp_path, budget_hours=16.0, secondary_budget_hours=2.0),
     )
-    assert design.decide(shared, ("mnist5k", "softmax+krpe", 0), narrow)[0] == "skip"  # one budget: spent by primary
-    assert design.decide(own, ("mnist5k", "softmax+krpe", 0), narrow) == ("train", "")
+    assert policy.decide(shared, ("mnist5k", "softmax+krpe", 0), narrow)[0] == "skip"  # one budget: spent by primary
+    assert policy.decide(own, ("mnist5k", "softmax+krpe", 0), narrow) == ("train", "")
     secondary = narrow + _finished({("softmax+krpe", 0): 0.9}, seconds=3600, epochs=2)
     # the budget is spent, but softmax+krpe has started: it trains all its seeds (a variant is trained whole)
-    assert design.decide(own, ("mnist5k", "softmax+krpe", 1), secondary) == ("train", "")
+    assert policy.decide(own, ("mnist5k", "softmax+krpe", 1), secondary) == ("train", "")
     two = _two_secondary(tmp_path, secondary_budget_hours=2.0)
-    verdict, why = design.decide(two, ("mnist5k", "favor+krpe", 0), secondary)  # a new variant does not start
+    verdict, why = policy.decide(two, ("mnist5k", "favor+krpe", 0), secondary)  # a new variant does not start
     assert verdict == "skip" and "secondary budget of 2 training hours is spent (2.0 h)" in why
-    assert design.decide(two, ("mnist5k", "favor+krpe", 1), narrow, {("mnist5k", "favor+krpe", 0)}) == ("train", "")
+    assert policy.decide(two, ("mnist5k", "favor+krpe", 1), narrow, {("mnist5k", "favor+krpe", 0)}) == ("train", "")
     diverged = [{**secondary[-1], "variant": "favor+krpe", "status": "diverged"}] + secondary
-    assert design.decide(two, ("mnist5k", "favor+krpe", 1), diverged) == ("train", "")  # started: its seed 0 diverged
+    assert policy.decide(two, ("mnist5k", "favor+krpe", 1), diverged) == ("train", "")  # started: its seed 0 diverged
     # secondary hours do not count against the primary budget: a new primary seed still fits
     wide = _finished(_accuracies([0, 1], 1.0), seconds=450, epochs=2)
     heavy = wide + _finished({("softmax+krpe", 0): 0.9}, seconds=36000, epochs=2)
     roomy = _budgeted(tmp_path, budget_hours=3.0, secondary_budget_hours=50.0)
-    assert design.decide(roomy, ("mnist5k", "softmax+ape", 2), heavy) == ("train", "")
+    assert policy.decide(roomy, ("mnist5k", "softmax+ape", 2), heavy) == ("train", "")
 
 
 def test_the_analysis_uses_the_complete_primary_seeds(tmp_path):
     params = preset(tmp_path)
     runs = _finished(_accuracies([0, 1], 1.0)) + _finished({("softmax+ape", 2): 0.9, ("favor+ape", 2): 0.9})
     runs += _finished({("softmax+krpe", 2): 0.9})  # a secondary run: kept whatever its seed
-    kept = design.complete_seed_records(params, runs)
+    kept = policy.complete_seed_records(params, runs)
     assert {(r["variant"], r["seed"]) for r in runs} - {(r["variant"], r["seed"]) for r in kept} == {
         ("softmax+ape", 2),
         ("favor+ape", 2),
     }
     plain = preset(tmp_path, design_text="")
-    assert design.complete_seed_records(plain, runs) == results(runs)
+    assert policy.complete_seed_records(plain, runs) == results(runs)
 
 
 def test_in_flight_names_the_runs_another_live_process_holds(tmp_path):
@@ -295,8 +298,8 @@ def test_a_design_leaves_run_keys_alone(tmp_path):
 
 
 def test_the_eta_counts_the_runs_the_design_wants_and_no_other_process_trains(tmp_path):
-    from rpevit.lab import study
-    from rpevit.lab.cell import cells, settle
+    from rpevit.lab.schedule import study
+    from rpevit.lab.schedule.cell import cells, settle
 
     params = preset(tmp_path)  # min_seeds 2, max_seeds 4, 2 secondary seeds
     grid = cells(params, catalog.grid(params), tmp_path / "runs", tmp_path / "reports")
@@ -304,11 +307,11 @@ def test_the_eta_counts_the_runs_the_design_wants_and_no_other_process_trains(tm
 
     # nothing finished: primary seeds 0-1 (8 runs) and the 2 secondary runs; seeds 2-3 wait on the rule
     def counted(part):
-        return study.wanted_left(params, part, catalog.snapshot(params, tmp_path / "runs", tmp_path / "reports"))[0]
+        return study.wanted_left(params, part, snapshot(params, tmp_path / "runs", tmp_path / "reports"))[0]
 
     assert counted(todo) == 10
     assert counted(todo[5:]) == 5 and counted([]) == 0
-    seen = catalog.snapshot(params, tmp_path / "runs", tmp_path / "reports")
+    seen = snapshot(params, tmp_path / "runs", tmp_path / "reports")
     assert study.wanted_left(params, todo, seen)[1] is None  # no finished run to take a pace from
     pace = [{"dataset": grid[0].dataset, "variant": "softmax+ape", "status": "finished", "train_seconds_per_epoch": 10}]
     count, seconds = study.wanted_left(params, todo, dataclasses.replace(seen, pace=pace))
@@ -331,21 +334,21 @@ def test_seed_values_are_not_their_positions(tmp_path):
         return {(v, 11 + s): a for (v, s), a in _accuracies([s - 11 for s in seeds], spread).items()}
 
     wide = _finished(accuracies([11, 12], 1.0), seconds=450, epochs=2)  # 1 h per seed
-    assert design.decide(params, ("mnist5k", "softmax+ape", 13), wide) == ("train", "")
-    assert design.decide(params, ("mnist5k", "softmax+ape", 14), wide)[0] == "skip"
+    assert policy.decide(params, ("mnist5k", "softmax+ape", 13), wide) == ("train", "")
+    assert policy.decide(params, ("mnist5k", "softmax+ape", 14), wide)[0] == "skip"
     partial = [r for r in wide if (r["variant"], r["seed"]) != ("favor+rope_mixed", 12)]
-    verdict, why = design.decide(params, ("mnist5k", "softmax+ape", 13), partial, {("mnist5k", "favor+rope_mixed", 12)})
+    verdict, why = policy.decide(params, ("mnist5k", "softmax+ape", 13), partial, {("mnist5k", "favor+rope_mixed", 12)})
     assert verdict == "wait" and "favor+rope_mixed seed 12 is in flight" in why
     # the budget: a new seed 13 does not fit in 2.9 h; once started (seed 13 in flight) it is finished
     tight = dataclasses.replace(params, design=dataclasses.replace(params.design, budget_hours=2.9))
-    assert design.decide(tight, ("mnist5k", "softmax+ape", 13), wide)[0] == "skip"
-    assert design.decide(tight, ("mnist5k", "favor+ape", 13), wide, {("mnist5k", "softmax+ape", 13)}) == ("train", "")
+    assert policy.decide(tight, ("mnist5k", "softmax+ape", 13), wide)[0] == "skip"
+    assert policy.decide(tight, ("mnist5k", "favor+ape", 13), wide, {("mnist5k", "softmax+ape", 13)}) == ("train", "")
     # a shared budget counts secondary hours against a new primary seed
     roomy = dataclasses.replace(params, design=dataclasses.replace(params.design, budget_hours=3.4))
     with_secondary = wide + _finished({("softmax+krpe", 11): 0.9}, seconds=900, epochs=2)  # + 0.5 h
-    assert design.decide(roomy, ("mnist5k", "softmax+ape", 13), wide) == ("train", "")
-    assert design.decide(roomy, ("mnist5k", "softmax+ape", 13), with_secondary)[0] == "skip"
-    kept = design.complete_seed_records(params, wide + _finished({("softmax+ape", 13): 0.9}))
+    assert policy.decide(roomy, ("mnist5k", "softmax+ape", 13), wide) == ("train", "")
+    assert policy.decide(roomy, ("mnist5k", "softmax+ape", 13), with_secondary)[0] == "skip"
+    kept = policy.complete_seed_records(params, wide + _finished({("softmax+ape", 13): 0.9}))
     assert sorted({r["seed"] for r in kept}) == [11, 12]
 
 
@@ -355,22 +358,22 @@ def test_a_seed_whose_primary_run_diverged_is_lost_and_the_next_seed_stands_in(t
     runs = _finished({**_accuracies([0], 1.0), **odd})
     runs += [{**r, "status": "diverged"} for r in _finished({("favor+ape", 1): 0.1})]
     runs += _finished({("softmax+ape", 1): 0.9})  # its seed-mates are set aside with it
-    progress = design.primary_progress(params, runs)
+    progress = policy.primary_progress(params, runs)
     assert (progress.complete, progress.needed, progress.lost) == (2, 3, {1: "favor+ape"})  # seeds 0 and 2
-    verdict, why = design.decide(params, ("mnist5k", "softmax+rope_mixed", 1), runs)
+    verdict, why = policy.decide(params, ("mnist5k", "softmax+rope_mixed", 1), runs)
     assert verdict == "skip" and "seed 1 is lost: favor+ape diverged there" in why
-    assert design.decide(params, ("mnist5k", "softmax+ape", 3), runs) == ("train", "")  # the third usable seed
-    assert design.decide(params, ("mnist5k", "softmax+ape", 4), runs)[0] == "skip"
-    assert sorted({r["seed"] for r in design.complete_seed_records(params, runs)}) == [0, 2]
+    assert policy.decide(params, ("mnist5k", "softmax+ape", 3), runs) == ("train", "")  # the third usable seed
+    assert policy.decide(params, ("mnist5k", "softmax+ape", 4), runs)[0] == "skip"
+    assert sorted({r["seed"] for r in policy.complete_seed_records(params, runs)}) == [0, 2]
     # every seed lost but two: the rule cannot ask for more seeds than there are
     gone = runs + [{**r, "status": "diverged"} for r in _finished({("favor+ape", 3): 0.1, ("favor+ape", 4): 0.1})]
-    assert design.primary_progress(params, gone)[:2] == (2, 2)
+    assert policy.primary_progress(params, gone)[:2] == (2, 2)
 
 
 def test_a_run_left_unfinished_by_a_stopped_process_is_taken_up_before_any_later_run(tmp_path, monkeypatch, capsys):
-    from rpevit.lab import study
-    from rpevit.lab.cell import cells, settle
     from rpevit.lab.progress import Progress
+    from rpevit.lab.schedule import study
+    from rpevit.lab.schedule.cell import cells, settle
 
     params = preset(tmp_path)  # seeds 0-4, min_seeds 2
     grid = cells(params, catalog.grid(params), tmp_path / "runs", tmp_path / "reports")
@@ -391,9 +394,9 @@ def test_a_run_left_unfinished_by_a_stopped_process_is_taken_up_before_any_later
 
 
 def test_a_designed_order_ends_by_naming_what_it_did_not_start(tmp_path, monkeypatch, capsys):
-    from rpevit.lab import study
-    from rpevit.lab.cell import cells, settle
     from rpevit.lab.progress import Progress
+    from rpevit.lab.schedule import study
+    from rpevit.lab.schedule.cell import cells, settle
 
     params = preset(tmp_path)
     grid = cells(params, catalog.grid(params), tmp_path / "runs", tmp_path / "reports")
@@ -429,11 +432,11 @@ def test_secondary_runs_are_held_while_the_longer_budget_check_wants_runs(tmp_pa
     params = checked(tmp_path)
     narrow = _finished(_accuracies([0, 1], 0.0))  # the primary grid is settled at 2 seeds
     secondary = ("mnist5k", "softmax+krpe", 0)
-    assert design.decide(params, secondary, narrow) == ("train", "")
-    assert design.decide(params, secondary, narrow, secondary_held="the check first") == ("skip", "the check first")
-    assert design.decide(params, ("mnist5k", "softmax+ape", 1), [], secondary_held="x") == ("train", "")  # primary
+    assert policy.decide(params, secondary, narrow) == ("train", "")
+    assert policy.decide(params, secondary, narrow, secondary_held="the check first") == ("skip", "the check first")
+    assert policy.decide(params, ("mnist5k", "softmax+ape", 1), [], secondary_held="x") == ("train", "")  # primary
     roots = (tmp_path / "runs", tmp_path / "reports")
-    held = catalog.secondary_held(params, *roots)
+    held = secondary_held(params, *roots)
     assert "check.yaml trains before the secondary variants and wants 8 more runs" in held
     assert f"python -m rpevit study {tmp_path / 'check.yaml'}" in held
     check = load_params(tmp_path / "check.yaml")
@@ -441,22 +444,22 @@ def test_secondary_runs_are_held_while_the_longer_budget_check_wants_runs(tmp_pa
     flying = {("mnist5k", "softmax+ape", 1)}
     monkeypatch.setattr(catalog, "in_flight_and_records", lambda params, *roots: (flying, one_seed))
     assert wanted(check, Snapshot(one_seed, flying)).runs == [("mnist5k", v, 1) for v in PRIMARY]
-    assert "wants 4 more runs (1 in flight)" in catalog.secondary_held(params, *roots)
+    assert "wants 4 more runs (1 in flight)" in secondary_held(params, *roots)
     everything = {("mnist5k", v, 1) for v in PRIMARY}  # the check's last runs all train elsewhere
     monkeypatch.setattr(catalog, "in_flight_and_records", lambda params, *roots: (everything, one_seed))
-    assert catalog.secondary_held(params, *roots).endswith(
+    assert secondary_held(params, *roots).endswith(
         "(all in flight in other processes); run this study again once they finish"
     )
     done = one_seed + [{**r, "epochs": 4} for r in _finished(_accuracies([1], 0.0))]
     monkeypatch.setattr(catalog, "in_flight_and_records", lambda params, *roots: (set(), done))
-    assert catalog.secondary_held(params, *roots) == ""  # the check is settled: secondary runs may train
-    assert catalog.secondary_held(preset(tmp_path), *roots) == ""  # no check named
+    assert secondary_held(params, *roots) == ""  # the check is settled: secondary runs may train
+    assert secondary_held(preset(tmp_path), *roots) == ""  # no check named
 
 
 def test_a_designed_study_skips_its_secondary_runs_while_its_check_wants_runs(tmp_path, monkeypatch, capsys):
-    from rpevit.lab import study
-    from rpevit.lab.cell import cells, settle
     from rpevit.lab.progress import Progress
+    from rpevit.lab.schedule import study
+    from rpevit.lab.schedule.cell import cells, settle
 
     params = checked(tmp_path)
     grid = cells(params, catalog.grid(params), tmp_path / "runs", tmp_path / "reports")
@@ -531,15 +534,15 @@ def test_the_planned_runs_are_the_finished_ones_and_those_the_design_still_wants
     params = preset(tmp_path)  # min_seeds 2, max_seeds 4, secondary softmax+krpe on seeds 0-1
     narrow = _finished(_accuracies([0, 1], 0.0))  # the stopping rule is met at 2 seeds
     secondary = [("mnist5k", "softmax+krpe", 0), ("mnist5k", "softmax+krpe", 1)]
-    assert sorted(catalog.planned_runs(params, narrow)) == sorted(
+    assert sorted(planned_runs(params, narrow)) == sorted(
         [("mnist5k", v, s) for v in PRIMARY for s in (0, 1)] + secondary
     )
     wide = _finished(_accuracies([0, 1], 1.0))  # a third primary seed is wanted, seeds 3-4 not yet
-    assert {s for _, v, s in catalog.planned_runs(params, wide) if v in PRIMARY} == {0, 1, 2}
+    assert {s for _, v, s in planned_runs(params, wide) if v in PRIMARY} == {0, 1, 2}
     spent = _budgeted(tmp_path, budget_hours=0.001)
-    assert catalog.planned_runs(spent, narrow) == [("mnist5k", v, s) for s in (0, 1) for v in PRIMARY]
+    assert planned_runs(spent, narrow) == [("mnist5k", v, s) for s in (0, 1) for v in PRIMARY]
     plain = preset(tmp_path, design_text="")  # without a design: its whole grid
-    assert catalog.planned_runs(plain, narrow) == catalog.grid(plain)
+    assert planned_runs(plain, narrow) == catalog.grid(plain)
 
 
 def test_one_wanted_answers_the_scheduler_the_status_the_planned_count_and_the_eta(tmp_path):
@@ -557,9 +560,6 @@ def test_one_wanted_answers_the_scheduler_the_status_the_planned_count_and_the_e
     assert {v for _, v, s in found.runs if s >= 2} <= set(PRIMARY) and found.waiting  # seeds 2-3 wait on the rule
     settled = _finished(_accuracies([0, 1], 0.0))  # the target met at two seeds: later primary seeds ruled out
     assert not {s for _, v, s in wanted(params, Snapshot(settled)).runs if v in PRIMARY}
-    assert (
-        catalog.planned_runs(params, current)
-        == [r.place for r in results(current)] + wanted(params, Snapshot(current)).runs
-    )
+    assert planned_runs(params, current) == [r.place for r in results(current)] + wanted(params, Snapshot(current)).runs
     held = wanted(params, Snapshot(current, held="the check first"))
     assert held.held == [("mnist5k", "softmax+krpe", s) for s in (0, 1)] and not set(held.held) & set(held.runs)

@@ -17,10 +17,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from rpevit.lab import records, runs
 from rpevit.lab.params import load_params
-from rpevit.lab.run import Run
-from rpevit.lab.train import train_run
+from rpevit.lab.store import records
+from rpevit.lab.store.run import Run
+from rpevit.lab.training import runs
+from rpevit.lab.training.train import train_run
 
 from helpers import without_times
 

@@ -180,6 +180,18 @@ def test_imports_flow_down_the_layer_table():
     assert upward == set(), "imports up the layers of docs/architecture.md §1"
 
 
+WINGS = ("lab/store", "lab/training", "lab/bench", "lab/schedule")  # the lab's wings, lowest first
+
+
+def test_the_lab_wings_import_downwards_only():
+    """store ← training ← bench ← schedule: a wing imports only the wings below it (and the lab's base and
+    configuration); the store knows nothing of training, benchmarks or scheduling."""
+    up = {(a, b) for a, b in package_imports() if a in WINGS and b in WINGS and WINGS.index(b) > WINGS.index(a)}
+    assert up == set()
+    wings_of_table = [m for m in layers() if m in WINGS]
+    assert sorted(wings_of_table, key=layers().get) == list(WINGS), "docs/architecture.md lists the wings in order"
+
+
 def test_the_core_imports_nothing_outside_itself_and_the_lab_nothing_above_it():
     below = {"core": {"core"}, "lab": {"core", "lab"}, "analysis": {"core", "lab", "analysis"}}
     wrong = {
@@ -270,7 +282,12 @@ def test_import_rpevit_loads_the_science_core_only():
     names = ("Run", "load_params", "run_study", "train_run")
     code = f"import rpevit; print(*(getattr(rpevit, n).__module__ for n in {names}))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
-    assert out == ["rpevit.lab.run", "rpevit.lab.params", "rpevit.lab.study", "rpevit.lab.train"]
+    assert out == [
+        "rpevit.lab.store.run",
+        "rpevit.lab.params",
+        "rpevit.lab.schedule.study",
+        "rpevit.lab.training.train",
+    ]
 
 
 def test_the_finished_filter_is_written_once():

@@ -8,10 +8,12 @@ import pytest
 import torch
 
 from rpevit.core.errors import UserError
-from rpevit.lab import records, runs, study
-from rpevit.lab.evaluate import evaluate_resolutions, position_modes, resize_split
 from rpevit.lab.params import EvaluateConfig
-from rpevit.lab.run import Run
+from rpevit.lab.schedule import study
+from rpevit.lab.store import records
+from rpevit.lab.store.run import Run
+from rpevit.lab.training import runs
+from rpevit.lab.training.evaluate import evaluate_resolutions, position_modes, resize_split
 
 
 def test_resize_split_antialiases_and_keeps_labels(tiny_dataset):

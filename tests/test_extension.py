@@ -24,7 +24,7 @@ from rpevit.core.position import POSITIONS, PROTOCOLS, PositionMethod
 from rpevit.core.position.relative import RelativeBias, offset_axes
 from rpevit.core.variants import list_variants
 from rpevit.lab.params import load_params
-from rpevit.lab.run import Run
+from rpevit.lab.store.run import Run
 
 
 @dataclass(frozen=True)

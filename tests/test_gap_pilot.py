@@ -84,7 +84,7 @@ def test_seed_count_reaches_a_quarter_of_the_gap():
 
 
 def test_the_report_is_written_from_the_records(tmp_path, monkeypatch):
-    from rpevit.lab import catalog
+    from rpevit.lab.store import catalog
 
     monkeypatch.setattr(catalog, "study_records", lambda params, reports_root=None: results(_found(-2.0, -0.5)))
     lines = gap_pilot.write_report("canvas_gap_pilot", reports_root=tmp_path)
@@ -110,7 +110,7 @@ def test_a_no_go_names_the_next_pilot_of_the_pre_registered_order():
 def test_a_finished_no_go_hands_the_sitting_the_next_pilot(monkeypatch):
     """`gap-pilot --next` (the GPU sitting's chain): the next preset only once every run finished and the
     rule says NO-GO; nothing on GO, while a run is missing, or at the end of the order."""
-    from rpevit.lab import catalog
+    from rpevit.lab.store import catalog
 
     def reads(found):
         monkeypatch.setattr(catalog, "study_records", lambda params, reports_root=None: results(found))
@@ -163,7 +163,7 @@ def _dial(tmp_path, reference=REFERENCE, dial_extra="", features=4):
 
 
 def _keep(run, top1_by_budget):
-    from rpevit.lab import records
+    from rpevit.lab.store import records
 
     record = {
         **_record(run.variant, run.seed, top1_by_budget),
@@ -175,9 +175,9 @@ def _keep(run, top1_by_budget):
 def test_a_feature_dial_reads_softmax_from_its_reference_and_decides_on_favor_alone(tmp_path, monkeypatch):
     """The dial trains favor+ape only; its gap is against the reference's softmax+ape runs (same keys),
     and the reference's own Performers (relu here, 3 points behind) never enter its go/no-go."""
-    from rpevit.lab.catalog import reference_records
     from rpevit.lab.params import load_params
-    from rpevit.lab.run import Run
+    from rpevit.lab.store.catalog import reference_records
+    from rpevit.lab.store.run import Run
 
     dial = load_params(_dial(tmp_path))
     reference = load_params(tmp_path / "ref.yaml")
@@ -202,8 +202,8 @@ def test_a_feature_dial_reads_softmax_from_its_reference_and_decides_on_favor_al
 def test_a_reference_trained_otherwise_is_one_error_before_training(tmp_path, capsys):
     """softmax+ape does not read model.favor, so only that may differ; another lr makes other runs."""
     from rpevit.cli import main
-    from rpevit.lab.catalog import reference_runs
     from rpevit.lab.params import load_params
+    from rpevit.lab.store.catalog import reference_runs
 
     assert len(reference_runs(load_params(_dial(tmp_path)))) == 4  # softmax and relu, seeds 1 and 2
     dial = _dial(tmp_path, dial_extra="").read_text().replace('amp: "off"}', 'amp: "off", lr: 0.01}')
@@ -240,9 +240,9 @@ def test_a_reference_preset_is_checked_when_the_dial_loads(tmp_path, change, mes
 def test_training_time_is_read_against_the_budget_the_preset_states(tmp_path):
     """Epoch seconds of finished runs (with their cool-down branches) and of unfinished checkpoints count;
     the budget is the one the pre-registration's header states, and an overrun is said plainly."""
-    from rpevit.lab import records
     from rpevit.lab.params import load_params
-    from rpevit.lab.run import Run
+    from rpevit.lab.store import records
+    from rpevit.lab.store.run import Run
 
     assert [budget.stated_budget(p) for p in [*gap_pilot.NEXT_AFTER_NO_GO, "canvas56_dial8"]] == [10, 20, 12, 12]
     assert budget.stated_budget("smoke") is None
@@ -277,9 +277,9 @@ def test_a_fresh_clone_counts_the_epochs_of_runs_parked_by_another_checkout(tmp_
     import torch
 
     from campaign import parking
-    from rpevit.lab import records
     from rpevit.lab.params import load_params
-    from rpevit.lab.run import Run
+    from rpevit.lab.store import records
+    from rpevit.lab.store.run import Run
 
     dial = load_params(_dial(tmp_path))
     roots = {"runs_root": tmp_path / "runs", "reports_root": tmp_path / "reports"}
@@ -303,9 +303,9 @@ def test_an_epoch_counts_its_cpu_seconds_where_its_history_has_them(tmp_path):
     """A budget counts CPU seconds (a busy machine's waits are wall time, not work), in the history and in
     the cool-downs; a history begun before they were recorded counts its wall seconds, and a run resumed
     from one goes on in its seven columns."""
-    from rpevit.lab import records
     from rpevit.lab.params import load_params
-    from rpevit.lab.run import Run
+    from rpevit.lab.store import records
+    from rpevit.lab.store.run import Run
 
     dial = load_params(_dial(tmp_path))
     roots = {"runs_root": tmp_path / "runs", "reports_root": tmp_path / "reports"}
@@ -331,8 +331,8 @@ def test_the_feature_dials_are_the_56_pilot_with_fewer_favor_features(preset, fe
     """Pre-registered to change only FAVOR+'s feature count, and to read softmax from the 56×56 pilot."""
     import dataclasses
 
-    from rpevit.lab.catalog import reference_runs
     from rpevit.lab.params import load_params
+    from rpevit.lab.store.catalog import reference_runs
 
     dial, pilot = load_params(preset), load_params("canvas56_gap_pilot")
     assert (dial.variants, dial.reference, dial.seeds) == (("favor+ape",), pilot.name, pilot.seeds)
@@ -345,9 +345,9 @@ def test_the_feature_dials_are_the_56_pilot_with_fewer_favor_features(preset, fe
 def test_a_collapsed_run_is_reported_apart_and_left_out_of_the_gaps(tmp_path, monkeypatch):
     """One policy for collapsed runs in every report: FAVOR+ seed 2's validation fell from 80 % to 20 %
     (toward chance), so its gap is not read at its early best epoch; seed 1's gap alone remains."""
-    from rpevit.lab import records
     from rpevit.lab.params import load_params
-    from rpevit.lab.run import Run
+    from rpevit.lab.store import records
+    from rpevit.lab.store.run import Run
 
     dial = load_params(_dial(tmp_path))
     reference = load_params(tmp_path / "ref.yaml")
@@ -374,11 +374,12 @@ def test_a_spent_budget_starts_no_run_and_a_finished_study_still_writes_its_summ
     within it, or with nothing left, it goes on."""
     from campaign import hooks
     from rpevit.cli import main
-    from rpevit.lab import records, study_status
-    from rpevit.lab.cell import State
     from rpevit.lab.params import load_params
-    from rpevit.lab.run import Run
-    from rpevit.lab.study import plain_order, started_runs
+    from rpevit.lab.schedule import status as study_status
+    from rpevit.lab.schedule.cell import State
+    from rpevit.lab.schedule.study import plain_order, started_runs
+    from rpevit.lab.store import records
+    from rpevit.lab.store.run import Run
 
     path = _dial(tmp_path)
     path.write_text("# Budget: ≤ 0.5 one-thread CPU hours (a test)\n" + path.read_text())
@@ -402,7 +403,7 @@ def test_a_spent_budget_starts_no_run_and_a_finished_study_still_writes_its_summ
     # so every machine with the kept records reads the same
     assert gap_pilot.budget_ended(dial, gap_pilot.pilot_records(dial)) == ""
     assert capsys.readouterr().out.strip() == f"not started: favor+ape on mnist5k, seed 2 ({spent})"
-    from rpevit.lab import study
+    from rpevit.lab.schedule import study
 
     calls = []
     monkeypatch.setattr(study, "run_study", lambda params, **kw: calls.append(params.name) or [])
@@ -440,9 +441,9 @@ def test_a_spent_budget_ends_the_pilot_only_after_its_started_runs_finish(tmp_pa
     waits for it, whether its checkpoint is here or parked by another checkout; then the pilot ends, and
     the order moves on."""
     from campaign import parking, pilot_overview
-    from rpevit.lab import records
     from rpevit.lab.params import load_params
-    from rpevit.lab.run import Run
+    from rpevit.lab.store import records
+    from rpevit.lab.store.run import Run
 
     monkeypatch.setenv("RPEVIT_RUNS", str(tmp_path / "runs"))
     monkeypatch.setenv("RPEVIT_REPORTS", str(tmp_path / "reports"))
@@ -483,7 +484,7 @@ def test_the_overview_gives_each_pilot_its_gap_with_an_interval(tmp_path, monkey
     of the per-seed gaps, a dial without ReLU, pilots without records as not yet decided; the file is
     what the command prints."""
     from campaign import pilot_overview
-    from rpevit.lab import catalog
+    from rpevit.lab.store import catalog
 
     monkeypatch.setenv("RPEVIT_RUNS", str(tmp_path / "runs"))  # no run in flight, whatever trains here
     order = ["canvas_gap_pilot", "canvas56_gap_pilot", "canvas56_dial16", "canvas56_dial8"]

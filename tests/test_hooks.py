@@ -43,10 +43,10 @@ def test_each_hook_point_asks_every_hook(hook, tiny_params):
 def test_a_start_gate_stops_unstarted_runs_and_lets_a_started_one_finish(tmp_path, grid_params, capsys):
     """`plain_order` asks each gate before a run starts; a run that holds a checkpoint goes on whatever the
     gate says (a part of a run informs nothing)."""
-    from rpevit.lab import records
-    from rpevit.lab.cell import State
-    from rpevit.lab.run import Run
-    from rpevit.lab.study import plain_order, started_runs
+    from rpevit.lab.schedule.cell import State
+    from rpevit.lab.schedule.study import plain_order, started_runs
+    from rpevit.lab.store import records
+    from rpevit.lab.store.run import Run
 
     todo = [
         (Run(grid_params, "mnist5k", v, s, runs_root=tmp_path).rooted(), State(train=True))
@@ -63,7 +63,7 @@ def test_a_start_gate_stops_unstarted_runs_and_lets_a_started_one_finish(tmp_pat
 
 
 def test_status_prints_the_hooks_lines_and_a_gate_that_ends_training(hook, tiny_params, roots):
-    from rpevit.lab.study_status import status_lines
+    from rpevit.lab.schedule.status import status_lines
 
     lines = status_lines(tiny_params)
     assert lines[1] == "a hook's line for tiny" and lines[2].startswith("left: ")
@@ -75,7 +75,7 @@ def test_the_study_command_prepares_then_stops_when_a_gate_refuses(hook, tiny_pa
     """`python -m rpevit study`: the hooks' preparation lines, then with nothing started and a gate refusing,
     that reason alone and nothing trained."""
     from rpevit import cli
-    from rpevit.lab import study
+    from rpevit.lab.schedule import study
 
     monkeypatch.setattr(cli, "_params", lambda args: tiny_params)
     trained = []

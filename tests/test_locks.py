@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from rpevit.lab import records
+from rpevit.lab.store import records
 
 from helpers import cli
 

@@ -67,7 +67,7 @@ def test_notebook_is_stored_clean_and_declares_the_rpevit_kernel(path, caplog):
         "except Exception",
         "getattr(report",
         "run_settings",
-        "rpevit.lab.evaluate import trained_model",
+        "rpevit.lab.training.evaluate import trained_model",
         "load_dataset",
         "warnings.filterwarnings",
         "save_figure(",
@@ -455,8 +455,8 @@ def test_a_dataset_without_files_keeps_the_image_notebooks_outputs_and_says_so(m
 def test_results_notebooks_open_on_a_study_with_numbers(monkeypatch):
     """40 and 45 store `name = None`: opened as stored they show smoke once its runs are here, else the study
     that holds the answer (fmnist_converged, from its kept records); papermill's name still chooses."""
-    from rpevit.lab import catalog
     from rpevit.lab.result import Result
+    from rpevit.lab.store import catalog
 
     for stem in ("40_results", "45_claims"):
         assert parameter_defaults(next(p for p in NOTEBOOKS if p.stem == stem))["name"] is None

@@ -8,9 +8,10 @@ import dataclasses
 import pytest
 
 from rpevit.core.errors import UserError
-from rpevit.lab import pack, records
-from rpevit.lab.run import Run
-from rpevit.lab.train import train_run
+from rpevit.lab.store import records
+from rpevit.lab.store.run import Run
+from rpevit.lab.training import pack
+from rpevit.lab.training.train import train_run
 
 ACCURACY = ("top1", "top5", "precision", "recall", "f1", "best_epoch", "best_val_acc", "test_correct")
 LOSS_KEYS = ("train_loss", "val_loss")
@@ -130,7 +131,7 @@ def test_only_runs_of_one_variant_pack_together(tiny_params):
 
 
 def test_study_engine_pack_trains_the_grid_to_the_sequential_records(grid_params, tiny_dataset, tmp_path):
-    from rpevit.lab.study import packs, run_study
+    from rpevit.lab.schedule.study import packs, run_study
 
     def load(params, name):
         return tiny_dataset

@@ -9,7 +9,7 @@ import pytest
 
 from rpevit.core.errors import UserError
 from rpevit.lab.params import list_presets, load_params
-from rpevit.lab.run import Run
+from rpevit.lab.store.run import Run
 
 
 def write(tmp_path, text):

@@ -18,7 +18,7 @@ import torch
 from conftest import tiny_preset_yaml
 
 from campaign import parking
-from rpevit.lab import records
+from rpevit.lab.store import records
 
 ROOT = Path(__file__).resolve().parents[1]
 VARIANT = ("smoke", "mnist5k", "softmax+ape")
@@ -100,7 +100,7 @@ def test_a_run_in_flight_shows_its_epochs_so_far_from_here_or_from_its_parked_co
     """The interim curves of a pilot (gap_pilot.curves_figure) read a run still training: its history here,
     or in a fresh checkout the one its parked checkpoint holds, whichever is further on."""
     from rpevit.lab.params import load_params
-    from rpevit.lab.run import Run
+    from rpevit.lab.store.run import Run
 
     def epochs_so_far():
         run = Run(load_params("smoke"), *VARIANT[1:], 1).rooted()

@@ -84,8 +84,8 @@ def test_a_preset_that_is_not_a_recall_pilot_is_refused_before_anything_is_writt
 
 def test_the_report_is_written_from_the_records_with_its_figures(tmp_path, monkeypatch):
     """`recall-pilot`: README with the go/no-go line, the table (csv, md) and both figures."""
-    from rpevit.lab import catalog
     from rpevit.lab.result import results
+    from rpevit.lab.store import catalog
 
     records = [
         {"dataset": d, "variant": v, "seed": s, "status": "finished", "top1": t / 100, "epochs": 40}

@@ -334,7 +334,7 @@ def test_results_page_findings_are_the_committed_claims_report():
 def test_study_status_counts_complete_primary_seeds_and_each_budget(monkeypatch):
     from campaign import findings
     from rpevit.analysis import convergence
-    from rpevit.lab import catalog
+    from rpevit.lab.store import catalog
 
     params = load_params("fmnist_converged")
 

@@ -17,12 +17,14 @@ from rpevit.analysis.claims.registry import Claim, Comparison, Source
 from rpevit.analysis.cost_plots import accuracy_cost_points
 from rpevit.analysis.plots import resolution_bands
 from rpevit.analysis.report.index import headline
-from rpevit.lab import design, runs
-from rpevit.lab.catalog import planned_line, study_records
 from rpevit.lab.params import load_params
 from rpevit.lab.result import Result, results
+from rpevit.lab.schedule import policy
+from rpevit.lab.schedule.time_limit import seconds_per_epoch
+from rpevit.lab.schedule.wanted import planned_line
 from rpevit.lab.schema import finished, is_finished, make_record
-from rpevit.lab.time_limit import seconds_per_epoch
+from rpevit.lab.store.catalog import study_records
+from rpevit.lab.training import runs
 
 
 class ReadAsMapping(AssertionError):
@@ -136,7 +138,7 @@ def test_readers_use_the_attributes_only(found, tmp_path):
     params = load_params("smoke")
     chosen = [r.place for r in runs.inspectable(params, strict, lambda r: True)]
     assert chosen == [r.place for r in runs.inspectable(params, found, lambda r: True)] and len(chosen) == 3
-    assert design.training_hours(strict) == design.training_hours(found)
+    assert policy.training_hours(strict) == policy.training_hours(found)
     assert protocol_rows(params, strict) == protocol_rows(params, found)
     assert planned_line(params, strict) == planned_line(params, found)
 
@@ -151,12 +153,12 @@ def test_the_design_rules_of_a_kept_study_read_attributes_only():
     strict = [AttributesOnly.of(r.as_record(), r.run) for r in found]
     assert len(strict) >= 48 and all(type(r) is AttributesOnly for r in strict)
     dataset = params.datasets[0]
-    assert design.primary_progress(params, strict) == design.primary_progress(params, found)
-    analysed = design.complete_seed_records(params, strict)
-    assert [r.place for r in analysed] == [r.place for r in design.complete_seed_records(params, found)]
+    assert policy.primary_progress(params, strict) == policy.primary_progress(params, found)
+    analysed = policy.complete_seed_records(params, strict)
+    assert [r.place for r in analysed] == [r.place for r in policy.complete_seed_records(params, found)]
     place = (dataset, "favor+ape", params.seeds[-1])
-    assert design.decide(params, place, strict) == design.decide(params, place, found)
-    assert design.seeds_text(params, strict) == design.seeds_text(params, found)
+    assert policy.decide(params, place, strict) == policy.decide(params, place, found)
+    assert policy.seeds_text(params, strict) == policy.seeds_text(params, found)
     kept, apart = split_collapsed(params, strict)
     assert [r.place for r in kept] == [r.place for r in split_collapsed(params, found)[0]] and len(kept) + len(apart)
     assert finished_convergence(params, strict) == finished_convergence(params, found)

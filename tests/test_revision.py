@@ -62,9 +62,9 @@ def test_a_declared_result_revision_retires_the_records_it_concerns(monkeypatch)
     """A component's `result_revision` above 1 changes the keys of that component's runs only (an old record
     stops matching and its run is trained again); CORE_RESULT_REVISION changes every key; at 1 nothing does."""
     from rpevit.core.attention.linear import FavorAttention
-    from rpevit.lab import run as run_module
     from rpevit.lab.params import load_params
-    from rpevit.lab.run import Run
+    from rpevit.lab.store import run as run_module
+    from rpevit.lab.store.run import Run
 
     params = load_params("smoke")
     favor, softmax = (Run(params, params.datasets[0], variant, 0) for variant in ("favor+ape", "softmax+ape"))

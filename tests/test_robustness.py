@@ -17,10 +17,13 @@ import yaml
 
 from rpevit.cli import main
 from rpevit.core.errors import UserError
-from rpevit.lab import paths, records, runs, schema, study
+from rpevit.lab import paths, schema
 from rpevit.lab.params import load_params
-from rpevit.lab.run import Run
-from rpevit.lab.train import train_run
+from rpevit.lab.schedule import study
+from rpevit.lab.store import records
+from rpevit.lab.store.run import Run
+from rpevit.lab.training import runs
+from rpevit.lab.training.train import train_run
 
 from helpers import cli, require_module
 

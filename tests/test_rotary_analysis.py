@@ -10,8 +10,8 @@ import torch
 
 from rpevit.core import rotary_analysis as ra
 from rpevit.core.grid import Grid
-from rpevit.lab import runs
-from rpevit.lab.run import Run
+from rpevit.lab.store.run import Run
+from rpevit.lab.training import runs
 
 
 @pytest.fixture

@@ -77,7 +77,7 @@ def test_a_second_preset_packs_beside_the_first_and_both_unpack(tmp_path, monkey
     """The sitting's chain (the next pilot in the minutes left) packs into the same $OUT: its parts are
     numbered on, so neither preset's files overwrite the other's, and one unpack brings both back."""
     from campaign import sitting
-    from rpevit.lab import records
+    from rpevit.lab.store import records
 
     def rooted(machine):
         monkeypatch.setenv("RPEVIT_RUNS", str(tmp_path / machine / "runs"))
@@ -161,8 +161,8 @@ def test_stage_carries_only_what_unfinished_runs_need(tmp_path, monkeypatch):
 
     from campaign import sitting
     from rpevit.core.errors import UserError
-    from rpevit.lab import records
     from rpevit.lab.params import load_params
+    from rpevit.lab.store import records
 
     monkeypatch.setenv("RPEVIT_RUNS", str(tmp_path / "runs"))
     smoke = load_params("smoke")

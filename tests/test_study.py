@@ -7,13 +7,16 @@ import types
 
 import pytest
 import torch
+from conftest import stand_in_design
 
 from rpevit.core.errors import UserError
-from rpevit.lab import catalog, cell, records, runs, study, wanted
-from rpevit.lab import train as train_module
-from rpevit.lab.run import Run
-from rpevit.lab.time_limit import TimeLimit
-from rpevit.lab.train import Diverged
+from rpevit.lab.schedule import cell, study
+from rpevit.lab.schedule.time_limit import TimeLimit
+from rpevit.lab.store import catalog, records
+from rpevit.lab.store.run import Run
+from rpevit.lab.training import runs
+from rpevit.lab.training import train as train_module
+from rpevit.lab.training.train import Diverged
 
 
 def test_study_resumes_only_missing_runs(grid_params, counted, tmp_path):
@@ -245,8 +248,7 @@ def test_a_study_waits_while_another_process_trains_what_decides_its_next_run(
         return next(answers)
 
     fake = types.SimpleNamespace(ordered_runs=lambda params: [("mnist5k", "softmax+ape", 0)], decide=decide)
-    monkeypatch.setattr(study, "design", fake)
-    monkeypatch.setattr(wanted, "design", fake)
+    stand_in_design(monkeypatch, fake)
     monkeypatch.setattr(study, "POLL_SECONDS", 0)
     monkeypatch.setattr(study, "wanted_left", lambda params, todo, *reads: (len(todo), None))  # the ETA: not tested
     designed = dataclasses.replace(

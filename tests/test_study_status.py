@@ -9,22 +9,24 @@ import statistics
 import pytest
 
 from rpevit.cli import main
-from rpevit.lab import design, records
-from rpevit.lab.catalog import grid, pace_records, secondary_held, study_records
+from rpevit.lab import design
 from rpevit.lab.params import checked_by, load_params
 from rpevit.lab.revision import code_revision, short_revision
-from rpevit.lab.run import Run
-from rpevit.lab.study import run_study
-from rpevit.lab.study_status import remaining_hours, status_lines
-from rpevit.lab.train import train_run
-from rpevit.lab.wanted import primary_settled
+from rpevit.lab.schedule import policy
+from rpevit.lab.schedule.status import remaining_hours, status_lines
+from rpevit.lab.schedule.study import run_study
+from rpevit.lab.schedule.wanted import primary_settled, secondary_held
+from rpevit.lab.store import records
+from rpevit.lab.store.catalog import grid, pace_records, study_records
+from rpevit.lab.store.run import Run
+from rpevit.lab.training.train import train_run
 
 
 @pytest.fixture
 def half_done(tiny_params, tiny_dataset, tmp_path, monkeypatch):
     """A 2 × 2 grid (2 epochs) with seed 0 finished and softmax+ape seed 1 stopped after epoch 1 and
     locked by a live process elsewhere."""
-    from rpevit.lab import runs
+    from rpevit.lab.training import runs
 
     params = dataclasses.replace(tiny_params, variants=("softmax+none", "softmax+ape"), seeds=(0, 1))
     roots = {"runs_root": tmp_path / "runs", "reports_root": tmp_path / "reports"}
@@ -99,7 +101,7 @@ def test_a_designed_study_shows_its_seeds_budgets_and_check(tmp_path):
     params = load_params("fmnist_converged")
     kept = study_records(params, runs_root=tmp_path)  # the kept records only: nothing in flight here
     lines = status_lines(params, runs_root=tmp_path)
-    progress = design.primary_progress(params, kept)
+    progress = policy.primary_progress(params, kept)
     assert f"fashion_mnist: {progress.complete} complete primary seeds, the stopping rule needs {progress.needed}" in (
         "\n".join(lines)
     )

@@ -8,13 +8,15 @@ import types
 
 import pytest
 import torch
+from conftest import stand_in_design
 
 from rpevit.cli import main
 from rpevit.core.errors import UserError
-from rpevit.lab import records, study, time_limit, wanted
-from rpevit.lab.run import Run
-from rpevit.lab.time_limit import TimeLimit, epochs_done, parse_duration, seconds_per_epoch
-from rpevit.lab.train import train_run
+from rpevit.lab.schedule import study, time_limit
+from rpevit.lab.schedule.time_limit import TimeLimit, epochs_done, parse_duration, seconds_per_epoch
+from rpevit.lab.store import records
+from rpevit.lab.store.run import Run
+from rpevit.lab.training.train import train_run
 
 
 @pytest.mark.parametrize(
@@ -63,22 +65,22 @@ def test_pace_is_the_median_of_the_variant_else_the_slowest_variant():
 
 
 def test_train_costs_read_the_presets_speed_benchmark_or_that_of_the_study_it_checks(tmp_path, monkeypatch):
-    from rpevit.lab import bench
     from rpevit.lab import params as params_lib
-    from rpevit.lab.records import write_csv
+    from rpevit.lab.store import costs
+    from rpevit.lab.store.records import write_csv
 
     study, check = types.SimpleNamespace(name="study"), types.SimpleNamespace(name="check")
-    assert bench.train_costs(study, tmp_path) == {}  # no benchmark kept
+    assert costs.train_costs(study, tmp_path) == {}  # no benchmark kept
     rounds = [
         {"round": r, "variant": v, "train_seconds_per_image": t * (1 + r), "ms_per_image_batched": 1.0}
         for r in range(3)
         for v, t in (("softmax+ape", 1e-3), ("favor+ape", 2e-3))
     ]
     write_csv(tmp_path / "bench" / "cpu_speed_study.csv", rounds)
-    assert bench.train_costs(study, tmp_path) == pytest.approx({"softmax+ape": 2e-3, "favor+ape": 4e-3})  # medians
+    assert costs.train_costs(study, tmp_path) == pytest.approx({"softmax+ape": 2e-3, "favor+ape": 4e-3})  # medians
     monkeypatch.setattr(params_lib, "checked_by", lambda name: ["study"] if name == "check" else [])
-    monkeypatch.setattr(bench, "load_params", lambda name: study)
-    assert bench.train_costs(check, tmp_path) == pytest.approx({"softmax+ape": 2e-3, "favor+ape": 4e-3})
+    monkeypatch.setattr(costs, "load_params", lambda name: study)
+    assert costs.train_costs(check, tmp_path) == pytest.approx({"softmax+ape": 2e-3, "favor+ape": 4e-3})
 
 
 def test_epochs_done_come_from_a_matching_checkpoint_only(tiny_params, tiny_dataset, tmp_path):
@@ -171,8 +173,7 @@ def test_a_designed_study_trains_a_later_run_that_fits_and_stops_waiting_when_ti
     fake = types.SimpleNamespace(
         ordered_runs=lambda params: order, decide=lambda params, run, finished, busy, secondary_held="": ("train", "")
     )
-    monkeypatch.setattr(study, "design", fake)
-    monkeypatch.setattr(wanted, "design", fake)
+    stand_in_design(monkeypatch, fake)
     monkeypatch.setattr(study, "wanted_left", lambda params, todo, *reads: (len(todo), None))
     both = ("softmax+none", "softmax+ape")
     designed = dataclasses.replace(
@@ -214,8 +215,7 @@ def test_no_secondary_run_overtakes_an_earlier_run_that_does_not_fit(
     fake = types.SimpleNamespace(
         ordered_runs=lambda params: order, decide=lambda params, run, finished, busy, secondary_held="": ("train", "")
     )
-    monkeypatch.setattr(study, "design", fake)
-    monkeypatch.setattr(wanted, "design", fake)
+    stand_in_design(monkeypatch, fake)
     design = types.SimpleNamespace(active=True, plateau_check=None, primary=primary)
     paces = {"softmax+none": 1e6, "softmax+ape": 1e-9}  # the first cannot fit, the second could
     monkeypatch.setattr(time_limit, "expected_seconds", lambda run, pace, costs=None: paces[run.variant])

@@ -10,9 +10,9 @@ import torch
 from rpevit.core.budgets import warmup_cosine
 from rpevit.core.loop import param_groups
 from rpevit.core.model import build_model
-from rpevit.lab import records
-from rpevit.lab.run import Run
-from rpevit.lab.train import Diverged, train_run
+from rpevit.lab.store import records
+from rpevit.lab.store.run import Run
+from rpevit.lab.training.train import Diverged, train_run
 
 from helpers import resumed_like_straight
 
@@ -79,7 +79,7 @@ def test_resume_gives_identical_results(tiny_params, tiny_dataset, tmp_path):
 
 
 def test_non_finite_loss_stops_with_message_and_keeps_checkpoint(tiny_params, tiny_dataset, tmp_path, monkeypatch):
-    import rpevit.lab.train as train_module
+    import rpevit.lab.training.train as train_module
 
     live = {}
 

@@ -13,12 +13,12 @@ import statistics
 from scipy import stats as scipy_stats
 
 from ..core.data.info import DATASETS
-from ..lab.catalog import grid, run_history, study_records
-from ..lab.design import half_widths, per_seed_contrast
 from ..lab.params import load_params
 from ..lab.result import Result, results
-from ..lab.run import Run
+from ..lab.schedule.policy import half_widths, per_seed_contrast
 from ..lab.schema import finished
+from ..lab.store.catalog import grid, run_history, study_records
+from ..lab.store.run import Run
 from ..lab.tables import signed
 
 PLATEAU_FRACTION = 0.2
@@ -198,10 +198,10 @@ def change_test(changes: list[float], spread: list[float], confidence: float = 1
 
 def budget_check_rows(design, short: list[dict], long: list[dict]) -> list[dict]:
     """The longer-budget check (a design's plateau_check), per dataset and pre-registered contrast:
-    the contrast (points, design.per_seed_contrast) on the seeds finished at both budgets, at the
+    the contrast (points, policy.per_seed_contrast) on the seeds finished at both budgets, at the
     study's epochs (`short`: its analysed records) and at the check's (`long`), the per-seed changes
     long − short and their mean; the reading fixed in the check's preset (descriptive): "moved" when
-    |mean change| exceeds the study's 95 % t half-width of that contrast (design.half_widths, over all its
+    |mean change| exceeds the study's 95 % t half-width of that contrast (policy.half_widths, over all its
     analysed seeds), else "holds"; and, added after that preset was registered, the change tested against
     all the study's seeds' spread (`change_test`: its 95 % interval, p and "changed" when p < CHANGE_ALPHA,
     else "no change detected"). Both say "no paired seed yet" without one."""

@@ -193,9 +193,9 @@ def opened_study() -> str:
     study once its runs are here (`make study` trained them, as notebook 10 does under nbval), else the study
     that holds the project's answer, read from its kept records — numbers on first open, never an empty
     study. Papermill's `name` still chooses."""
-    from ..lab.catalog import study_records
     from ..lab.result import results
     from ..lab.schema import finished
+    from ..lab.store.catalog import study_records
 
     return DEMO_STUDY if finished(results(study_records(load_params(DEMO_STUDY)))) else ANSWER_STUDY
 
@@ -385,7 +385,7 @@ def execute_notebooks(
     if not only:
         prune(out_dir, [nb.stem for nb in available])
     from ..lab import hooks
-    from ..lab.catalog import study_records
+    from ..lab.store.catalog import study_records
 
     if hooks.report(params, reports_root):  # an installed hook wrote the index (rpevit.lab.hooks)
         return done

@@ -2,7 +2,7 @@
 AOTAutograd) and, on one CUDA device, CUDA graphs (compile mode "reduce-overhead": the whole step's
 kernels replayed by one launch). The study's model is launch-bound on a GPU (one run keeps an H100
 ≈ 0.1 % busy), so removing per-kernel launch costs is the second lever beside packing runs
-(rpevit.lab.pack). On the CPU inductor's fused C++ kernels help unevenly (at 197 tokens, one thread:
+(rpevit.lab.training.pack). On the CPU inductor's fused C++ kernels help unevenly (at 197 tokens, one thread:
 FAVOR+ 1.60×, softmax 1.01×, ReLU 0.81×; reports/bench/cpu_train_levers.md), so `train.compile_backends`
 (or `--capture-only favor`) limits capture to the backends where it pays. A step is captured only when
 `train.compile` (or `--capture`) asks for it.

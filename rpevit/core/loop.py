@@ -11,7 +11,7 @@ A newcomer trains a model with this module, rpevit.core.model and rpevit.core.da
     totals = train_epoch(model, optimizer, scheduler, batches(split, info, 128, shuffle=True), Step())
     logits, labels = predict(model, test_split, info, 256)
 
-The lab (rpevit.lab.train) adds what a study needs around it: checkpoints, exact resume, records,
+The lab (rpevit.lab.training.train) adds what a study needs around it: checkpoints, exact resume, records,
 cool-downs of shorter budgets, data-parallel processes (a `replica` with the methods of `Alone`).
 """
 
@@ -39,7 +39,7 @@ class Step:
 
 class Alone:
     """The one process that trains a model: it sees every row of a batch. A data-parallel replica
-    (rpevit.lab.distributed) answers the same four questions over all of its processes."""
+    (rpevit.lab.training.distributed) answers the same four questions over all of its processes."""
 
     def shard(self, x: torch.Tensor, y: torch.Tensor):
         """(x, y, rows, loss weight) of this process's part of a batch: all of it."""

@@ -1,6 +1,6 @@
-"""The lab, around the science core: presets (`params`, `design`), a run's identity and files
-(`run`, `records`, `runs`, `catalog`, `schema`, `revision`), the training of a run with checkpoints
-and exact resume (`train`, `pack`, `evaluate`), the engines that train a study's grid (`study` —
-sequential, packed — and `cluster` on Ray, one scheduler in `study`), where a study stands
-(`study_status`, `time_limit`), the hooks a project adds its rules through (`hooks`) and the
-benchmarks it keeps (`bench*`). It imports the core, never `rpevit.analysis`."""
+"""The lab, around the science core: its base (`schema`, `result`, `revision`, `paths`, `progress`,
+`tables`, `hooks`), its configuration (`params`, `design`) and four wings, each importing only those
+below it — `store` (a run's identity, files and records), `training` (a run with checkpoints and exact
+resume, packs, evaluation, torchrun), `bench` (the benchmarks) and `schedule` (the design's decisions,
+what a study wants, the one scheduler and its engines, status). It imports the core, never
+`rpevit.analysis`."""

@@ -152,7 +152,7 @@ class Params:
     # equal the ones this preset would train (params_checks._check_reference)
     reference: str | None = added(None)
     # a WSD preset whose runs go on from another preset's runs of the same seeds at the end of their
-    # stable phase (rpevit/lab/continuation.py): a longer budget without training the shared epochs again
+    # stable phase (rpevit/lab/training/continuation.py): a longer budget without training the shared epochs again
     continues: str | None = added(None)
     # the file the preset was read from (load_params sets it; not a key of the preset): a header read later
     # (a pre-registration, a budget) comes from this file, not from whatever a name finds

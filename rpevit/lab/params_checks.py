@@ -200,7 +200,7 @@ def _check_reference(params, load_preset) -> None:
 
 def _check_continues(params, load_preset) -> None:
     """`continues` names another WSD preset with fewer epochs whose runs this preset's runs go on from
-    (rpevit/lab/continuation.py): these datasets, variants and seeds among its own, its stable phase
+    (rpevit/lab/training/continuation.py): these datasets, variants and seeds among its own, its stable phase
     ending no later than this one's, and each budget of this preset that branches before that point
     among its budgets (its cool-down happened there). Equal keys but for epochs and budgets are checked
     where runs are known (continuation.check_donor_runs)."""

@@ -31,7 +31,7 @@ class Result(RunRecord, Mapping):
     (`extra`) and the `Run` it belongs to (`run`; None for a record read without its preset)."""
 
     extra: dict = field(default_factory=dict, compare=False, repr=False)
-    run: Any = field(default=None, compare=False, repr=False)  # rpevit.lab.run.Run
+    run: Any = field(default=None, compare=False, repr=False)  # rpevit.lab.store.run.Run
 
     @classmethod
     def of(cls, record: Mapping, run=None) -> Result:

@@ -55,7 +55,7 @@ class RunRecord:
     positions: list = _f(default_factory=list)
     seed: int = _f(default=0)
     status: str = _f(default="finished", result=True)  # finished | diverged
-    key: str = _f(summary=False, result=True)  # rpevit.lab.run.Run.key
+    key: str = _f(summary=False, result=True)  # rpevit.lab.store.run.Run.key
     epochs: int = _f(result=True)
     best_epoch: int = _f(result=True)
     best_val_acc: float = _f("val top-1 %", 100, result=True)
@@ -93,14 +93,14 @@ class RunRecord:
     test_predictions: str = _f(summary=False, result=True)  # space-separated predicted classes, test-split order
     # per test image "1" (right) or "0", in test-split order: the paired statistics read it
     test_correct: str = _f(summary=False, result=True)
-    config: dict = _f(summary=False, default_factory=dict)  # rpevit.lab.run.Run.config
+    config: dict = _f(summary=False, default_factory=dict)  # rpevit.lab.store.run.Run.config
     finished_at: str = _f(summary=False)
     message: str = _f(summary=False)  # why a run diverged
-    resolution_eval: list = _f(summary=False, default_factory=list, result=True)  # rpevit.lab.evaluate
+    resolution_eval: list = _f(summary=False, default_factory=list, result=True)  # rpevit.lab.training.evaluate
     # train.budgets: budget (epochs, as text) → best epoch, val and test top-1, test_correct and the
     # cool-down's history of the shorter budget branched from this run (rpevit.core.budgets)
     budgets: dict = _f(summary=False, default_factory=dict, result=True)
-    # a run that went on from another preset's run (rpevit.lab.continuation): that preset, the run's key,
+    # a run that went on from another preset's run (rpevit.lab.training.continuation): that preset, the run's key,
     # the epoch it started after and the budgets it inherited
     continued_from: dict | None = _f(summary=False, default=None)
 

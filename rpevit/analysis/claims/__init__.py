@@ -13,7 +13,7 @@ with an interval and a verdict (notebook 45_claims; docs/statistics.md).
 The margins and α of the seeds' claims: `rpevit.analysis.claims.registry` (ALPHA, MARGIN_POINTS, MARGIN_TIME_PCT).
 """
 
-from ...lab.bench import read_speed
+from ...lab.store.costs import read_speed
 from .design_answer import design_answer_text
 from .evaluation import RULED_OUT, correctness, evaluate_claims, family_size, mark_unplanned, missing_runs
 from .figures import VERDICT_STYLES, answer_figure, forest_figure, time_ratio_figure

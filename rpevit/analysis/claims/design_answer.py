@@ -15,8 +15,8 @@ import numpy as np
 from ...core import stats
 from ...core.metrics import busy
 from ...core.variants import parse_variant
-from ...lab import design as design_rules
 from ...lab.result import results
+from ...lab.schedule import policy
 from ...lab.schema import finished
 from ...lab.tables import signed
 from ..convergence import PLATEAU_RULE, converged
@@ -248,7 +248,7 @@ def _dataset_lines(params, dataset: str, contrasts: list[dict], found: list, con
     lines = [
         f"**Scope.** `{dataset}` with the recipe of `params/{params.name}.yaml` (fixed before its first run): a "
         f"ViT of patch {model.patch_size}, dim {model.dim}, depth {model.depth}, {model.heads} heads{size}, "
-        f"{params.train.epochs} epochs; {design_rules.seeds_text(params, current)}. "
+        f"{params.train.epochs} epochs; {policy.seeds_text(params, current)}. "
         + _convergence_sentence(runs, params.train.epochs, bool(params.design.plateau_check)),
         "",
         _short(contrasts),
@@ -286,7 +286,7 @@ def design_answer_text(
     """Markdown: the pre-registered answer of a designed preset, from its contrasts' claims rows (`rows`:
     evaluation.evaluate_claims over the complete primary seeds), its current records (`found`, diverged
     ones included: the stopping rule's count), the runs' plateau (convergence.finished_convergence), the
-    side-by-side speed benchmark (bench.read_speed) and, for a design with a longer-budget check, its
+    side-by-side speed benchmark (costs.read_speed) and, for a design with a longer-budget check, its
     reading (`check_text`: convergence.budget_check's text), given after the contrasts."""
     if not params.design.active:
         return f"`{params.name}` has no pre-registered design."

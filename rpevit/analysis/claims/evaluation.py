@@ -127,10 +127,10 @@ def evaluate_claims(
     Holm-adjusted within the row's family (its source: a design's pre-registered contrasts are one
     family, each seed's claims another), the verdict, `verdict_whole_table` (the sensitivity reading
     of one Holm correction over every tested row) and, for rows without a verdict, the reason. Time claims
-    read `speed` (the per-round rows of `python -m rpevit bench speed`, bench.read_speed).
+    read `speed` (the per-round rows of `python -m rpevit bench speed`, costs.read_speed).
 
     `planned` ((dataset, variant, seed) triples the preset has finished or will still train:
-    catalog.planned_runs) fixes the Holm family before every run has finished: a row the remaining runs will test
+    wanted.planned_runs) fixes the Holm family before every run has finished: a row the remaining runs will test
     (not run yet, or one seed so far, of ≥ 2 planned seeds) joins the family with both p-values at 1 —
     it rejects nothing and takes its share of α — so an interim table is corrected for the same m as the
     finished study's. Without `planned`, the family is the rows tested now."""
@@ -190,7 +190,7 @@ def _tests(rows: list[dict]) -> list[dict]:
 
 def mark_unplanned(rows: list[dict], variants, planned=None) -> list[dict]:
     """The claims rows, where a row has no data because the preset does not train its variants
-    (`variants`: the preset's), or — given `planned` (catalog.planned_runs) — because its design has ruled
+    (`variants`: the preset's), or — given `planned` (wanted.planned_runs) — because its design has ruled
     their runs out (stopping rule or budget), saying so."""
     preset = {parse_variant(v).name for v in variants}
     seeds_of = None if planned is None else _planned_seeds(planned)

@@ -13,9 +13,9 @@ import math
 
 from ...core.attention import exact_backends
 from ...core.variants import parse_variant
-from ...lab.catalog import grid
 from ...lab.result import results
 from ...lab.schema import finished
+from ...lab.store.catalog import grid
 from ...lab.tables import signed
 from .evaluation import family_size
 from .registry import (

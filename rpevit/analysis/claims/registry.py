@@ -42,7 +42,7 @@ class Comparison:
     """A contrast of variants: a − b, or the difference of differences (a − b) − w·(c − d) when c and d
     are given (w = `weight`, 1 by default; "the RPE closes at least a share φ of the gap" is
     (a − b) − (1 − φ)·(c − d) > 0); optionally evaluated at another input resolution (px) by `mode`
-    (rpevit.lab.evaluate)."""
+    (rpevit.lab.training.evaluate)."""
 
     a: str
     b: str

@@ -2,9 +2,9 @@
 
 - seed 001's time claims (inference ms/image about equal) read the per-round table of
   `python -m rpevit bench speed --params <preset> --csv reports/bench/cpu_speed_<preset>.csv`
-  (rpevit.lab.bench.variant_speeds): per round 100·(a/b − 1), a Student-t over rounds (evaluation);
+  (rpevit.lab.bench.throughput.variant_speeds): per round 100·(a/b − 1), a Student-t over rounds (evaluation);
 - seed 000 §5.3.3 ("Performers are faster than softmax only from ~256 tokens", a patch sweep on
-  32×32 images) reads a timing sweep (rpevit.lab.bench.patch_sweep, its `inference_batch_seconds`):
+  32×32 images) reads a timing sweep (rpevit.lab.bench.throughput.patch_sweep, its `inference_batch_seconds`):
   per size the Performer's time as a multiple of softmax's (a ratio of geometric means, > 1: slower)
   with a Welch interval (stats.time_ratio), Holm over the sweep.
 A benchmark taken on a busy machine (rpevit.core.metrics.busy) gives no verdict: "undecided: busy machine".

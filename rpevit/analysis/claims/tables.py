@@ -143,7 +143,7 @@ def run_table(records: list[dict], n_resamples: int = 2000, confidence: float = 
 def protocol_rows(params, records: list[dict], planned: list[tuple] | None = None) -> list[dict]:
     """Per dataset of a preset: training images (from the preset's split, data.training_images), test
     images (from the finished runs' records), epochs, seeds, variants, how many of the planned runs
-    (catalog.planned_runs: (dataset, variant, seed); default the whole grid) have finished, where and
+    (wanted.planned_runs: (dataset, variant, seed); default the whole grid) have finished, where and
     in which precision they trained, and their summed training time (wall seconds per epoch × epochs)."""
     rows = []
     for dataset in params.datasets:

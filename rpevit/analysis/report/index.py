@@ -8,9 +8,9 @@ import json
 import statistics
 from pathlib import Path
 
-from ...lab import records
 from ...lab.result import results
 from ...lab.schema import finished
+from ...lab.store import records
 from .store import PLOTLY_JS, read_manifest, report_dir
 
 

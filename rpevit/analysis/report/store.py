@@ -18,9 +18,10 @@ import time
 import uuid
 from pathlib import Path
 
-from ...lab import records, tables
+from ...lab import tables
 from ...lab.params import PROJECT_ROOT
 from ...lab.paths import inside
+from ...lab.store import records
 
 MANIFEST = "manifest.json"
 PLOTLY_JS = "plotly.min.js"

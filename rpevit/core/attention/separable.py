@@ -46,7 +46,7 @@ of two threads swung by 2–5×):
     krpe, chunked FFT    2360 (27×) 55      205     7773 (44×)  179    309
     krpe, unchunked FFT  7441 (85×) 1256    3504    36882 (211×) 4381  12278
 
-("saved": bytes autograd keeps for backward, as rpevit.lab.bench; "peak": peak RSS growth over one
+("saved": bytes autograd keeps for backward, as rpevit.lab.bench.throughput; "peak": peak RSS growth over one
 forward+backward.) The GEMMs dominate (≈ 80% at m = 112) and run at ≈ 90 GFLOP/s per core on
 2 MiB chunks; the scan loses because each of its 4·64 steps per product is a separate kernel call
 and the steps along the rows need a transposed copy; blocked (chunkwise) recurrences with 8- or

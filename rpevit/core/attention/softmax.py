@@ -2,7 +2,7 @@
 
 Runs through torch's scaled_dot_product_attention (flash / memory-efficient kernels on CUDA);
 a relative bias B (heads, T, T) enters as a float attn_mask. Inside a packed step (torch.func.vmap,
-rpevit/lab/pack.py) on CUDA the same attention is computed by explicit matrix products instead: SDPA's
+rpevit/lab/training/pack.py) on CUDA the same attention is computed by explicit matrix products instead: SDPA's
 fused and math kernels fail under vmap in bf16 there (an LSE stride error; mismatched grad dtypes).
 """
 

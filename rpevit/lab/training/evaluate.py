@@ -16,13 +16,14 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..core import data as data_lib
-from ..core import metrics
-from ..core.errors import UserError
-from ..core.loop import predict
-from ..core.variants import parse_variant
-from . import records, runs
-from .run import Run, train_config_for
+from ...core import data as data_lib
+from ...core import metrics
+from ...core.errors import UserError
+from ...core.loop import predict
+from ...core.variants import parse_variant
+from ..store import records
+from ..store.run import Run, train_config_for
+from . import runs
 
 MODES = ("extrapolate", "interpolate")
 
@@ -39,7 +40,7 @@ def resize_split(split, size: int) -> data_lib.Split:
 
 def position_modes(variant: str) -> tuple[str, ...]:
     """The modes that differ for this variant: both if any of its methods follows position scaling."""
-    from ..core.position import POSITIONS
+    from ...core.position import POSITIONS
 
     scalable = any(POSITIONS[p].follows_grid_scale for p in parse_variant(variant).positions)
     return MODES if scalable else ("extrapolate",)

@@ -23,12 +23,13 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call, vmap
 
-from ..core import capture, metrics
-from ..core import data as data_lib
-from ..core.device import autocast, deterministic, precision, resolve_device, true_fp32
-from ..core.errors import UserError
-from . import distributed, records
-from .run import Run
+from ...core import capture, metrics
+from ...core import data as data_lib
+from ...core.device import autocast, deterministic, precision, resolve_device, true_fp32
+from ...core.errors import UserError
+from ..store import records
+from ..store.run import Run
+from . import distributed
 from .run_record import record_finished_run, write_diverged
 from .train import (
     Diverged,

@@ -8,20 +8,22 @@ It trains nothing and writes no result."""
 
 from __future__ import annotations
 
-from ..core.variants import parse_variant
-from . import design, hooks, records
-from .bench import train_costs
-from .catalog import grid, snapshot
-from .params import Params, load_params
-from .progress import label
-from .result import results
-from .revision import code_revision, short_revision
-from .run import Run
-from .runs import weights_wanted
-from .schema import DIVERGED
-from .schema import finished as finished_runs
+from ...core.variants import parse_variant
+from .. import hooks
+from ..params import Params, load_params
+from ..progress import label
+from ..result import results
+from ..revision import code_revision, short_revision
+from ..schema import DIVERGED
+from ..schema import finished as finished_runs
+from ..store import records
+from ..store.catalog import grid
+from ..store.costs import train_costs
+from ..store.run import Run
+from ..training.runs import weights_wanted
+from . import policy
 from .time_limit import epochs_done, expected_total
-from .wanted import primary_settled, wanted
+from .wanted import primary_settled, snapshot, wanted
 
 
 def _runs(count: int) -> str:
@@ -58,14 +60,14 @@ def _design_lines(params: Params, current: list[dict]) -> list[str]:
     primary = {parse_variant(v).name for v in rules.primary}
     for dataset in params.datasets:
         mine = [r for r in results(current) if r.dataset == dataset]
-        progress = design.primary_progress(params, mine)
+        progress = policy.primary_progress(params, mine)
         accuracy = {
             (r.variant, r.seed): r.top1
-            for r in finished_runs(design.complete_seed_records(params, mine))
+            for r in finished_runs(policy.complete_seed_records(params, mine))
             if r.variant in primary
         }
         rule = rules.stopping
-        widths = design.half_widths(rules, accuracy) if progress.complete >= 2 and not rule.fixed else {}
+        widths = policy.half_widths(rules, accuracy) if progress.complete >= 2 and not rule.fixed else {}
         target = f"{rule.confidence:.0%} half-widths (target ≤ {rule.half_width:g} points): "
         needs = (
             f"of the design's fixed {rule.max_seeds} (no stopping rule)"
@@ -76,7 +78,7 @@ def _design_lines(params: Params, current: list[dict]) -> list[str]:
             f"{dataset}: {progress.complete} complete primary seeds, {needs}"
             + (f"; lost seeds: {sorted(progress.lost)}" if progress.lost else "")
             + (
-                f"; settled: no more primary runs — {design.why_it_stands(params, mine)}"
+                f"; settled: no more primary runs — {policy.why_it_stands(params, mine)}"
                 if mine and primary_settled(params, mine)
                 else ""
             )
@@ -84,7 +86,7 @@ def _design_lines(params: Params, current: list[dict]) -> list[str]:
         )
         finished = finished_runs(mine)
         spent = {
-            part: design.training_hours(r for r in finished if (r.variant in primary) == (part == "primary"))
+            part: policy.training_hours(r for r in finished if (r.variant in primary) == (part == "primary"))
             for part in ("primary", "secondary")
         }
         if rules.secondary_budget_hours is not None:

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import torch
 
-from ..core.device import device_name, resolve_device
-from ..core.metrics import timed
-from .tables import markdown_table
+from ...core.device import device_name, resolve_device
+from ...core.metrics import timed
+from ..tables import markdown_table
 
 ATTENTION_SIDES = "8,16,32,64,128"  # grid sides of the attention and bias benches: 64 … 16384 tokens
 
@@ -34,11 +34,11 @@ def attention_cost(
     Memory: on CUDA the peak allocated bytes; on CPU the bytes autograd saves for backward (the
     layer's activation memory), which isolates the layer from everything else the process holds.
     """
-    from ..core.attention import linear_backends
-    from ..core.attention.layer import MultiHeadAttention
-    from ..core.config import model_config
-    from ..core.grid import Grid
-    from ..core.position import POSITIONS
+    from ...core.attention import linear_backends
+    from ...core.attention.layer import MultiHeadAttention
+    from ...core.config import model_config
+    from ...core.grid import Grid
+    from ...core.position import POSITIONS
 
     torch.manual_seed(0)
     paths = {name: {"bias_path": bias_path} for name in linear_backends()}
@@ -92,8 +92,8 @@ def run_attention_bench(args) -> None:
     """Print the attention scaling tables: time/memory vs N per backend × method (bias path "auto",
     as in training), growth ratios, method overhead at N = 1024, and krpe in linear attention
     through the FFT path vs the dense N×N path (both forced), with their crossover."""
-    from ..core.attention import BACKENDS, linear_backends
-    from ..core.position import POSITIONS
+    from ...core.attention import BACKENDS, linear_backends
+    from ...core.position import POSITIONS
 
     device = resolve_device(args.device)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
@@ -141,7 +141,7 @@ def run_attention_bench(args) -> None:
 def _attention_summaries(rows: dict, ns: list[int], named: list[str]) -> None:
     """run_attention_bench's summaries of its timings: growth of the bare backends, each method's
     overhead at N = 1024, and krpe's FFT path against the dense path in linear attention."""
-    from ..core.attention import BACKENDS, linear_backends
+    from ...core.attention import BACKENDS, linear_backends
 
     print("\nGrowth T(4N)/T(N) of the bare backends (linear attention → 4, softmax → 16):\n")
     print(
@@ -192,9 +192,9 @@ def _attention_summaries(rows: dict, ns: list[int], named: list[str]) -> None:
 def run_bias_bench(args) -> None:
     """Relative bias inside linear attention: time and memory of every bias method × exact
     path per linear backend and N, as ratios to plain linear attention of the same backend, in one run."""
-    from ..core.attention import linear_backends
-    from ..core.attention.linear import bias_paths
-    from ..core.position import POSITIONS, build_position
+    from ...core.attention import linear_backends
+    from ...core.attention.linear import bias_paths
+    from ...core.position import POSITIONS, build_position
 
     device = resolve_device(args.device)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
@@ -249,6 +249,6 @@ def run_bias_bench(args) -> None:
 
 
 def _bench_config(side: int):
-    from ..core.config import model_config
+    from ...core.config import model_config
 
     return model_config(dim=256, heads=8, image_size=side * 4, patch_size=4)

@@ -17,8 +17,7 @@ to write there and to see a check file the driver wrote there, else the run fail
 Ray Core tasks, not Ray Tune: a run is already a complete, checkpointed job writing its own
 record; Tune would add its own trial directories, state and checkpoints beside them (two sources
 of truth), and its search and early-stopping schedulers have nothing to do in a fixed grid.
-Ray is an optional extra (`pip install -e '.[cluster]'`); nothing here imports it before a
-study on Ray is asked for.
+Ray is an optional extra (`pip install -e '.[cluster]'`), imported only once a study on Ray is asked for.
 """
 
 from __future__ import annotations
@@ -32,13 +31,15 @@ import sys
 import time
 from pathlib import Path
 
-from ..core.errors import UserError
-from . import catalog, records, runs, study
+from ...core.errors import UserError
+from ..params import Params
+from ..progress import Progress, label
+from ..schema import finished, result_view
+from ..store import catalog, records
+from ..store.run import Run
+from ..training import runs
+from . import study
 from .cell import cells, failure_row, run_cell, run_pack, settle
-from .params import Params
-from .progress import Progress, label
-from .run import Run
-from .schema import finished, result_view
 
 # Ray runs its workers at niceness 15 by default: beside any other busy process (a second runner, a test
 # session) they then get a few per cent of a core, so a local cluster's runs would train far slower than the
@@ -293,7 +294,7 @@ def run_study_ray(
     `gpus_per_run=1` Ray places one pack per GPU; a design's adaptive order keeps one run per task.
     Which runs start, and in which order, is the sequential engine's (study.plain_order, or for a designed
     study study.designed_order with the runs submitted counted as in flight), drawn as the cluster's slots
-    free up; `time_limit` (rpevit.lab.time_limit) applies its rule at each draw — a run starts only if it is
+    free up; `time_limit` (rpevit.lab.schedule.time_limit) applies its rule at each draw — a run starts only if it is
     expected to finish in the time left then; the others are not started (and say so), as with `gates`.
 
     Returns the records of the grid in grid order, plus a row with status `failed` or `skipped`

@@ -3,40 +3,42 @@
 A record is current when its key matches the preset's present settings (run.Run.key); it is read
 from the run's directory under runs/, else from the copy kept under reports/<preset>/records/
 (presets with keep_records), so a fresh clone without runs/ sees every kept run. Read-only: the
-study runner (rpevit.lab.study, rpevit.lab.cell) writes what this reads.
+study runner (rpevit.lab.schedule.study, rpevit.lab.schedule.cell) writes what this reads.
 """
 
 from __future__ import annotations
 
-from ..core.errors import UserError
+from dataclasses import dataclass, field
+
+from ...core.errors import UserError
+from ..design import grid
+from ..params import Params, checked_by, load_params
+from ..result import Result, results
+from ..schema import finished as finished_runs
+from ..schema import is_finished
 from . import records
-from .params import Params, checked_by, load_params
-from .result import Result, results
 from .run import Run
-from .schema import finished as finished_runs
-from .schema import is_finished
-from .wanted import Snapshot, grid, wanted
 
 
-def planned_runs(params: Params, current: list[dict]) -> list[tuple[str, str, int]]:
-    """The runs a preset has finished or will still train, given its current records (study_records): its
-    grid; for a design, its finished runs and those its stopping rule and budgets still want
-    (wanted.wanted: left and waiting), so seeds and variants it has ruled out are not counted on."""
-    if not params.design.active:
-        return grid(params)
-    done = [r.place for r in finished_runs(results(current))]
-    return done + wanted(params, Snapshot(current)).runs
+@dataclass(frozen=True)
+class Snapshot:
+    """One decision's reads: current records (finished and diverged, as Results), places in flight
+    elsewhere, why secondary runs are held ('' none) and the finished records that give a pace."""
 
+    records: tuple[Result, ...] = ()
+    busy: frozenset = frozenset()
+    held: str = ""
+    pace: tuple = field(default=(), compare=False)
 
-def planned_line(params: Params, current: list[dict]) -> str:
-    """'k of n planned runs finished for <preset>': n counts, for a design, its finished runs and those
-    its stopping rule still wants (planned_runs) — the count notebook 45 states — with the grid's
-    size named as the most it could train."""
-    done = len(finished_runs(results(current)))
-    line = f"{done} of {len(planned_runs(params, current))} planned runs finished for {params.name}"
-    if params.design.active:
-        line += f" (a designed study: its stopping rule and budgets could train at most {len(grid(params))})"
-    return line
+    def __post_init__(self):
+        object.__setattr__(self, "records", tuple(results(self.records)))
+        object.__setattr__(self, "busy", frozenset(self.busy))
+        object.__setattr__(self, "pace", tuple(self.pace))
+
+    @property
+    def done(self) -> set[tuple[str, str, int]]:
+        """Places with a current record: finished or diverged, so not trained again."""
+        return {r.place for r in self.records}
 
 
 def _current(run: Run):
@@ -107,39 +109,11 @@ def pace_records(params: Params, runs_root=None, reports_root=None, own: list[di
     return finished_runs(found)
 
 
-def secondary_held(params: Params, runs_root=None, reports_root=None) -> str:
-    """Why the design's secondary runs may not start yet ("" when they may): its longer-budget check
-    (design.plateau_check, a preset) still wants runs — finished neither here nor in flight. It
-    trains first; the message says how to train it."""
-    name = params.design.plateau_check
-    if not name:
-        return ""
-    check = load_params(name)
-    busy, finished = in_flight_and_records(check, runs_root, reports_root)
-    left = wanted(check, Snapshot(finished, busy)).runs
-    if not left:
-        return ""
-    flying = sum(place in busy for place in left)
-    head = f"the longer-budget check {name} trains before the secondary variants and wants {len(left)} more runs"
-    if flying == len(left):
-        return head + " (all in flight in other processes); run this study again once they finish"
-    return head + (f" ({flying} in flight)" if flying else "") + f"; train it with `python -m rpevit study {name}`"
-
-
-def snapshot(params: Params, runs_root=None, reports_root=None, ours=frozenset()) -> Snapshot:
-    """What one decision reads, once (wanted.Snapshot): runs in flight (and `ours`, handed out by this
-    process and not ended), the current records, why secondary runs are held, the records giving a pace."""
-    busy, current = in_flight_and_records(params, runs_root, reports_root)
-    held = secondary_held(params, runs_root, reports_root) if params.design.active else ""
-    pace = pace_records(params, runs_root, reports_root, own=current)
-    return Snapshot(current, busy | set(ours), held, pace)
-
-
 def reference_runs(params: Params, runs_root=None, reports_root=None) -> list[Run]:
     """The runs `params.reference` trains for this preset (its variants this preset does not list, on
     this preset's datasets and seeds); one UserError if any would differ from the run this preset would
     train itself (another key: data, training or model settings the variant reads)."""
-    from .params_checks import referenced_variants
+    from ..params_checks import referenced_variants
 
     if not params.reference:
         return []

@@ -9,13 +9,14 @@ from pathlib import Path
 
 import torch
 
-from ..core import metrics
-from ..core.device import device_name
-from ..core.loop import predict
-from . import records, runs
-from .revision import code_revision
-from .run import Run
-from .schema import FINISHED, make_record
+from ...core import metrics
+from ...core.device import device_name
+from ...core.loop import predict
+from ..revision import code_revision
+from ..schema import FINISHED, make_record
+from ..store import records
+from ..store.run import Run
+from . import runs
 
 
 def write_diverged(run: Run, out_dir: Path, exc: Exception) -> None:

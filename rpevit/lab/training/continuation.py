@@ -19,13 +19,13 @@ import dataclasses
 
 import torch
 
-from ..core import budgets
-from ..core.errors import UserError
-from . import records
-from .catalog import current_record, grid, run_history
-from .params import load_params
-from .run import Run
-from .schema import epoch_cost, is_finished
+from ...core import budgets
+from ...core.errors import UserError
+from ..params import load_params
+from ..schema import epoch_cost, is_finished
+from ..store import records
+from ..store.catalog import current_record, grid, run_history
+from ..store.run import Run
 
 
 def donor_params(params):

@@ -24,9 +24,9 @@ from pathlib import Path
 
 import torch
 
-from .params import PROJECT_ROOT
-from .paths import inside
-from .schema import is_finished
+from ..params import PROJECT_ROOT
+from ..paths import inside
+from ..schema import is_finished
 
 _UMASK = os.umask(0)
 os.umask(_UMASK)

@@ -4,7 +4,7 @@
 through the environment (WORLD_SIZE, RANK, LOCAL_RANK, MASTER_ADDR/PORT). Without WORLD_SIZE > 1
 nothing here does anything and training runs exactly as in one process.
 
-rpevit.lab.train sees all of this through one object, `replica()`: a `Replica` (the only process;
+rpevit.lab.training.train sees all of this through one object, `replica()`: a `Replica` (the only process;
 every method the identity) or a `DataParallel` rank. The contract: every rank draws the same
 global batch from the same on-device generator and trains on its contiguous shard (`shard`),
 with the loss weighted so that
@@ -31,8 +31,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from ..core.errors import UserError
-from ..core.loop import Alone
+from ...core.errors import UserError
+from ...core.loop import Alone
 
 # rank 0 validates, tests and times alone while the others wait in the next collective
 TIMEOUT = datetime.timedelta(minutes=60)
@@ -80,7 +80,7 @@ def init(device_setting: str = "auto") -> bool:
         return active()
     if not dist.is_available():
         raise UserError("torch.distributed is not available in this PyTorch build; run with one process.")
-    from ..core.device import resolve_device
+    from ...core.device import resolve_device
 
     device = resolve_device(device_setting)
     if device.type == "cuda":

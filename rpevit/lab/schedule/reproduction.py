@@ -14,12 +14,12 @@ import os
 import subprocess
 from pathlib import Path
 
-from . import records
-from .catalog import grid
-from .params import PROJECT_ROOT, Params
-from .result import Result
-from .run import Run
-from .schema import finished, is_finished
+from ..params import PROJECT_ROOT, Params
+from ..result import Result
+from ..schema import finished, is_finished
+from ..store import records
+from ..store.catalog import grid
+from ..store.run import Run
 
 COMMITTED = PROJECT_ROOT / "reports"  # the tracked reports, whatever $RPEVIT_REPORTS points at
 

@@ -22,14 +22,15 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..core import budgets, capture, metrics
-from ..core import data as data_lib
-from ..core.device import autocast, deterministic, precision, resolve_device, true_fp32
-from ..core.errors import UserError
-from ..core.loop import EpochTotals, Step, adamw, predict, train_epoch
-from ..core.model import build_model
-from . import continuation, distributed, records
-from .run import Run
+from ...core import budgets, capture, metrics
+from ...core import data as data_lib
+from ...core.device import autocast, deterministic, precision, resolve_device, true_fp32
+from ...core.errors import UserError
+from ...core.loop import EpochTotals, Step, adamw, predict, train_epoch
+from ...core.model import build_model
+from ..store import records
+from ..store.run import Run
+from . import continuation, distributed
 from .run_record import record_finished_run, write_diverged
 
 
@@ -268,7 +269,7 @@ def _start(run: Run, dataset, device, replica) -> _State:
 def set_up(run: Run, dataset, device, path: Path, resume: bool, computed_in: str, replica) -> _State:
     """A run's state: fresh; resumed from its own checkpoint at `path`; or, for a preset that `continues`
     another and has no checkpoint here yet, going on from the donor run's stable checkpoint (one
-    process; rpevit/lab/continuation.py)."""
+    process; rpevit/lab/training/continuation.py)."""
     state = _start(run, dataset, device, replica)
     checkpoint = _checkpoint_to_resume(path, run, replica) if resume else None
     if checkpoint is None and resume and run.params.continues and replica.world_size == 1:

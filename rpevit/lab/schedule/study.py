@@ -21,21 +21,23 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ..core.device import check_one_precision, planned_precision
-from ..core.variants import parse_variant
-from . import design, records, runs
-from .bench import train_costs
-from .catalog import current_record, grid, pace_records, run_lock, snapshot, study_records
+from ...core.device import check_one_precision, planned_precision
+from ...core.variants import parse_variant
+from ..params import Params
+from ..paths import inside
+from ..progress import Progress, label
+from ..schema import SUMMARY_COLUMNS, is_finished
+from ..schema import finished as finished_runs
+from ..store import records
+from ..store.catalog import Snapshot, current_record, grid, pace_records, run_lock, study_records
+from ..store.costs import train_costs
+from ..store.run import Run
+from ..tables import markdown_table
+from ..training import runs
+from . import policy
 from .cell import State, cells, needs_evaluation, run_cell, run_pack, settle
-from .params import Params
-from .paths import inside
-from .progress import Progress, label
-from .run import Run
-from .schema import SUMMARY_COLUMNS, is_finished
-from .schema import finished as finished_runs
-from .tables import markdown_table
 from .time_limit import TimeLimit, expected_total
-from .wanted import Snapshot, wanted
+from .wanted import snapshot, wanted
 
 Gate = Callable[[Run], str]  # why a run may not start ("" when it may): a start gate the caller passes
 POLL_SECONDS = 60  # how often a waiting study looks again at the runs other processes train
@@ -123,7 +125,7 @@ def run_study(
     nbval, leaves reports/ as it found it; `summary_root`: the folder above the summary's, where not the reports
     root — make study's demo writes local/reports/smoke/); returns the current records in grid order.
     `dataset_loader(params, name)` loads a dataset (default runs.dataset_for); with a `time_limit`
-    no run starts that is not expected to finish within it (rpevit.lab.time_limit); nor one that a start gate
+    no run starts that is not expected to finish within it (rpevit.lab.schedule.time_limit); nor one that a start gate
     of `gates` refuses (the caller's rules, e.g. a pre-registered budget: plain_order). With `pack_size` (the pack
     engine; 0: no limit) the runs of one variant train together in packs (cell.run_pack; a design's
     adaptive order trains one run per pack)."""
@@ -175,7 +177,7 @@ def started_runs(params: Params, runs_root=None, reports_root=None) -> list[Run]
 
 def refusal(time_limit: TimeLimit | None, run: Run, before: State, pace: list[dict], costs: dict) -> str:
     """Why a run must not start in the time limit's time left ('' when it may, or with no limit);
-    `pace`: finished records (catalog.pace_records), `costs`: bench.train_costs."""
+    `pace`: finished records (catalog.pace_records), `costs`: costs.train_costs."""
     return "" if time_limit is None else time_limit.refusal(run, pace, train=before.train, costs=costs)
 
 
@@ -215,7 +217,7 @@ def designed_order(
     submitted: Callable[[], set] | None = None,
 ):
     """A designed study's runs, each chosen afresh when the last one ends: the first of `todo`
-    (design order) that the design would train now (design.decide), that is neither finished, in
+    (design order) that the design would train now (policy.decide), that is neither finished, in
     flight in another process, nor tried already by this one, and that a `time_limit` lets start
     (else a later one it lets start, but no secondary run after a primary or an earlier secondary run
     that does not fit: the budget gives way from the last-listed secondary variant). While
@@ -239,7 +241,7 @@ def designed_order(
             if run.place in tried or run.place in busy or (before.train and run.place in done):
                 continue
             verdict, why = (
-                design.decide(params, run.place, finished, busy, secondary_held=held) if before.train else ("train", "")
+                policy.decide(params, run.place, finished, busy, secondary_held=held) if before.train else ("train", "")
             )
             part = "primary" if run.variant in primary else "secondary"
             if verdict == "train" and part == "secondary" and refused:
@@ -319,8 +321,8 @@ def retime_study(params: Params, everything: bool = False, runs_root=None, repor
     """Re-time the inference of the preset's finished runs whose timings were taken on a busy machine
     (all finished runs with `everything`) and whose weights are on this machine (evaluate.retime); keep
     the updated records and rewrite the summary. Returns the re-timed records."""
-    from ..core.metrics import busy
-    from .evaluate import retime
+    from ...core.metrics import busy
+    from ..training.evaluate import retime
 
     done = finished_runs(study_records(params, runs_root, reports_root))
     chosen = [r for r in done if everything or r.busy]

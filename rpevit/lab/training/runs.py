@@ -2,7 +2,7 @@
 
 Every command, benchmark and notebook gets its dataset, its dataset-sized model settings, a
 trained run's model and its predictions from here, so each is set up one way only. A run's
-identity (its key, config and directories) is the `Run` value of rpevit.lab.run.
+identity (its key, config and directories) is the `Run` value of rpevit.lab.store.run.
 """
 
 from __future__ import annotations
@@ -17,18 +17,18 @@ from pathlib import Path
 
 import torch
 
-from ..core.data import Dataset, load_dataset
-from ..core.device import resolve_device
-from ..core.errors import UserError
-from ..core.model import ViT, build_model
-from ..core.sizing import check_fits
-from ..core.variants import parse_variant
-from . import records
-from .params import Params, TrainConfig
-from .result import Result, results
-from .run import Run, model_config_for
-from .schema import finished as finished_runs
-from .schema import is_finished
+from ...core.data import Dataset, load_dataset
+from ...core.device import resolve_device
+from ...core.errors import UserError
+from ...core.model import ViT, build_model
+from ...core.sizing import check_fits
+from ...core.variants import parse_variant
+from ..params import Params, TrainConfig
+from ..result import Result, results
+from ..schema import finished as finished_runs
+from ..schema import is_finished
+from ..store import records
+from ..store.run import Run, model_config_for
 
 
 def dataset_for(params: Params, name: str | None = None, device=None) -> Dataset:
@@ -329,7 +329,7 @@ def _checkpoint_with_tested_weights(out_dir: Path, record: dict) -> dict | None:
 
 def timing_images(dataset: Dataset, train_cfg: TrainConfig, device) -> torch.Tensor:
     """The normalised test images a run's inference is timed on (the first `train.timing_images`)."""
-    from ..core.data import normalize
+    from ...core.data import normalize
 
     images = dataset.test.images[: train_cfg.timing_images]
     return normalize(images.float() / 255, dataset.info).to(device)

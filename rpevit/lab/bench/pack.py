@@ -16,16 +16,16 @@ from types import SimpleNamespace
 import torch
 import torch.nn.functional as F
 
-from ..core import capture as capture_lib
-from ..core.data import dataset_info
-from ..core.device import autocast, resolve_device
-from ..core.loop import adamw
-from ..core.model import build_model
-from .pack import PackedStep, draws_of
-from .params import load_params
-from .run import model_config_for
-from .tables import markdown_table
-from .train import _rng_state
+from ...core import capture as capture_lib
+from ...core.data import dataset_info
+from ...core.device import autocast, resolve_device
+from ...core.loop import adamw
+from ...core.model import build_model
+from ..params import load_params
+from ..store.run import model_config_for
+from ..tables import markdown_table
+from ..training.pack import PackedStep, draws_of
+from ..training.train import _rng_state
 
 PRIMARY = "softmax+ape,favor+ape,relu+ape,softmax+rope_mixed,favor+rope_mixed,relu+rope_mixed"
 
@@ -99,7 +99,7 @@ def _timed(step, images: int, steps: int, device) -> float:
 
 def _training_flops(params, variant: str, device) -> float:
     """Training matmul FLOPs per image: 3 × the forward's (rpevit.core.metrics.matmul_flops)."""
-    from ..core.metrics import matmul_flops
+    from ...core.metrics import matmul_flops
 
     (model,), _ = _models(params, variant, 1, device)
     info = dataset_info(params.datasets[0])
@@ -141,7 +141,7 @@ def pack_rows(
 
 def run_pack_bench(args) -> None:
     """`python -m rpevit bench pack`: print the table (Markdown) with its conditions."""
-    from ..core.metrics import machine_load
+    from ...core.metrics import machine_load
 
     params = load_params((args.params or "smoke").split(",")[0])
     device = resolve_device(args.device)
@@ -158,7 +158,7 @@ def run_pack_bench(args) -> None:
     captures = (False, True) if args.capture else (False,)
     peak = None
     if device.type == "cuda":
-        from ..core.metrics import bf16_peak
+        from ...core.metrics import bf16_peak
 
         peak = bf16_peak(torch.cuda.get_device_name(device))
         print(f"GPU {torch.cuda.get_device_name(device)}; dense bf16 peak {peak / 1e12 if peak else 'unknown'} TFLOP/s")

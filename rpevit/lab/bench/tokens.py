@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 
-from ..core.variants import parse_variant
+from ...core.variants import parse_variant
 
 DEFAULT_PRESETS = "fmnist_converged,canvas_gap_pilot,canvas56_gap_pilot"
 # the factorial's primary and secondary variants (issue: a task where position matters)
@@ -27,8 +27,8 @@ DEFAULT_VARIANTS = ",".join(
 def tokens_of(params, image_size: int | None = None) -> int:
     """Tokens the preset's model attends over: patches of its first dataset's images (or of images of
     `image_size` pixels), plus CLS."""
-    from .bench import model_tokens
-    from .run import Run
+    from ..store.run import Run
+    from .throughput import model_tokens
 
     config = Run(params, params.datasets[0], params.variants[0], 0).model_config
     return model_tokens(config if image_size is None else dataclasses.replace(config, image_size=image_size))
@@ -80,12 +80,12 @@ def run_tokens_bench(args) -> None:
     `--sides`, the first preset's model on random images of each patch-grid side instead."""
     import torch
 
-    from ..core.device import device_name, resolve_device
-    from ..core.metrics import machine_load
-    from .bench import interleaved_speeds
-    from .params import load_params
-    from .records import write_csv
-    from .tables import markdown_table
+    from ...core.device import device_name, resolve_device
+    from ...core.metrics import machine_load
+    from ..params import load_params
+    from ..store.records import write_csv
+    from ..tables import markdown_table
+    from .throughput import interleaved_speeds
 
     device = resolve_device(args.device)
     presets = [load_params(name.strip()) for name in (args.params or DEFAULT_PRESETS).split(",")]

@@ -8,7 +8,7 @@ evaluation and keeping, at its pace: the median seconds per training epoch of th
 variant on its dataset (catalog.pace_records: the preset's own and, for a longer-budget check, its
 study's), those at this process's torch threads where there are any. A variant with no finished run
 yet takes the finished variants' paces scaled by its cost relative to theirs in the preset's side-by-side
-speed benchmark (bench.train_costs; the median over the finished variants) or, without a benchmark
+speed benchmark (costs.train_costs; the median over the finished variants) or, without a benchmark
 of it, the slowest variant's pace (cautious once the slow variants have run); a dataset with no
 finished run gives nothing to go on, and the run starts.
 """
@@ -21,12 +21,12 @@ import time
 
 import torch
 
-from ..core.errors import UserError
-from . import records
-from .progress import minutes
-from .result import results
-from .run import Run
-from .schema import finished as finished_runs
+from ...core.errors import UserError
+from ..progress import minutes
+from ..result import results
+from ..schema import finished as finished_runs
+from ..store import records
+from ..store.run import Run
 
 _PART = re.compile(r"(\d+(?:\.\d+)?)([hms])")
 _UNIT = {"h": 3600.0, "m": 60.0, "s": 1.0}
@@ -74,7 +74,7 @@ class TimeLimit:
 
 def expected_seconds(run: Run, pace_records: list[dict], costs: dict | None = None) -> float | None:
     """The run's expected wall time here at the pace of `pace_records` (module docstring; `costs`:
-    bench.train_costs), or None when its dataset has no finished run to go on."""
+    costs.train_costs), or None when its dataset has no finished run to go on."""
     pace = seconds_per_epoch(pace_records, run.dataset, run.variant, costs)
     if pace is None:
         return None
@@ -99,7 +99,7 @@ def seconds_per_epoch(finished: list[dict], dataset: str, variant: str, costs: d
     """Median seconds per training epoch of the finished runs of `variant` on `dataset`, those at this
     process's torch threads where it has any; for a variant with none, the median over the finished
     variants v of pace(v) · costs[variant] / costs[v] when `costs` (seconds per image, side by side:
-    bench.train_costs) has it and some of them, else the slowest variant's; None when the dataset has
+    costs.train_costs) has it and some of them, else the slowest variant's; None when the dataset has
     no finished run."""
     times: dict[str, dict[bool, list[float]]] = {}
     for r in finished_runs(results(finished)):  # a pace row without a status counts as finished

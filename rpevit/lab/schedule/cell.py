@@ -30,13 +30,13 @@ import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..core.errors import UserError
-from . import records
-from .params import Params
-from .run import Run
-from .runs import keep_first_weights, weights_wanted
-from .schema import is_finished
-from .train import Diverged, train_run
+from ...core.errors import UserError
+from ..params import Params
+from ..schema import is_finished
+from ..store import records
+from ..store.run import Run
+from ..training.runs import keep_first_weights, weights_wanted
+from ..training.train import Diverged, train_run
 
 
 def cells(params: Params, grid, runs_root, reports_root) -> list[Run]:
@@ -261,7 +261,7 @@ def _finish(cell: Run, state: State, load) -> dict:
 def run_pack(pack: list[Run], load) -> list[dict]:
     """`run_cell` for runs of one variant (pack.train_pack trains those missing in one vectorised step):
     each settled and repaired under its lock, then evaluated and kept; their summary rows in order."""
-    from .pack import train_pack
+    from ..training.pack import train_pack
 
     rows: dict[int, dict] = {}
     with contextlib.ExitStack() as locks:
@@ -313,7 +313,7 @@ def _say_not_here(cell: Run) -> None:
 
 def _evaluate(cell: Run, load) -> None:
     """The preset's multi-resolution evaluation of a finished run whose weights are here."""
-    from .evaluate import evaluate_resolutions
+    from ..training.evaluate import evaluate_resolutions
 
     if not (cell.dir / records.CHECKPOINT).is_file():
         _say_not_here(cell)

@@ -16,14 +16,14 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..core.config import ModelConfig, components
-from ..core.data import dataset_info
-from ..core.options import result_fields
-from ..core.variants import Variant, parse_variant
+from ...core.config import ModelConfig, components
+from ...core.data import dataset_info
+from ...core.options import result_fields
+from ...core.variants import Variant, parse_variant
+from ..params import Params, TrainConfig
+from ..paths import inside
+from ..result import Result
 from . import records
-from .params import Params, TrainConfig
-from .paths import inside
-from .result import Result
 
 
 def model_config_for(params: Params, dataset: str) -> ModelConfig:

@@ -4,7 +4,7 @@ bench train:     training images/s (forward + backward + AdamW step) of each pre
 bench data:      augmented, normalized images/s of the data pipeline, and its ratio to training.
 bench attention: forward+backward time and memory of one attention layer vs tokens N, for every
                  backend bare and with each rotary method; T(4N)/T(N) and rotary overhead
-                 (rpevit.lab.bench_attention, with bench bias).
+                 (rpevit.lab.bench.attention, with bench bias).
 bench levers:    training-throughput levers of one preset's model side by side: batch size ×
                  bf16 autocast × torch.compile, interleaved repeats, ratios to the fp32 eager baseline.
 bench speed:     every variant of a preset side by side: training images/s and inference ms/image
@@ -16,7 +16,6 @@ bench patches:   seed 000's patch-size sweep: a whole ViT on 32×32 images with 
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import functools
 import statistics
@@ -26,14 +25,14 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..core import data as data_lib
-from ..core.device import autocast, device_name, resolve_device
-from ..core.metrics import synchronize, timed
-from ..core.model import build_model
-from . import records, runs
-from .params import load_params
-from .run import Run
-from .tables import markdown_table
+from ...core import data as data_lib
+from ...core.device import autocast, device_name, resolve_device
+from ...core.metrics import synchronize, timed
+from ...core.model import build_model
+from ..params import load_params
+from ..store.run import Run
+from ..tables import markdown_table
+from ..training import runs
 
 
 def train_throughput(params, variant: str, device, steps: int, compile_model: bool = False) -> float:
@@ -150,7 +149,7 @@ def interleaved_speeds(
 
     All models are built and warmed up first; then each round times every cell in turn, the order
     rotating by one each round, so drifts in load and order effects touch every cell alike."""
-    from ..core.metrics import machine_load
+    from ...core.metrics import machine_load
 
     timers = []
     for params, variant, *side in cells:
@@ -195,40 +194,6 @@ def interleaved_speeds(
                 }
             )
     return rows
-
-
-def speed_path(params, reports_root=None) -> Path:
-    """Where the preset's side-by-side speed benchmark is kept: reports/bench/cpu_speed_<preset>.csv."""
-    return Path(reports_root or records.reports_root()) / "bench" / f"cpu_speed_{params.name}.csv"
-
-
-def read_speed(params, reports_root=None) -> list[dict] | None:
-    """The per-round rows of the preset's speed benchmark (variant_speeds), or None if it was not kept."""
-    path = speed_path(params, reports_root)
-    if not path.is_file():
-        return None
-    with path.open() as handle:
-        return [
-            {k: (v if k in ("variant", "preset") else float(v)) for k, v in row.items()}
-            for row in csv.DictReader(handle)
-        ]
-
-
-def train_costs(params, reports_root=None) -> dict[str, float]:
-    """Per variant, the median training seconds per image over the rounds of the side-by-side speed
-    benchmark kept for the preset — or, for a longer-budget check, for the study that names it (the
-    same variants and model): what one variant costs relative to another (time_limit.seconds_per_epoch
-    scales a finished variant's pace by it). {} when no benchmark was kept."""
-    from .params import checked_by
-
-    for preset in [params, *(load_params(name) for name in checked_by(params.name))]:
-        rows = read_speed(preset, reports_root)
-        if rows:
-            times: dict[str, list[float]] = {}
-            for row in rows:
-                times.setdefault(row["variant"], []).append(row["train_seconds_per_image"])
-            return {variant: statistics.median(t) for variant, t in times.items()}
-    return {}
 
 
 def speed_table(rounds: list[dict]) -> list[dict]:
@@ -300,7 +265,7 @@ def patch_sweep(
     `inference_batch_seconds` keeps every timed inference batch (for intervals, rpevit.analysis.claims).
     `train=False` times inference only.
     """
-    from ..core.attention import computing_backends
+    from ...core.attention import computing_backends
 
     device = torch.device(device)
     rows = []
@@ -356,7 +321,7 @@ def patch_sweep(
 def run_bench(what: str, args) -> None:
     """Print the requested benchmark as a Markdown table."""
     if what in ("attention", "bias"):
-        from .bench_attention import run_attention_bench, run_bias_bench
+        from .attention import run_attention_bench, run_bias_bench
 
         args.steps = args.steps or (5 if what == "attention" else 3)
         return (run_attention_bench if what == "attention" else run_bias_bench)(args)
@@ -385,10 +350,9 @@ def _levers_bench(args) -> None:
 
 def _speed_bench(args) -> None:
     """`bench speed`: the side-by-side speed of a preset's variants (variant_speeds), per-round CSV."""
-    from pathlib import Path
 
-    from ..core.metrics import machine_load
-    from .records import write_csv
+    from ...core.metrics import machine_load
+    from ..store.records import write_csv
 
     device = resolve_device(args.device)
     params = load_params((args.params or "smoke").split(",")[0])
