@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rpevit.analysis.report.index import designed, report_texts
+from rpevit.analysis.report.index import report_texts
 from rpevit.analysis.report.store import report_dir
 from rpevit.core.errors import UserError
 from rpevit.lab.result import results
@@ -19,6 +19,16 @@ FINDINGS_END = "<!-- /findings -->"
 def findings_begin(preset: str) -> str:
     by = f"`python -m campaign findings {preset}`"
     return f"<!-- findings: copied from reports/{preset}/ by {by}; do not edit by hand -->"
+
+
+def designed(preset: str) -> bool:
+    """True for a preset with a pre-registered design (False for one that does not load)."""
+    from rpevit.lab.params import load_params
+
+    try:
+        return load_params(preset).design.active
+    except UserError:
+        return False
 
 
 def findings_markdown(preset: str = FINDINGS_PRESET, root=None) -> str:

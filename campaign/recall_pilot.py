@@ -202,8 +202,11 @@ def summary(preset: str, reports_root=None) -> dict:
 
 
 def write_report(preset: str, reports_root=None) -> list[str]:
-    """reports/<preset>/README.md, recall_pilot.{csv,md} and its two figures; returns the README's lines."""
+    """reports/<preset>/README.md, recall_pilot.{csv,md}, its two figures and where the query looks
+    (recall_maps.report_section); returns the README's lines."""
     from rpevit.analysis.plots import save_png
+
+    from .recall_maps import report_section
 
     found = summary(preset, reports_root)
     params = found["params"]
@@ -230,6 +233,7 @@ def write_report(preset: str, reports_root=None) -> list[str]:
         "## Validation top-1 per epoch",
         "",
         f"![Validation top-1 per epoch, one panel per K]({CURVES})",
+        *report_section(params, folder),
     ]
     records.write_text(folder / "README.md", "\n".join(lines) + "\n")
     return lines

@@ -238,6 +238,37 @@ def test_no_rpevit_module_imports_the_campaign():
     assert named == [], "rpevit names the campaign (an import by string, a docstring's pointer)"
 
 
+# the entry points that take a preset's name (a command's argument, a notebook's parameter) and load it; every
+# other function takes `Params` (loading only the presets a Params names: its reference, donor or check)
+NAME_ENTRY_POINTS = {
+    "cli.py:_params",
+    "analysis/notebooks.py:validate_parameters",
+    "analysis/notebooks.py:notebook_parameters",
+    "analysis/notebooks.py:execute_notebooks",
+    "lab/bench/pack.py:run_pack_bench",
+    "lab/bench/throughput.py:_levers_bench",
+    "lab/bench/throughput.py:_speed_bench",
+}
+
+
+def test_only_the_entry_points_take_a_preset_name_where_params_would_do():
+    """Values instead of names: a function that passes one of its own arguments to load_params takes a name;
+    only the listed entry points may (loading `params.reference` etc. from a Params is fine)."""
+    found = set()
+    for path in sorted((ROOT / "rpevit").rglob("*.py")):
+        for fn in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(fn, ast.FunctionDef):
+                continue
+            own = {a.arg for a in fn.args.args + fn.args.kwonlyargs} - {"params"}
+            for call in ast.walk(fn):
+                called = getattr(call, "func", None)
+                if isinstance(call, ast.Call) and getattr(called, "id", getattr(called, "attr", "")) == "load_params":
+                    used = {n.id for arg in call.args for n in ast.walk(arg) if isinstance(n, ast.Name)}
+                    if used & own:
+                        found.add(f"{path.relative_to(ROOT / 'rpevit').as_posix()}:{fn.name}")
+    assert found == NAME_ENTRY_POINTS
+
+
 def test_the_campaign_modules_stay_within_500_lines_too():
     too_long = [p.name for p in sorted((ROOT / "campaign").rglob("*.py")) if len(p.read_text().splitlines()) > 500]
     assert too_long == []

@@ -101,3 +101,47 @@ def test_the_report_is_written_from_the_records_with_its_figures(tmp_path, monke
     assert "6 of 18 runs finished" in lines[2]
     for name in ("recall_pilot.csv", "recall_pilot.md", recall_pilot.FIGURE, recall_pilot.CURVES):
         assert (folder / name).stat().st_size > 0
+
+
+@pytest.mark.parametrize("layout", ["neighbour", "samecell"])
+def test_the_places_of_a_recall_image_are_its_query_key_and_value(layout):
+    """recall_maps.places finds, in drawn images, the query, the key it copies, that key's value (right of it,
+    or in its cell) and the other pairs — checked against the label: the asked value's glyph is its class."""
+    import torch
+
+    from campaign.recall_maps import places
+    from rpevit.core.data.recall import RecallTask, cells_of, codebook, draw
+
+    task = RecallTask(8, layout, 4)
+    images, labels = draw(task, 20, torch.Generator().manual_seed(3))
+    values = codebook()["values"]
+    for image, label in zip(images, labels, strict=True):
+        spot = places(image, 8, layout)
+        top, bottom = cells_of(image.unsqueeze(0), 8)
+        assert torch.equal(top[0, spot["key"]], top[0, spot["query"]]) and spot["key"] != spot["query"]
+        assert spot["value"] == spot["key"] + (1 if layout == "neighbour" else 0)
+        assert torch.equal(bottom[0, spot["value"]], values[label])  # the label is the asked value's class
+        assert len(spot["other_keys"]) == len(spot["other_values"]) == 3
+
+
+def test_the_attention_table_reads_weights_of_the_asked_and_other_pairs(tmp_path):
+    """Per variant and layer: weights in [0, 1], the uniform level 1/T, one row per layer; and the reading
+    sentence from it."""
+    import torch
+
+    from campaign.recall_maps import attention_table, maps_figure, reading
+    from rpevit.core.data import dataset_info, load_dataset
+    from rpevit.core.model import build_model
+
+    name = "recall8_neighbour_k2"
+    dataset = load_dataset(name, val_size=8, train_size=8)
+    torch.manual_seed(0)
+    model = build_model("softmax+ape", image_size=32, patch_size=4, dim=16, depth=2, heads=2, mlp_dim=16).eval()
+    task = dataset_info(name).recall
+    rows = attention_table({"softmax+ape": model}, dataset, task, count=8)
+    assert [r["layer"] for r in rows] == [1, 2]
+    for row in rows:
+        assert row["uniform"] == pytest.approx(1 / 65)
+        assert all(0 <= row[k] <= 1 for k in row if "→" in k)
+    assert reading([{"K": 2, **r} for r in rows]).startswith("Largest excess")
+    maps_figure({"softmax+ape": model}, dataset, task).savefig(tmp_path / "maps.png")

@@ -80,17 +80,6 @@ def headline(found: list[dict], preset: str = "<preset>", designed: bool = False
     return lines
 
 
-def designed(preset: str) -> bool:
-    """True for a preset with a pre-registered design (False for one that does not load)."""
-    from ...core.errors import UserError
-    from ...lab.params import load_params
-
-    try:
-        return load_params(preset).design.active
-    except UserError:
-        return False
-
-
 def _interval(gaps: list[float]) -> str:
     if len(gaps) < 2:
         return "; one seed, so no interval"
@@ -139,7 +128,7 @@ def _headline_links(directory: Path) -> list[str]:
 
 
 def write_index(
-    preset: str, notebooks: list[str], root=None, found: list[dict] | None = None, designed_study: bool | None = None
+    preset: str, notebooks: list[str], root=None, found: list[dict] | None = None, designed_study: bool = False
 ) -> Path:
     """reports/<preset>/README.md: the headline result, a short guide, then every executed
     notebook with its figures and tables (each table once: its Markdown and CSV on one line)."""
@@ -150,7 +139,7 @@ def write_index(
     texts = report_texts(directory, executed)
     lines = (
         [f"# Report: {preset}", "", "## Headline", ""]
-        + headline(found or [], preset, designed=designed(preset) if designed_study is None else designed_study)
+        + headline(found or [], preset, designed=designed_study)
         + _headline_links(directory)
         + [line for output, body in texts for line in ("", f"### {output['caption']}", "", body)]
         + [
