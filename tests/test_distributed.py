@@ -46,7 +46,7 @@ import os, signal, sys
 if os.environ.get("RANK") == "1" and os.environ.get("RANK1_RUNS"):
     os.environ["RPEVIT_RUNS"] = os.environ["RANK1_RUNS"]
 from rpevit import cli
-from rpevit.lab import train
+from rpevit.lab.training import train
 kill_after = int(os.environ.get("KILL_AFTER_EPOCH", "0"))
 if kill_after:
     run = train.train_run

@@ -192,7 +192,7 @@ PRESET = tiny_preset_yaml("parking_tiny", epochs=6, train_size=1000)
 # lands at the same point on a loaded machine as on an idle one (a poll-then-kill raced the run to its end).
 KILLED_AFTER_EPOCH_2 = """
 import os, runpy, signal, sys
-from rpevit.lab import train
+from rpevit.lab.training import train
 write = train._write_checkpoint
 def write_then_die(state, *args, **kwargs):
     write(state, *args, **kwargs)

@@ -234,7 +234,7 @@ def test_lock_is_exclusive_within_a_process_pair(tmp_path):
                 sys.executable,
                 "-c",
                 (
-                    "import sys; from rpevit.lab import records\n"
+                    "import sys; from rpevit.lab.store import records\n"
                     "try:\n    records.RunLock(sys.argv[1]).__enter__()\nexcept records.RunBusy as e:\n"
                     "    print('busy', e); sys.exit(3)\n"
                 ),
