@@ -8,7 +8,7 @@ import argparse
 import importlib
 import sys
 
-from rpevit.cli import _Parser
+from rpevit.cli import command_parser
 from rpevit.core.errors import UserError
 
 COMMANDS = {
@@ -37,13 +37,7 @@ def _module(command: str):
 
 def build_parser() -> argparse.ArgumentParser:
     """Every campaign command's parser, from its module's `add_parser`."""
-    parser = _Parser(
-        prog="python -m campaign",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=EXAMPLES,
-    )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
+    parser, sub = command_parser("python -m campaign", __doc__, EXAMPLES)
     for command in COMMANDS:
         _module(command).add_parser(sub)
     return parser

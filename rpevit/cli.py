@@ -258,16 +258,18 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"error: {message} (see {self.prog} --help)\n")
 
 
+def command_parser(prog: str, description: str, epilog: str):
+    """(parser, its sub-command group): one-line errors (`_Parser`), the description and examples kept as written."""
+    parser = _Parser(
+        prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter, epilog=epilog
+    )
+    return parser, parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
+
+
 # long: the CLI's one declarative table, a few lines per command; split, its commands would scatter
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser for every sub-command."""
-    parser = _Parser(
-        prog="python -m rpevit",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=EXAMPLES,
-    )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
+    parser, sub = command_parser("python -m rpevit", __doc__, EXAMPLES)
 
     listing = sub.add_parser("list", help="list backends, positional methods, variants, datasets and presets")
     listing.add_argument(

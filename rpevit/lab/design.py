@@ -176,13 +176,11 @@ def ordered_runs(params) -> list[tuple[str, str, int]]:
 def grid(params) -> list[tuple[str, str, int]]:
     """The (dataset, canonical variant, seed) triples of a preset, in training order (a preset with a
     design: every run it may train, primary seed-major first; design.ordered_runs)."""
-    from ..core.variants import parse_variant
-
     if params.design.active:
         return ordered_runs(params)
     if params.order == "seed":
-        return [(d, parse_variant(v).name, s) for d in params.datasets for s in params.seeds for v in params.variants]
-    return [(d, parse_variant(v).name, s) for d in params.datasets for v in params.variants for s in params.seeds]
+        return [(d, v, s) for d in params.datasets for s in params.seeds for v in params.variants]
+    return [(d, v, s) for d in params.datasets for v in params.variants for s in params.seeds]
 
 
 def canonical_names(variants) -> list[str]:

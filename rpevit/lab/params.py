@@ -123,7 +123,7 @@ class EvaluateConfig:
         """True if runs of this variant are evaluated at the resolutions."""
         from ..core.variants import parse_variant
 
-        return not self.variants or parse_variant(variant).name in {parse_variant(v).name for v in self.variants}
+        return not self.variants or parse_variant(variant).name in self.variants  # stored canonical
 
 
 @dataclass(frozen=True)
@@ -158,9 +158,34 @@ class Params:
     # (a pre-registration, a budget) comes from this file, not from whatever a name finds
     source: str | None = field(default=None, compare=False, repr=False)
 
+    def __post_init__(self):
+        """Variant names are stored canonical (core.variants.parse_variant), here and in the design and the
+        evaluation, so nothing downstream canonicalises them again; a name that does not parse is kept as
+        written for validate() to report."""
+        set_ = object.__setattr__
+        set_(self, "variants", _canonical(self.variants))
+        if dataclasses.is_dataclass(self.evaluate):
+            set_(self, "evaluate", dataclasses.replace(self.evaluate, variants=_canonical(self.evaluate.variants)))
+        if dataclasses.is_dataclass(self.design):
+            primary, secondary = _canonical(self.design.primary), _canonical(self.design.secondary)
+            set_(self, "design", dataclasses.replace(self.design, primary=primary, secondary=secondary))
+
     def to_dict(self) -> dict:
         """Plain-data form (JSON/YAML-serialisable), without `source`."""
         return {k: v for k, v in dataclasses.asdict(self).items() if k != "source"}
+
+
+def _canonical(variants) -> tuple:
+    """Each variant name canonical where it parses (as written where it does not: validate() reports it)."""
+    from ..core.variants import parse_variant
+
+    def one(name):
+        try:
+            return parse_variant(name).name
+        except (UserError, ValueError, TypeError, AttributeError):
+            return name
+
+    return tuple(one(v) for v in variants)
 
 
 def preset_path(name_or_path: str | Path) -> Path:

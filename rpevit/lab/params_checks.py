@@ -156,10 +156,8 @@ def _check_plateau_check(params, read_preset, load_preset) -> None:
 
 def referenced_variants(params, reference) -> list[str]:
     """The reference preset's variants that `params` reads instead of training (those it does not list)."""
-    from ..core.variants import parse_variant
 
-    own = {parse_variant(v).name for v in params.variants}
-    return [v for v in reference.variants if parse_variant(v).name not in own]
+    return [v for v in reference.variants if v not in params.variants]  # both stored canonical
 
 
 def _other_preset(params, key: str, not_itself: str, load_preset):

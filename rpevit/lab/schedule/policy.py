@@ -140,7 +140,6 @@ def why_it_stands(params, current: list[dict]) -> str:
 
 def _standing(params, current: list[dict]) -> tuple[str, bool]:
     """(why_it_stands's words, whether the primary grid is still training)."""
-    from ...core.variants import parse_variant
 
     progress = primary_progress(params, current)
     rule = params.design.stopping
@@ -158,7 +157,7 @@ def _standing(params, current: list[dict]) -> tuple[str, bool]:
     if len(complete) >= len(progress.usable):
         return f"the stopping rule ({target}) wanted more, but no seed of the preset is left", False
     dataset = current[0].dataset if current else params.datasets[0]
-    primary = parse_variant(params.design.primary[0]).name
+    primary = params.design.primary[0]  # stored canonical
     verdict, why = decide(params, (dataset, primary, progress.usable[len(complete)]), current)
     if verdict == "skip":
         return f"the stopping rule ({target}) wanted more, but {why}", False

@@ -8,7 +8,6 @@ It trains nothing and writes no result."""
 
 from __future__ import annotations
 
-from ...core.variants import parse_variant
 from .. import hooks
 from ..params import Params, load_params
 from ..progress import label
@@ -57,7 +56,7 @@ def _expected(params: Params, places, pace: list[dict], runs_root=None, costs=No
 def _design_lines(params: Params, current: list[dict]) -> list[str]:
     """Per dataset: complete primary seeds, what the stopping rule needs, its half-widths and the budgets."""
     rules, lines = params.design, []
-    primary = {parse_variant(v).name for v in rules.primary}
+    primary = set(rules.primary)  # stored canonical
     for dataset in params.datasets:
         mine = [r for r in results(current) if r.dataset == dataset]
         progress = policy.primary_progress(params, mine)

@@ -22,7 +22,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ...core.device import check_one_precision, planned_precision
-from ...core.variants import parse_variant
 from ..params import Params
 from ..paths import inside
 from ..progress import Progress, label
@@ -230,7 +229,7 @@ def designed_order(
     if not todo:
         return
     roots, tried, said = (todo[0][0].runs_root, todo[0][0].reports_root), set(), set()
-    primary = {parse_variant(v).name for v in params.design.primary}
+    primary = set(params.design.primary)  # stored canonical
     costs = train_costs(params, roots[1])
     while True:
         ours = submitted() if submitted is not None else set()

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...core.variants import parse_variant
 from ..design import grid
 from ..params import Params, load_params
 from ..result import Result, results
@@ -78,7 +77,7 @@ def primary_settled(params, records: list[dict]) -> bool:
     if policy.primary_progress(params, records).complete < params.design.stopping.min_seeds:
         return False
     dataset = Result.of(records[0]).dataset
-    primary = {parse_variant(v).name for v in params.design.primary}
+    primary = set(params.design.primary)  # stored canonical
     return not any(d == dataset and v in primary for d, v, _ in wanted(params, Snapshot(records)).runs)
 
 

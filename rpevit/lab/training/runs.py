@@ -22,7 +22,6 @@ from ...core.device import resolve_device
 from ...core.errors import UserError
 from ...core.model import ViT, build_model
 from ...core.sizing import check_fits
-from ...core.variants import parse_variant
 from ..params import Params, TrainConfig
 from ..result import Result, results
 from ..schema import finished as finished_runs
@@ -281,7 +280,7 @@ def inspectable(params: Params, found: list[dict], has_weights=None, every_seed:
     for r in sorted(finished_runs(results(found)), key=lambda r: r.seed):
         if has_weights(r):
             chosen.setdefault((r.dataset, r.variant) + ((r.seed,) if every_seed else ()), r)
-    places = ((d, parse_variant(v).name) for d in params.datasets for v in params.variants)
+    places = ((d, v) for d in params.datasets for v in params.variants)
     order = {place: i for i, place in enumerate(places)}
     return sorted(chosen.values(), key=lambda r: (order.get((r.dataset, r.variant), len(order)), r.seed))
 
