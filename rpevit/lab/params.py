@@ -160,8 +160,8 @@ class Params:
 
     def __post_init__(self):
         """Variant names are stored canonical (core.variants.parse_variant), here and in the design and the
-        evaluation, so nothing downstream canonicalises them again; a name that does not parse is kept as
-        written for validate() to report."""
+        evaluation, so nothing downstream canonicalises them again (_canonical: a list validate() will refuse
+        is kept as written, for its message)."""
         set_ = object.__setattr__
         set_(self, "variants", _canonical(self.variants))
         if dataclasses.is_dataclass(self.evaluate):
@@ -176,16 +176,15 @@ class Params:
 
 
 def _canonical(variants) -> tuple:
-    """Each variant name canonical where it parses (as written where it does not: validate() reports it)."""
+    """Each variant name canonical where it parses; the names as written where one does not, or where two
+    name one variant (validate() reports either, in the words of the preset)."""
     from ..core.variants import parse_variant
 
-    def one(name):
-        try:
-            return parse_variant(name).name
-        except (UserError, ValueError, TypeError, AttributeError):
-            return name
-
-    return tuple(one(v) for v in variants)
+    try:
+        canonical = tuple(parse_variant(name).name for name in variants)
+    except (UserError, ValueError, TypeError, AttributeError):
+        return tuple(variants)
+    return canonical if len(set(canonical)) == len(canonical) else tuple(variants)
 
 
 def preset_path(name_or_path: str | Path) -> Path:
