@@ -489,7 +489,7 @@ class _Stack(torch.nn.Module):
             build_position(name, model_config(**base), 16, 2) for name in ("ape", "ape_sincos")
         )
         self.layers = torch.nn.ModuleList(
-            MultiHeadAttention(
+            MultiHeadAttention.from_config(
                 model_config(**base, **({backend: {"bias_path": path}} if path else {})), backend, *methods
             )
             for backend, *methods, path in layers

@@ -99,13 +99,15 @@ def test_toy_components_pass_the_dense_reference_and_relative_property_checks(re
     torch.manual_seed(0)
     config = model_config(dim=32, heads=4, image_size=28, patch_size=4)
     grid = Grid(5, 7, cls=True)
-    layer = MultiHeadAttention(config, backend, bias="row_decay").double()
+    layer = MultiHeadAttention.from_config(config, backend, bias="row_decay").double()
     assert dense_reference_error(layer, torch.randn(2, grid.num_tokens, 32, dtype=torch.float64), grid) < 1e-10
     same = torch.randn(1, 1, 32, dtype=torch.float64).expand(1, grid.num_tokens, 32)
     with torch.no_grad():
         assert relative_violation(layer.attention_matrix(same, grid)[0], grid) < 1e-9
     assert (
-        math.isfinite(dense_reference_error(MultiHeadAttention(config, "cosine").double(), same.clone(), grid))
+        math.isfinite(
+            dense_reference_error(MultiHeadAttention.from_config(config, "cosine").double(), same.clone(), grid)
+        )
         if backend == "cosine"
         else True
     )

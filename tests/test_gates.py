@@ -144,7 +144,7 @@ def test_wrong_shape_is_rejected():
 
 def softmax_layer(cls, seed=0):
     torch.manual_seed(seed)
-    return MultiHeadAttention(CONFIG, "softmax", gate=NAMES[cls]).double()
+    return MultiHeadAttention.from_config(CONFIG, "softmax", gate=NAMES[cls]).double()
 
 
 def identical_tokens(grid, seed=2):
@@ -244,7 +244,7 @@ def test_linear_favor_scalar_query_gate_does_not_cancel():
 @pytest.mark.parametrize("backend", ["softmax", "favor", "relu"])
 def test_other_grids_and_backends(cls, backend):
     torch.manual_seed(0)
-    layer = MultiHeadAttention(CONFIG, backend, gate=NAMES[cls])
+    layer = MultiHeadAttention.from_config(CONFIG, backend, gate=NAMES[cls])
     trained_like(layer.gate, seed=1, scale=NOISE)
     for grid in (Grid(4, 4), Grid(10, 8), Grid(10, 8, cls=False), Grid(14, 14, trained=(7, 7), interpolate=True)):
         x = torch.randn(2, grid.num_tokens, CONFIG.dim)
@@ -269,7 +269,7 @@ def test_autocast_bf16_is_finite_and_keeps_dtypes(cls):
         assert torch.isfinite(o).all()
         torch.testing.assert_close(o.float(), r, rtol=0.02, atol=0.02)
     torch.manual_seed(0)
-    layer = trained_like(MultiHeadAttention(CONFIG, "softmax", gate=NAMES[cls]), seed=1, scale=NOISE)
+    layer = trained_like(MultiHeadAttention.from_config(CONFIG, "softmax", gate=NAMES[cls]), seed=1, scale=NOISE)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = layer(torch.randn(2, grid.num_tokens, CONFIG.dim), grid)
     assert torch.isfinite(out.float()).all()
@@ -279,7 +279,7 @@ def test_autocast_bf16_is_finite_and_keeps_dtypes(cls):
 def test_gradients_reach_gate_parameters(cls):
     grid = Grid(5, 7)
     torch.manual_seed(0)
-    layer = MultiHeadAttention(CONFIG, "softmax", gate=NAMES[cls])
+    layer = MultiHeadAttention.from_config(CONFIG, "softmax", gate=NAMES[cls])
     x = torch.randn(2, grid.num_tokens, CONFIG.dim)
     weight = torch.randn(2, grid.num_tokens, CONFIG.dim)
     # at init the log-scale tables / projections already get gradient

@@ -771,7 +771,7 @@ def test_layer_refuses_a_post_rotation_of_an_odd_feature_count():
         match=r"^a 'post' rotation rotates pairs of features, but backend relu has an odd "
         r"number of features m=9; choose an even m or model\.relu\.rotation_site: pre\.$",
     ):
-        MultiHeadAttention(config, "relu", rotary="rope_axial")
+        MultiHeadAttention.from_config(config, "relu", rotary="rope_axial")
 
 
 @pytest.mark.parametrize("backend", ["favor", "relu"])
@@ -783,7 +783,7 @@ def test_layer_hands_a_post_rotation_to_the_backend(backend):
 
     config = model_config(dim=32, heads=4, image_size=28, patch_size=4, **{backend: {"rotation_site": "post"}})
     torch.manual_seed(0)
-    layer = MultiHeadAttention(config, backend, rotary="rope_mixed").double()
+    layer = MultiHeadAttention.from_config(config, backend, rotary="rope_mixed").double()
     x = torch.randn(2, GRID_7.num_tokens, 32, dtype=torch.float64)
     q, k, v = layer.qkv(x).unflatten(-1, (3, 4, 8)).permute(2, 0, 3, 1, 4)
     with torch.no_grad():

@@ -64,7 +64,7 @@ def test_ape_is_resized_bicubically_and_exact_on_trained_grid():
 def test_softmax_fast_path_equals_dense_matrix():
     torch.manual_seed(0)
     config = model_config(dim=32, heads=4)
-    layer = MultiHeadAttention(config, "softmax").double()
+    layer = MultiHeadAttention.from_config(config, "softmax").double()
     grid = Grid(5, 7, cls=True)
     x = torch.randn(2, grid.num_tokens, 32, dtype=torch.float64)
     q, k, v = layer._heads(x, grid)

@@ -219,7 +219,9 @@ def test_position_interpolation_scales_offsets_for_alibi_and_irpe_and_resizes_kr
 
 def softmax_layer(name, **overrides):
     torch.manual_seed(0)
-    layer = MultiHeadAttention(config(**overrides) if overrides else config(), "softmax", bias=name).double()
+    layer = MultiHeadAttention.from_config(
+        config(**overrides) if overrides else config(), "softmax", bias=name
+    ).double()
     if layer.bias is not None:
         trained_like(layer.bias, seed=1, scale=1.0, mode="replace")  # random, asymmetric table / buckets / CLS terms
     return layer

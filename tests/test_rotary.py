@@ -179,7 +179,7 @@ def softmax_layer(name, seed=0):
     """A float64 softmax attention layer with the rotary method, trained-looking parameters."""
     torch.manual_seed(seed)
     config = model_config(dim=DIM * HEADS, heads=HEADS)
-    layer = MultiHeadAttention(config, "softmax", rotary=name).double()
+    layer = MultiHeadAttention.from_config(config, "softmax", rotary=name).double()
     trained_like(layer.rotary, seed=seed + 1, scale=NOISE)
     return layer
 
@@ -268,7 +268,7 @@ def test_gradients_reach_learnable_frequencies(name):
     grid = Grid(5, 7)
     torch.manual_seed(0)
     config = model_config(dim=DIM * HEADS, heads=HEADS)
-    layer = MultiHeadAttention(config, "softmax", rotary=name)
+    layer = MultiHeadAttention.from_config(config, "softmax", rotary=name)
     trained_like(layer.rotary, seed=1, scale=NOISE)
     x = torch.randn(2, grid.num_tokens, DIM * HEADS, requires_grad=True)
     weight = torch.randn(2, grid.num_tokens, DIM * HEADS)
@@ -295,7 +295,7 @@ def test_autocast_bf16_keeps_dtype_and_is_finite(name):
     torch.testing.assert_close(out16.float(), reference, rtol=0.05, atol=0.05)
     torch.manual_seed(0)
     config = model_config(dim=DIM * HEADS, heads=HEADS)
-    layer = MultiHeadAttention(config, "softmax", rotary=name)
+    layer = MultiHeadAttention.from_config(config, "softmax", rotary=name)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = layer(torch.randn(2, grid.num_tokens, DIM * HEADS), grid)
     assert torch.isfinite(out).all()

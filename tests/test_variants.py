@@ -40,7 +40,7 @@ def make_layer(
         favor={**sites, "bias_path": "fft", **(favor or {})},
         relu={**sites, "feature_map": "learned", "bias_path": "fft", **(relu or {})},
     )
-    layer = MultiHeadAttention(config, backend, **{POSITIONS[m].mechanism: m for m in methods if m})
+    layer = MultiHeadAttention.from_config(config, backend, **{POSITIONS[m].mechanism: m for m in methods if m})
     return trained_like(layer, seed=None, scale=0.3).to(dtype)  # noise from the global RNG seeded above
 
 

@@ -75,7 +75,7 @@ def layer_attention(
             )
         else:
             kwargs[mechanism] = method
-    layer = perturb_parameters(MultiHeadAttention(config, backend, **kwargs).to(dtype), perturb_scale, seed)
+    layer = perturb_parameters(MultiHeadAttention.from_config(config, backend, **kwargs).to(dtype), perturb_scale, seed)
     x = torch.randn(1, 1, config.dim, generator=torch.Generator().manual_seed(seed), dtype=dtype)
     x = x.expand(1, grid.num_tokens, config.dim)
     with torch.no_grad():

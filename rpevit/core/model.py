@@ -88,7 +88,7 @@ class ViT(nn.Module):
         methods = {m: variant.method(m) for m in ("rotary", "bias", "gate")}
         rates = [config.drop_path * i / max(1, config.depth - 1) for i in range(config.depth)]
         self.blocks = nn.ModuleList(
-            Block(config, MultiHeadAttention(config, variant.backend, **methods), rate) for rate in rates
+            Block(config, MultiHeadAttention.from_config(config, variant.backend, **methods), rate) for rate in rates
         )
         for layer, block in enumerate(self.blocks):  # random features are redrawn from (seed, layer, count)
             if hasattr(block.attn.backend, "place"):

@@ -44,7 +44,7 @@ def attention_cost(
     paths = {name: {"bias_path": bias_path} for name in linear_backends()}
     config = model_config(dim=heads * head_dim, heads=heads, image_size=side * 4, patch_size=4, **paths)
     mechanism = {POSITIONS[method].mechanism: method} if method else {}
-    layer = MultiHeadAttention(config, backend, **mechanism).to(device)
+    layer = MultiHeadAttention.from_config(config, backend, **mechanism).to(device)
     grid = Grid(side, side, cls=True)
     x = torch.randn(batch, grid.num_tokens, config.dim, device=device, requires_grad=True)
 
