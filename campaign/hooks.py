@@ -21,9 +21,8 @@ def refusal(params, runs_root=None, reports_root=None) -> str:
 
 def status(params, runs_root=None, reports_root=None) -> list[str]:
     """The budget's line (training time against it) and the runs parked for the next `study`."""
-    from rpevit.lab.schedule.wanted import snapshot
     from rpevit.lab.schema import finished
-    from rpevit.lab.store.catalog import grid
+    from rpevit.lab.store.catalog import grid, study_records
 
     from .budget import budget_line, over_budget, runs_in_flight, stated_budget, training_hours
     from .parking import PARKED, pending
@@ -34,7 +33,7 @@ def status(params, runs_root=None, reports_root=None) -> list[str]:
         stopped = over_budget(params, spent[0], stated, runs_root, reports_root) and not runs_in_flight(
             params, runs_root, reports_root
         )
-        done = len(finished(list(snapshot(params, runs_root, reports_root).records))) == len(grid(params))
+        done = len(finished(study_records(params, runs_root, reports_root))) == len(grid(params))
         lines.append(budget_line(*spent, stated, complete=done or stopped).replace("**", ""))
     if parked := pending(params.name):
         lines.append(f"parked: {', '.join(parked)} (reports/{params.name}/{PARKED}/; the next `study` resumes them)")
