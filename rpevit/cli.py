@@ -422,19 +422,31 @@ COMMANDS = {
 
 
 def main(argv=None) -> int:
-    """Entry point: run a sub-command; user errors → one message, exit status 2."""
-    from .analysis.notebooks import NotebookFailed
-    from .lab.store.records import RunBusy
-    from .lab.training.train import Diverged
-
+    """Entry point: run a sub-command; user errors → one message, exit status 2. A torchrun rank leaves
+    through `distributed.leave`."""
     args = build_parser().parse_args(argv)
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and args.command != "train":
+    torchrun = int(os.environ.get("WORLD_SIZE", "1")) > 1
+    if torchrun and args.command != "train":
         print(
             f"error: torchrun starts several processes; only `train` runs data-parallel (got "
             f"`{args.command}`). Run `python -m rpevit {args.command} …` once, or `--engine ray` for a grid.",
             file=sys.stderr,
         )
         return 2
+    code = _dispatch(args)
+    if torchrun:
+        from .lab.training import distributed
+
+        distributed.leave(code)
+    return code
+
+
+def _dispatch(args) -> int:
+    """Run the sub-command; its exit status (user errors → one message, 2)."""
+    from .analysis.notebooks import NotebookFailed
+    from .lab.store.records import RunBusy
+    from .lab.training.train import Diverged
+
     try:
         return COMMANDS[args.command](args)
     except UserError as exc:

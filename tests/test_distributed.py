@@ -170,3 +170,14 @@ def test_a_runs_directory_not_shared_by_every_rank_fails_with_one_message(setup)
     assert output.count("error: the runs directory") == 1, output
     assert "rank 1 on" in output and "does not show the check file" in output and "shared filesystem" in output
     assert not (setup / "rank0_runs" / "tiny_ddp").exists()  # nothing trained
+
+
+def test_a_rank_leaves_with_its_code_and_its_output_flushed():
+    """`distributed.leave` ends a torchrun rank without interpreter finalisation (where gloo's worker
+    threads, still releasing finished work, would abort the process): buffered output still arrives."""
+    script = (
+        "import sys; from rpevit.lab.training import distributed; print('kept', end=''); "
+        "sys.stderr.write('also'); distributed.leave(3)"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert (result.returncode, result.stdout, result.stderr) == (3, "kept", "also")
