@@ -19,7 +19,7 @@ from rpevit.lab.params import preset_path
 from rpevit.lab.schedule.policy import branch_seconds
 from rpevit.lab.schema import epoch_cost
 from rpevit.lab.store import records
-from rpevit.lab.store.catalog import current_record, grid, run_history
+from rpevit.lab.store.catalog import current_record, grid_runs, run_history, unfinished_runs
 from rpevit.lab.store.run import Run
 from rpevit.lab.training.continuation import inherited_seconds
 
@@ -45,8 +45,7 @@ def training_hours(params, runs_root=None, reports_root=None, finished_only=Fals
     their cool-down branches, and the checkpointed epochs (and cool-downs already branched) of unfinished
     ones, here in runs/ or parked (not read with `finished_only`)."""
     done = training = 0.0
-    for place in grid(params):
-        run = Run(params, *place, runs_root=runs_root, reports_root=reports_root).rooted()
+    for run in grid_runs(params, runs_root, reports_root):
         record = current_record(run)
         if record is not None:
             done += _seconds(run_history(run), record.get("budgets"), record.get("continued_from"))
@@ -87,19 +86,13 @@ def budget_line(hours: float, running: float, budget: float | None, complete: bo
     return spent + f", of its pre-registered budget of {budget:g} one-thread CPU hours."
 
 
-def _unfinished(params, runs_root=None, reports_root=None) -> list[Run]:
-    """The preset's runs without a current record (here or kept), rooted."""
-    found = [Run(params, *place, runs_root=runs_root, reports_root=reports_root).rooted() for place in grid(params)]
-    return [run for run in found if current_record(run) is None]
-
-
 def runs_in_flight(params, runs_root=None, reports_root=None) -> list[Run]:
     """The preset's started, unfinished runs: a checkpoint here, or a copy another checkout parked in
     reports/<preset>/parked/ (parking.py). A spent budget finishes them (`study` resumes a started run),
     so a pilot is not read as ended while any is in flight."""
     return [
         run
-        for run in _unfinished(params, runs_root, reports_root)
+        for run in unfinished_runs(params, runs_root, reports_root)
         if (run.dir / records.CHECKPOINT).is_file() or parked_checkpoint(run).is_file()
     ]
 
@@ -122,7 +115,4 @@ def over_budget(params, hours: float, budget: float, runs_root=None, reports_roo
     """True when `hours` of training (training_hours) have reached the `budget` and a run of the preset is
     left to train: no new run starts (within it, or with nothing left — a finished study still writes its
     summary — False)."""
-    return hours >= budget and not all(
-        current_record(Run(params, *place, runs_root=runs_root, reports_root=reports_root).rooted())
-        for place in grid(params)
-    )
+    return hours >= budget and bool(unfinished_runs(params, runs_root, reports_root))

@@ -165,7 +165,7 @@ def ordered_runs(params) -> list[tuple[str, str, int]]:
     stays balanced), then secondary variant by variant in the order listed, each with all its seeds
     (a budget that runs out leaves the last-listed variants untrained, not every variant short of seeds)."""
     design = params.design
-    primary, secondary = canonical_names(design.primary), canonical_names(design.secondary)
+    primary, secondary = list(design.primary), list(design.secondary)
     runs = []
     for dataset in params.datasets:
         runs += [(dataset, v, s) for s in params.seeds for v in primary]  # spare seeds stand in for lost ones
@@ -181,10 +181,3 @@ def grid(params) -> list[tuple[str, str, int]]:
     if params.order == "seed":
         return [(d, v, s) for d in params.datasets for s in params.seeds for v in params.variants]
     return [(d, v, s) for d in params.datasets for v in params.variants for s in params.seeds]
-
-
-def canonical_names(variants) -> list[str]:
-    """The variants' canonical names (core.variants.parse_variant), in order."""
-    from ..core.variants import parse_variant
-
-    return [parse_variant(v).name for v in variants]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from ..design import Contrast, Design, canonical_names
+from ..design import Contrast, Design
 from ..result import results
 from ..schema import DIVERGED, epoch_cost
 from ..schema import finished as finished_runs
@@ -54,7 +54,7 @@ def primary_progress(params, records: list[dict]) -> PrimaryProgress:
     up to max_seeds. A seed whose primary run diverged is lost (not retried): the rule and the
     analysis go on with the next seed, seeds being exchangeable."""
     design, rule = params.design, params.design.stopping
-    primary, found = canonical_names(design.primary), results(records)
+    primary, found = list(design.primary), results(records)
     lost = {r.seed: r.variant for r in found if r.status == DIVERGED and r.variant in primary}
     accuracy = {(r.variant, r.seed): r.top1 for r in finished_runs(found)}
     usable = tuple(seed for seed in params.seeds if seed not in lost)
@@ -89,7 +89,7 @@ def decide(
     in flight) trains all its seeds, so the budget may be passed by the rest of the variants started."""
     dataset, variant, seed = run
     design = params.design
-    primary = canonical_names(design.primary)
+    primary = list(design.primary)
     current = [r for r in results(finished) if r.dataset == dataset]
     mine = finished_runs(current)
     complete, needed, usable, lost = primary_progress(params, current)
@@ -202,7 +202,7 @@ def _affordable(params, mine: list[dict], complete: tuple) -> tuple[str, str]:
     design = params.design
     if design.budget_hours is None:
         return "train", ""
-    primary = canonical_names(design.primary)
+    primary = list(design.primary)
     counted = mine if design.secondary_budget_hours is None else [r for r in mine if r.variant in primary]
     spent = training_hours(counted)
     per_seed = training_hours(r for r in mine if r.variant in primary and r.seed in complete) / max(1, len(complete))
@@ -221,7 +221,7 @@ def complete_seed_records(params, records: list[dict]) -> list[dict]:
     found = results(records)
     if not params.design.active:
         return found
-    primary = set(canonical_names(params.design.primary))
+    primary = set(params.design.primary)
     by_dataset = {}
     for dataset in {r.dataset for r in found}:
         progress = primary_progress(params, [r for r in found if r.dataset == dataset])

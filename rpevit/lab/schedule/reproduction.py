@@ -18,8 +18,7 @@ from ..params import PROJECT_ROOT, Params
 from ..result import Result
 from ..schema import finished, is_finished
 from ..store import records
-from ..store.catalog import grid
-from ..store.run import Run
+from ..store.catalog import grid_runs
 
 COMMITTED = PROJECT_ROOT / "reports"  # the tracked reports, whatever $RPEVIT_REPORTS points at
 
@@ -59,8 +58,7 @@ def trained_here(params: Params) -> list[Result]:
     """The preset's finished runs whose records are in this machine's runs root (runs/, or $RPEVIT_RUNS) —
     not the kept copies in reports/, which are the committed numbers themselves."""
     found = []
-    for place in grid(params):
-        run = Run(params, *place).rooted()
+    for run in grid_runs(params):
         record = records.read_record(run.dir)
         if run.matches(record):
             found.append(Result.of(record, run))

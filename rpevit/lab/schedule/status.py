@@ -16,7 +16,7 @@ from ..revision import code_revision, short_revision
 from ..schema import DIVERGED
 from ..schema import finished as finished_runs
 from ..store import records
-from ..store.catalog import grid
+from ..store.catalog import grid, grid_runs
 from ..store.costs import train_costs
 from ..store.run import Run
 from ..training.runs import weights_wanted
@@ -162,7 +162,7 @@ def _stable_line(params: Params, runs_root=None) -> list[str]:
     """Under WSD: how many runs keep the stable checkpoint a longer budget goes on from (continuation.py)."""
     if params.train.schedule != "wsd":
         return []
-    runs = [Run(params, *place, runs_root=runs_root).rooted() for place in grid(params)]
+    runs = grid_runs(params, runs_root)
     kept = sum((run.dir / records.STABLE_CHECKPOINT).is_file() for run in runs)
     return [f"stable checkpoints here (for a longer budget, `continues:`): {kept} of {len(runs)} runs"]
 

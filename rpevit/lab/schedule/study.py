@@ -28,7 +28,7 @@ from ..progress import Progress, label
 from ..schema import SUMMARY_COLUMNS, is_finished
 from ..schema import finished as finished_runs
 from ..store import records
-from ..store.catalog import Snapshot, current_record, grid, pace_records, run_lock, study_records
+from ..store.catalog import Snapshot, current_record, grid, pace_records, run_lock, study_records, unfinished_runs
 from ..store.costs import train_costs
 from ..store.run import Run
 from ..tables import markdown_table
@@ -170,8 +170,7 @@ def packs(todo: list[tuple[Run, State]], size: int) -> list[list[tuple[Run, Stat
 
 def started_runs(params: Params, runs_root=None, reports_root=None) -> list[Run]:
     """The preset's unfinished runs that hold a checkpoint here: started, so finished whatever a gate says."""
-    found = [Run(params, *place, runs_root=runs_root, reports_root=reports_root).rooted() for place in grid(params)]
-    return [run for run in found if current_record(run) is None and (run.dir / records.CHECKPOINT).is_file()]
+    return [run for run in unfinished_runs(params, runs_root, reports_root) if (run.dir / records.CHECKPOINT).is_file()]
 
 
 def refusal(time_limit: TimeLimit | None, run: Run, before: State, pace: list[dict], costs: dict) -> str:

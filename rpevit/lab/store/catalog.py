@@ -59,6 +59,16 @@ def current_record(run: Run) -> dict | None:
     return None if found is None else found[0]
 
 
+def grid_runs(params: Params, runs_root=None, reports_root=None) -> list[Run]:
+    """The preset's runs in grid order, rooted (the given roots, else the defaults)."""
+    return [Run(params, *place, runs_root=runs_root, reports_root=reports_root).rooted() for place in grid(params)]
+
+
+def unfinished_runs(params: Params, runs_root=None, reports_root=None) -> list[Run]:
+    """The preset's runs without a current record (here or kept), rooted, in grid order."""
+    return [run for run in grid_runs(params, runs_root, reports_root) if current_record(run) is None]
+
+
 def run_history(run: Run) -> list[dict]:
     """Per-epoch history rows of the run whose record is current (beside that record), [] if none or
     if the history is damaged (then moved aside and named, like a damaged record)."""
