@@ -227,7 +227,7 @@ def run_cell(cell: Run, load, *, progress: bool = False) -> dict:
         _say_not_here(cell)  # only an evaluation is missing, and the weights are elsewhere
         return state.record
     try:
-        with records.RunLock(cell.dir):
+        with cell.lock():
             _clean_temporary(cell)
             state = settle(cell, repair=True)
             if state.repairs:  # a second look sees what the repairs left (a record set aside: train)
@@ -272,7 +272,7 @@ def run_pack(pack: list[Run], load) -> list[dict]:
                 rows[i] = state.record
                 continue
             try:
-                locks.enter_context(records.RunLock(cell.dir))
+                locks.enter_context(cell.lock())
             except records.RunBusy as exc:
                 print(f"skipped: {exc}", flush=True)
                 rows[i] = failure_row(cell, "skipped", str(exc))

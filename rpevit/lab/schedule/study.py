@@ -28,7 +28,7 @@ from ..progress import Progress, label
 from ..schema import SUMMARY_COLUMNS, is_finished
 from ..schema import finished as finished_runs
 from ..store import records
-from ..store.catalog import Snapshot, current_record, grid, pace_records, run_lock, study_records, unfinished_runs
+from ..store.catalog import Snapshot, current_record, grid, pace_records, study_records, unfinished_runs
 from ..store.costs import train_costs
 from ..store.run import Run
 from ..tables import markdown_table
@@ -46,7 +46,7 @@ def _keep(run: Run) -> None:
     """Copy a run's record and history to its kept place (keep_records), under the run's lock."""
     if run.params.keep_records:
         run = run.rooted()
-        with records.RunLock(run.dir):
+        with run.lock():
             records.keep(run.dir, run.kept_dir)
 
 
@@ -189,7 +189,7 @@ def plain_order(
     costs = train_costs(params, todo[0][0].reports_root) if todo and time_limit is not None else {}
     for run, before in todo:
         pace = pace_records(params, run.runs_root, run.reports_root) if time_limit is not None else []
-        flying = time_limit is not None and run_lock(params, run.place, run.runs_root).holder() is not None
+        flying = time_limit is not None and run.lock().holder() is not None
         why = "" if flying else refusal(time_limit, run, before, pace, costs)
         if not why and not flying and not (run.dir / records.CHECKPOINT).is_file():
             why = next((refused for gate in gates if (refused := gate(run))), "")
@@ -266,7 +266,7 @@ def designed_order(
             continue
         run, why = waits[0]
         if run.place not in said:
-            locks = ", ".join(str(run_lock(params, place, run.runs_root).path) for place in sorted(busy))
+            locks = ", ".join(str(Run(params, *place, runs_root=run.runs_root).lock().path) for place in sorted(busy))
             print(
                 f"waiting: {label(*run.place)} ({why}); runs in flight hold {locks} — if a holder is gone "
                 "(another machine, a reused process id), delete its lock file",

@@ -84,15 +84,10 @@ def has_record(run: Run) -> bool:
     return current_record(run) is not None
 
 
-def run_lock(params: Params, place: tuple[str, str, int], runs_root=None) -> records.RunLock:
-    """The lock of a run of the preset's grid (its `.path` is the lock file)."""
-    return records.RunLock(Run(params, *place, runs_root=runs_root).rooted().dir)
-
-
 def in_flight(params: Params, runs_root=None) -> set[tuple[str, str, int]]:
     """The places of the preset's grid that another process is training now (their run lock: held by
     a live process, or not yet readable)."""
-    return {place for place in grid(params) if run_lock(params, place, runs_root).holder()}
+    return {run.place for run in grid_runs(params, runs_root) if run.lock().holder()}
 
 
 def in_flight_and_records(params: Params, runs_root=None, reports_root=None) -> tuple[set, list[dict]]:

@@ -141,6 +141,10 @@ class Run:
         """The run directory in runs/ (its own for an `epochs` override)."""
         return records.run_dir(self.params.name, self.dataset, self.variant, self.seed, self.runs_root, self.epochs)
 
+    def lock(self) -> records.RunLock:
+        """The run's lock (records.RunLock on its directory: `with run.lock():`; `.holder()`, `.path`)."""
+        return records.RunLock(self.dir)
+
     @property
     def kept_dir(self) -> Path:
         """Where a preset with keep_records keeps the run's record and history (in reports/)."""

@@ -53,7 +53,7 @@ def evaluate_resolutions(run: Run, dataset, resolutions) -> list[dict]:
     bad = [r for r in resolutions if r % patch or r < patch]
     if bad:
         raise UserError(f"resolutions {bad} are not positive multiples of the patch size {patch}.")
-    with records.RunLock(run.dir):
+    with run.lock():
         return _evaluate(run, dataset, resolutions)
 
 
@@ -97,7 +97,7 @@ def retime(run: Run, dataset) -> dict:
     training's timing, in the precision and compile state the record states) and store the new times
     with the machine's load in its record. For timings first
     taken on a busy machine (metrics.busy): run it when the machine is quiet."""
-    with records.RunLock(run.dir):
+    with run.lock():
         model, record = runs.trained_model(run)
         train_cfg = train_config_for(run.params, record["epochs"])
         images = runs.timing_images(dataset, train_cfg, next(model.parameters()).device)

@@ -77,7 +77,7 @@ def train_pack(runs: list[Run], dataset, *, resume: bool = True) -> list[dict]:
     with contextlib.ExitStack() as locks:
         todo = []
         for i, run in enumerate(runs):
-            locks.enter_context(records.RunLock(run.dir))
+            locks.enter_context(run.lock())
             records.clean_temporary(run.dir)
             existing = records.read_record(run.dir)
             if run.matches(existing):
