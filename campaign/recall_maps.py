@@ -128,13 +128,14 @@ def kept_models(params, dataset_name: str, seed: int) -> dict:
     """The variants' models of `seed` on `dataset_name` with their tested weights (here or kept), by variant;
     variants without a finished run or kept weights are left out."""
     from rpevit.core.errors import UserError
-    from rpevit.lab.store.run import Run
     from rpevit.lab.training.runs import inspected_model
 
+    from .recall_pilot import compared, run_of
+
     models = {}
-    for variant in params.variants:
+    for variant in compared(params):
         try:
-            models[variant] = inspected_model(Run(params, dataset_name, variant, seed))[0]
+            models[variant] = inspected_model(run_of(params, dataset_name, variant, seed))[0]
         except (UserError, FileNotFoundError):
             continue
     return models
@@ -150,11 +151,13 @@ def report_section(params, folder, seed: int | None = None) -> list[str]:
     from rpevit.lab.tables import markdown_table
     from rpevit.lab.training.runs import dataset_for
 
+    from .recall_pilot import compared
+
     seed = params.seeds[0] if seed is None else seed
     rows, figures = [], []
     for name in params.datasets:
         models = kept_models(params, name, seed)
-        if len(models) < len(params.variants):
+        if len(models) < len(compared(params)):
             continue
         dataset, task = dataset_for(params, name), dataset_info(name).recall
         rows += [{"K": task.pairs, **row} for row in attention_table(models, dataset, task)]

@@ -24,6 +24,7 @@ from rpevit.lab.schema import finished
 from rpevit.lab.store import records
 from rpevit.lab.tables import markdown_table, signed
 
+ORDER = ("recall_pilot", "recall_pilot_samecell", "recall_pilot_favor8")  # fixed in each preset's header
 SOLVED = 95.0  # softmax's mean test top-1 (%) at a K for the task to count as solvable there
 GO_GAP = 5.0  # a Performer this many points behind softmax at such a K: GO
 CHANCE = 10.0  # ten value classes
@@ -31,12 +32,45 @@ TABLE, FIGURE, CURVES = "recall_pilot", "recall_pilot.png", "recall_curves.png"
 
 
 def check_is_recall_pilot(params) -> None:
-    """One UserError unless every dataset of the preset is a recall task and softmax+ape is among its variants."""
-    if not all(dataset_info(d).recall is not None for d in params.datasets) or "softmax+ape" not in params.variants:
+    """One UserError unless every dataset of the preset is a recall task and softmax+ape is among its variants
+    or read from its reference."""
+    if not all(dataset_info(d).recall is not None for d in params.datasets) or "softmax+ape" not in _variants(params):
         raise UserError(
-            f"recall-pilot reports a recall pilot (recall tasks only, softmax+ape among the variants); "
-            f"{params.name!r} is not one. A study's own report: python -m rpevit notebooks {params.name} --no-train."
+            f"recall-pilot reports a recall pilot (recall tasks only, softmax+ape among the variants or read from "
+            f"its reference); {params.name!r} is not one. A study's own report: python -m rpevit notebooks "
+            f"{params.name} --no-train."
         )
+
+
+def _variants(params) -> list[str]:
+    """The preset's variants and those it reads from its reference."""
+    from rpevit.lab.params import load_params
+
+    return [*params.variants, *(load_params(params.reference).variants if params.reference else ())]
+
+
+def compared(params) -> list[str]:
+    """The variants the report compares: softmax+ape (trained here or read from the reference), then the
+    Performers in the preset's order."""
+    return ["softmax+ape", *performers(params)]
+
+
+def run_of(params, dataset: str, variant: str, seed: int):
+    """The run of `variant` the report reads: this preset's, or its reference's for a variant it reads."""
+    from rpevit.lab.params import load_params
+    from rpevit.lab.store.run import Run
+
+    return Run(params if variant in params.variants else load_params(params.reference), dataset, variant, seed)
+
+
+def next_pilot(params) -> str:
+    """What the pre-registered order trains after a NO-GO of this pilot."""
+    from rpevit.lab.params import load_params
+
+    later = ORDER[ORDER.index(params.name) + 1 :] if params.name in ORDER else ()
+    if not later:
+        return "The pre-registered order of recall pilots ends here."
+    return f"By the pre-registration `{later[0]}` trains next ({load_params(later[0]).description})."
 
 
 def top1_by_run(found) -> dict[tuple[str, str, int], float]:
@@ -112,8 +146,7 @@ def decision(rows: list[dict], params) -> str:
     return (
         f"**NO-GO**: at no K of {ks} did softmax reach ≥ {SOLVED:g} % with a Performer ≥ {GO_GAP:g} points behind "
         + (f"(softmax solved K = {', '.join(map(str, solved))})." if solved else "(softmax solved none of them).")
-        + " By the pre-registration the same-cell layout and fewer FAVOR+ features come next, pre-registered "
-        "the same way."
+        + f" {next_pilot(params)}"
     )
 
 
@@ -126,7 +159,7 @@ def accuracy_figure(params, top1: dict):
     plt = _mpl()
     fig, axis = plt.subplots(figsize=(6.4, 4.2))
     ks = [dataset_info(d).recall.pairs for d in params.datasets]
-    for variant in params.variants:
+    for variant in compared(params):
         style = variant_style(variant)
         means = []
         for k, dataset in zip(ks, params.datasets, strict=True):
@@ -174,21 +207,29 @@ def summary(preset: str, reports_root=None) -> dict:
     it; notebook 35 shows it): `params`, `found`, `top1`, `rows` (pilot_rows), `decision`, `table` (Markdown),
     `intro`."""
     from rpevit.lab.params import load_params
-    from rpevit.lab.store.catalog import grid, study_records
+    from rpevit.lab.store.catalog import grid, reference_records, study_records
 
     params = load_params(preset)
     check_is_recall_pilot(params)
-    found = study_records(params, reports_root=reports_root)
+    own = study_records(params, reports_root=reports_root)
+    read = [r for r in reference_records(params, reports_root=reports_root) if r.variant == "softmax+ape"]
+    found = [*own, *read]
     top1 = top1_by_run(found)
     rows = pilot_rows(params, top1)
     shown = [{k: round(v, 2) if isinstance(v, float) else v for k, v in r.items() if k != "complete"} for r in rows]
     table = markdown_table(
         [{**r, "mean gap": "—" if math.isnan(r["mean gap"]) else signed(r["mean gap"])} for r in shown], digits=2
     )
-    done = len(finished(results(found)))
+    done = len(finished(results(own)))
+    borrowed = (
+        f" softmax+ape is read from `{params.reference}`'s kept records ({len(read)} runs, the same run keys)."
+        if params.reference
+        else ""
+    )
     intro = (
         f"{params.description}. Pre-registered in `params/{params.name}.yaml` before its first run: the task, "
-        f"the variants, seeds, recipe, budget and the go/no-go rule. {done} of {len(grid(params))} runs finished."
+        f"the variants, seeds, recipe, budget and the go/no-go rule. {done} of {len(grid(params))} runs "
+        f"finished.{borrowed}"
     )
     return {
         "params": params,

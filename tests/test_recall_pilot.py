@@ -145,3 +145,36 @@ def test_the_attention_table_reads_weights_of_the_asked_and_other_pairs(tmp_path
         assert all(0 <= row[k] <= 1 for k in row if "→" in k)
     assert reading([{"K": 2, **r} for r in rows]).startswith("Largest excess")
     maps_figure({"softmax+ape": model}, dataset, task).savefig(tmp_path / "maps.png")
+
+
+def test_the_order_of_recall_pilots_names_pre_registered_presets_and_each_no_go_names_the_next():
+    from rpevit.lab.params import preregistered
+
+    assert all(preregistered(name) for name in recall_pilot.ORDER)
+    for name, after in zip(recall_pilot.ORDER, recall_pilot.ORDER[1:]):
+        assert f"`{after}` trains next" in recall_pilot.next_pilot(load_params(name))
+    assert "ends here" in recall_pilot.next_pilot(load_params(recall_pilot.ORDER[-1]))
+
+
+def test_a_pilot_reads_softmax_from_its_reference_with_the_same_run_keys(tmp_path, monkeypatch):
+    """recall_pilot_favor8 trains only FAVOR+ (8 features) and compares it with recall_pilot_samecell's
+    softmax: the reference's runs have this preset's keys, the report pairs them by seed."""
+    from rpevit.lab.result import results
+    from rpevit.lab.store import catalog
+
+    params = load_params("recall_pilot_favor8")
+    assert recall_pilot.compared(params) == ["softmax+ape", "favor+ape"]
+    assert recall_pilot.run_of(params, "recall8_samecell_k8", "softmax+ape", 1).params.name == "recall_pilot_samecell"
+    assert {run.variant for run in catalog.reference_runs(params)} == {"softmax+ape", "relu+ape"}  # keys checked
+
+    def record(d, v, s, t):
+        return {"dataset": d, "variant": v, "seed": s, "status": "finished", "top1": t / 100, "epochs": 40}
+
+    own = [record(d, "favor+ape", s, 60.0) for d in params.datasets for s in (1, 2)]
+    read = [record(d, v, s, 99.0) for d in params.datasets for v in ("softmax+ape", "relu+ape") for s in (1, 2)]
+    monkeypatch.setattr(catalog, "study_records", lambda params, **kw: results(own))
+    monkeypatch.setattr(catalog, "reference_records", lambda params, **kw: results(read))
+    found = recall_pilot.summary("recall_pilot_favor8", reports_root=tmp_path)
+    assert found["decision"].startswith("**GO at K = 8**") and "favor+ape is −39.00" in found["decision"]
+    assert "6 of 6 runs finished" in found["intro"] and "read from `recall_pilot_samecell`" in found["intro"]
+    assert {v for (_, v, _) in found["top1"]} == {"softmax+ape", "favor+ape"}  # the reference's relu is not read
