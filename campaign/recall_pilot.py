@@ -125,22 +125,32 @@ def pilot_rows(params, top1: dict) -> list[dict]:
     return rows
 
 
-def decision(rows: list[dict], params) -> str:
-    """The pre-registered go/no-go: GO at the smallest K where softmax is ≥ SOLVED and a Performer's mean gap
-    ≤ −GO_GAP; a K not yet complete stops the reading there (the rule takes the smallest K)."""
+def verdict(rows: list[dict], params) -> tuple[str, dict | None]:
+    """The pre-registered go/no-go: ("GO", the row of the Performer furthest behind) at the smallest K where
+    softmax is ≥ SOLVED and a Performer's mean gap ≤ −GO_GAP; ("", the first row of a K not yet complete)
+    while one stops the reading there (the rule takes the smallest K); ("NO-GO", None) otherwise."""
     for dataset in params.datasets:
         at = [r for r in rows if r["dataset"] == dataset]
         if not all(r["complete"] for r in at):
-            return f"**Not decided yet**: the runs at {dataset} (K = {at[0]['K']}) have not all finished."
+            return "", at[0]
         behind = [r for r in at if r["softmax top-1"] >= SOLVED and r["mean gap"] <= -GO_GAP]
         if behind:
-            worst = min(behind, key=lambda r: r["mean gap"])
-            return (
-                f"**GO at K = {worst['K']}** (`{dataset}`): softmax solves it "
-                f"({worst['softmax top-1']:.1f} % test top-1, ≥ {SOLVED:g}) and {worst['variant']} is "
-                f"{worst['gap, 95 % interval']} points behind (≤ −{GO_GAP:g} needed, mean over seeds, 95 % "
-                "t-interval). The factorial on this K is pre-registered next."
-            )
+            return "GO", min(behind, key=lambda r: r["mean gap"])
+    return "NO-GO", None
+
+
+def decision(rows: list[dict], params) -> str:
+    """The go/no-go (verdict) in words, with the numbers it read."""
+    word, row = verdict(rows, params)
+    if word == "":
+        return f"**Not decided yet**: the runs at {row['dataset']} (K = {row['K']}) have not all finished."
+    if word == "GO":
+        return (
+            f"**GO at K = {row['K']}** (`{row['dataset']}`): softmax solves it "
+            f"({row['softmax top-1']:.1f} % test top-1, ≥ {SOLVED:g}) and {row['variant']} is "
+            f"{row['gap, 95 % interval']} points behind (≤ −{GO_GAP:g} needed, mean over seeds, 95 % "
+            "t-interval). The factorial on this K is pre-registered next."
+        )
     solved = sorted({r["K"] for r in rows if r["softmax top-1"] >= SOLVED})
     ks = ", ".join(str(dataset_info(d).recall.pairs) for d in params.datasets)
     return (
@@ -148,6 +158,15 @@ def decision(rows: list[dict], params) -> str:
         + (f"(softmax solved K = {', '.join(map(str, solved))})." if solved else "(softmax solved none of them).")
         + f" {next_pilot(params)}"
     )
+
+
+def trains_next(preset: str, reports_root=None) -> str:
+    """The recall pilot the order trains once `preset` has ended NO-GO ('' while it is open, on GO, or at the
+    end of the order): what a GPU sitting goes on with in the minutes left."""
+    found = summary(preset, reports_root)
+    params = found["params"]
+    later = ORDER[ORDER.index(params.name) + 1 :] if params.name in ORDER else ()
+    return later[0] if later and found["verdict"] == "NO-GO" else ""
 
 
 def accuracy_figure(params, top1: dict):
@@ -204,8 +223,8 @@ def curves_figure(params, found):
 
 def summary(preset: str, reports_root=None) -> dict:
     """What a recall pilot's report shows, computed from its records and written nowhere (write_report writes
-    it; notebook 35 shows it): `params`, `found`, `top1`, `rows` (pilot_rows), `decision`, `table` (Markdown),
-    `intro`."""
+    it; notebook 35 shows it): `params`, `found`, `top1`, `rows` (pilot_rows), `decision` and its `verdict`
+    word, `table` (Markdown), `intro`."""
     from rpevit.lab.params import load_params
     from rpevit.lab.store.catalog import grid, reference_records, study_records
 
@@ -237,6 +256,7 @@ def summary(preset: str, reports_root=None) -> dict:
         "top1": top1,
         "rows": shown,
         "decision": decision(rows, params),
+        "verdict": verdict(rows, params)[0],
         "table": table,
         "intro": intro,
     }
@@ -284,10 +304,15 @@ def add_parser(sub) -> None:
     """The `recall-pilot` sub-command's arguments."""
     pilot = sub.add_parser("recall-pilot", help="a recall pilot's report: accuracy against K, gaps, go/no-go")
     pilot.add_argument("params", help="the pilot's preset")
+    pilot.add_argument("--next", action="store_true", help="print only the pilot its finished NO-GO hands on to")
 
 
 def command(args) -> int:
-    """`python -m campaign recall-pilot <preset>`: its report, reports/<preset>/README.md."""
+    """`python -m campaign recall-pilot <preset>`: its report, reports/<preset>/README.md; with --next only the
+    next pilot's name (or nothing)."""
+    if args.next:
+        print(trains_next(args.params))
+        return 0
     lines = write_report(args.params)
     print("\n".join(lines))
     print(f"wrote reports/{Path(str(args.params)).stem}/: README.md, {TABLE}.csv, {TABLE}.md, {FIGURE}, {CURVES}")

@@ -178,3 +178,29 @@ def test_a_pilot_reads_softmax_from_its_reference_with_the_same_run_keys(tmp_pat
     assert found["decision"].startswith("**GO at K = 8**") and "favor+ape is −39.00" in found["decision"]
     assert "6 of 6 runs finished" in found["intro"] and "read from `recall_pilot_samecell`" in found["intro"]
     assert {v for (_, v, _) in found["top1"]} == {"softmax+ape", "favor+ape"}  # the reference's relu is not read
+
+
+def test_next_names_the_following_pilot_only_once_this_one_ended_no_go(monkeypatch):
+    """`recall-pilot PRESET --next` (what a GPU sitting goes on with): the next pilot of the order after a
+    finished NO-GO; nothing while a K is open or on GO."""
+    from rpevit.lab.result import results
+    from rpevit.lab.store import catalog
+
+    params = load_params("recall_pilot")
+
+    def finished_at(top1: dict, skip=()):
+        rows = [
+            {"dataset": d, "variant": v, "seed": s, "status": "finished", "top1": top1[v] / 100, "epochs": 40}
+            for d in params.datasets
+            for v in params.variants
+            for s in params.seeds
+            if (d, v) not in skip
+        ]
+        monkeypatch.setattr(catalog, "study_records", lambda params, **kw: results(rows))
+
+    finished_at({"softmax+ape": 50.0, "favor+ape": 40.0, "relu+ape": 45.0})
+    assert recall_pilot.trains_next("recall_pilot") == "recall_pilot_samecell"
+    finished_at({"softmax+ape": 50.0, "favor+ape": 40.0, "relu+ape": 45.0}, skip={(params.datasets[-1], "relu+ape")})
+    assert recall_pilot.trains_next("recall_pilot") == ""
+    finished_at({"softmax+ape": 99.0, "favor+ape": 40.0, "relu+ape": 98.0})
+    assert recall_pilot.trains_next("recall_pilot") == ""

@@ -3,8 +3,8 @@
 # (docs/scaling.md): the GPU image's own torch, rpevit from the checkout, data from the carried
 # ./data folder, unfinished runs from the carried ./staged folder (`gpu-sitting --stage`), results
 # into $OUT; first the compile check (tests/test_compile.py) on the GPU.
-# When every run of a gap pilot finishes with NO-GO inside the minutes, the next pilot of the
-# pre-registered order (`python -m campaign gap-pilot PRESET --next`) trains in the minutes left.
+# When every run of a gap or recall pilot finishes with NO-GO inside the minutes, the next pilot of its
+# pre-registered order (`python -m campaign gap-pilot|recall-pilot PRESET --next`) trains in the minutes left.
 # Usage: bash campaign/scripts/gpu_sitting.sh PRESET [MINUTES]
 set -euo pipefail
 preset=${1:?usage: gpu_sitting.sh PRESET [MINUTES]}
@@ -26,6 +26,7 @@ while [ -n "$preset" ]; do
   # SITTING_DEVICE=cpu: a dry run on a machine without CUDA (one runner, sequential engine)
   python3 -m campaign gpu-sitting "$preset" --minutes "$left" --out "$out" --data-root data \
     --device "${SITTING_DEVICE:-cuda}" 2>&1 | tee -a "$out/sitting.log"
-  preset=$(python3 -m campaign gap-pilot "$preset" --next 2>>"$out/sitting.log" || true)
+  preset=$( (python3 -m campaign gap-pilot "$preset" --next || python3 -m campaign recall-pilot "$preset" --next) \
+    2>>"$out/sitting.log" || true)
   if [ -n "$preset" ]; then echo "NO-GO with every run finished: the next pilot, $preset, trains in the minutes left"; fi
 done
