@@ -29,6 +29,7 @@ SOLVED = 95.0  # softmax's mean test top-1 (%) at a K for the task to count as s
 GO_GAP = 5.0  # a Performer this many points behind softmax at such a K: GO
 CHANCE = 10.0  # ten value classes
 TABLE, FIGURE, CURVES = "recall_pilot", "recall_pilot.png", "recall_curves.png"
+ONE_LINE, RECALL_END = "**In one line**: ", "<!-- /recall -->"
 
 
 def check_is_recall_pilot(params) -> None:
@@ -160,6 +161,42 @@ def decision(rows: list[dict], params) -> str:
     )
 
 
+def readme_line(params, rows: list[dict], word: str, done: int, runs: int) -> str:
+    """The pilot in one line for the README's recall block: layout, K, runs, verdict, softmax's mean top-1
+    per K and the range of the Performers' mean gaps."""
+    tasks = [dataset_info(d).recall for d in params.datasets]
+    soft = {r["K"]: r["softmax top-1"] for r in rows}
+    gaps = [r["mean gap"] for r in rows if not math.isnan(r["mean gap"])]
+    spread = f"{signed(min(gaps))} to {signed(max(gaps))} points" if gaps else "no pair finished yet"
+    return (
+        f"`{params.name}` ({tasks[0].layout}, K = {'/'.join(str(t.pairs) for t in tasks)}; {done} of {runs} runs): "
+        f"**{word or 'open'}** — softmax "
+        f"{' / '.join('—' if math.isnan(soft[t.pairs]) else f'{soft[t.pairs]:.1f}' for t in tasks)} % "
+        f"(chance {CHANCE:g} %); {', '.join(v.removesuffix('+ape') for v in performers(params))} − softmax {spread}."
+    )
+
+
+def sync_readme(readme: Path, reports_root: Path) -> bool:
+    """Put each recall pilot's line (the `**In one line**` of its report, for those with a report) into the
+    README's recall block (<!-- recall: … --> … <!-- /recall -->); True if it changed."""
+    text = readme.read_text()
+    start, end = text.find("<!-- recall:"), text.find(RECALL_END)
+    if start < 0 or end < start:
+        raise UserError(f"{readme} has no recall block (<!-- recall: … --> … {RECALL_END}) to fill.")
+    lines = [
+        line.removeprefix(ONE_LINE)
+        for name in ORDER
+        if (report := reports_root / name / "README.md").is_file()
+        for line in report.read_text().splitlines()
+        if line.startswith(ONE_LINE)
+    ]
+    start = text.index("\n", start) + 1
+    new = text[:start] + "".join(f"- {line}\n" for line in lines) + text[end:]
+    if new != text:
+        records.write_text(readme, new)
+    return new != text
+
+
 def trains_next(preset: str, reports_root=None) -> str:
     """The recall pilot the order trains once `preset` has ended NO-GO ('' while it is open, on GO, or at the
     end of the order): what a GPU sitting goes on with in the minutes left."""
@@ -224,7 +261,7 @@ def curves_figure(params, found):
 def summary(preset: str, reports_root=None) -> dict:
     """What a recall pilot's report shows, computed from its records and written nowhere (write_report writes
     it; notebook 35 shows it): `params`, `found`, `top1`, `rows` (pilot_rows), `decision` and its `verdict`
-    word, `table` (Markdown), `intro`."""
+    word, `line` (readme_line), `table` (Markdown), `intro`."""
     from rpevit.lab.params import load_params
     from rpevit.lab.store.catalog import grid, reference_records, study_records
 
@@ -257,6 +294,7 @@ def summary(preset: str, reports_root=None) -> dict:
         "rows": shown,
         "decision": decision(rows, params),
         "verdict": verdict(rows, params)[0],
+        "line": readme_line(params, rows, verdict(rows, params)[0], done, len(grid(params))),
         "table": table,
         "intro": intro,
     }
@@ -283,6 +321,8 @@ def write_report(preset: str, reports_root=None) -> list[str]:
         found["intro"],
         "",
         found["decision"],
+        "",
+        ONE_LINE + found["line"],
         "",
         "## Test top-1 and the gap per K (Performer − softmax, points; negative: softmax ahead; 95 % t-intervals "
         "over seeds)",
@@ -313,7 +353,12 @@ def command(args) -> int:
     if args.next:
         print(trains_next(args.params))
         return 0
+    from rpevit.lab.params import PROJECT_ROOT
+
     lines = write_report(args.params)
     print("\n".join(lines))
+    if records.reports_root() == PROJECT_ROOT / "reports":  # the project's reports: its README quotes them
+        changed = sync_readme(PROJECT_ROOT / "README.md", PROJECT_ROOT / "reports")
+        print(f"README.md's recall block {'updated' if changed else 'already matches'}")
     print(f"wrote reports/{Path(str(args.params)).stem}/: README.md, {TABLE}.csv, {TABLE}.md, {FIGURE}, {CURVES}")
     return 0

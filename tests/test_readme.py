@@ -71,3 +71,34 @@ def test_the_overview_command_fills_the_pilots_block(tmp_path):
     block = "**where**\n\n| a |\n|---|\n| 1 |\n\nAcross the pilots …\n"
     assert readme.read_text() == f"top\n<!-- pilots: quoted from x -->\n{block}<!-- /pilots -->\nbottom\n"
     assert not sync_readme(readme, ["**where**", "| a |", "|---|", "| 1 |", "", "Across the pilots …"])
+
+
+def test_the_recall_block_is_each_recall_pilot_s_line_from_its_report():
+    """Each line of the README's recall block is the `**In one line**` of a recall pilot's report, in the
+    pre-registered order, for every pilot that has a report (`python -m campaign recall-pilot` fills it)."""
+    from campaign.recall_pilot import ONE_LINE, ORDER
+
+    match = re.search(r"<!-- recall: [^>]*-->\n(.*?)<!-- /recall -->", README, re.S)
+    assert match, "the README has no recall block"
+    wanted = [
+        f"- {line.removeprefix(ONE_LINE)}"
+        for name in ORDER
+        if (report := ROOT / "reports" / name / "README.md").is_file()
+        for line in report.read_text().splitlines()
+        if line.startswith(ONE_LINE)
+    ]
+    assert wanted and match.group(1).splitlines() == wanted
+
+
+def test_the_recall_command_fills_the_recall_block(tmp_path):
+    from campaign.recall_pilot import sync_readme
+
+    readme, reports = tmp_path / "README.md", tmp_path / "reports"
+    readme.write_text("top\n<!-- recall: x -->\n- old\n<!-- /recall -->\nbottom\n")
+    (reports / "recall_pilot_samecell").mkdir(parents=True)
+    (reports / "recall_pilot_samecell" / "README.md").write_text("# t\n\n**In one line**: `b` is open.\n")
+    (reports / "recall_pilot").mkdir()
+    (reports / "recall_pilot" / "README.md").write_text("**In one line**: `a` **NO-GO**.\n")
+    assert sync_readme(readme, reports)
+    assert readme.read_text() == "top\n<!-- recall: x -->\n- `a` **NO-GO**.\n- `b` is open.\n<!-- /recall -->\nbottom\n"
+    assert not sync_readme(readme, reports)
