@@ -40,7 +40,7 @@ class CosineAttention(nn.Module):
     mechanisms = ("absolute", "gate", "rotary", "bias")
     summary = "toy: softmax(s·cos(q, k) + B) v"
 
-    def __init__(self, options, config, head_dim, heads):
+    def __init__(self, options, head_dim, heads):
         super().__init__()
         self.scale, self.rotation_site = options.scale, "pre"
 
@@ -62,7 +62,7 @@ class RowDecay(RelativeBias):
 
     Options = NoOptions
 
-    def __init__(self, options, config, dim, heads):
+    def __init__(self, options, dim, heads, *, side, cls):
         super().__init__(heads)
 
     def table(self, grid):
@@ -78,8 +78,8 @@ def registered(monkeypatch):
 
 
 def test_toy_backend_and_method_join_every_registry_derived_place(registered, capsys):
-    assert isinstance(CosineAttention(CosineOptions(), None, 8, 2), Backend)
-    assert isinstance(RowDecay(NoOptions(), None, 8, 2), PROTOCOLS["bias"])
+    assert isinstance(CosineAttention(CosineOptions(), 8, 2), Backend)
+    assert isinstance(RowDecay(NoOptions(), 8, 2, side=7, cls=True), PROTOCOLS["bias"])
     assert "cosine+row_decay" in list_variants() and "softmax+row_decay" in list_variants()
     assert main(["list", "variants", "--backend", "cosine", "--position", "row_decay"]) == 0
     out = capsys.readouterr().out

@@ -29,7 +29,7 @@ NOISE = 0.3  # trained-looking parameters: every parameter gets + NOISE·N(0, 1)
 
 def make(cls, seed=0, dtype=F64, trained=True):
     torch.manual_seed(seed)
-    gate = cls(cls.Options(), CONFIG, HEAD_DIM, HEADS).to(dtype)
+    gate = cls(cls.Options(), HEAD_DIM, HEADS, side=7, cls=True).to(dtype)
     return trained_like(gate, seed=seed + 1, scale=NOISE) if trained else gate
 
 
@@ -123,10 +123,10 @@ def test_string_gate_is_exp_of_projected_fourier_features():
 
 
 def test_string_gate_rank_from_options_and_errors():
-    gate = StringGate2D(StringGate2D.Options(rank=3), CONFIG, HEAD_DIM, HEADS)
+    gate = StringGate2D(StringGate2D.Options(rank=3), HEAD_DIM, HEADS, side=7, cls=True)
     assert gate.frequencies.shape == (3, 2) and gate.proj_q.shape == (HEADS, HEAD_DIM, 6)
     with pytest.raises(UserError, match=r"model\.gate_string\.rank must be a positive integer"):
-        StringGate2D(StringGate2D.Options(rank=0), CONFIG, HEAD_DIM, HEADS)
+        StringGate2D(StringGate2D.Options(rank=0), HEAD_DIM, HEADS, side=7, cls=True)
 
 
 def test_wrong_shape_is_rejected():
@@ -297,9 +297,9 @@ def test_gradients_reach_gate_parameters(cls):
 
 
 def test_weight_decay_tags():
-    irpe = IRPEGate(IRPEGate.Options(), CONFIG, HEAD_DIM, HEADS)
+    irpe = IRPEGate(IRPEGate.Options(), HEAD_DIM, HEADS, side=7, cls=True)
     assert all(getattr(p, "no_weight_decay", False) for p in irpe.parameters())
-    string = StringGate2D(StringGate2D.Options(), CONFIG, HEAD_DIM, HEADS)
+    string = StringGate2D(StringGate2D.Options(), HEAD_DIM, HEADS, side=7, cls=True)
     assert string.frequencies.no_weight_decay and string.phases.no_weight_decay
     assert not getattr(string.proj_q, "no_weight_decay", False)  # linear maps are decayed (documented)
     assert not getattr(string.proj_k, "no_weight_decay", False)
@@ -314,14 +314,12 @@ def test_string_gate_init_distribution_rank_and_position_scale():
     from rpevit.core.position.gates import STRING_FREQUENCY_STD, GateStringOptions
 
     torch.manual_seed(0)
-    wide = StringGate2D(GateStringOptions(rank=4000), CONFIG, HEAD_DIM, HEADS)
+    wide = StringGate2D(GateStringOptions(rank=4000), HEAD_DIM, HEADS, side=7, cls=True)
     assert abs(float(wide.frequencies.detach().std()) / STRING_FREQUENCY_STD - 1) < 0.05
     phases = wide.phases.detach()
     assert 0 <= float(phases.min()) < 0.01 and 2 * math.pi - 0.01 < float(phases.max()) < 2 * math.pi
-    assert StringGate2D(GateStringOptions(rank=1), CONFIG, HEAD_DIM, HEADS).rank == 1
-    small = StringGate2D(
-        GateStringOptions(), model_config(dim=32, heads=4, image_size=8, patch_size=4), HEAD_DIM, HEADS
-    )
+    assert StringGate2D(GateStringOptions(rank=1), HEAD_DIM, HEADS, side=7, cls=True).rank == 1
+    small = StringGate2D(GateStringOptions(), HEAD_DIM, HEADS, side=2, cls=True)
     positions = small.positions(Grid(2, 2, cls=False), None, F64)
     assert torch.equal(positions, torch.tensor([[0.0, 0.0], [0.0, 1.0], [1.0, 0.0], [1.0, 1.0]], dtype=F64))
 

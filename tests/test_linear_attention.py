@@ -44,7 +44,7 @@ def make_config(**overrides):
 
 def make(cls, **options):
     """A backend of class `cls` with the given options."""
-    return cls(cls.Options(**options), make_config(), HEAD_DIM, HEADS)
+    return cls(cls.Options(**options), HEAD_DIM, HEADS)
 
 
 def make_backend(case, seed=0, **overrides):
@@ -104,25 +104,24 @@ def test_favor_redraw_is_favor_that_redraws_every_thousand_steps_unless_told():
 
     assert BACKENDS["favor_redraw"] is FavorRedrawAttention and issubclass(FavorRedrawAttention, FavorAttention)
     assert FavorRedrawAttention.Options().redraw_steps == 1000 and FavorAttention.Options().redraw_steps == 0
-    fixed = FavorAttention(FavorAttention.Options(), None, HEAD_DIM, HEADS).train()
-    redrawn = FavorRedrawAttention(FavorRedrawAttention.Options(), None, HEAD_DIM, HEADS).train()
+    fixed = FavorAttention(FavorAttention.Options(), HEAD_DIM, HEADS).train()
+    redrawn = FavorRedrawAttention(FavorRedrawAttention.Options(), HEAD_DIM, HEADS).train()
     first_fixed, first_redrawn = fixed.omega.clone(), redrawn.omega.clone()
     for _ in range(1000):
         assert torch.equal(redrawn.omega, first_redrawn)  # the first 999 steps keep the first draw
         fixed.count_training_step()
         redrawn.count_training_step()
     assert torch.equal(fixed.omega, first_fixed) and not torch.equal(redrawn.omega, first_redrawn)
-    assert FavorRedrawAttention(FavorRedrawAttention.Options(redraw_steps=5), None, HEAD_DIM, HEADS).redraw_steps == 5
+    assert FavorRedrawAttention(FavorRedrawAttention.Options(redraw_steps=5), HEAD_DIM, HEADS).redraw_steps == 5
 
 
 def test_default_feature_counts():
     assert [default_favor_features(d) for d in (1, 2, 8, 16, 32, 64)] == [4, 4, 20, 48, 112, 268]
-    config = ModelConfig(dim=64, heads=4)
-    assert FavorAttention(FavorAttention.Options(), config, 16, 4).feature_dim() == 48
-    assert FavorAttention(FavorAttention.Options(num_features=32), config, 16, 4).feature_dim() == 32
-    assert ReluAttention(ReluAttention.Options(), config, 16, 4).feature_dim() == 16
+    assert FavorAttention(FavorAttention.Options(), 16, 4).feature_dim() == 48
+    assert FavorAttention(FavorAttention.Options(num_features=32), 16, 4).feature_dim() == 32
+    assert ReluAttention(ReluAttention.Options(), 16, 4).feature_dim() == 16
     learned = ReluAttention.Options(feature_map="learned", num_features=24)
-    assert ReluAttention(learned, config, 16, 4).feature_dim() == 24
+    assert ReluAttention(learned, 16, 4).feature_dim() == 24
 
 
 # ---------------------------------------------------------------- 1. fast path == weights @ v
@@ -527,10 +526,9 @@ def bias_module(kind):
     from rpevit.core.position.separable import AxialRPE, AxialRPEOptions, ManhattanDecay, ManhattanOptions
 
     torch.manual_seed(5)
-    config = make_config(image_size=20, patch_size=4, pool="cls")
     build = {"manhattan": (ManhattanDecay, ManhattanOptions), "axial": (AxialRPE, AxialRPEOptions)}
     cls, options = build.get(kind, (KernelizedRPE, KrpeOptions))
-    module = cls(options(), config, HEAD_DIM, HEADS)
+    module = cls(options(), HEAD_DIM, HEADS, side=5, cls=True)  # a 20-pixel image of 4-pixel patches
     with torch.no_grad():
         for parameter in module.parameters():
             parameter.add_(0.3 * torch.randn_like(parameter))
@@ -701,7 +699,7 @@ def test_option_and_bias_messages_in_full():
             make(FavorAttention, bias_path=path).check_bias(bias_module("krpe"))
     from rpevit.core.position.separable import AxialRPE, AxialRPEOptions
 
-    axial = AxialRPE(AxialRPEOptions(), make_config(image_size=20, patch_size=4, pool="cls"), HEAD_DIM, HEADS)
+    axial = AxialRPE(AxialRPEOptions(), HEAD_DIM, HEADS, side=5, cls=True)
     make(FavorAttention, bias_path="axis").check_bias(axial)
     with pytest.raises(
         UserError,

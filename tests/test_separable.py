@@ -252,7 +252,7 @@ def test_gradcheck_of_the_chunked_function(op_name, post):
 
 
 def manhattan(learnable=False, pool="cls", seed=None):
-    module = ManhattanDecay(ManhattanOptions(learnable=learnable), config(pool), 8, HEADS).double()
+    module = ManhattanDecay(ManhattanOptions(learnable=learnable), 8, HEADS, side=7, cls=pool == "cls").double()
     if seed is not None:
         with torch.no_grad():
             for p in module.parameters():
@@ -261,7 +261,7 @@ def manhattan(learnable=False, pool="cls", seed=None):
 
 
 def axial(extrapolation="clamp", pool="cls", seed=None):
-    module = AxialRPE(AxialRPEOptions(extrapolation=extrapolation), config(pool), 8, HEADS).double()
+    module = AxialRPE(AxialRPEOptions(extrapolation=extrapolation), 8, HEADS, side=7, cls=pool == "cls").double()
     if seed is not None:
         with torch.no_grad():
             for p in module.parameters():
@@ -286,7 +286,7 @@ def test_module_options_parameters_and_defaults():
         learned.log_rates.fill_(-30.0)
     assert (learned.decay_rates() > 0).all()  # positive for any parameter value
     with pytest.raises(Exception, match="extrapolation"):
-        AxialRPE(AxialRPEOptions(extrapolation="wrap"), config(), 8, HEADS)
+        AxialRPE(AxialRPEOptions(extrapolation="wrap"), 8, HEADS, side=7, cls=True)
 
 
 @pytest.mark.parametrize(
@@ -733,8 +733,8 @@ def test_axial_policy_message_and_factor_dtype():
     with pytest.raises(
         UserError, match=r"^axial_rpe\.extrapolation: 'wrap' is not valid; expected one of 'clamp', 'interpolate'\.$"
     ):
-        AxialRPE(AxialRPEOptions(extrapolation="wrap"), config(), 8, HEADS)
-    module = ManhattanDecay(ManhattanOptions(), config(), 8, HEADS)  # float32 buffers
+        AxialRPE(AxialRPEOptions(extrapolation="wrap"), 8, HEADS, side=7, cls=True)
+    module = ManhattanDecay(ManhattanOptions(), 8, HEADS, side=7, cls=True)  # float32 buffers
     assert all(f.dtype == torch.float32 for f in module.factors(GRIDS[0]))
     assert all(f.dtype == F64 for f in module.double().factors(GRIDS[0]))
 

@@ -8,7 +8,6 @@ import torch
 
 from rpevit.core.attention import softmax as softmax_module
 from rpevit.core.attention.softmax import SoftmaxAttention
-from rpevit.core.config import ModelConfig
 from rpevit.core.grid import Grid
 from rpevit.core.position.relative import KernelizedRPE, KrpeOptions
 
@@ -17,13 +16,12 @@ HEADS, HEAD_DIM = 2, 8
 
 
 def backend():
-    return SoftmaxAttention(SoftmaxAttention.Options(), ModelConfig(dim=HEADS * HEAD_DIM, heads=HEADS), HEAD_DIM, HEADS)
+    return SoftmaxAttention(SoftmaxAttention.Options(), HEAD_DIM, HEADS)
 
 
 def bias():
     torch.manual_seed(0)
-    config = ModelConfig(dim=HEADS * HEAD_DIM, heads=HEADS, image_size=12, patch_size=3, pool="cls")
-    module = KernelizedRPE(KrpeOptions(), config, HEAD_DIM, HEADS)
+    module = KernelizedRPE(KrpeOptions(), HEAD_DIM, HEADS, side=4, cls=True)  # a 12-pixel image of 3-pixel patches
     with torch.no_grad():
         for parameter in module.parameters():
             parameter.add_(0.5 * torch.randn_like(parameter))

@@ -12,7 +12,7 @@ from .softmax import SoftmaxAttention
 
 @runtime_checkable
 class Backend(Protocol):
-    """The contract of an attention backend (an nn.Module built as cls(options, config, head_dim, heads))."""
+    """The contract of an attention backend (an nn.Module built as Backend(options, head_dim, heads))."""
 
     Options: ClassVar[type]  # frozen dataclass of its options (rpevit.core.options)
     exact: ClassVar[bool]  # True: exact softmax attention; False: a linear-time approximation
@@ -39,8 +39,8 @@ BACKENDS: dict[str, type] = {
 
 
 def build_backend(name: str, config, head_dim: int, heads: int):
-    """Backend `name` with its options from the model config."""
-    return BACKENDS[name](config.options_for(name), config, head_dim, heads)
+    """Backend `name` with its options from the model config (ModelConfig or attention.layer.LayerShape)."""
+    return BACKENDS[name](config.options_for(name), head_dim, heads)
 
 
 def exact_backends() -> list[str]:

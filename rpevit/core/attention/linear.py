@@ -240,7 +240,7 @@ class FavorAttention(LinearAttention):
     Options = FavorOptions
     summary = "FAVOR+ (Choromanski et al. 2021): positive orthogonal random features, one ω per layer, O(N·m·d)"
 
-    def __init__(self, options: FavorOptions, config, head_dim: int, heads: int):
+    def __init__(self, options: FavorOptions, head_dim: int, heads: int):
         super().__init__()
         options.check("model.favor")
         m = default_favor_features(head_dim) if options.num_features is None else options.num_features
@@ -335,7 +335,7 @@ class ReluAttention(LinearAttention):
     Options = ReluOptions
     summary = "Performer-ReLU: φ(x) = ReLU(d^(−1/4)Wx) + 10⁻³, W identity / random / learned, O(N·m·d)"
 
-    def __init__(self, options: ReluOptions, config, head_dim: int, heads: int):
+    def __init__(self, options: ReluOptions, head_dim: int, heads: int):
         super().__init__()
         options.check("model.relu")
         kind, m = options.feature_map, options.num_features

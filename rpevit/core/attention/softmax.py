@@ -32,7 +32,7 @@ class SoftmaxAttention(nn.Module):
     mechanisms = ("absolute", "gate", "rotary", "bias")
     summary = "exact softmax(qkᵀ/√d + B)v through torch SDPA, O(N²)"
 
-    def __init__(self, options: NoOptions, config, head_dim: int, heads: int):
+    def __init__(self, options: NoOptions, head_dim: int, heads: int):
         super().__init__()
         self.head_dim = head_dim
         self.rotation_site = "pre"  # softmax rotates q, k themselves

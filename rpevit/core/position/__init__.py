@@ -5,9 +5,10 @@ rotary:   orthogonal maps of q, k (or φ(q), φ(k)).  rotate_pair(q, k, grid) ->
 bias:     a kernel over offsets, b_h(Δ).            table(grid), cls_terms(), dense(grid) -> (h, T, T)
 gate:     absolute scaling of q and k (seed 001).   forward(q, k, grid) -> (q, k)
 
-Every method is an nn.Module class built as cls(options, model_config, dim, heads), with its
-options in `cls.Options` (rpevit.core.options). Adding a method = one class satisfying its
-mechanism's protocol and one entry in POSITIONS.
+Every method is an nn.Module class built as Method(options, dim, heads, side=S, cls=True): its
+options (`Method.Options`, rpevit.core.options), width and heads, the trained patch grid's side S and
+whether the tokens lead with a CLS. `build_position` is the by-name factory on top, reading these from a
+model config. Adding a method = one class satisfying its mechanism's protocol and one entry in POSITIONS.
 """
 
 from __future__ import annotations
@@ -79,8 +80,10 @@ class PositionMethod:
 
 
 def build_position(name: str, config, dim: int, heads: int):
-    """Positional method `name` with its options from the model config."""
-    return POSITIONS[name].build(config.options_for(name), config, dim, heads)
+    """Positional method `name` with its options, grid side and CLS from the model config (ModelConfig or
+    attention.layer.LayerShape)."""
+    side, cls = config.image_size // config.patch_size, config.pool == "cls"
+    return POSITIONS[name].build(config.options_for(name), dim, heads, side=side, cls=cls)
 
 
 POSITIONS: dict[str, PositionMethod] = {

@@ -30,12 +30,11 @@ class LearnedAbsolute(nn.Module):
 
     Options = NoOptions
 
-    def __init__(self, options: NoOptions, config, dim: int, heads: int):
+    def __init__(self, options: NoOptions, dim: int, heads: int, *, side: int, cls: bool):
         super().__init__()
-        side = config.image_size // config.patch_size
         self.trained = (side, side)
         self.patches = nn.Parameter(torch.randn(1, side * side, dim) * 0.02)  # (1, N, D)
-        self.cls = nn.Parameter(torch.zeros(1, 1, dim)) if config.pool == "cls" else None
+        self.cls = nn.Parameter(torch.zeros(1, 1, dim)) if cls else None
         self.patches.no_weight_decay = True
         if self.cls is not None:
             self.cls.no_weight_decay = True
@@ -71,7 +70,7 @@ class SinCosAbsolute(nn.Module):
 
     Options = NoOptions
 
-    def __init__(self, options: NoOptions, config, dim: int, heads: int):
+    def __init__(self, options: NoOptions, dim: int, heads: int, *, side: int, cls: bool):
         super().__init__()
         if dim % 4:
             raise UserError(

@@ -84,11 +84,6 @@ from ..precision import autocast_off, compute_dtype
 STRING_FREQUENCY_STD = math.pi
 
 
-def trained_side(config) -> int:
-    """S, patches per side of the (square) training grid."""
-    return config.image_size // config.patch_size
-
-
 class PositionalGate(nn.Module):
     """Base class: q_i ← a(r_i) ⊙ q_i, k_j ← b(r_j) ⊙ k_j on patch tokens; prefix (CLS) untouched.
 
@@ -151,9 +146,8 @@ class IRPEGate(PositionalGate):
 
     Options = NoOptions
 
-    def __init__(self, options: NoOptions, config, dim: int, heads: int):
+    def __init__(self, options: NoOptions, dim: int, heads: int, *, side: int, cls: bool):
         super().__init__(dim, heads)
-        side = trained_side(config)
         self.trained = (side, side)
         # (h, S, d) each; zero = identity gate
         self.row_q = nn.Parameter(torch.zeros(heads, side, dim))
@@ -199,11 +193,10 @@ class StringGate2D(PositionalGate):
 
     Options = GateStringOptions
 
-    def __init__(self, options: GateStringOptions, config, dim: int, heads: int):
+    def __init__(self, options: GateStringOptions, dim: int, heads: int, *, side: int, cls: bool):
         super().__init__(dim, heads)
         options.check("model.gate_string")
         rank = self.rank = options.rank
-        side = trained_side(config)
         self.position_scale = 1.0 / max(side - 1, 1)  # trained grid → [0, 1]²
         self.frequencies = nn.Parameter(torch.randn(rank, 2) * STRING_FREQUENCY_STD)  # ω_k = (ω_row, ω_col)
         self.phases = nn.Parameter(torch.rand(rank) * (2 * math.pi))  # φ_k

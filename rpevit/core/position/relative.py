@@ -136,7 +136,7 @@ class KernelizedRPE(RelativeBias):
 
     Parameters: `bias_table` (heads, 2S−1, 2S−1) over the trained S×S grid, S = image_size //
     patch_size, truncated-normal init with std 0.02 (Swin's init); `cls_bias` (heads, 3) = the
-    logits [CLS→patch, patch→CLS, CLS→CLS], zero init, present only when config.pool == "cls".
+    logits [CLS→patch, patch→CLS, CLS→CLS], zero init, present only with a CLS token (`cls`).
     Both are tagged no_weight_decay.
 
     Other grids (options.extrapolation):
@@ -155,15 +155,14 @@ class KernelizedRPE(RelativeBias):
 
     Options = KrpeOptions
 
-    def __init__(self, options: KrpeOptions, config, dim: int, heads: int):
+    def __init__(self, options: KrpeOptions, dim: int, heads: int, *, side: int, cls: bool):
         super().__init__(heads)
-        side = config.image_size // config.patch_size
         self.trained = (side, side)
         self.policy = options.extrapolation
         self.bias_table = nn.Parameter(torch.empty(heads, 2 * side - 1, 2 * side - 1))
         nn.init.trunc_normal_(self.bias_table, std=self.INIT_STD, a=-2 * self.INIT_STD, b=2 * self.INIT_STD)
         self.bias_table.no_weight_decay = True
-        self.cls_bias = nn.Parameter(torch.zeros(heads, 3)) if config.pool == "cls" else None
+        self.cls_bias = nn.Parameter(torch.zeros(heads, 3)) if cls else None
         if self.cls_bias is not None:
             self.cls_bias.no_weight_decay = True
 
@@ -215,7 +214,7 @@ class Alibi2D(RelativeBias):
 
     Options = NoOptions
 
-    def __init__(self, options: NoOptions, config, dim: int, heads: int):
+    def __init__(self, options: NoOptions, dim: int, heads: int, *, side: int, cls: bool):
         super().__init__(heads)
         self.register_buffer(
             "slopes", torch.tensor(alibi_slopes(heads), dtype=torch.float32), persistent=False
@@ -256,7 +255,7 @@ class IRPE(RelativeBias):
     - "product": bucket = (g(Δrow) + ⌊β⌋)·(2⌊β⌋ + 1) + g(Δcol) + ⌊β⌋ — 7 × 7 = 49 buckets.
     - "euclidean": bucket = g(‖Δ‖₂) ∈ {0, …, ⌊β⌋} — 4 buckets. (g is applied to the exact
       distance; iRPE rounds the distance first and allocates 2⌊β⌋ + 1 = 7 ids, 3 unreachable.)
-    `num_buckets` counts these offset buckets; with config.pool == "cls" one extra skip bucket
+    `num_buckets` counts these offset buckets; with a CLS token (`cls`) one extra skip bucket
     (index num_buckets) holds the bias of every pair involving CLS, so cls_terms() = that value
     three times. `bucket_table` (heads, num_buckets + skip) is zero-initialised (as iRPE) and
     tagged no_weight_decay. iRPE writes offsets as r_i − r_j; with Δ = r_j − r_i the product
@@ -269,12 +268,12 @@ class IRPE(RelativeBias):
 
     Options = IrpeOptions
 
-    def __init__(self, options: IrpeOptions, config, dim: int, heads: int):
+    def __init__(self, options: IrpeOptions, dim: int, heads: int, *, side: int, cls: bool):
         super().__init__(heads)
         self.method = options.buckets
         side = math.floor(self.BETA)
         self.num_buckets = (2 * side + 1) ** 2 if self.method == "product" else side + 1
-        self.skip = 1 if config.pool == "cls" else 0
+        self.skip = 1 if cls else 0
         self.bucket_table = nn.Parameter(torch.zeros(heads, self.num_buckets + self.skip))
         self.bucket_table.no_weight_decay = True
 

@@ -167,7 +167,7 @@ class RoPEAxial(PairRotary):
 
     Options = ThetaOptions
 
-    def __init__(self, options: ThetaOptions, config, dim: int, heads: int):
+    def __init__(self, options: ThetaOptions, dim: int, heads: int, *, side: int, cls: bool):
         super().__init__(dim, heads)
         _require_divisible("rope_axial", dim, 4, "two axes × interleaved pairs")
         self.theta = options.theta
@@ -217,7 +217,7 @@ class RoPEMixed(PairRotary):
 
     Options = MixedOptions
 
-    def __init__(self, options: MixedOptions, config, dim: int, heads: int):
+    def __init__(self, options: MixedOptions, dim: int, heads: int, *, side: int, cls: bool):
         super().__init__(dim, heads)
         _require_divisible("rope_mixed", dim, 2, "interleaved pairs")
         # (2, h, dim/2): freqs[0] = f_y (multiplies row), freqs[1] = f_x (multiplies col)
@@ -241,7 +241,7 @@ class CirculantString(RotaryPosition):
 
     Options = NoOptions
 
-    def __init__(self, options: NoOptions, config, dim: int, heads: int):
+    def __init__(self, options: NoOptions, dim: int, heads: int, *, side: int, cls: bool):
         super().__init__(dim, heads)
         # (2, h, dim): first columns c_row, c_col of the circulants C_k; only their antisymmetric
         # part (c_j − c_{−j})/2 matters. Scale: see CIRCULANT_STEP_STD.
@@ -274,9 +274,9 @@ class CayleyString(RotaryPosition):
 
     Options = MixedOptions
 
-    def __init__(self, options: MixedOptions, config, dim: int, heads: int):
+    def __init__(self, options: MixedOptions, dim: int, heads: int, *, side: int, cls: bool):
         super().__init__(dim, heads)
-        self.mixed = RoPEMixed(options, config, dim, heads)
+        self.mixed = RoPEMixed(options, dim, heads, side=side, cls=cls)
         # A = 0 at init: P = I and the method starts as RoPE-Mixed; dP/dA ≠ 0 there, so it learns.
         self.skew = nn.Parameter(torch.zeros(heads, dim, dim))  # (h, d, d)
         self.skew.no_weight_decay = True

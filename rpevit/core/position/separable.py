@@ -21,7 +21,7 @@ linear attention can apply exp(b) = exp(r) ⊗ exp(c) one axis at a time without
 
 CLS: the three logits [CLS→patch, patch→CLS, CLS→CLS] of the other bias methods. The fixed decay
 has none (cls_terms() is None: CLS attends and is attended to without bias, as alibi2d); the
-learnable members carry a zero-initialised `cls_bias` (heads, 3) when config.pool == "cls", as krpe.
+learnable members carry a zero-initialised `cls_bias` (heads, 3) when the tokens lead with a CLS (`cls`), as krpe.
 Learnable tensors are tagged no_weight_decay.
 """
 
@@ -39,9 +39,9 @@ from ..options import neutral
 from .relative import RelativeBias, alibi_slopes, offset_axes
 
 
-def _cls_bias(config, heads: int):
-    """A zero-initialised learnable (heads, 3) CLS logit triple when the model pools by CLS, else None."""
-    if config.pool != "cls":
+def _cls_bias(cls: bool, heads: int):
+    """A zero-initialised learnable (heads, 3) CLS logit triple when the tokens lead with a CLS (`cls`), else None."""
+    if not cls:
         return None
     bias = nn.Parameter(torch.zeros(heads, 3))
     bias.no_weight_decay = True
@@ -68,21 +68,21 @@ class ManhattanDecay(RelativeBias):
     slopes 2^(−8h/n) (relative.alibi_slopes) by default — a fixed, non-persistent buffer, no
     parameters, cls_terms() None. With options.learnable, λ_h = exp(`log_rates`) (positive for any
     value of the parameter; initialised at the ALiBi slopes) and a learnable `cls_bias` (heads, 3)
-    when config.pool == "cls". Any grid: the closed form extends; with position interpolation the
+    with a CLS token (`cls`). Any grid: the closed form extends; with position interpolation the
     offsets are scaled by grid.scale() (Δrow·s_row, Δcol·s_col), i.e. the per-axis rates become
     λ_h·s_row and λ_h·s_col (`axis_rates`).
     """
 
     Options = ManhattanOptions
 
-    def __init__(self, options: ManhattanOptions, config, dim: int, heads: int):
+    def __init__(self, options: ManhattanOptions, dim: int, heads: int, *, side: int, cls: bool):
         super().__init__(heads)
         self.learnable = bool(options.learnable)
         slopes = torch.tensor(alibi_slopes(heads), dtype=torch.float32)  # (heads,)
         if self.learnable:
             self.log_rates = nn.Parameter(slopes.log())
             self.log_rates.no_weight_decay = True
-            self.cls_bias = _cls_bias(config, heads)
+            self.cls_bias = _cls_bias(cls, heads)
         else:
             self.register_buffer("slopes", slopes, persistent=False)
             self.cls_bias = None
@@ -128,7 +128,7 @@ class AxialRPE(RelativeBias):
 
     Parameters: `row_table`, `col_table` (heads, 2S−1) over the trained S×S grid (S = image_size //
     patch_size), truncated-normal init with std 0.02 as krpe; `cls_bias` (heads, 3), zero init,
-    when config.pool == "cls". All tagged no_weight_decay.
+    with a CLS token (`cls`). All tagged no_weight_decay.
 
     Other grids (options.extrapolation), krpe's policy applied to each axis:
     - "clamp": offsets clamped into the trained range (a larger grid reuses the edge values, a
@@ -143,14 +143,13 @@ class AxialRPE(RelativeBias):
     INIT_STD = 0.02
     Options = AxialRPEOptions
 
-    def __init__(self, options: AxialRPEOptions, config, dim: int, heads: int):
+    def __init__(self, options: AxialRPEOptions, dim: int, heads: int, *, side: int, cls: bool):
         super().__init__(heads)
         if options.extrapolation not in self.POLICIES:
             raise UserError(
                 f"axial_rpe.extrapolation: {options.extrapolation!r} is not valid; expected one of "
                 f"{', '.join(repr(p) for p in self.POLICIES)}."
             )
-        side = config.image_size // config.patch_size
         self.trained = (side, side)
         self.policy = options.extrapolation
         self.row_table = nn.Parameter(torch.empty(heads, 2 * side - 1))
@@ -158,7 +157,7 @@ class AxialRPE(RelativeBias):
         for table in (self.row_table, self.col_table):
             nn.init.trunc_normal_(table, std=self.INIT_STD, a=-2 * self.INIT_STD, b=2 * self.INIT_STD)
             table.no_weight_decay = True
-        self.cls_bias = _cls_bias(config, heads)
+        self.cls_bias = _cls_bias(cls, heads)
 
     @staticmethod
     def _resize(table: torch.Tensor, length: int) -> torch.Tensor:
