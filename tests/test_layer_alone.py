@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from rpevit.core.attention import BACKENDS
-from rpevit.core.attention.layer import LayerShape, MultiHeadAttention
+from rpevit.core.attention.layer import MultiHeadAttention
 from rpevit.core.config import model_config
 from rpevit.core.grid import Grid
 
@@ -27,23 +27,14 @@ def test_the_layer_from_explicit_arguments_is_the_vits_layer(backend, methods):
     torch.testing.assert_close(alone(x, grid), inside(x, grid), rtol=0, atol=0)
 
 
-def _positions():
-    from rpevit.core.position import POSITIONS
-
-    return POSITIONS
-
-
 def test_explicit_options_are_each_methods_defaults_unless_set():
+    """`options` maps a name to its Options; a backend or method not listed gets its defaults — the ViT's
+    layer of a config that sets nothing."""
+    from rpevit.core.attention.linear import FavorOptions
+
+    plain = MultiHeadAttention(32, 4, "favor", "rope_mixed", side=6)
     config = model_config(dim=32, heads=4, image_size=6, patch_size=1)
-    shape = LayerShape(32, 4, 6)
-    for name in [*BACKENDS, *_positions()]:
-        assert shape.options_for(name) == config.options_for(name)
-    favor = config.options_for("favor")
-    assert LayerShape(32, 4, 6, options={"favor": favor}).options_for("favor") is favor
-
-
-def test_a_config_that_disagrees_with_the_width_is_one_error():
-    from rpevit.core.errors import UserError
-
-    with pytest.raises(UserError, match="differ from the config"):
-        MultiHeadAttention(16, 4, config=model_config(dim=32, heads=4))
+    assert plain.backend.num_features == MultiHeadAttention.from_config(config, "favor").backend.num_features == 20  # d = 8
+    post = FavorOptions(num_features=12, rotation_site="post")
+    few = MultiHeadAttention(32, 4, "favor", "rope_mixed", side=6, options={"favor": post})
+    assert few.backend.num_features == 12 and few.rotary.dim == 12  # the post-map rotation acts on the features

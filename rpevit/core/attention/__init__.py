@@ -39,7 +39,7 @@ BACKENDS: dict[str, type] = {
 
 
 def build_backend(name: str, config, head_dim: int, heads: int):
-    """Backend `name` with its options from the model config (ModelConfig or attention.layer.LayerShape)."""
+    """Backend `name` with its options from a ModelConfig (the by-name factory over the class)."""
     return BACKENDS[name](config.options_for(name), head_dim, heads)
 
 

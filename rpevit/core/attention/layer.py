@@ -7,38 +7,18 @@ The order is fixed for every backend: gate(q, k) → rotate(q, k) ("pre" site) �
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from torch import nn
 
 from ..errors import UserError
-from ..position import POSITIONS, build_position
-from . import BACKENDS, build_backend
-
-
-@dataclass(frozen=True)
-class LayerShape:
-    """What a layer's backend and positional methods read of the model, given explicitly: width, heads, the
-    patch grid's side (image_size / patch_size), a leading CLS token (pool "cls") and per-method options
-    (each method's defaults unless set) — the ViT passes its whole ModelConfig, which has the same fields."""
-
-    dim: int
-    heads: int
-    image_size: int
-    patch_size: int = 1
-    pool: str = "cls"
-    options: dict = field(default_factory=dict)
-
-    def options_for(self, name: str):
-        """The options of backend or positional method `name` (its defaults unless set)."""
-        found = self.options.get(name)
-        return found if found is not None else (BACKENDS.get(name) or POSITIONS[name].build).Options()
+from ..position import POSITIONS
+from . import BACKENDS
 
 
 class MultiHeadAttention(nn.Module):
     """Self-attention over (batch, tokens, dim) with pluggable backend and positions (given by name):
     `MultiHeadAttention(64, 4, backend="favor", rotary="rope_mixed", side=8)` works on its own, on the
-    tokens of an 8×8 grid with a leading CLS (`cls`); `from_config` builds it from a ViT's ModelConfig."""
+    tokens of a side×side patch grid with a leading CLS (`cls`); `options` maps a backend's or method's
+    name to its Options (each one's defaults unless set). `from_config` builds it from a ViT's ModelConfig."""
 
     def __init__(
         self,
@@ -52,18 +32,21 @@ class MultiHeadAttention(nn.Module):
         side: int = 8,
         cls: bool = True,
         options: dict | None = None,
-        config=None,
     ):
         super().__init__()
-        if config is None:
-            config = LayerShape(dim, heads, side, 1, "cls" if cls else "mean", dict(options or {}))
-        elif (config.dim, config.heads) != (dim, heads):
-            raise UserError(f"dim {dim} and heads {heads} differ from the config's ({config.dim}, {config.heads}).")
-        self.heads = config.heads
-        self.head_dim = config.dim // config.heads
-        self.qkv = nn.Linear(config.dim, 3 * config.dim)
-        self.proj = nn.Linear(config.dim, config.dim)
-        self.backend = build_backend(backend, config, self.head_dim, self.heads)
+        chosen = dict(options or {})
+
+        def options_for(name: str):
+            return chosen.get(name) or (BACKENDS.get(name) or POSITIONS[name].build).Options()
+
+        def position(name: str, width: int):
+            return POSITIONS[name].build(options_for(name), width, heads, side=side, cls=cls)
+
+        self.heads = heads
+        self.head_dim = dim // heads
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.backend = BACKENDS[backend](options_for(backend), self.head_dim, heads)
         self.rotation_site = self.backend.rotation_site
         self.rotary = None
         if rotary is not None:
@@ -74,16 +57,19 @@ class MultiHeadAttention(nn.Module):
                     f"odd number of features m={rotary_dim}; choose an even m or "
                     f"model.{backend}.rotation_site: pre."
                 )
-            self.rotary = build_position(rotary, config, rotary_dim, self.heads)
-        self.bias = None if bias is None else build_position(bias, config, self.head_dim, self.heads)
+            self.rotary = position(rotary, rotary_dim)
+        self.bias = None if bias is None else position(bias, self.head_dim)
         if self.bias is not None and hasattr(self.backend, "check_bias"):
             self.backend.check_bias(self.bias)
-        self.gate = None if gate is None else build_position(gate, config, self.head_dim, self.heads)
+        self.gate = None if gate is None else position(gate, self.head_dim)
 
     @classmethod
     def from_config(cls, config, backend: str, rotary=None, bias=None, gate=None) -> MultiHeadAttention:
         """The layer a ViT of this ModelConfig builds (its width, heads, grid, CLS and method options)."""
-        return cls(config.dim, config.heads, backend, rotary, bias, gate, config=config)
+        side, has_cls = config.image_size // config.patch_size, config.pool == "cls"
+        return cls(
+            config.dim, config.heads, backend, rotary, bias, gate, side=side, cls=has_cls, options=config.options
+        )
 
     def _heads(self, x, grid):
         """Project and position q, k, v: each (B, h, T, d)."""

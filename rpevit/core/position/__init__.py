@@ -80,8 +80,8 @@ class PositionMethod:
 
 
 def build_position(name: str, config, dim: int, heads: int):
-    """Positional method `name` with its options, grid side and CLS from the model config (ModelConfig or
-    attention.layer.LayerShape)."""
+    """Positional method `name` with its options, grid side and CLS read from a ModelConfig (the by-name
+    factory over the class)."""
     side, cls = config.image_size // config.patch_size, config.pool == "cls"
     return POSITIONS[name].build(config.options_for(name), dim, heads, side=side, cls=cls)
 
