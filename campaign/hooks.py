@@ -1,6 +1,6 @@
 """The campaign's hooks into an rpevit study (rpevit/lab/hooks.py; entry point `rpevit.hooks` in
-pyproject.toml): runs parked in the repository go on, a pilot's pre-registered budget gates each
-start, `status` says both, and a gap pilot's README is its pre-registered report."""
+pyproject.toml): runs parked in the repository go on, a pilot's pre-registered budget and order gate
+each start, `status` says both, and a gap pilot's README is its pre-registered report."""
 
 from __future__ import annotations
 
@@ -13,10 +13,33 @@ def prepare(params) -> list[str]:
 
 
 def refusal(params, runs_root=None, reports_root=None) -> str:
-    """Why no new run starts: the preset's pre-registered CPU budget is spent ("" when it is not)."""
+    """Why no new run starts: the preset's pre-registered CPU budget is spent, or it is a later pilot of a
+    pre-registered order whose previous pilot has not ended NO-GO ("" when neither)."""
     from .budget import budget_spent
 
-    return budget_spent(params, runs_root=runs_root, reports_root=reports_root) or ""
+    return budget_spent(params, runs_root=runs_root, reports_root=reports_root) or out_of_order(params, reports_root)
+
+
+def out_of_order(params, reports_root=None) -> str:
+    """Why a pilot may not train yet: the pilot before it in its pre-registered order (gap_pilot.NEXT_PILOT,
+    recall_pilot.ORDER) has not ended NO-GO; "" when it has, or for a preset outside the orders."""
+    from . import gap_pilot, recall_pilot
+
+    before = {after: first for first, after in gap_pilot.NEXT_PILOT.items()}
+    before.update(zip(recall_pilot.ORDER[1:], recall_pilot.ORDER))
+    previous = before.get(params.name)
+    if previous is None:
+        return ""
+    if previous in recall_pilot.ORDER:
+        verdict = recall_pilot.summary(previous, reports_root)["verdict"]
+    else:
+        verdict = gap_pilot.final_verdict(previous, reports_root)
+    if verdict == "NO-GO":
+        return ""
+    return (
+        f"{params.name} trains only once {previous} has ended NO-GO (the pre-registered order); {previous} is "
+        f"{verdict or 'still open'}"
+    )
 
 
 def status(params, runs_root=None, reports_root=None) -> list[str]:

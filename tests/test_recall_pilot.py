@@ -204,3 +204,37 @@ def test_next_names_the_following_pilot_only_once_this_one_ended_no_go(monkeypat
     assert recall_pilot.trains_next("recall_pilot") == ""
     finished_at({"softmax+ape": 99.0, "favor+ape": 40.0, "relu+ape": 98.0})
     assert recall_pilot.trains_next("recall_pilot") == ""
+
+
+def test_a_later_pilot_of_an_order_starts_no_run_before_the_one_before_it_ended_no_go(monkeypatch):
+    """The campaign's start gate (hooks.refusal) keeps the pre-registered order: recall_pilot_samecell is
+    refused while recall_pilot is open or GO, and let through once it ended NO-GO; the gap pilots' order
+    (all ended NO-GO) and presets outside any order are let through."""
+    from campaign import budget, hooks
+    from rpevit.lab.result import results
+    from rpevit.lab.store import catalog
+
+    monkeypatch.setattr(budget, "budget_spent", lambda *args, **kwargs: None)
+    first = load_params("recall_pilot")
+
+    def finished_at(top1: dict, skip=()):
+        rows = [
+            {"dataset": d, "variant": v, "seed": s, "status": "finished", "top1": top1[v] / 100, "epochs": 40}
+            for d in first.datasets
+            for v in first.variants
+            for s in first.seeds
+            if (d, v) not in skip
+        ]
+        monkeypatch.setattr(catalog, "study_records", lambda params, **kw: results(rows))
+
+    second = load_params("recall_pilot_samecell")
+    finished_at({"softmax+ape": 50.0, "favor+ape": 40.0, "relu+ape": 45.0}, skip={(first.datasets[-1], "relu+ape")})
+    assert hooks.refusal(second) == (
+        "recall_pilot_samecell trains only once recall_pilot has ended NO-GO (the pre-registered order); "
+        "recall_pilot is still open"
+    )
+    finished_at({"softmax+ape": 99.0, "favor+ape": 40.0, "relu+ape": 98.0})
+    assert hooks.refusal(second).endswith("recall_pilot is GO")
+    finished_at({"softmax+ape": 50.0, "favor+ape": 40.0, "relu+ape": 45.0})
+    assert hooks.refusal(second) == "" and hooks.refusal(first) == ""
+    assert hooks.out_of_order(load_params("canvas40_long")) == ""  # outside any order
