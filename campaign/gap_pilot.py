@@ -24,6 +24,7 @@ from rpevit.lab.store.catalog import grid
 from rpevit.lab.tables import markdown_table, signed
 
 from .budget import budget_line, runs_in_flight, stated_budget, training_hours
+from .orders import GAP_ORDER
 from .parking import history_so_far
 from .pilot_answer import equal_time_line
 
@@ -44,12 +45,8 @@ AFTER_NO_GO_OUTSIDE = {"canvas40_long": "none: no Performer 1.5 behind at up to 
 GAP_PILOTS = ("canvas_gap_pilot", "canvas56_gap_pilot", "canvas56_dial16", "canvas56_dial8", "canvas40_long")
 # a stricter GO where a preset says so: the upper end of the gap's 95 % interval must also be below this
 GO_UPPER = {"canvas40_long": -0.5}
-# the same order as presets, for a GPU sitting that trains the next pilot in the minutes left
-NEXT_PILOT = {
-    "canvas_gap_pilot": "canvas56_gap_pilot",
-    "canvas56_gap_pilot": "canvas56_dial16",
-    "canvas56_dial16": "canvas56_dial8",
-}
+# the order (orders.GAP_ORDER) as each pilot's next, for a GPU sitting that trains it in the minutes left
+NEXT_PILOT = dict(zip(GAP_ORDER, GAP_ORDER[1:]))
 
 
 def budget_top1(found) -> dict[tuple[str, int, int], float]:

@@ -21,13 +21,12 @@ def refusal(params, runs_root=None, reports_root=None) -> str:
 
 
 def out_of_order(params, reports_root=None) -> str:
-    """Why a pilot may not train yet: the pilot before it in its pre-registered order (gap_pilot.NEXT_PILOT,
-    recall_pilot.ORDER) has not ended NO-GO; "" when it has, or for a preset outside the orders."""
+    """Why a pilot may not train yet: the pilot before it in its pre-registered order (orders.py) has not
+    ended NO-GO; "" when it has, or for a preset outside the orders."""
     from . import gap_pilot, recall_pilot
+    from .orders import previous_pilot
 
-    before = {after: first for first, after in gap_pilot.NEXT_PILOT.items()}
-    before.update(zip(recall_pilot.ORDER[1:], recall_pilot.ORDER))
-    previous = before.get(params.name)
+    previous = previous_pilot(params.name)
     if previous is None:
         return ""
     if previous in recall_pilot.ORDER:

@@ -16,19 +16,17 @@ from rpevit.lab.store import records
 from rpevit.lab.tables import markdown_table, signed
 
 from . import gap_pilot, pilot_answer
+from .orders import GAP_ORDER
 
-FIRST_PILOT = "canvas_gap_pilot"
+FIRST_PILOT = GAP_ORDER[0]
 OVERVIEW = "gap_pilots.md"
 FIGURE = "gap_pilots.png"
 PILOTS_END = "<!-- /pilots -->"
 
 
 def pilot_order() -> list[str]:
-    """The pilots in their pre-registered order: the first, then each NO-GO's next."""
-    order = [FIRST_PILOT]
-    while order[-1] in gap_pilot.NEXT_PILOT:
-        order.append(gap_pilot.NEXT_PILOT[order[-1]])
-    return order
+    """The gap pilots in their pre-registered order (orders.GAP_ORDER)."""
+    return list(GAP_ORDER)
 
 
 def standing_pilot(reports_root=None) -> str | None:

@@ -24,7 +24,9 @@ from rpevit.lab.schema import finished
 from rpevit.lab.store import records
 from rpevit.lab.tables import markdown_table, signed
 
-ORDER = ("recall_pilot", "recall_pilot_samecell", "recall_pilot_favor8")  # fixed in each preset's header
+from .orders import RECALL_ORDER, next_in_order
+
+ORDER = RECALL_ORDER  # fixed in the first pilot's header
 SOLVED = 95.0  # softmax's mean test top-1 (%) at a K for the task to count as solvable there
 GO_GAP = 5.0  # a Performer this many points behind softmax at such a K: GO
 CHANCE = 10.0  # ten value classes
@@ -68,10 +70,10 @@ def next_pilot(params) -> str:
     """What the pre-registered order trains after a NO-GO of this pilot."""
     from rpevit.lab.params import load_params
 
-    later = ORDER[ORDER.index(params.name) + 1 :] if params.name in ORDER else ()
-    if not later:
+    following = next_in_order(params.name)
+    if following is None:
         return "The pre-registered order of recall pilots ends here."
-    return f"By the pre-registration `{later[0]}` trains next ({load_params(later[0]).description})."
+    return f"By the pre-registration `{following}` trains next ({load_params(following).description})."
 
 
 def top1_by_run(found) -> dict[tuple[str, str, int], float]:
@@ -202,8 +204,8 @@ def trains_next(preset: str, reports_root=None) -> str:
     end of the order): what a GPU sitting goes on with in the minutes left."""
     found = summary(preset, reports_root)
     params = found["params"]
-    later = ORDER[ORDER.index(params.name) + 1 :] if params.name in ORDER else ()
-    return later[0] if later and found["verdict"] == "NO-GO" else ""
+    following = next_in_order(params.name)
+    return following if following and found["verdict"] == "NO-GO" else ""
 
 
 def accuracy_figure(params, top1: dict):

@@ -34,7 +34,9 @@ def test_explicit_options_are_each_methods_defaults_unless_set():
 
     plain = MultiHeadAttention(32, 4, "favor", "rope_mixed", side=6)
     config = model_config(dim=32, heads=4, image_size=6, patch_size=1)
-    assert plain.backend.num_features == MultiHeadAttention.from_config(config, "favor").backend.num_features == 20  # d = 8
+    assert (
+        plain.backend.num_features == MultiHeadAttention.from_config(config, "favor").backend.num_features == 20
+    )  # d = 8
     post = FavorOptions(num_features=12, rotation_site="post")
     few = MultiHeadAttention(32, 4, "favor", "rope_mixed", side=6, options={"favor": post})
     assert few.backend.num_features == 12 and few.rotary.dim == 12  # the post-map rotation acts on the features

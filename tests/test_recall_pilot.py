@@ -238,3 +238,26 @@ def test_a_later_pilot_of_an_order_starts_no_run_before_the_one_before_it_ended_
     finished_at({"softmax+ape": 50.0, "favor+ape": 40.0, "relu+ape": 45.0})
     assert hooks.refusal(second) == "" and hooks.refusal(first) == ""
     assert hooks.out_of_order(load_params("canvas40_long")) == ""  # outside any order
+
+
+def test_the_orders_answer_a_shell_without_torch():
+    """device_tree.sh slim asks `python3 campaign/orders.py PRESET…` which pilot comes before each (its records
+    travel for the start gate); the module imports nothing, so it runs isolated from the project's packages."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from campaign import orders
+
+    script = Path(orders.__file__)
+    found = subprocess.run(
+        [sys.executable, "-I", str(script), "recall_pilot_samecell", "canvas40_long", "canvas56_dial8", "recall_pilot"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert found.stdout.split() == ["recall_pilot", "canvas56_dial16"]
+    assert (
+        orders.next_in_order("recall_pilot") == "recall_pilot_samecell"
+        and orders.next_in_order("canvas56_dial8") is None
+    )

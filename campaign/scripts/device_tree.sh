@@ -3,7 +3,7 @@
 # does not ignore) plus the paths named in `carry`, 64 MiB at most. reports/ alone is ~80 MB, so before
 # a sitting `slim PRESET…` takes reports/ out of git's index, keeping each named reports/PRESET/records
 # (which the study reads to know what is finished: name the pilots a sitting may chain to; each one's
-# `reference:` is added), and ignores it locally; `restore` puts the index back exactly as it was (a copy is kept in
+# `reference:` and the pilot before it in its order are added), and ignores it locally; `restore` puts the index back exactly as it was (a copy is kept in
 # .git). Nothing on disk is touched. Never commit between the two.
 #   bash campaign/scripts/device_tree.sh slim canvas56_dial16 canvas56_dial8   # then the device call (docs/scaling.md)
 #   bash campaign/scripts/device_tree.sh restore
@@ -33,9 +33,11 @@ case "${1:-}" in
     cp .git/index "$saved"
     git rm -r -q --cached reports
     printf '%s\n/reports/*\n' "$marker" >> .git/info/exclude
-    # a dial's `reference:` (params/PRESET.yaml) is read for its go/no-go, so its records travel too
+    # a dial's `reference:` (params/PRESET.yaml) is read for its go/no-go, and the pilot before it in its
+    # order for the start gate (a later pilot starts only after that one's NO-GO), so their records travel too
     references=$(for preset in "$@"; do sed -n 's/^reference: *\([A-Za-z0-9_.-]*\).*/\1/p' "params/$preset.yaml" 2>/dev/null || true; done)
-    presets=$(printf '%s\n' "$@" $references | awk 'NF && !seen[$0]++')
+    previous=$(python3 campaign/orders.py "$@")
+    presets=$(printf '%s\n' "$@" $references $previous | awk 'NF && !seen[$0]++')
     echo "keeping the kept records of:" $presets
     for preset in $presets; do
       [ -d "reports/$preset/records" ] && git add -f "reports/$preset/records"
