@@ -168,13 +168,14 @@ def readme_line(params, rows: list[dict], word: str, done: int, runs: int) -> st
     per K and the range of the Performers' mean gaps."""
     tasks = [dataset_info(d).recall for d in params.datasets]
     soft = {r["K"]: r["softmax top-1"] for r in rows}
-    gaps = [r["mean gap"] for r in rows if not math.isnan(r["mean gap"])]
-    spread = f"{signed(min(gaps))} to {signed(max(gaps))} points" if gaps else "no pair finished yet"
+    paired = [r for r in rows if not math.isnan(r["mean gap"])]
+    gaps, names = [r["mean gap"] for r in paired], dict.fromkeys(r["variant"].removesuffix("+ape") for r in paired)
+    spread = f"{', '.join(names)} − softmax {signed(min(gaps))} to {signed(max(gaps))} points" if gaps else "no pairs"
     return (
         f"`{params.name}` ({tasks[0].layout}, K = {'/'.join(str(t.pairs) for t in tasks)}; {done} of {runs} runs): "
         f"**{word or 'open'}** — softmax "
         f"{' / '.join('—' if math.isnan(soft[t.pairs]) else f'{soft[t.pairs]:.1f}' for t in tasks)} % "
-        f"(chance {CHANCE:g} %); {', '.join(v.removesuffix('+ape') for v in performers(params))} − softmax {spread}."
+        f"(chance {CHANCE:g} %); {spread}."
     )
 
 

@@ -180,23 +180,30 @@ def test_a_pilot_reads_softmax_from_its_reference_with_the_same_run_keys(tmp_pat
     assert {v for (_, v, _) in found["top1"]} == {"softmax+ape", "favor+ape"}  # the reference's relu is not read
 
 
-def test_next_names_the_following_pilot_only_once_this_one_ended_no_go(monkeypatch):
-    """`recall-pilot PRESET --next` (what a GPU sitting goes on with): the next pilot of the order after a
-    finished NO-GO; nothing while a K is open or on GO."""
+def _recall_pilot_finished_at(monkeypatch, top1: dict, skip=()):
+    """recall_pilot's every run finished at `top1[variant]` points, but the (dataset, variant) pairs in `skip`."""
     from rpevit.lab.result import results
     from rpevit.lab.store import catalog
 
     params = load_params("recall_pilot")
+    rows = [
+        {"dataset": d, "variant": v, "seed": s, "status": "finished", "top1": top1[v] / 100, "epochs": 40}
+        for d in params.datasets
+        for v in params.variants
+        for s in params.seeds
+        if (d, v) not in skip
+    ]
+    monkeypatch.setattr(catalog, "study_records", lambda params, **kw: results(rows))
+
+
+def test_next_names_the_following_pilot_only_once_this_one_ended_no_go(monkeypatch):
+    """`recall-pilot PRESET --next` (what a GPU sitting goes on with): the next pilot of the order after a
+    finished NO-GO; nothing while a K is open or on GO."""
+
+    params = load_params("recall_pilot")
 
     def finished_at(top1: dict, skip=()):
-        rows = [
-            {"dataset": d, "variant": v, "seed": s, "status": "finished", "top1": top1[v] / 100, "epochs": 40}
-            for d in params.datasets
-            for v in params.variants
-            for s in params.seeds
-            if (d, v) not in skip
-        ]
-        monkeypatch.setattr(catalog, "study_records", lambda params, **kw: results(rows))
+        _recall_pilot_finished_at(monkeypatch, top1, skip)
 
     finished_at({"softmax+ape": 50.0, "favor+ape": 40.0, "relu+ape": 45.0})
     assert recall_pilot.trains_next("recall_pilot") == "recall_pilot_samecell"
@@ -211,21 +218,12 @@ def test_a_later_pilot_of_an_order_starts_no_run_before_the_one_before_it_ended_
     refused while recall_pilot is open or GO, and let through once it ended NO-GO; the gap pilots' order
     (all ended NO-GO) and presets outside any order are let through."""
     from campaign import budget, hooks
-    from rpevit.lab.result import results
-    from rpevit.lab.store import catalog
 
     monkeypatch.setattr(budget, "budget_spent", lambda *args, **kwargs: None)
     first = load_params("recall_pilot")
 
     def finished_at(top1: dict, skip=()):
-        rows = [
-            {"dataset": d, "variant": v, "seed": s, "status": "finished", "top1": top1[v] / 100, "epochs": 40}
-            for d in first.datasets
-            for v in first.variants
-            for s in first.seeds
-            if (d, v) not in skip
-        ]
-        monkeypatch.setattr(catalog, "study_records", lambda params, **kw: results(rows))
+        _recall_pilot_finished_at(monkeypatch, top1, skip)
 
     second = load_params("recall_pilot_samecell")
     finished_at({"softmax+ape": 50.0, "favor+ape": 40.0, "relu+ape": 45.0}, skip={(first.datasets[-1], "relu+ape")})

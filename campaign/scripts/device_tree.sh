@@ -9,6 +9,7 @@
 #   bash campaign/scripts/device_tree.sh restore
 #   bash campaign/scripts/device_tree.sh size [carry paths…]      # MiB that would travel
 set -euo pipefail
+orders="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/orders.py"  # the pilot orders, beside this script
 cd "$(git rev-parse --show-toplevel)"
 saved=.git/rpevit-full-index
 marker="# rpevit device_tree slim"
@@ -36,7 +37,7 @@ case "${1:-}" in
     # a dial's `reference:` (params/PRESET.yaml) is read for its go/no-go, and the pilot before it in its
     # order for the start gate (a later pilot starts only after that one's NO-GO), so their records travel too
     references=$(for preset in "$@"; do sed -n 's/^reference: *\([A-Za-z0-9_.-]*\).*/\1/p' "params/$preset.yaml" 2>/dev/null || true; done)
-    previous=$(python3 campaign/orders.py "$@")
+    previous=$(python3 "$orders" "$@")
     presets=$(printf '%s\n' "$@" $references $previous | awk 'NF && !seen[$0]++')
     echo "keeping the kept records of:" $presets
     for preset in $presets; do
