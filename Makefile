@@ -42,13 +42,13 @@ study: $(STAMP)
 	$(if $(DEMO),$(DEMO_ENV) $(PY) -m rpevit status $(PRESET) --reproduced)
 
 test: $(STAMP)
-	$(VENV)/bin/ruff check rpevit campaign tests scripts
-	$(VENV)/bin/ruff format --check rpevit campaign tests scripts
+	$(VENV)/bin/ruff check rpevit analysis campaign tests scripts
+	$(VENV)/bin/ruff format --check rpevit analysis campaign tests scripts
 	bash scripts/test_side_by_side.sh $(PY)  # the suite and the notebooks under nbval, one core each
 
 check: $(STAMP)
-	$(VENV)/bin/ruff check rpevit campaign tests scripts
-	$(VENV)/bin/ruff format --check rpevit campaign tests scripts
+	$(VENV)/bin/ruff check rpevit analysis campaign tests scripts
+	$(VENV)/bin/ruff format --check rpevit analysis campaign tests scripts
 	$(PY) -m pytest -q -m "not slow" tests
 
 # .jupyter/ holds the project's server config: notebooks under notebooks/ are saved without outputs

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rpevit.analysis.report.index import report_texts
-from rpevit.analysis.report.store import report_dir
 from rpevit.core.errors import UserError
 from rpevit.lab.result import results
 from rpevit.lab.schema import finished
 from rpevit.lab.store import records
+from rpevit.report.index import report_texts
+from rpevit.report.store import report_dir
 
 FINDINGS_PRESET = "fmnist_converged"
 FINDINGS_END = "<!-- /findings -->"
@@ -58,7 +58,7 @@ def study_status(preset: str, root=None) -> str:
     """Markdown: how far a designed study is (finished runs of its primary and secondary variants,
     complete primary seeds, hours against its budgets, from the kept records) while its report has not
     been generated yet."""
-    from rpevit.analysis.convergence import PLATEAU_RULE, budget_check_rows, check_reading, finished_convergence
+    from analysis.convergence import PLATEAU_RULE, budget_check_rows, check_reading, finished_convergence
     from rpevit.core.variants import parse_variant
     from rpevit.lab.params import load_params
     from rpevit.lab.schedule.policy import complete_seed_records, primary_progress, training_hours
@@ -169,10 +169,10 @@ def secondary_so_far(params, found: list[dict]) -> str:
     then the published claims on them that ≥ 2 paired seeds let compute, with their unadjusted
     intervals (claims.evaluate_claims) and no verdict: the report decides every claim with one Holm
     correction. '' while no secondary run has finished."""
-    from rpevit.analysis.claims.evaluation import (
+    from analysis.claims.evaluation import (
         evaluate_claims,
     )  # the modules, not the package: claims.figures draws with report
-    from rpevit.analysis.claims.registry import CLAIMS, TOP1
+    from analysis.claims.registry import CLAIMS, TOP1
     from rpevit.core.variants import parse_variant
     from rpevit.lab.tables import signed
 

@@ -331,7 +331,7 @@ def pilot_records(params, reports_root=None) -> dict:
     with (`read`, from `source`), the test top-1 per (variant, seed, budget) of the runs that did not
     collapse, and the names of those that did (one policy for every report: apart, never read at their
     early best epoch); the runs `started` and unfinished (here or parked) and their curves so far (`in_flight`)."""
-    from rpevit.analysis.convergence import split_collapsed
+    from analysis.convergence import split_collapsed
 
     own = catalog.study_records(params, reports_root=reports_root)  # read through the module: tests stand in
     reference = load_params(params.reference) if params.reference else None
@@ -472,7 +472,7 @@ def _curves(found: dict, params, folder) -> list[str]:
     """The finished runs' training curves (the 32-epoch runs; the cool-down branches are not drawn),
     mean over seeds with their range, collapsed runs apart, runs in flight dotted: pilot_curves.png and its
     README lines."""
-    from rpevit.analysis.plots import save_png
+    from analysis.plots import save_png
 
     save_png(curves_figure(found, params), folder / "pilot_curves.png")
     longest = params.train.epochs
@@ -490,7 +490,7 @@ def _curves(found: dict, params, folder) -> list[str]:
 def curves_figure(found: dict, params):
     """The finished runs' training curves (pilot_records' histories; collapsed runs in a panel apart) and the
     epochs so far of its runs in flight (dotted, per seed)."""
-    from rpevit.analysis import plots
+    from analysis import plots
 
     title = f"{params.name}: the longest budget's runs"
     return plots.training_curves(found["histories"], title, collapsed=found["collapsed"], in_flight=found["in_flight"])

@@ -136,7 +136,7 @@ def _standing(complete: bool, ended: str, waiting: int) -> str:
 def write_overview(reports_root=None) -> list[str]:
     """reports/gap_pilots.md (every pilot of the order, a line each) and its figure gap_pilots.png (every
     Performer's gap per budget, plots.pilot_gaps_figure); returns the lines."""
-    from rpevit.analysis.plots import pilot_gaps_figure, save_png
+    from analysis.plots import pilot_gaps_figure, save_png
 
     folder = reports_root or records.reports_root()
     rows, standing, trend, series = overview_rows(reports_root)

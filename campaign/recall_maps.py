@@ -56,7 +56,7 @@ def attention_rows(model, images: torch.Tensor, spots: list[dict[str, int]]) -> 
 def attention_table(models: dict, dataset, task, count: int = EXAMPLES) -> list[dict]:
     """Per variant and layer: mean attention (over the first `count` test images) of the query token on its key
     and on another key, and of CLS on the asked value and on another value, with the uniform level 1/T."""
-    from rpevit.analysis.inspection import test_images
+    from analysis.inspection import test_images
 
     images, raw, _ = test_images(dataset, 0, count)
     spots = [places(dataset.test.images[i].cpu(), task.grid, task.layout) for i in range(len(raw))]
@@ -91,8 +91,8 @@ def attention_table(models: dict, dataset, task, count: int = EXAMPLES) -> list[
 def maps_figure(models: dict, dataset, task, index: int = 0):
     """One test image: per variant (rows) and layer (columns), the query token's attention over the G×G cells
     (heads averaged), the query (Q), its key (K) and value (V) marked; the image itself first."""
-    from rpevit.analysis.inspection import test_images
-    from rpevit.analysis.plots import _mpl
+    from analysis.inspection import test_images
+    from analysis.plots import _mpl
 
     plt = _mpl()
     images, raw, labels = test_images(dataset, index, 1)
@@ -145,7 +145,7 @@ def report_section(params, folder, seed: int | None = None) -> list[str]:
     """The report's section on where the query looks: per K whose variants all have tested weights of the
     first seed (here or kept), recall_maps_<dataset>.png; the table of every such K in
     recall_attention.{csv,md}; [] when no K has them yet."""
-    from rpevit.analysis.plots import save_png
+    from analysis.plots import save_png
     from rpevit.core.data import dataset_info
     from rpevit.lab.store import records
     from rpevit.lab.tables import markdown_table

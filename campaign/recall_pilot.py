@@ -212,8 +212,8 @@ def trains_next(preset: str, reports_root=None) -> str:
 def accuracy_figure(params, top1: dict):
     """Test top-1 against K, one line per variant (the mean over seeds; each seed a dot), chance and the 95 %
     line marked."""
-    from rpevit.analysis.plots import _mpl
-    from rpevit.analysis.styles import variant_style
+    from analysis.plots import _mpl
+    from analysis.styles import variant_style
 
     plt = _mpl()
     fig, axis = plt.subplots(figsize=(6.4, 4.2))
@@ -238,8 +238,8 @@ def accuracy_figure(params, top1: dict):
 
 def curves_figure(params, found):
     """Validation top-1 per epoch of every finished run, one panel per K."""
-    from rpevit.analysis.plots import _mpl
-    from rpevit.analysis.styles import variant_style
+    from analysis.plots import _mpl
+    from analysis.styles import variant_style
     from rpevit.lab.store.catalog import run_history
 
     plt = _mpl()
@@ -306,7 +306,7 @@ def summary(preset: str, reports_root=None) -> dict:
 def write_report(preset: str, reports_root=None) -> list[str]:
     """reports/<preset>/README.md, recall_pilot.{csv,md}, its two figures and where the query looks
     (recall_maps.report_section); returns the README's lines."""
-    from rpevit.analysis.plots import save_png
+    from analysis.plots import save_png
 
     from .recall_maps import report_section
 

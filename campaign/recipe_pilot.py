@@ -9,7 +9,7 @@ import math
 import statistics
 from pathlib import Path
 
-from rpevit.analysis.convergence import PLATEAU_FRACTION, PLATEAU_TOLERANCE, plateau_gain
+from analysis.convergence import PLATEAU_FRACTION, PLATEAU_TOLERANCE, plateau_gain
 from rpevit.lab.params import load_params
 from rpevit.lab.schema import is_finished
 from rpevit.lab.store import records
@@ -162,7 +162,7 @@ def write_pilot_report(
     presets: list[str], out: Path, runs_root=None, reports_root=None, chosen: str | None = None
 ) -> Path:
     """reports/<out>/: README.md (decision + table), pilot_runs.{csv,md}, pilot_curves.png."""
-    from rpevit.analysis.report import figure_png
+    from analysis.report import figure_png
 
     out = Path(out)
     rows = pilot_runs(presets, runs_root, reports_root)

@@ -1,10 +1,11 @@
 """rpevit: can relative positional encodings close the gap between softmax ViTs and linear-time
 Performer ViTs, and at what cost?  A variant = one attention backend + positional mechanisms.
 
-Three layers: the science core (`rpevit.core`: models, attention, positions, data, the training
-loop), the lab around it (`rpevit.lab`: presets, runs, records, studies) and analysis
-(`rpevit.analysis`: tables, claims, figures, reports). `import rpevit` loads the core only; the
-lab's names below load on first use (PEP 562)."""
+Two layers: the science core (`rpevit.core`: models, attention, positions, data, the training
+loop) and the lab around it (`rpevit.lab`: presets, runs, records, studies), with `rpevit.report`
+(report folders and the headless notebook runner) on top. The notebooks' tables, claims and figures
+are the top-level `analysis` package, outside rpevit. `import rpevit` loads the core only; the lab's
+names below load on first use (PEP 562)."""
 
 from __future__ import annotations
 

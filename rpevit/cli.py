@@ -188,7 +188,7 @@ def cmd_evaluate(args) -> int:
 
 def cmd_notebooks(args) -> int:
     """Execute the study notebooks with papermill into reports/<preset>/ and index them."""
-    from .analysis.notebooks import execute_notebooks
+    from .report.notebooks import execute_notebooks
 
     outputs = execute_notebooks(
         args.params,
@@ -443,9 +443,9 @@ def main(argv=None) -> int:
 
 def _dispatch(args) -> int:
     """Run the sub-command; its exit status (user errors → one message, 2)."""
-    from .analysis.notebooks import NotebookFailed
     from .lab.store.records import RunBusy
     from .lab.training.train import Diverged
+    from .report.notebooks import NotebookFailed
 
     try:
         return COMMANDS[args.command](args)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rpevit.analysis import gap_table, published_results, published_side_by_side, results_table
+from analysis import gap_table, published_results, published_side_by_side, results_table
 from rpevit.lab.schema import METRIC_COLUMNS, make_record
 
 SEEDS = Path(__file__).resolve().parents[2] / "shared" / "seeds"

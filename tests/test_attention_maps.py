@@ -1,4 +1,4 @@
-"""Attention inspection (rpevit.analysis.inspection, attention_measures, layer_probes, map_figures and the
+"""Attention inspection (analysis.inspection, attention_measures, layer_probes, map_figures and the
 FAVOR+ / FFT checks of rpevit.core.checks): maps and distances of models, single-layer matrices for the
 relative-property check, offset maps, FAVOR+ estimator error, the dense reference of the FFT path,
 runs to inspect and the explorer's figure."""
@@ -15,7 +15,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from rpevit.analysis import attention_measures, inspection, map_figures
+from analysis import attention_measures, inspection, map_figures
 from rpevit.core import checks, layer_probes
 from rpevit.core.attention import computing_backends  # noqa: E402
 from rpevit.core.checks import relative_violation  # noqa: E402

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from rpevit.analysis import claims
-from rpevit.analysis.claims import Claim, Comparison, correctness, evaluate_claims
+from analysis import claims
+from analysis.claims import Claim, Comparison, correctness, evaluate_claims
 from rpevit.core import stats
 from rpevit.lab.schema import make_record
 
@@ -133,7 +133,7 @@ def test_a_comparison_is_a_value_with_terms_and_words():
     assert dod.terms == {"favor+rope_mixed": 1, "softmax+rope_mixed": -1, "favor+ape": -1, "softmax+ape": 1}
     with pytest.raises(ValueError, match="needs both c and d"):
         Comparison("favor+ape", "softmax+ape", c="relu+ape")
-    from rpevit.analysis.claims import narration
+    from analysis.claims import narration
 
     assert narration.side_names(plain) == ("favor (Performer)", "softmax")
     assert narration.side_names(Comparison("softmax+ape", "softmax+rope_axial")) == ("ape", "rope_axial")
@@ -691,7 +691,7 @@ def test_the_answer_figure_draws_only_the_pre_registered_contrasts():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from rpevit.analysis.claims.registry import design_source
+    from analysis.claims.registry import design_source
     from rpevit.lab.params import load_params
 
     params = load_params("fmnist_converged")

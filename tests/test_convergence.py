@@ -1,4 +1,4 @@
-"""rpevit.analysis.convergence: the plateau rule per run, and the study's convergence in words."""
+"""analysis.convergence: the plateau rule per run, and the study's convergence in words."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import pytest
 from scipy import stats as scipy_stats
 
-from rpevit.analysis.convergence import convergence_rows, convergence_text
+from analysis.convergence import convergence_rows, convergence_text
 from rpevit.lab.result import results
 
 
@@ -58,7 +58,7 @@ def test_a_collapsed_run_is_named_and_does_not_count_as_at_a_plateau():
     assert "b seed 4, best at epoch 3, 10.0 % at the last" in text
     assert "top-1 of the runs that did not collapse still gained a median of 0.45 points (range 0.00 to 0.90)" in text
     assert "collapsed" not in convergence_text(rows[:1] + rows[2:])
-    from rpevit.analysis.convergence import chance_level, collapsed
+    from analysis.convergence import chance_level, collapsed
 
     assert chance_level("fashion_mnist") == 0.1 and chance_level("cifar100") == 0.01 and chance_level("d") == 0.0
     assert collapsed([0.845, 0.47], 0.1) and not collapsed([0.845, 0.48], 0.1)  # halfway: 47.25 %
@@ -80,7 +80,7 @@ def _records(top1: dict, epochs: int) -> list[dict]:
 
 
 def test_the_budget_check_pairs_seeds_and_calls_a_contrast_moved_beyond_the_studys_half_width():
-    from rpevit.analysis.convergence import budget_check_rows
+    from analysis.convergence import budget_check_rows
     from rpevit.core.stats import t_interval
 
     short = {("softmax+ape", s): 0.90 for s in (1, 2, 3)} | {("favor+ape", 1): 0.89, ("favor+ape", 2): 0.895}
@@ -108,7 +108,7 @@ def test_the_budget_check_pairs_seeds_and_calls_a_contrast_moved_beyond_the_stud
 
 
 def test_the_budget_check_text_says_how_far_the_check_is_and_what_moved():
-    from rpevit.analysis.convergence import budget_check_text
+    from analysis.convergence import budget_check_text
 
     rows = [
         {"contrast": "gap A", "reading": "moved", "tested": "changed", "mean change (points)": 1.5,
@@ -140,7 +140,7 @@ def test_budget_check_reads_the_checks_records_and_histories(tmp_path, monkeypat
     both budgets' epochs, its runs' plateau and the paired rows; None without a check."""
     from test_design import PRIMARY, checked, preset
 
-    from rpevit.analysis import convergence
+    from analysis import convergence
 
     params = checked(tmp_path)  # the study: 2 epochs; its check: 4 epochs, seeds 0-1, 8 runs
     assert convergence.budget_check(preset(tmp_path), []) is None
@@ -163,7 +163,7 @@ def test_budget_check_reads_the_checks_records_and_histories(tmp_path, monkeypat
 def test_budget_check_curves_pair_each_check_run_with_its_twin_and_draw_one_panel_per_variant(tmp_path, monkeypatch):
     from test_design import PRIMARY, checked, preset
 
-    from rpevit.analysis import convergence, plots
+    from analysis import convergence, plots
 
     params = checked(tmp_path)  # the study: 2 epochs; its check: 4 epochs
     assert convergence.budget_check_curves(preset(tmp_path)) == []  # no check named
@@ -188,7 +188,7 @@ def test_budget_check_curves_pair_each_check_run_with_its_twin_and_draw_one_pane
 
 def test_collapsed_runs_are_split_off_for_every_family(monkeypatch):
     """One policy: a run whose validation top-1 fell toward chance is reported apart from the analysed ones."""
-    from rpevit.analysis import convergence
+    from analysis import convergence
     from rpevit.lab.params import load_params
 
     histories = {1: [0.80, 0.85, 0.20], 2: [0.80, 0.85, 0.86]}  # seed 1 collapsed (fashion_mnist: chance 0.1)
@@ -202,7 +202,7 @@ def test_collapsed_runs_are_split_off_for_every_family(monkeypatch):
 
 
 def test_each_variants_change_with_the_longer_budget_is_tested_against_its_seeds_spread():
-    from rpevit.analysis.convergence import variant_change_sentence
+    from analysis.convergence import variant_change_sentence
 
     short = _records({("favor+ape", 1): 0.880, ("favor+ape", 2): 0.890, ("favor+ape", 3): 0.885}, 26)
     long = _records({("favor+ape", 1): 0.920, ("favor+ape", 2): 0.930}, 52)  # +4.0 points on both paired seeds

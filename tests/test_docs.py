@@ -122,7 +122,7 @@ def test_tests_named_in_the_docs_exist():
 # --- docs/architecture.md §1: the layer table is the import rule -------------------------------------
 
 LAYER_ROW = re.compile(r"^\| (\d+) \| [^|]+ \| `([^`]+)` \| ([^|]+) \|", re.M)
-SUBPACKAGES = ("core", "lab", "analysis")
+SUBPACKAGES = ("core", "lab", "report")
 
 
 def layers() -> dict[str, int]:
@@ -193,7 +193,7 @@ def test_the_lab_wings_import_downwards_only():
 
 
 def test_the_core_imports_nothing_outside_itself_and_the_lab_nothing_above_it():
-    below = {"core": {"core"}, "lab": {"core", "lab"}, "analysis": {"core", "lab", "analysis"}}
+    below = {"core": {"core"}, "lab": {"core", "lab"}, "report": {"core", "lab", "report"}}
     wrong = {
         (a, b)
         for a, b in package_imports()
@@ -224,6 +224,24 @@ def test_no_import_cycle_between_members():
             visit(node, [])
 
 
+def imported_packages(folder: str):
+    """(file, top-level package) for every absolute import in the files under folder/ (module level or
+    inside a function)."""
+    for path in sorted((ROOT / folder).rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            names += [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            yield from ((str(path.relative_to(ROOT)), n.split(".")[0]) for n in names)
+
+
+def test_no_rpevit_module_imports_the_notebooks_analysis_and_the_analysis_not_the_campaign():
+    """rpevit holds the models, the training loop and the study runner; the notebooks' analysis sits above
+    it (it imports rpevit) and below the campaign (it never imports campaign)."""
+    assert [f for f, package in imported_packages("rpevit") if package == "analysis"] == []
+    assert [f for f, package in imported_packages("analysis") if package == "campaign"] == []
+    assert any(package == "rpevit" for _, package in imported_packages("analysis"))
+
+
 def test_no_rpevit_module_imports_the_campaign():
     """The library does not know the project's campaign exists: no import of `campaign` anywhere under rpevit/
     (module level or inside a function); the campaign reaches a study through rpevit.lab.hooks only."""
@@ -238,13 +256,18 @@ def test_no_rpevit_module_imports_the_campaign():
     assert named == [], "rpevit names the campaign (an import by string, a docstring's pointer)"
 
 
+def library_files() -> list[Path]:
+    """The package's files and the notebooks' analysis beside it: one set of rules for both."""
+    return sorted((ROOT / "rpevit").rglob("*.py")) + sorted((ROOT / "analysis").rglob("*.py"))
+
+
 # the entry points that take a preset's name (a command's argument, a notebook's parameter) and load it; every
 # other function takes `Params` (loading only the presets a Params names: its reference, donor or check)
 NAME_ENTRY_POINTS = {
     "cli.py:_params",
-    "analysis/notebooks.py:validate_parameters",
-    "analysis/notebooks.py:notebook_parameters",
-    "analysis/notebooks.py:execute_notebooks",
+    "report/notebooks.py:validate_parameters",
+    "report/notebooks.py:notebook_parameters",
+    "report/notebooks.py:execute_notebooks",
     "lab/bench/pack.py:run_pack_bench",
     "lab/bench/throughput.py:_levers_bench",
     "lab/bench/throughput.py:_speed_bench",
@@ -255,7 +278,7 @@ def test_only_the_entry_points_take_a_preset_name_where_params_would_do():
     """Values instead of names: a function that passes one of its own arguments to load_params takes a name;
     only the listed entry points may (loading `params.reference` etc. from a Params is fine)."""
     found = set()
-    for path in sorted((ROOT / "rpevit").rglob("*.py")):
+    for path in library_files():
         for fn in ast.walk(ast.parse(path.read_text())):
             if not isinstance(fn, ast.FunctionDef):
                 continue
@@ -265,7 +288,7 @@ def test_only_the_entry_points_take_a_preset_name_where_params_would_do():
                 if isinstance(call, ast.Call) and getattr(called, "id", getattr(called, "attr", "")) == "load_params":
                     used = {n.id for arg in call.args for n in ast.walk(arg) if isinstance(n, ast.Name)}
                     if used & own:
-                        found.add(f"{path.relative_to(ROOT / 'rpevit').as_posix()}:{fn.name}")
+                        found.add(f"{path.relative_to(ROOT).as_posix().removeprefix('rpevit/')}:{fn.name}")
     assert found == NAME_ENTRY_POINTS
 
 
@@ -325,13 +348,11 @@ def test_the_finished_filter_is_written_once():
     """Whether a record counts as finished is decided in rpevit/lab/schema.py only (`finished`, `is_finished`,
     `FINISHED`): no other module of the package compares a status with the literal "finished"."""
     import re
-    from pathlib import Path
 
-    package = Path(__file__).resolve().parents[1] / "rpevit"
     inline = re.compile(r"""[!=]=\s*["']finished["']|["']finished["']\s*[!=]=""")
     found = [
-        f"{path.relative_to(package)}:{number}"
-        for path in sorted(package.rglob("*.py"))
+        f"{path.relative_to(ROOT)}:{number}"
+        for path in library_files()
         if path.name != "schema.py"
         for number, line in enumerate(path.read_text().splitlines(), 1)
         if inline.search(line)
@@ -342,7 +363,7 @@ def test_the_finished_filter_is_written_once():
 def test_long_functions_say_why():
     """A function of the package over 80 lines has a `# long: <reason>` comment on the line above it."""
     silent = []
-    for path in sorted((ROOT / "rpevit").rglob("*.py")):
+    for path in library_files():
         lines = path.read_text().splitlines()
         for node in ast.walk(ast.parse("\n".join(lines))):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 80:
@@ -353,9 +374,5 @@ def test_long_functions_say_why():
 
 
 def test_modules_stay_within_500_lines():
-    too_long = [
-        f"{p.relative_to(ROOT)}: {n}"
-        for p in sorted((ROOT / "rpevit").rglob("*.py"))
-        if (n := len(p.read_text().splitlines())) > 500
-    ]
+    too_long = [f"{p.relative_to(ROOT)}: {n}" for p in library_files() if (n := len(p.read_text().splitlines())) > 500]
     assert too_long == []

@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from rpevit.analysis import report
+from analysis import report
 from rpevit.cli import main
 from rpevit.core.attention import BACKENDS, Backend
 from rpevit.core.attention.layer import MultiHeadAttention

@@ -1,4 +1,4 @@
-"""The study notebooks and their execution into reports/<preset>/ (rpevit.analysis.notebooks).
+"""The study notebooks and their execution into reports/<preset>/ (rpevit.report.notebooks).
 
 Static checks of every notebook (stored without outputs, nbval's references kept apart; the declared kernel,
 report_dir, no CDN, no leftovers of concurrent development, its parameters checked right after its
@@ -21,8 +21,11 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from rpevit.analysis import notebooks
-from rpevit.analysis.notebooks import (
+from analysis.report import read_manifest
+from rpevit.core.errors import UserError
+from rpevit.lab.params import PROJECT_ROOT
+from rpevit.report import notebooks
+from rpevit.report.notebooks import (
     DEVICES,
     KERNEL_NAME,
     NotebookFailed,
@@ -36,9 +39,6 @@ from rpevit.analysis.notebooks import (
     run_parameters,
     validate_parameters,
 )
-from rpevit.analysis.report import read_manifest
-from rpevit.core.errors import UserError
-from rpevit.lab.params import PROJECT_ROOT
 
 NOTEBOOKS = list_notebooks()
 CDN = re.compile(r"cdn\.plot\.ly|cdn\.jsdelivr|unpkg\.com|cdnjs|notebook_connected", re.IGNORECASE)
@@ -224,7 +224,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import plotly.graph_objects as go
-from rpevit.analysis import report
+from analysis import report
 rep = report.Report(report_dir, "{stem}")
 rep.table([{{"a": 1.5}}], "{prefix}_table", "a table")
 rep.table([], "{prefix}_empty", "an empty table")
@@ -247,7 +247,7 @@ def synthetic(tmp_path):
             [
                 ("md", f"# {title}\n\nWhat it shows.", []),
                 ("code", 'name = "smoke"\nreport_dir = None\nunused = 1', ["parameters"]),
-                ("code", "from rpevit.analysis.notebooks import check_parameters\ncheck_parameters(globals())", []),
+                ("code", "from rpevit.report.notebooks import check_parameters\ncheck_parameters(globals())", []),
                 ("code", WRITER.format(stem=stem, prefix=prefix), []),
             ],
         )

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
+from analysis.convergence import plateau_gain, plateau_met
 from campaign.recipe_pilot import decision_text
-from rpevit.analysis.convergence import plateau_gain, plateau_met
 
 
 def test_plateau_gain_is_the_best_validation_gain_over_the_last_fifth():

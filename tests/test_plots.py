@@ -1,4 +1,4 @@
-"""The notebooks' figures (rpevit.analysis.plots): seed bands, accuracy in %, integer epochs, one look per
+"""The notebooks' figures (analysis.plots): seed bands, accuracy in %, integer epochs, one look per
 variant in matplotlib and plotly alike, accuracy vs cost faceted by backend with its time axes
 from the speed benchmark only, and a resolution legend naming every variant."""
 
@@ -10,8 +10,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
-from rpevit.analysis import cost_plots, plots  # noqa: E402
-from rpevit.analysis.report import variant_style  # noqa: E402
+from analysis import cost_plots, plots  # noqa: E402
+from analysis.report import variant_style  # noqa: E402
 
 VARIANTS = ["softmax+ape", "favor+rope_mixed", "favor+rope_mixed+ape", "relu+krpe"]
 
@@ -95,7 +95,7 @@ def test_a_collapsed_run_is_drawn_apart_and_left_out_of_its_variants_mean():
     interactive = plots.training_curves_interactive(histories, "t", collapsed={("favor+rope_mixed", 2)})
     apart = [t for t in interactive.data if t.name == "favor+rope_mixed seed 2 (collapsed)"]
     assert len(apart) == 3 and all(t.visible == "legendonly" for t in apart) and apart[2].y[-1] == pytest.approx(10)
-    from rpevit.analysis.convergence import collapsed_runs
+    from analysis.convergence import collapsed_runs
 
     assert collapsed_runs(histories, "fashion_mnist") == {("favor+rope_mixed", 2)}
 

@@ -13,8 +13,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import plotly.graph_objects as go  # noqa: E402
 import pytest  # noqa: E402
 
-from rpevit.analysis import report  # noqa: E402
-from rpevit.analysis.report import (  # noqa: E402
+from analysis import report  # noqa: E402
+from analysis.report import (  # noqa: E402
     Report,
     begin_notebook,
     headline,
@@ -282,7 +282,7 @@ def test_report_directory_relative_to_the_project(monkeypatch, tmp_path):
 
 
 def test_methods_registered_later_get_distinct_colours(monkeypatch):
-    from rpevit.analysis.styles import _colour
+    from analysis.styles import _colour
 
     colours = [_colour(i) for i in range(40)]
     assert len(set(colours)) == 40 and all(c.startswith("#") for c in colours)
@@ -332,8 +332,8 @@ def test_results_page_findings_are_the_committed_claims_report():
 
 
 def test_study_status_counts_complete_primary_seeds_and_each_budget(monkeypatch):
+    from analysis import convergence
     from campaign import findings
-    from rpevit.analysis import convergence
     from rpevit.lab.store import catalog
 
     params = load_params("fmnist_converged")
@@ -428,8 +428,8 @@ def test_the_speed_figure_draws_each_backend_in_its_variants_look():
     """As every other figure: colour by leading method (APE), marker and line style by backend."""
     from matplotlib.colors import to_hex
 
-    from rpevit.analysis.claims import TIME_X, time_ratio_figure
-    from rpevit.analysis.report import variant_style
+    from analysis.claims import TIME_X, time_ratio_figure
+    from analysis.report import variant_style
 
     rows = [
         {"backend": b, "tokens": t, TIME_X: 1.5, "low": 1.2, "high": 1.8} for b in ("relu", "favor") for t in (16, 64)

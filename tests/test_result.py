@@ -10,13 +10,12 @@ import json
 import numpy as np
 import pytest
 
+from analysis import gap_table, results_table
+from analysis.claims import busy_text, evaluate_claims, protocol_rows, run_table, seed_table
+from analysis.claims.registry import Claim, Comparison, Source
+from analysis.cost_plots import accuracy_cost_points
+from analysis.plots import resolution_bands
 from campaign.gap_pilot import budget_top1
-from rpevit.analysis import gap_table, results_table
-from rpevit.analysis.claims import busy_text, evaluate_claims, protocol_rows, run_table, seed_table
-from rpevit.analysis.claims.registry import Claim, Comparison, Source
-from rpevit.analysis.cost_plots import accuracy_cost_points
-from rpevit.analysis.plots import resolution_bands
-from rpevit.analysis.report.index import headline
 from rpevit.lab.params import load_params
 from rpevit.lab.result import Result, results
 from rpevit.lab.schedule import policy
@@ -25,6 +24,7 @@ from rpevit.lab.schedule.wanted import planned_line
 from rpevit.lab.schema import finished, is_finished, make_record
 from rpevit.lab.store.catalog import study_records
 from rpevit.lab.training import runs
+from rpevit.report.index import headline
 
 
 class ReadAsMapping(AssertionError):
@@ -146,7 +146,7 @@ def test_readers_use_the_attributes_only(found, tmp_path):
 def test_the_design_rules_of_a_kept_study_read_attributes_only():
     """The pre-registered study's kept records, read strictly: its stopping rule, its analysed seeds, a
     decision, the collapsed-run policy and the convergence rows come out as from the plain Results."""
-    from rpevit.analysis.convergence import finished_convergence, split_collapsed
+    from analysis.convergence import finished_convergence, split_collapsed
 
     params = load_params("fmnist_converged")
     found = study_records(params)

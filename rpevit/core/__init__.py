@@ -4,5 +4,5 @@ with the schedules of `budgets`), metrics and seed-level statistics (`metrics`, 
 numerical checks of the methods (`checks`, `layer_probes`, `rotary_analysis`).
 
 It takes module instances and tensors and knows nothing of presets, records or studies: nothing in
-it imports `rpevit.lab` or `rpevit.analysis` (tests/test_docs.py), so it can be
+it imports `rpevit.lab`, `rpevit.report` or `analysis` (tests/test_docs.py), so it can be
 lifted out as it is (docs/architecture.md)."""

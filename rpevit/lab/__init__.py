@@ -3,4 +3,4 @@
 below it — `store` (a run's identity, files and records), `training` (a run with checkpoints and exact
 resume, packs, evaluation, torchrun), `bench` (the benchmarks) and `schedule` (the design's decisions,
 what a study wants, the one scheduler and its engines, status). It imports the core, never
-`rpevit.analysis`."""
+`rpevit.report` or `analysis`."""

@@ -9,7 +9,7 @@ bench levers:    training-throughput levers of one preset's model side by side: 
                  bf16 autocast × torch.compile, interleaved repeats, ratios to the fp32 eager baseline.
 bench speed:     every variant of a preset side by side: training images/s and inference ms/image
                  over interleaved rounds (median and range), ratios to the first variant; the
-                 per-round table is what the time claims read (rpevit.analysis.claims).
+                 per-round table is what the time claims read (analysis.claims).
 bench patches:   seed 000's patch-size sweep: a whole ViT on 32×32 images with patch 8/4/2/1
                  (16…1024 tokens), training and inference seconds per epoch, softmax vs Performers.
 """
@@ -262,7 +262,7 @@ def patch_sweep(
 
     Each cell is measured over `steps` timed batches of random 32×32×3 images after one warm-up
     batch, and scaled to an epoch of `epoch_images` images (CIFAR-100's 50,000 by default);
-    `inference_batch_seconds` keeps every timed inference batch (for intervals, rpevit.analysis.claims).
+    `inference_batch_seconds` keeps every timed inference batch (for intervals, analysis.claims).
     `train=False` times inference only.
     """
     from ...core.attention import computing_backends

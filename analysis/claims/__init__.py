@@ -10,10 +10,11 @@ with an interval and a verdict (notebook 45_claims; docs/statistics.md).
 - design_answer: a designed study's pre-registered answer (scope, gaps, closing, cost, limits) in words
 - figures:    the forest plot, the answer figure and the time-vs-softmax sweep
 
-The margins and α of the seeds' claims: `rpevit.analysis.claims.registry` (ALPHA, MARGIN_POINTS, MARGIN_TIME_PCT).
+The margins and α of the seeds' claims: `analysis.claims.registry` (ALPHA, MARGIN_POINTS, MARGIN_TIME_PCT).
 """
 
-from ...lab.store.costs import read_speed
+from rpevit.lab.store.costs import read_speed
+
 from .design_answer import design_answer_text
 from .evaluation import RULED_OUT, correctness, evaluate_claims, family_size, mark_unplanned, missing_runs
 from .figures import VERDICT_STYLES, answer_figure, forest_figure, time_ratio_figure

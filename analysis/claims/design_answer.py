@@ -12,13 +12,14 @@ from collections import Counter
 
 import numpy as np
 
-from ...core import stats
-from ...core.metrics import busy
-from ...core.variants import parse_variant
-from ...lab.result import results
-from ...lab.schedule import policy
-from ...lab.schema import finished
-from ...lab.tables import signed
+from rpevit.core import stats
+from rpevit.core.metrics import busy
+from rpevit.core.variants import parse_variant
+from rpevit.lab.result import results
+from rpevit.lab.schedule import policy
+from rpevit.lab.schema import finished
+from rpevit.lab.tables import signed
+
 from ..convergence import PLATEAU_RULE, converged
 from .evaluation import family_size
 from .narration import ahead, interval_reading, verdict_text

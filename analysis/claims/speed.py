@@ -16,8 +16,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...core import stats
-from ...core.metrics import busy
+from rpevit.core import stats
+from rpevit.core.metrics import busy
+
 from .registry import ALPHA, CONTRADICTED, INCONCLUSIVE, S000_SPEED, SUPPORTED, UNDECIDED, Claim
 
 BUSY = "busy machine"

@@ -12,14 +12,14 @@ import statistics
 
 from scipy import stats as scipy_stats
 
-from ..core.data.info import DATASETS
-from ..lab.params import load_params
-from ..lab.result import Result, results
-from ..lab.schedule.policy import half_widths, per_seed_contrast
-from ..lab.schema import finished
-from ..lab.store.catalog import grid, run_history, study_records
-from ..lab.store.run import Run
-from ..lab.tables import signed
+from rpevit.core.data.info import DATASETS
+from rpevit.lab.params import load_params
+from rpevit.lab.result import Result, results
+from rpevit.lab.schedule.policy import half_widths, per_seed_contrast
+from rpevit.lab.schema import finished
+from rpevit.lab.store.catalog import grid, run_history, study_records
+from rpevit.lab.store.run import Run
+from rpevit.lab.tables import signed
 
 PLATEAU_FRACTION = 0.2
 PLATEAU_TOLERANCE = 0.2  # points of validation top-1

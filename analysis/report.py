@@ -5,26 +5,12 @@
 - `index`: the index reports/<preset>/README.md (headline, guide, every output);
 - `styles`: one look per variant (colour, marker, line, fill) shared by every figure.
 
-The figures themselves are drawn by `rpevit.analysis.plots`. Every name is importable from `rpevit.analysis.report`.
+The figures themselves are drawn by `analysis.plots`. Every name is importable from `analysis.report`.
 """
 
-from ..styles import (
-    METHOD_COLOURS,
-    added_methods,
-    backend_colour,
-    encoding_legend,
-    leading_method,
-    method_colour,
-    method_names,
-    plain_log_ticks,
-    plotly_style,
-    positions_key,
-    variant_legend,
-    variant_style,
-    variant_styles,
-)
-from .index import headline, report_texts, write_index
-from .store import (
+from rpevit.report import index, store
+from rpevit.report.index import headline, report_texts, write_index
+from rpevit.report.store import (
     MANIFEST,
     NO_ROWS,
     PLOTLY_JS,
@@ -44,7 +30,25 @@ from .store import (
     write_manifest,
 )
 
+from .styles import (
+    METHOD_COLOURS,
+    added_methods,
+    backend_colour,
+    encoding_legend,
+    leading_method,
+    method_colour,
+    method_names,
+    plain_log_ticks,
+    plotly_style,
+    positions_key,
+    variant_legend,
+    variant_style,
+    variant_styles,
+)
+
 __all__ = [
+    "index",
+    "store",
     "MANIFEST",
     "METHOD_COLOURS",
     "NO_ROWS",

@@ -10,11 +10,11 @@ import functools
 
 import torch
 
-from ..core.data import normalize
-from ..core.errors import UserError
-from ..core.variants import parse_variant
-from ..lab.result import results
-from ..lab.store.run import Run
+from rpevit.core.data import normalize
+from rpevit.core.errors import UserError
+from rpevit.core.variants import parse_variant
+from rpevit.lab.result import results
+from rpevit.lab.store.run import Run
 
 
 def inspection_targets(
@@ -25,7 +25,7 @@ def inspection_targets(
     default runs.inspectable_here: a checkpoint here or weights kept in the repository), or — when
     there is none — every variant × dataset of the preset at init (seed `seed`). Each target:
     variant, dataset, seed, record (None: untrained) and a label naming it."""
-    from ..lab.training.runs import inspectable
+    from rpevit.lab.training.runs import inspectable
 
     first = inspectable(params, found, has_weights, every_seed)
     if first:
@@ -70,7 +70,7 @@ class MapSource:
     def __init__(
         self, params, found: list[dict], seed: int = 0, device="cpu", max_models: int = 8, every_seed: bool = False
     ):
-        from ..lab.training import runs
+        from rpevit.lab.training import runs
 
         self.params, self.device, self._runs = params, torch.device(device), runs
         self.datasets, self.missing = {}, []  # missing: datasets whose files are not on this machine

@@ -9,10 +9,10 @@ import math
 import statistics
 from collections import defaultdict
 
-from ..core.variants import parse_variant
-from ..lab.params import PROJECT_ROOT
-from ..lab.result import Result, results
-from ..lab.schema import (
+from rpevit.core.variants import parse_variant
+from rpevit.lab.params import PROJECT_ROOT
+from rpevit.lab.result import Result, results
+from rpevit.lab.schema import (
     DIVERGED,
     METRIC_COLUMNS,
     finished,  # the one filter (re-exported: notebooks import it from here)
@@ -56,7 +56,7 @@ def gap_table(records: list[dict]) -> list[dict]:
     gap = Performer accuracy − exact accuracy, in points (positive: the Performer is ahead) — the one
     sign convention of every report (claims, headline, Findings).
     """
-    from ..core.attention import exact_backends
+    from rpevit.core.attention import exact_backends
 
     exact = exact_backends()[0]
     mean_top1 = {key: 100 * statistics.fmean(r.top1 for r in runs) for key, runs in _groups(records).items()}

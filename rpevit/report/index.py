@@ -8,9 +8,9 @@ import json
 import statistics
 from pathlib import Path
 
-from ...lab.result import results
-from ...lab.schema import finished
-from ...lab.store import records
+from ..lab.result import results
+from ..lab.schema import finished
+from ..lab.store import records
 from .store import PLOTLY_JS, read_manifest, report_dir
 
 
@@ -20,8 +20,8 @@ def headline(found: list[dict], preset: str = "<preset>", designed: bool = False
     seeds both share, when rpevit.core.stats is available and there are ≥ 2), and the runs' dates and devices.
     A `designed` preset (a pre-registered design) shows no best variant, a choice made after the results:
     its headline is its pre-registered answer (notebook 45's first text)."""
-    from ...core.attention import exact_backends
-    from ...core.variants import parse_variant
+    from ..core.attention import exact_backends
+    from ..core.variants import parse_variant
 
     done = finished(results(found))
     if not done:
@@ -84,7 +84,7 @@ def _interval(gaps: list[float]) -> str:
     if len(gaps) < 2:
         return "; one seed, so no interval"
     try:
-        from ...core.stats import t_interval
+        from ..core.stats import t_interval
     except ImportError:
         return f"; {len(gaps)} paired seeds"
     ci = t_interval(gaps)

@@ -14,9 +14,9 @@ A variant's look depends on the variant alone, never on which other variants sha
 
 from __future__ import annotations
 
-from ..core.attention import BACKENDS
-from ..core.position import POSITIONS
-from ..core.variants import parse_variant
+from rpevit.core.attention import BACKENDS
+from rpevit.core.position import POSITIONS
+from rpevit.core.variants import parse_variant
 
 NONE = "none"
 # one colour per entry of ("none", *POSITIONS), in that order: none, ape, krpe, alibi2d, irpe,

@@ -1,17 +1,18 @@
 """The claims as tables for notebook 45 and the report: the short claims table and its details, the
 verdict counts, the missing runs, seed 000's speed claim, and the seed-level descriptive tables (per
 variant over seeds; per run with a bootstrap over test images). Effects keep the claims' sign
-(rpevit.analysis.claims.narration: a − b, Performer − softmax wherever a Performer meets softmax)."""
+(analysis.claims.narration: a − b, Performer − softmax wherever a Performer meets softmax)."""
 
 from __future__ import annotations
 
 import math
 from collections import Counter
 
-from ...core import stats
-from ...core.data import training_images
-from ...lab.result import results
-from ...lab.schema import finished
+from rpevit.core import stats
+from rpevit.core.data import training_images
+from rpevit.lab.result import results
+from rpevit.lab.schema import finished
+
 from .evaluation import correctness
 from .narration import EFFECT_HEADER, SIGN, _unit, effect_words, verdict_text
 from .speed import CROSSOVER_TOKENS

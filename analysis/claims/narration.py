@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import math
 
-from ...core.attention import exact_backends
-from ...core.variants import parse_variant
-from ...lab.result import results
-from ...lab.schema import finished
-from ...lab.store.catalog import grid
-from ...lab.tables import signed
+from rpevit.core.attention import exact_backends
+from rpevit.core.variants import parse_variant
+from rpevit.lab.result import results
+from rpevit.lab.schema import finished
+from rpevit.lab.store.catalog import grid
+from rpevit.lab.tables import signed
+
 from .evaluation import family_size
 from .registry import (
     ALPHA,

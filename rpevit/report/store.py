@@ -18,10 +18,10 @@ import time
 import uuid
 from pathlib import Path
 
-from ...lab import tables
-from ...lab.params import PROJECT_ROOT
-from ...lab.paths import inside
-from ...lab.store import records
+from ..lab import tables
+from ..lab.params import PROJECT_ROOT
+from ..lab.paths import inside
+from ..lab.store import records
 
 MANIFEST = "manifest.json"
 PLOTLY_JS = "plotly.min.js"

@@ -8,8 +8,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from ...core import stats
-from ...lab.design import contrast_shape
+from rpevit.core import stats
+from rpevit.lab.design import contrast_shape
 
 MARGIN_POINTS = 1.0  # ±1 point of test top-1: equivalence and non-inferiority margin of the published claims
 MARGIN_TIME_PCT = 20.0  # ±20 % of inference time per image

@@ -1,7 +1,7 @@
 """The notebooks' figures: each function takes computed rows (records, histories, check results,
 benchmark rows) and returns one figure; the notebooks narrate and hand it to `report.Report.figure`.
 
-Every variant is drawn in its one look (`rpevit.analysis.styles`), accuracy is always in %, and
+Every variant is drawn in its one look (`analysis.styles`), accuracy is always in %, and
 curves over seeds are drawn as the mean with a band from the lowest to the highest seed.
 """
 
@@ -11,7 +11,8 @@ import statistics
 
 import numpy as np
 
-from ..lab.result import results
+from rpevit.lab.result import results
+
 from .convergence import PLATEAU_FRACTION
 from .styles import plotly_style, variant_legend, variant_style
 

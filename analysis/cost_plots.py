@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import statistics
 
-from ..core.variants import parse_variant
-from ..lab.result import Result, results
+from rpevit.core.variants import parse_variant
+from rpevit.lab.result import Result, results
+
 from .styles import plotly_style, positions_key, variant_style
 
 COST_AXES = (

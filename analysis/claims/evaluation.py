@@ -4,7 +4,7 @@ The contrast is computed per training seed — the seed is the unit of replicati
 (rpevit.core.stats.contrast_test): for top-1, a − b in points (or (a − b) − (c − d)), at the trained
 resolution or at another one evaluated without fine-tuning, with the image-level standard error
 (test-set sampling alone) beside the seed-level one. Time claims read the side-by-side speed
-benchmark only (rpevit.analysis.claims.speed). One symmetric rule decides every tested row: Holm's correction
+benchmark only (analysis.claims.speed). One symmetric rule decides every tested row: Holm's correction
 over all one-sided p-values of its family (stats.family_verdicts) — the claims of one source: a
 study's pre-registered contrasts decide its answer among themselves, each seed's replication claims
 form their own family; one correction over the whole table is kept as a sensitivity reading
@@ -18,10 +18,11 @@ import math
 
 import numpy as np
 
-from ...core import stats
-from ...core.variants import parse_variant
-from ...lab.result import Result, results
-from ...lab.schema import finished
+from rpevit.core import stats
+from rpevit.core.variants import parse_variant
+from rpevit.lab.result import Result, results
+from rpevit.lab.schema import finished
+
 from .registry import (
     ALPHA,
     CLAIMS,

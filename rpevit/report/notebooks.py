@@ -34,7 +34,8 @@ import yaml
 
 from ..core.errors import UserError
 from ..lab.params import PRESETS_DIR, PROJECT_ROOT, TrainConfig, load_params, preset_path
-from .report import begin_notebook, prune, report_dir, write_index
+from .index import write_index
+from .store import begin_notebook, prune, report_dir
 
 NOTEBOOKS_DIR = PROJECT_ROOT / "notebooks"
 CELL_TIMEOUT = 900
