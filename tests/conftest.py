@@ -77,7 +77,7 @@ def design_wanting_nothing(monkeypatch):
 
     fake = types.SimpleNamespace(
         ordered_runs=lambda params: [("mnist5k", "softmax+ape", 0)],
-        decide=lambda params, run, finished, busy, secondary_held="": (
+        decide=lambda run, finished, busy, secondary_held="": (
             "skip",
             "the stopping rule needs 0 primary seeds",
         ),

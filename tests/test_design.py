@@ -104,20 +104,20 @@ def _accuracies(seeds, spread):
 def test_stopping_rule_adds_seeds_while_intervals_are_wide_and_stops_when_narrow(tmp_path):
     params = preset(tmp_path)
     run = ("mnist5k", "favor+ape", 2)
-    assert policy.decide(params, ("mnist5k", "softmax+ape", 1), _finished(_accuracies([0], 0.0))) == ("train", "")
+    assert policy.decide(Run(params, "mnist5k", "softmax+ape", 1), _finished(_accuracies([0], 0.0))) == ("train", "")
     # two seeds whose contrast differs by 2 points: the 95 % half-width is far above 0.5 → a third seed
     wide = _finished(_accuracies([0, 1], 1.0))
     assert policy.primary_progress(params, wide)[:2] == (2, 3)
-    assert policy.decide(params, run, wide) == ("train", "")
+    assert policy.decide(Run(params, *run), wide) == ("train", "")
     # identical contrasts in both seeds: half-width 0 → the rule is met at min_seeds, seed 2 is not started
     narrow = _finished(_accuracies([0, 1], 0.0))
-    verdict, why = policy.decide(params, run, narrow)
+    verdict, why = policy.decide(Run(params, *run), narrow)
     assert verdict == "skip" and "stopping rule needs 2 primary seeds" in why
     # wide at every seed: stops at max_seeds (4)
     wide4 = _finished(_accuracies([0, 1, 2, 3], 1.0))
-    assert policy.decide(params, ("mnist5k", "favor+ape", 4), wide4)[0] == "skip"
+    assert policy.decide(Run(params, "mnist5k", "favor+ape", 4), wide4)[0] == "skip"
     # secondary variants train once the primary grid is settled
-    assert policy.decide(params, ("mnist5k", "softmax+krpe", 1), narrow) == ("train", "")
+    assert policy.decide(Run(params, "mnist5k", "softmax+krpe", 1), narrow) == ("train", "")
 
 
 def test_runs_the_seeds_in_flight_decide_wait_for_them(tmp_path):
@@ -127,31 +127,31 @@ def test_runs_the_seeds_in_flight_decide_wait_for_them(tmp_path):
     accuracy = _accuracies([0, 1, 2], 1.0)
     del accuracy[("favor+rope_mixed", 2)]
     partial, flying = _finished(accuracy), {("mnist5k", "favor+rope_mixed", 2)}
-    verdict, why = policy.decide(params, ("mnist5k", "softmax+ape", 3), partial, flying)
+    verdict, why = policy.decide(Run(params, "mnist5k", "softmax+ape", 3), partial, flying)
     assert verdict == "wait" and "favor+rope_mixed seed 2 is in flight" in why
-    verdict, why = policy.decide(params, ("mnist5k", "softmax+krpe", 0), partial, flying)
+    verdict, why = policy.decide(Run(params, "mnist5k", "softmax+krpe", 0), partial, flying)
     assert verdict == "wait" and "primary grid comes first" in why
     # the seed's last run finished: wide → seed 3 trains, and the secondary waits for it in turn
     wide = _finished(_accuracies([0, 1, 2], 1.0))
-    assert policy.decide(params, ("mnist5k", "softmax+ape", 3), wide) == ("train", "")
-    assert policy.decide(params, ("mnist5k", "softmax+krpe", 0), wide, {("mnist5k", "softmax+ape", 3)})[0] == "wait"
+    assert policy.decide(Run(params, "mnist5k", "softmax+ape", 3), wide) == ("train", "")
+    assert policy.decide(Run(params, "mnist5k", "softmax+krpe", 0), wide, {("mnist5k", "softmax+ape", 3)})[0] == "wait"
     # narrow → seed 3 is not needed, and the secondary trains beside any leftover primary run
     narrow = _finished(_accuracies([0, 1, 2], 0.0))
-    assert policy.decide(params, ("mnist5k", "softmax+ape", 3), narrow)[0] == "skip"
-    assert policy.decide(params, ("mnist5k", "softmax+krpe", 0), narrow, flying) == ("train", "")
+    assert policy.decide(Run(params, "mnist5k", "softmax+ape", 3), narrow)[0] == "skip"
+    assert policy.decide(Run(params, "mnist5k", "softmax+krpe", 0), narrow, flying) == ("train", "")
     # nothing in flight (the missing run failed): no waiting for what will not come
-    assert policy.decide(params, ("mnist5k", "softmax+ape", 3), partial)[0] == "skip"
-    assert policy.decide(params, ("mnist5k", "softmax+krpe", 0), partial) == ("train", "")
+    assert policy.decide(Run(params, "mnist5k", "softmax+ape", 3), partial)[0] == "skip"
+    assert policy.decide(Run(params, "mnist5k", "softmax+krpe", 0), partial) == ("train", "")
     # a run in flight of a later seed, or of another dataset, decides nothing here
     for elsewhere in (("mnist5k", "softmax+ape", 4), ("other", "favor+rope_mixed", 2)):
-        assert policy.decide(params, ("mnist5k", "softmax+ape", 3), partial, {elsewhere})[0] == "skip"
+        assert policy.decide(Run(params, "mnist5k", "softmax+ape", 3), partial, {elsewhere})[0] == "skip"
 
 
 def test_budget_stops_new_runs_once_spent(tmp_path):
     params = preset(tmp_path)
     params = dataclasses.replace(params, design=dataclasses.replace(params.design, budget_hours=1.0))
     spent = _finished(_accuracies([0, 1], 1.0), seconds=3600 / 16, epochs=2)  # 8 runs × 0.125 h = 1 h
-    verdict, why = policy.decide(params, ("mnist5k", "softmax+krpe", 0), spent)
+    verdict, why = policy.decide(Run(params, "mnist5k", "softmax+krpe", 0), spent)
     assert verdict == "skip" and "budget of 1 training hours is spent (1.0 h)" in why
 
 
@@ -164,14 +164,14 @@ def test_a_primary_seed_starts_only_if_the_budget_covers_it_and_a_started_one_is
     # two complete primary seeds, 4 runs × 0.25 h each: 1 h per seed, 2 h spent
     wide = _finished(_accuracies([0, 1], 1.0), seconds=450, epochs=2)
     roomy, tight = _budgeted(tmp_path, budget_hours=3.0), _budgeted(tmp_path, budget_hours=2.9)
-    assert policy.decide(roomy, ("mnist5k", "softmax+ape", 2), wide) == ("train", "")
-    verdict, why = policy.decide(tight, ("mnist5k", "softmax+ape", 2), wide)
+    assert policy.decide(Run(roomy, "mnist5k", "softmax+ape", 2), wide) == ("train", "")
+    verdict, why = policy.decide(Run(tight, "mnist5k", "softmax+ape", 2), wide)
     assert verdict == "skip" and "budget left (0.9 of 2.9 training hours) does not cover another primary seed" in why
     # seed 2 started (one run finished, or one in flight): its other runs train even past the budget
     started = wide + _finished({("softmax+ape", 2): 0.9}, seconds=3600, epochs=2)
-    assert policy.decide(tight, ("mnist5k", "favor+ape", 2), started) == ("train", "")
+    assert policy.decide(Run(tight, "mnist5k", "favor+ape", 2), started) == ("train", "")
     flying = {("mnist5k", "softmax+ape", 2)}
-    assert policy.decide(tight, ("mnist5k", "favor+ape", 2), wide, flying) == ("train", "")
+    assert policy.decide(Run(tight, "mnist5k", "favor+ape", 2), wide, flying) == ("train", "")
 
 
 def test_secondary_variants_can_have_their_own_budget(tmp_path):
@@ -180,22 +180,25 @@ def test_secondary_variants_can_have_their_own_budget(tmp_path):
         _budgeted(tmp_path, budget_hours=16.0),
         _budgeted(tmp_path, budget_hours=16.0, secondary_budget_hours=2.0),
     )
-    assert policy.decide(shared, ("mnist5k", "softmax+krpe", 0), narrow)[0] == "skip"  # one budget: spent by primary
-    assert policy.decide(own, ("mnist5k", "softmax+krpe", 0), narrow) == ("train", "")
+    assert policy.decide(Run(shared, "mnist5k", "softmax+krpe", 0), narrow)[0] == "skip"  # one budget: spent by primary
+    assert policy.decide(Run(own, "mnist5k", "softmax+krpe", 0), narrow) == ("train", "")
     secondary = narrow + _finished({("softmax+krpe", 0): 0.9}, seconds=3600, epochs=2)
     # the budget is spent, but softmax+krpe has started: it trains all its seeds (a variant is trained whole)
-    assert policy.decide(own, ("mnist5k", "softmax+krpe", 1), secondary) == ("train", "")
+    assert policy.decide(Run(own, "mnist5k", "softmax+krpe", 1), secondary) == ("train", "")
     two = _two_secondary(tmp_path, secondary_budget_hours=2.0)
-    verdict, why = policy.decide(two, ("mnist5k", "favor+krpe", 0), secondary)  # a new variant does not start
+    verdict, why = policy.decide(Run(two, "mnist5k", "favor+krpe", 0), secondary)  # a new variant does not start
     assert verdict == "skip" and "secondary budget of 2 training hours is spent (2.0 h)" in why
-    assert policy.decide(two, ("mnist5k", "favor+krpe", 1), narrow, {("mnist5k", "favor+krpe", 0)}) == ("train", "")
+    assert policy.decide(Run(two, "mnist5k", "favor+krpe", 1), narrow, {("mnist5k", "favor+krpe", 0)}) == ("train", "")
     diverged = [{**secondary[-1], "variant": "favor+krpe", "status": "diverged"}] + secondary
-    assert policy.decide(two, ("mnist5k", "favor+krpe", 1), diverged) == ("train", "")  # started: its seed 0 diverged
+    assert policy.decide(Run(two, "mnist5k", "favor+krpe", 1), diverged) == (
+        "train",
+        "",
+    )  # started: its seed 0 diverged
     # secondary hours do not count against the primary budget: a new primary seed still fits
     wide = _finished(_accuracies([0, 1], 1.0), seconds=450, epochs=2)
     heavy = wide + _finished({("softmax+krpe", 0): 0.9}, seconds=36000, epochs=2)
     roomy = _budgeted(tmp_path, budget_hours=3.0, secondary_budget_hours=50.0)
-    assert policy.decide(roomy, ("mnist5k", "softmax+ape", 2), heavy) == ("train", "")
+    assert policy.decide(Run(roomy, "mnist5k", "softmax+ape", 2), heavy) == ("train", "")
 
 
 def test_the_analysis_uses_the_complete_primary_seeds(tmp_path):
@@ -334,20 +337,25 @@ def test_seed_values_are_not_their_positions(tmp_path):
         return {(v, 11 + s): a for (v, s), a in _accuracies([s - 11 for s in seeds], spread).items()}
 
     wide = _finished(accuracies([11, 12], 1.0), seconds=450, epochs=2)  # 1 h per seed
-    assert policy.decide(params, ("mnist5k", "softmax+ape", 13), wide) == ("train", "")
-    assert policy.decide(params, ("mnist5k", "softmax+ape", 14), wide)[0] == "skip"
+    assert policy.decide(Run(params, "mnist5k", "softmax+ape", 13), wide) == ("train", "")
+    assert policy.decide(Run(params, "mnist5k", "softmax+ape", 14), wide)[0] == "skip"
     partial = [r for r in wide if (r["variant"], r["seed"]) != ("favor+rope_mixed", 12)]
-    verdict, why = policy.decide(params, ("mnist5k", "softmax+ape", 13), partial, {("mnist5k", "favor+rope_mixed", 12)})
+    verdict, why = policy.decide(
+        Run(params, "mnist5k", "softmax+ape", 13), partial, {("mnist5k", "favor+rope_mixed", 12)}
+    )
     assert verdict == "wait" and "favor+rope_mixed seed 12 is in flight" in why
     # the budget: a new seed 13 does not fit in 2.9 h; once started (seed 13 in flight) it is finished
     tight = dataclasses.replace(params, design=dataclasses.replace(params.design, budget_hours=2.9))
-    assert policy.decide(tight, ("mnist5k", "softmax+ape", 13), wide)[0] == "skip"
-    assert policy.decide(tight, ("mnist5k", "favor+ape", 13), wide, {("mnist5k", "softmax+ape", 13)}) == ("train", "")
+    assert policy.decide(Run(tight, "mnist5k", "softmax+ape", 13), wide)[0] == "skip"
+    assert policy.decide(Run(tight, "mnist5k", "favor+ape", 13), wide, {("mnist5k", "softmax+ape", 13)}) == (
+        "train",
+        "",
+    )
     # a shared budget counts secondary hours against a new primary seed
     roomy = dataclasses.replace(params, design=dataclasses.replace(params.design, budget_hours=3.4))
     with_secondary = wide + _finished({("softmax+krpe", 11): 0.9}, seconds=900, epochs=2)  # + 0.5 h
-    assert policy.decide(roomy, ("mnist5k", "softmax+ape", 13), wide) == ("train", "")
-    assert policy.decide(roomy, ("mnist5k", "softmax+ape", 13), with_secondary)[0] == "skip"
+    assert policy.decide(Run(roomy, "mnist5k", "softmax+ape", 13), wide) == ("train", "")
+    assert policy.decide(Run(roomy, "mnist5k", "softmax+ape", 13), with_secondary)[0] == "skip"
     kept = policy.complete_seed_records(params, wide + _finished({("softmax+ape", 13): 0.9}))
     assert sorted({r["seed"] for r in kept}) == [11, 12]
 
@@ -360,10 +368,10 @@ def test_a_seed_whose_primary_run_diverged_is_lost_and_the_next_seed_stands_in(t
     runs += _finished({("softmax+ape", 1): 0.9})  # its seed-mates are set aside with it
     progress = policy.primary_progress(params, runs)
     assert (progress.complete, progress.needed, progress.lost) == (2, 3, {1: "favor+ape"})  # seeds 0 and 2
-    verdict, why = policy.decide(params, ("mnist5k", "softmax+rope_mixed", 1), runs)
+    verdict, why = policy.decide(Run(params, "mnist5k", "softmax+rope_mixed", 1), runs)
     assert verdict == "skip" and "seed 1 is lost: favor+ape diverged there" in why
-    assert policy.decide(params, ("mnist5k", "softmax+ape", 3), runs) == ("train", "")  # the third usable seed
-    assert policy.decide(params, ("mnist5k", "softmax+ape", 4), runs)[0] == "skip"
+    assert policy.decide(Run(params, "mnist5k", "softmax+ape", 3), runs) == ("train", "")  # the third usable seed
+    assert policy.decide(Run(params, "mnist5k", "softmax+ape", 4), runs)[0] == "skip"
     assert sorted({r["seed"] for r in policy.complete_seed_records(params, runs)}) == [0, 2]
     # every seed lost but two: the rule cannot ask for more seeds than there are
     gone = runs + [{**r, "status": "diverged"} for r in _finished({("favor+ape", 3): 0.1, ("favor+ape", 4): 0.1})]
@@ -432,9 +440,12 @@ def test_secondary_runs_are_held_while_the_longer_budget_check_wants_runs(tmp_pa
     params = checked(tmp_path)
     narrow = _finished(_accuracies([0, 1], 0.0))  # the primary grid is settled at 2 seeds
     secondary = ("mnist5k", "softmax+krpe", 0)
-    assert policy.decide(params, secondary, narrow) == ("train", "")
-    assert policy.decide(params, secondary, narrow, secondary_held="the check first") == ("skip", "the check first")
-    assert policy.decide(params, ("mnist5k", "softmax+ape", 1), [], secondary_held="x") == ("train", "")  # primary
+    assert policy.decide(Run(params, *secondary), narrow) == ("train", "")
+    assert policy.decide(Run(params, *secondary), narrow, secondary_held="the check first") == (
+        "skip",
+        "the check first",
+    )
+    assert policy.decide(Run(params, "mnist5k", "softmax+ape", 1), [], secondary_held="x") == ("train", "")  # primary
     roots = (tmp_path / "runs", tmp_path / "reports")
     held = secondary_held(params, *roots)
     assert "check.yaml trains before the secondary variants and wants 8 more runs" in held

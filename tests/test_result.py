@@ -23,6 +23,7 @@ from rpevit.lab.schedule.time_limit import seconds_per_epoch
 from rpevit.lab.schedule.wanted import planned_line
 from rpevit.lab.schema import finished, is_finished, make_record
 from rpevit.lab.store.catalog import study_records
+from rpevit.lab.store.run import Run
 from rpevit.lab.training import runs
 from rpevit.report.index import headline
 
@@ -156,8 +157,8 @@ def test_the_design_rules_of_a_kept_study_read_attributes_only():
     assert policy.primary_progress(params, strict) == policy.primary_progress(params, found)
     analysed = policy.complete_seed_records(params, strict)
     assert [r.place for r in analysed] == [r.place for r in policy.complete_seed_records(params, found)]
-    place = (dataset, "favor+ape", params.seeds[-1])
-    assert policy.decide(params, place, strict) == policy.decide(params, place, found)
+    run = Run(params, dataset, "favor+ape", params.seeds[-1])
+    assert policy.decide(run, strict) == policy.decide(run, found)
     assert policy.seeds_text(params, strict) == policy.seeds_text(params, found)
     kept, apart = split_collapsed(params, strict)
     assert [r.place for r in kept] == [r.place for r in split_collapsed(params, found)[0]] and len(kept) + len(apart)

@@ -243,7 +243,7 @@ def test_a_study_waits_while_another_process_trains_what_decides_its_next_run(
     answers = iter([wait, wait, ("train", "")])
     asked = []
 
-    def decide(params, run, finished, busy, secondary_held=""):
+    def decide(run, finished, busy, secondary_held=""):
         asked.append(busy)
         return next(answers)
 

@@ -56,9 +56,8 @@ def test_status_names_runs_in_flight_and_the_hours_left(half_done):
         v: statistics.median(r["train_seconds_per_epoch"] for r in finished if r["variant"] == v)
         for v in params.variants
     }
-    hours, unknown = remaining_hours(
-        params, [("mnist5k", "softmax+none", 1), ("mnist5k", "softmax+ape", 1)], finished, roots["runs_root"]
-    )
+    left = [Run(params, "mnist5k", v, 1, runs_root=roots["runs_root"]) for v in ("softmax+none", "softmax+ape")]
+    hours, unknown = remaining_hours(left, finished)
     assert unknown == 0
     # 2 epochs to train and 1 (its checkpoint holds one), each with 5 % validation, and 3 closing epochs each
     assert hours == pytest.approx(((2 * 1.05 + 3) * pace["softmax+none"] + (1 * 1.05 + 3) * pace["softmax+ape"]) / 3600)

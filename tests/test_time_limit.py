@@ -171,7 +171,7 @@ def test_a_designed_study_trains_a_later_run_that_fits_and_stops_waiting_when_ti
     calls.clear()
     order = [("mnist5k", "softmax+none", 1), ("mnist5k", "softmax+ape", 1)]
     fake = types.SimpleNamespace(
-        ordered_runs=lambda params: order, decide=lambda params, run, finished, busy, secondary_held="": ("train", "")
+        ordered_runs=lambda params: order, decide=lambda run, finished, busy, secondary_held="": ("train", "")
     )
     stand_in_design(monkeypatch, fake)
     monkeypatch.setattr(study, "wanted_left", lambda params, todo, *reads: (len(todo), None))
@@ -186,7 +186,7 @@ def test_a_designed_study_trains_a_later_run_that_fits_and_stops_waiting_when_ti
     assert calls == [("softmax+ape", 1)]
     assert "not started: softmax+none on mnist5k, seed 1 (expected to take 16666.7 min" in out
 
-    fake.decide = lambda params, run, finished, busy, secondary_held="": ("wait", "another process decides it")
+    fake.decide = lambda run, finished, busy, secondary_held="": ("wait", "another process decides it")
     monkeypatch.setattr(study, "POLL_SECONDS", 0)
     ticks = iter(range(0, 10_000, 20))  # each look at the clock: 20 s later
     study.run_study(designed, time_limit=TimeLimit(60, clock=lambda: next(ticks)), **roots)
@@ -213,7 +213,7 @@ def test_no_secondary_run_overtakes_an_earlier_run_that_does_not_fit(
     roots = {"runs_root": tmp_path / "runs", "reports_root": tmp_path / "reports"}
     order = [("mnist5k", "softmax+none", 0), ("mnist5k", "softmax+ape", 0)]  # design order
     fake = types.SimpleNamespace(
-        ordered_runs=lambda params: order, decide=lambda params, run, finished, busy, secondary_held="": ("train", "")
+        ordered_runs=lambda params: order, decide=lambda run, finished, busy, secondary_held="": ("train", "")
     )
     stand_in_design(monkeypatch, fake)
     design = types.SimpleNamespace(active=True, plateau_check=None, primary=primary)

@@ -13,6 +13,7 @@ from ..design import Contrast, Design
 from ..result import results
 from ..schema import DIVERGED, epoch_cost
 from ..schema import finished as finished_runs
+from ..store.run import Run
 
 
 def per_seed_contrast(contrast: Contrast, accuracy: dict) -> dict[int, float]:
@@ -71,10 +72,8 @@ def primary_progress(params, records: list[dict]) -> PrimaryProgress:
     return PrimaryProgress(complete, needed, usable, lost)
 
 
-def decide(
-    params, run: tuple[str, str, int], finished: list[dict], busy=frozenset(), secondary_held: str = ""
-) -> tuple[str, str]:
-    """What the design does with `run` now: ("train", ""); ("wait", why) while runs that another
+def decide(run: Run, finished: list[dict], busy=frozenset(), secondary_held: str = "") -> tuple[str, str]:
+    """What its preset's design does with `run` now: ("train", ""); ("wait", why) while runs that another
     process is training (`busy`: their places) decide whether it trains; ("skip", why) when the
     stopping rule or the budget rules it out, or — for a secondary run — `secondary_held` says why
     secondary runs may not start yet (the plateau check still wants runs: wanted.secondary_held).
@@ -87,7 +86,7 @@ def decide(
     (another primary run diverged there: primary_progress) is skipped. A secondary variant is trained
     whole: the budget decides whether a variant starts, and a started one (a run finished, diverged or
     in flight) trains all its seeds, so the budget may be passed by the rest of the variants started."""
-    dataset, variant, seed = run
+    params, (dataset, variant, seed) = run.params, run.place
     design = params.design
     primary = list(design.primary)
     current = [r for r in results(finished) if r.dataset == dataset]
@@ -158,7 +157,7 @@ def _standing(params, current: list[dict]) -> tuple[str, bool]:
         return f"the stopping rule ({target}) wanted more, but no seed of the preset is left", False
     dataset = current[0].dataset if current else params.datasets[0]
     primary = params.design.primary[0]  # stored canonical
-    verdict, why = decide(params, (dataset, primary, progress.usable[len(complete)]), current)
+    verdict, why = decide(Run(params, dataset, primary, progress.usable[len(complete)]), current)
     if verdict == "skip":
         return f"the stopping rule ({target}) wanted more, but {why}", False
     return f"the stopping rule ({target}) wants more: the study is still training", True

@@ -29,22 +29,22 @@ def _runs(count: int) -> str:
     return f"{count} run{'s' * (count != 1)}"
 
 
-def remaining_hours(params: Params, places, pace: list[dict], runs_root=None, costs=None) -> tuple[float, int]:
-    """(hours the `places` are expected to take, one after another, at the pace of the finished
+def remaining_hours(runs: list[Run], pace: list[dict], costs=None) -> tuple[float, int]:
+    """(hours the `runs` are expected to take, one after another, at the pace of the finished
     records `pace` — scaled by the side-by-side benchmark's `costs` for a variant not run yet
     (time_limit.seconds_per_epoch) — the epochs their checkpoints hold subtracted; how many of them
     have no pace to go on and are not counted)."""
-    seconds, unknown = expected_total((Run(params, *place, runs_root=runs_root) for place in places), pace, costs)
+    seconds, unknown = expected_total(runs, pace, costs)
     return seconds / 3600, unknown
 
 
-def _expected(params: Params, places, pace: list[dict], runs_root=None, costs=None) -> str:
-    """Words: the hours `places` take at the pace of `pace` (remaining_hours)."""
-    hours, unknown = remaining_hours(params, places, pace, runs_root, costs)
-    if places and unknown == len(places):
+def _expected(runs: list[Run], pace: list[dict], costs=None) -> str:
+    """Words: the hours `runs` take at the pace of `pace` (remaining_hours)."""
+    hours, unknown = remaining_hours(runs, pace, costs)
+    if runs and unknown == len(runs):
         return "no finished run on their dataset yet to take a pace from"
     paced = {(r.dataset, r.variant) for r in results(pace)}
-    scaled = bool(costs) and any((d, v) not in paced and v in costs for d, v, _ in places)
+    scaled = bool(costs) and any((run.dataset, run.variant) not in paced and run.variant in costs for run in runs)
     return (
         f"≈ {hours:.1f} hours one after another (validation, testing and evaluation included) at the median pace "
         "of the finished runs"
@@ -130,7 +130,7 @@ def status_lines(params: Params, runs_root=None, reports_root=None) -> list[str]
     else:
         lines.append(
             f"left: {_runs(len(left))} ({sum(p in busy for p in left)} in flight); "
-            + _expected(params, left, pace, runs_root, costs)
+            + _expected([Run(params, *place, runs_root=runs_root) for place in left], pace, costs)
             if left
             else "left: no runs"
         )
@@ -142,7 +142,7 @@ def status_lines(params: Params, runs_root=None, reports_root=None) -> list[str]
     if groups.held:
         lines.append(
             f"held: {len(groups.held)} secondary runs until the longer-budget check has its runs; "
-            f"{_expected(params, groups.held, pace, runs_root, costs)}"
+            f"{_expected([Run(params, *place, runs_root=runs_root) for place in groups.held], pace, costs)}"
             + (
                 f" (the secondary budget caps them at {params.design.secondary_budget_hours:g} training hours)"
                 if params.design.secondary_budget_hours is not None

@@ -238,9 +238,7 @@ def designed_order(
         for run, before in todo:
             if run.place in tried or run.place in busy or (before.train and run.place in done):
                 continue
-            verdict, why = (
-                policy.decide(params, run.place, finished, busy, secondary_held=held) if before.train else ("train", "")
-            )
+            verdict, why = policy.decide(run, finished, busy, secondary_held=held) if before.train else ("train", "")
             part = "primary" if run.variant in primary else "secondary"
             if verdict == "train" and part == "secondary" and refused:
                 verdict, why = "skip", OVERTAKING["primary" if "primary" in refused else "secondary"]

@@ -21,6 +21,7 @@ from ..result import Result, results
 from ..schema import finished as finished_runs
 from ..store import catalog
 from ..store.catalog import Snapshot
+from ..store.run import Run
 from . import policy
 
 Place = tuple[str, str, int]  # (dataset, canonical variant, seed)
@@ -62,7 +63,9 @@ def wanted(params, snapshot: Snapshot) -> Wanted:
         return Wanted(tuple((place, LEFT) for place in places))
     found = []
     for place in places:
-        verdict, why = ("train", "") if place in busy else policy.decide(params, place, snapshot.records, busy, held)
+        verdict, why = (
+            ("train", "") if place in busy else policy.decide(Run(params, *place), snapshot.records, busy, held)
+        )
         if verdict != "skip":
             found.append((place, LEFT if verdict == "train" else WAITING))
         elif held and why == held:
