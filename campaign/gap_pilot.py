@@ -24,7 +24,7 @@ from rpevit.lab.store.catalog import grid
 from rpevit.lab.tables import markdown_table, signed
 
 from .budget import budget_line, runs_in_flight, stated_budget, training_hours
-from .orders import GAP_ORDER
+from .orders import next_in_order
 from .parking import history_so_far
 from .pilot_answer import equal_time_line
 
@@ -45,8 +45,6 @@ AFTER_NO_GO_OUTSIDE = {"canvas40_long": "none: no Performer 1.5 behind at up to 
 GAP_PILOTS = ("canvas_gap_pilot", "canvas56_gap_pilot", "canvas56_dial16", "canvas56_dial8", "canvas40_long")
 # a stricter GO where a preset says so: the upper end of the gap's 95 % interval must also be below this
 GO_UPPER = {"canvas40_long": -0.5}
-# the order (orders.GAP_ORDER) as each pilot's next, for a GPU sitting that trains it in the minutes left
-NEXT_PILOT = dict(zip(GAP_ORDER, GAP_ORDER[1:]))
 
 
 def budget_top1(found) -> dict[tuple[str, int, int], float]:
@@ -245,9 +243,9 @@ def is_go(at_end: list[dict], preset: str = "") -> bool:
 
 
 def next_pilot(preset: str, reports_root=None) -> str | None:
-    """The pilot to train next by the pre-registered order: NEXT_PILOT[preset] once `preset` has ended
+    """The pilot to train next by the pre-registered order (orders.next_in_order) once `preset` has ended
     NO-GO (final_verdict); None while it is open, on GO, or at the end of the order."""
-    return NEXT_PILOT.get(preset) if final_verdict(preset, reports_root) == "NO-GO" else None
+    return next_in_order(preset) if final_verdict(preset, reports_root) == "NO-GO" else None
 
 
 def final_verdict(preset: str, reports_root=None) -> str:
