@@ -1,0 +1,130 @@
+"""A pre-registered study that is still training has runs from several code revisions: each record names its
+own and the report lists them. Here the code of every revision its kept records name trains a short run of
+each of its variants exactly as the current code does — the record's results (top-1, predictions, likelihood,
+best epoch, run key) and every epoch's losses and accuracies, bit for bit at one thread — so a change to the
+package while such a study runs is shown output-identical (or this fails and names the run that moved)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from io import BytesIO
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rpevit.lab import hooks
+from rpevit.lab.params import load_params, preregistered
+from rpevit.lab.schedule.wanted import snapshot, wanted
+from rpevit.lab.schema import result_view
+
+ROOT = Path(__file__).resolve().parents[1]
+TIMED = ("second", "time", "load")  # fields that measure the machine, not the run
+
+
+def untimed(value):
+    """The value with every field that measures the machine dropped, at any depth (a budget's history too)."""
+    if isinstance(value, dict):
+        return {k: untimed(v) for k, v in value.items() if not any(word in k for word in TIMED)}
+    if isinstance(value, list):
+        return [untimed(v) for v in value]
+    return value
+
+
+def studies_in_flight() -> list[str]:
+    """Pre-registered presets with kept records that still want runs (wanted: the design's decisions) which
+    no start gate refuses (a spent budget, a pilot order: rpevit.lab.hooks)."""
+    found, roots = [], {"runs_root": ROOT / "no-runs", "reports_root": ROOT / "reports"}
+    for path in sorted((ROOT / "params").glob("*.yaml")):
+        params = load_params(path.stem)
+        if preregistered(path.stem) and params.keep_records and (ROOT / "reports" / path.stem / "records").is_dir():
+            if wanted(params, snapshot(params, **roots)).left and not hooks.refusal(params, **roots):
+                found.append(path.stem)
+    return found
+
+
+def kept_revisions(preset: str) -> set[str]:
+    records = (ROOT / "reports" / preset / "records").rglob("record.json")
+    return {json.loads(p.read_text())["code_revision"].removesuffix("+dirty") for p in records}
+
+
+def short_preset(preset: str, folder: Path) -> Path:
+    """The preset cut to a short run: its model, recipe and schedule kind, on 256 training images of its
+    first dataset, 3 epochs (a cool-down budget of 2 where it has budgets; FAVOR+ redraws every 2 steps where
+    it redraws), one seed, inference timed on 16 images (a neutral setting)."""
+    spec = yaml.safe_load((ROOT / "params" / f"{preset}.yaml").read_text())
+    spec.pop("design", None)
+    spec.update(name=f"{preset}_short", keep_records=False, datasets=spec["datasets"][:1], seeds=spec["seeds"][:1])
+    spec["data"] = {**spec.get("data", {}), "train_size": 256, "val_size": 128}
+    spec["train"] = {**spec["train"], "epochs": 3, "warmup_epochs": 1, "timing_images": 16}
+    if spec["train"].get("budgets"):
+        spec["train"]["budgets"] = [2]
+    if any(variant.startswith("favor_redraw+") for variant in spec["variants"]):
+        spec["model"]["favor_redraw"] = {**spec["model"].get("favor_redraw", {}), "redraw_steps": 2}
+    path = folder / f"{preset}_short.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def train(code: Path, preset: Path, variant: str, seed: int, out: Path) -> tuple[dict, list[dict]]:
+    """Train one run with the package found in `code` (a folder holding rpevit/); its record's results and
+    its history without the timed columns."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "RPEVIT_RUNS": str(out / "runs"), "RPEVIT_REPORTS": str(out)}
+    env.pop("PYTHONPATH", None)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rpevit",
+            "train",
+            "--params",
+            str(preset),
+            "--variant",
+            variant,
+            "--seed",
+            str(seed),
+            "--no-progress",
+        ],
+        cwd=code,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-1500:] + done.stderr[-1500:]
+    (record,) = (out / "runs").rglob("record.json")
+    with open(record.with_name("history.csv"), newline="") as rows:
+        history = list(csv.DictReader(rows))
+    return untimed(result_view(json.loads(record.read_text()))), untimed(history)
+
+
+def checkout(revision: str, folder: Path) -> Path | None:
+    """rpevit/ as it was at `revision`, unpacked into folder; None when git does not hold it."""
+    archive = subprocess.run(["git", "archive", revision, "rpevit"], cwd=ROOT, capture_output=True)
+    if archive.returncode != 0:
+        return None
+    with tarfile.open(fileobj=BytesIO(archive.stdout)) as tar:
+        tar.extractall(folder, filter="data")
+    return folder
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("preset", studies_in_flight())
+def test_every_revision_a_study_in_flight_trained_from_trains_as_the_current_code(preset, tmp_path):
+    short = short_preset(preset, tmp_path)
+    params = load_params(str(short))
+    variants, seed = params.variants, params.seeds[0]
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    now = {variant: train(ROOT, short, variant, seed, tmp_path / "now" / variant) for variant in variants}
+    for revision in sorted(kept_revisions(preset) - {head}):
+        code = checkout(revision, tmp_path / revision)
+        if code is None:
+            pytest.skip(f"git does not hold {revision} here (a shallow clone?)")
+        for variant in variants:
+            then = train(code, short, variant, seed, tmp_path / revision / "runs" / variant)
+            assert then == now[variant], f"{preset}: {variant} trains otherwise than at {revision[:12]}"
