@@ -1,4 +1,5 @@
-"""Report outputs of the notebooks, in three concerns:
+"""What a notebook imports to write its report, in one name: three concerns, the first two from rpevit.report
+(which the `notebooks` command also uses) and the third from this package:
 
 - `store`: figures (PNG for matplotlib, offline HTML for plotly), tables (CSV + Markdown) and texts
   written into reports/<preset>/ with a per-notebook manifest (`Report`, `show`, `report_dir`);
