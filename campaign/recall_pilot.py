@@ -20,6 +20,7 @@ from rpevit.core.data import dataset_info
 from rpevit.core.errors import UserError
 from rpevit.core.stats import t_interval
 from rpevit.lab.result import results
+from rpevit.lab.revision import revisions_line
 from rpevit.lab.schema import finished
 from rpevit.lab.store import records
 from rpevit.lab.tables import markdown_table, signed
@@ -264,7 +265,7 @@ def curves_figure(params, found):
 def summary(preset: str, reports_root=None) -> dict:
     """What a recall pilot's report shows, computed from its records and written nowhere (write_report writes
     it; notebook 35 shows it): `params`, `found`, `top1`, `rows` (pilot_rows), `decision` and its `verdict`
-    word, `line` (readme_line), `table` (Markdown), `intro`."""
+    word, `line` (readme_line), `table` (Markdown), `intro`, `revisions` (the code revisions its runs came from)."""
     from rpevit.lab.params import load_params
     from rpevit.lab.store.catalog import grid, reference_records, study_records
 
@@ -300,6 +301,7 @@ def summary(preset: str, reports_root=None) -> dict:
         "line": readme_line(params, rows, verdict(rows, params)[0], done, len(grid(params))),
         "table": table,
         "intro": intro,
+        "revisions": revisions_line(finished(results(own))),
     }
 
 
@@ -322,6 +324,8 @@ def write_report(preset: str, reports_root=None) -> list[str]:
         f"# {params.name}: the recall pilot",
         "",
         found["intro"],
+        "",
+        found["revisions"],
         "",
         found["decision"],
         "",

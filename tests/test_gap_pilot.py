@@ -627,14 +627,25 @@ def test_the_longer_study_needs_the_interval_below_minus_half_a_point_too():
 
 
 def test_the_report_lists_the_code_revisions_its_runs_came_from():
+    a, b, c = "a" * 40, "b" * 40 + "+dirty", "c" * 40
     found = [
         {"variant": "softmax+ape", "seed": s, "status": "finished", "top1": 0.9, "code_revision": rev}
-        for s, rev in ((1, "a" * 40), (2, "a" * 40), (3, "b" * 40 + "+dirty"), (4, ""))
+        for s, rev in ((1, a), (2, a), (3, b), (4, ""))
     ]
-    from rpevit.lab.revision import revisions_line
+    from rpevit.lab.revision import UNRECORDED, revisions_line
 
     line = revisions_line(results(found))
     assert line.startswith("Code revisions its finished runs were trained from: ")
     assert f"`{'a' * 12}` (2 runs)" in line and f"`{'b' * 12}+dirty` (1 run)" in line and "`unnamed` (1 run)" in line
-    assert line.endswith("— 2 from an uncommitted or unnamed revision.")
+    assert "— 2 from an uncommitted, unnamed or unrecorded revision" in line
+    assert line.endswith("— 4 recorded before records listed every revision (only their last is known).")
+
+    listed = [
+        {"variant": "favor+ape", "seed": s, "status": "finished", "top1": 0.9, "code_revision": revs[-1],
+         "code_revisions": revs}
+        for s, revs in ((1, [a, c]), (2, [c]), (3, [UNRECORDED, c]))
+    ]  # fmt: skip
+    line = revisions_line(results(listed))
+    assert f"`{'a' * 12}` (1 run), `{'c' * 12}` (3 runs), `unrecorded` (1 run)" in line
+    assert line.endswith("— 1 from an uncommitted, unnamed or unrecorded revision — 2 resumed across revisions.")
     assert revisions_line([]) == "Code revisions: no finished run yet."

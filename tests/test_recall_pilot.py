@@ -97,8 +97,9 @@ def test_the_report_is_written_from_the_records_with_its_figures(tmp_path, monke
     lines = recall_pilot.write_report("recall_pilot", reports_root=tmp_path)
     folder = tmp_path / "recall_pilot"
     assert (folder / "README.md").read_text() == "\n".join(lines) + "\n"
-    assert lines[4].startswith("**GO at K = 2**") and "favor+ape is −19.00" in lines[4]
+    assert lines[6].startswith("**GO at K = 2**") and "favor+ape is −19.00" in lines[6]
     assert "6 of 18 runs finished" in lines[2]
+    assert lines[4].startswith("Code revisions its finished runs were trained from: `unnamed` (6 runs)")
     for name in ("recall_pilot.csv", "recall_pilot.md", recall_pilot.FIGURE, recall_pilot.CURVES):
         assert (folder / name).stat().st_size > 0
 

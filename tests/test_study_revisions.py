@@ -1,6 +1,7 @@
 """A pre-registered study that is still training has runs from several code revisions: each record names its
 own and the report lists them. Here the code of every revision its kept records name trains a short run of
-each of its variants exactly as the current code does — the record's results (top-1, predictions, likelihood,
+each of its variants exactly as the current code does (a run resumed across sittings lists every revision it
+trained under, in its record and its parked checkpoint) — the record's results (top-1, predictions, likelihood,
 best epoch, run key) and every epoch's losses and accuracies, bit for bit at one thread — so a change to the
 package while such a study runs is shown output-identical (or this fails and names the run that moved)."""
 
@@ -16,10 +17,12 @@ from io import BytesIO
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from rpevit.lab import hooks
 from rpevit.lab.params import load_params, preregistered
+from rpevit.lab.revision import UNRECORDED
 from rpevit.lab.schedule.wanted import snapshot, wanted
 from rpevit.lab.schema import result_view
 
@@ -49,8 +52,14 @@ def studies_in_flight() -> list[str]:
 
 
 def kept_revisions(preset: str) -> set[str]:
-    records = (ROOT / "reports" / preset / "records").rglob("record.json")
-    return {json.loads(p.read_text())["code_revision"].removesuffix("+dirty") for p in records}
+    """Every revision the study's kept records and parked checkpoints name (a resumed run lists each)."""
+    named = []
+    for path in (ROOT / "reports" / preset / "records").rglob("record.json"):
+        record = json.loads(path.read_text())
+        named += [record["code_revision"], *record.get("code_revisions", [])]
+    for path in (ROOT / "reports" / preset / "parked").rglob("checkpoint*.pt"):
+        named += torch.load(path, map_location="cpu", weights_only=False).get("revisions", [])
+    return {rev.removesuffix("+dirty") for rev in named if rev and rev != UNRECORDED}
 
 
 def short_preset(preset: str, folder: Path) -> Path:

@@ -72,6 +72,34 @@ def test_a_run_begun_without_cpu_seconds_resumes_in_its_seven_columns(tiny_param
     assert record["train_cpu_seconds_per_epoch"] is None and record["train_seconds_per_epoch"] > 0
 
 
+def test_a_run_resumed_across_code_revisions_lists_each_of_them(tiny_params, tiny_dataset, tmp_path, monkeypatch):
+    """A run stopped under one revision and resumed under another names both, in order; a checkpoint written
+    before checkpoints kept the list resumes with "unrecorded" first; a straight run names one."""
+    from rpevit.lab import revision
+
+    def stop_after_first(row):
+        if row["epoch"] == 1:
+            raise KeyboardInterrupt
+
+    run = Run(tiny_params, "mnist5k", "relu+ape", 0, epochs=3)
+    monkeypatch.setattr(revision, "code_revision", lambda: "a" * 40)
+    with pytest.raises(KeyboardInterrupt):
+        train_run(run, tiny_dataset, tmp_path / "two", on_epoch_end=stop_after_first)
+    monkeypatch.setattr(revision, "code_revision", lambda: "b" * 40)
+    record = train_run(run, tiny_dataset, tmp_path / "two", resume=True)
+    assert record["code_revisions"] == ["a" * 40, "b" * 40] and record["code_revision"] == "b" * 40
+
+    with pytest.raises(KeyboardInterrupt):
+        train_run(run, tiny_dataset, tmp_path / "old", on_epoch_end=stop_after_first)
+    path = tmp_path / "old" / records.CHECKPOINT
+    records.save_checkpoint(path, {k: v for k, v in records.load_checkpoint(path).items() if k != "revisions"})
+    record = train_run(run, tiny_dataset, tmp_path / "old", resume=True)
+    assert record["code_revisions"] == [revision.UNRECORDED, "b" * 40]
+
+    record = train_run(run, tiny_dataset, tmp_path / "straight")
+    assert record["code_revisions"] == ["b" * 40]
+
+
 def test_resume_gives_identical_results(tiny_params, tiny_dataset, tmp_path):
     straight, resumed = resumed_like_straight(tiny_params, tiny_dataset, "softmax+ape", tmp_path)
     for key in ("top1", "log_likelihood", "best_epoch", "best_val_acc", "f1"):

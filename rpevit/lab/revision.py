@@ -1,6 +1,7 @@
 """The code revision a run's record was made with (its `code_revision` field): the git commit of the
 package's repository, with "+dirty" when the package has uncommitted changes, else — outside a
-checkout, or without git — "sha256:" and a short hash of the package's Python sources."""
+checkout, or without git — "sha256:" and a short hash of the package's Python sources. A run resumed
+across sittings may train under several: its checkpoint and record list them (`code_revisions`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import hashlib
 import subprocess
 from pathlib import Path
 
+UNRECORDED = "unrecorded"  # revisions of a checkpoint written before checkpoints kept their list
 PACKAGE = Path(__file__).resolve().parents[1]  # rpevit/, above this module's lab/
 
 
@@ -51,15 +53,37 @@ def short_revision(revision: str) -> str:
     return commit[:12] + plus + rest
 
 
+def extended(revisions: list[str], current: str) -> list[str]:
+    """A run's revision list once `current` code goes on with it: appended unless it is already the last."""
+    return list(revisions) if revisions and revisions[-1] == current else [*revisions, current]
+
+
+def run_revisions(run) -> list[str]:
+    """The revisions a finished run (Result) was trained under: its list, or, in a record older than the
+    lists, its one `code_revision` (earlier ones of a resumed run unknown); [] when it names none."""
+    return list(run.code_revisions) or ([run.code_revision] if run.code_revision else [])
+
+
 def revisions_line(runs) -> str:
-    """The code revisions finished runs (Results) were trained from, with run counts, and how many came from
-    uncommitted or unnamed code: a study's report names them."""
+    """The code revisions finished runs (Results) were trained under, with run counts (a run resumed across
+    revisions counts under each), and how many came from uncommitted, unnamed or unrecorded code, or
+    were recorded before records kept the list: a study's report names them."""
     from collections import Counter
 
-    counts = Counter(short_revision(r.code_revision) if r.code_revision else "unnamed" for r in runs)
+    runs = list(runs)
+    lists = [[short_revision(rev) for rev in run_revisions(r)] or ["unnamed"] for r in runs]
+    counts = Counter(rev for revs in lists for rev in dict.fromkeys(revs))
     if not counts:
         return "Code revisions: no finished run yet."
     named = ", ".join(f"`{rev}` ({n} run{'s' * (n != 1)})" for rev, n in sorted(counts.items()))
-    dirty = sum(n for rev, n in counts.items() if rev.endswith("+dirty") or rev == "unnamed")
-    warning = f" — {dirty} from an uncommitted or unnamed revision" if dirty else ""
-    return f"Code revisions its finished runs were trained from: {named}{warning}."
+    notes = []
+    unclean = sum(any(rev.endswith("+dirty") or rev in ("unnamed", UNRECORDED) for rev in revs) for revs in lists)
+    if unclean:
+        notes.append(f"{unclean} from an uncommitted, unnamed or unrecorded revision")
+    resumed = sum(len(set(revs)) > 1 for revs in lists)
+    if resumed:
+        notes.append(f"{resumed} resumed across revisions")
+    older = sum(not r.code_revisions for r in runs)
+    if older:
+        notes.append(f"{older} recorded before records listed every revision (only their last is known)")
+    return f"Code revisions its finished runs were trained from: {named}" + "".join(f" — {n}" for n in notes) + "."

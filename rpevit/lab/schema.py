@@ -88,6 +88,9 @@ class RunRecord:
     compile_seconds: float = _f(summary=False, default=0.0)  # torch.compile's time before epoch 1 (not in its seconds)
     torch: str = _f(summary=False)
     code_revision: str = _f(summary=False)  # rpevit.lab.revision: the git commit (+dirty), else a hash of the sources
+    # every code revision the run was trained under, in order (a resumed run may pass through several; the last is
+    # code_revision): "unrecorded" first where it resumed from a checkpoint older than these lists; [] in older records
+    code_revisions: list = _f(summary=False, default_factory=list)
     data_source: str = _f(summary=False)
     augment: str = _f(summary=False)
     test_predictions: str = _f(summary=False, result=True)  # space-separated predicted classes, test-split order

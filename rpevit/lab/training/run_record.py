@@ -12,7 +12,7 @@ import torch
 from ...core import metrics
 from ...core.device import device_name
 from ...core.loop import predict
-from ..revision import code_revision
+from .. import revision
 from ..schema import FINISHED, make_record
 from ..store import records
 from ..store.run import Run
@@ -94,7 +94,8 @@ def record_finished_run(
             "compiled": compiled,
             "compile_seconds": compile_seconds,
             "torch": torch.__version__,
-            "code_revision": code_revision(),
+            "code_revision": revision.code_revision(),
+            "code_revisions": state.revisions,
             "data_source": dataset.source,
             "augment": state.recipe,
             "config": run.config,

@@ -28,6 +28,7 @@ from ...core.device import autocast, deterministic, precision, resolve_device, t
 from ...core.errors import UserError
 from ...core.loop import EpochTotals, Step, adamw, predict, train_epoch
 from ...core.model import build_model
+from .. import revision
 from ..store import records
 from ..store.run import Run
 from . import continuation, distributed
@@ -248,6 +249,7 @@ class _State:
     epoch: int = 0  # epochs done
     branches: dict = field(default_factory=dict)  # budget (str) → its cool-down's result (budgets.py)
     continued_from: dict | None = None  # the donor run it went on from (continuation.py)
+    revisions: list[str] = field(default_factory=list)  # code revisions it ran under, in order (revision.py)
 
 
 def _start(run: Run, dataset, device, replica) -> _State:
@@ -276,6 +278,7 @@ def set_up(run: Run, dataset, device, path: Path, resume: bool, computed_in: str
         checkpoint = continuation.inherited_checkpoint(run, state.steps_per_epoch)
     if checkpoint is not None:
         _resume(state, checkpoint, run, device, computed_in, path, replica)
+    state.revisions = revision.extended(state.revisions, revision.code_revision())
     return state
 
 
@@ -331,6 +334,7 @@ def _resume(state: _State, checkpoint: dict, run: Run, device, precision: str, p
     state.history, state.best, state.epoch = checkpoint["history"], checkpoint["best"], checkpoint["epoch"]
     state.branches = checkpoint.get("branches", {})
     state.continued_from = checkpoint.get("continued_from")
+    state.revisions = list(checkpoint.get("revisions", [revision.UNRECORDED]))
     if replica.is_main:
         print(f"[{run.label}] resuming after epoch {state.epoch}", flush=True)
 
@@ -376,6 +380,7 @@ def _write_checkpoint(
         "best": state.best,
         "branches": state.branches,
         "continued_from": state.continued_from,
+        "revisions": state.revisions,
         **rank_fields,
     }
     records.save_checkpoint(path, checkpoint, stable=stable)
