@@ -14,7 +14,7 @@ import numpy as np
 from rpevit.lab.result import results
 
 from .convergence import PLATEAU_FRACTION
-from .styles import plotly_style, variant_legend, variant_style
+from .styles import figure_styles, plotly_style, variant_legend, variant_style
 
 BAND_ALPHA = 0.15
 SEED_BAND = "line: mean over seeds; band: lowest … highest seed"
@@ -130,12 +130,12 @@ COLLAPSED_NOTE = "collapsed runs: own panel, not in the mean"
 IN_FLIGHT_NOTE = "dotted, hollow: a run still training (per seed, its epochs so far; in no gap)"
 
 
-def _draw_in_flight(axes, in_flight) -> None:
+def _draw_in_flight(axes, in_flight, styles: dict) -> None:
     """Each unfinished run's epochs so far on the three curve panels: a dotted line per seed with its
-    variant's colour and hollow marker."""
+    variant's colour (`styles`: figure_styles) and hollow marker."""
     for axis, (key, _, scale) in zip(axes, CURVE_PANELS):
         for variant, _, history in in_flight:
-            style = {**variant_style(variant), "linestyle": ":", "markerfacecolor": "none"}
+            style = {**styles[variant], "linestyle": ":", "markerfacecolor": "none"}
             values = [scale * float(row[key]) for row in history]
             axis.plot([int(row["epoch"]) for row in history], values, **style, markersize=3, linewidth=1.2)
 
@@ -153,19 +153,20 @@ def training_curves(histories: list[tuple[str, int, list[dict]]], title: str = "
     healthy, fell = _split_collapsed(histories, collapsed)
     bands = curve_bands(healthy)
     variants = list(dict.fromkeys(v for v, _, _ in [*histories, *in_flight]))
+    styles = figure_styles(variants)
     panels = len(CURVE_PANELS) + bool(fell)
     fig, axes = plt.subplots(1, panels, figsize=(5 * panels, 4.6), layout="constrained")
     for axis, (key, label, _) in zip(axes, CURVE_PANELS):
         for variant in variants:
             if variant in bands[key]:
-                _band(axis, bands[key][variant], variant_style(variant), markersize=3.5, linewidth=1.2)
+                _band(axis, bands[key][variant], styles[variant], markersize=3.5, linewidth=1.2)
         axis.set_title(label)
-    _draw_in_flight(axes, in_flight)
+    _draw_in_flight(axes, in_flight, styles)
     if fell:
         axis = axes[-1]
         for variant, seed, history in fell:
             epochs = [int(row["epoch"]) for row in history]
-            axis.plot(epochs, [100 * row["val_acc"] for row in history], **variant_style(variant), markersize=3.5)
+            axis.plot(epochs, [100 * row["val_acc"] for row in history], **styles[variant], markersize=3.5)
             axis.annotate(
                 f"seed {seed}",
                 (epochs[-1], 100 * history[-1]["val_acc"]),
@@ -197,10 +198,11 @@ def training_curves_interactive(histories: list[tuple[str, int, list[dict]]], ti
     healthy, fell = _split_collapsed(histories, collapsed)
     bands = curve_bands(healthy)
     variants = list(dict.fromkeys(v for v, _, _ in healthy))
+    styles = figure_styles([*variants, *(v for v, _, _ in fell)])
     fig = make_subplots(rows=1, cols=len(CURVE_PANELS), subplot_titles=[label for _, label, _ in CURVE_PANELS])
     for column, (key, _, scale) in enumerate(CURVE_PANELS, start=1):
         for variant in variants:
-            _plotly_band(fig, bands[key][variant], variant_style(variant), variant, 1, column, showlegend=column == 1)
+            _plotly_band(fig, bands[key][variant], styles[variant], variant, 1, column, showlegend=column == 1)
         for variant, seed, history in fell:
             name = f"{variant} seed {seed} (collapsed)"
             fig.add_trace(
@@ -212,7 +214,7 @@ def training_curves_interactive(histories: list[tuple[str, int, list[dict]]], ti
                     legendgroup=name,
                     showlegend=column == 1,
                     visible="legendonly",
-                    **plotly_style(variant_style(variant)),
+                    **plotly_style(styles[variant]),
                 ),
                 row=1,
                 col=column,
@@ -346,10 +348,10 @@ def resolution_figure(found: list[dict], title: str = ""):
     fig, axes = plt.subplots(1, 2, figsize=(14, 4.6), sharey=True, layout="constrained")
     found = results(found)
     trained = found[0].resolution_eval[0]["trained_resolution"]
-    seeds = 1
+    seeds, styles = 1, figure_styles([r.name for r in found])
     for axis, mode in zip(axes, ("extrapolate", "interpolate")):
         for variant, line in resolution_bands(found, mode).items():
-            _band(axis, line, variant_style(variant))
+            _band(axis, line, styles[variant])
             seeds = max(seeds, line["seeds"])
         axis.axvline(trained, color="grey", linewidth=0.8)
         axis.set_title(mode)

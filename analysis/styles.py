@@ -1,6 +1,7 @@
 """One look per variant, the same in every figure, notebook and preset (matplotlib and plotly).
 
-A variant's look depends on the variant alone, never on which other variants share the figure:
+A variant's look depends on the variant alone, never on which other variants share the figure
+(one exception below):
 
 - colour: its leading positional method — the first in canonical order (rotary, bias, gate,
   absolute), `none` without positions — by that method's place in the fixed list
@@ -8,6 +9,11 @@ A variant's look depends on the variant alone, never on which other variants sha
 - marker and line style: its backend, by its place in `BACKENDS` (registry order);
 - fill: a filled marker for one method, a hollow one when methods are added to the leading one
   (e.g. `favor+rope_mixed+ape` is `favor+rope_mixed`'s colour and marker, hollow).
+
+The exception: in a figure whose variants all share one positional encoding and differ by backend (the
+pilots: softmax, FAVOR+ and ReLU, each + ape) a colour by encoding would draw every line alike, so there
+the colour is the backend's (`BACKEND_COLOURS`, the same in every such figure); marker and line style
+are unchanged (`figure_styles`).
 
 `plotly_style` turns the same style into plotly marker/line settings, so interactive pages match.
 """
@@ -115,6 +121,22 @@ def variant_styles(variants) -> dict[str, dict]:
     return {name: variant_style(name) for name in dict.fromkeys(parse_variant(v).name for v in variants)}
 
 
+def figure_styles(variants) -> dict[str, dict]:
+    """{variant as given: its style in a figure of these variants}: `variant_style`, except that where they
+    share one positional encoding and differ by backend each takes its backend's colour (module docstring)."""
+    variants = list(dict.fromkeys(variants))
+    parsed = {v: parse_variant(v) for v in variants}
+    by_backend = len({p.positions for p in parsed.values()}) == 1 and len({p.backend for p in parsed.values()}) > 1
+    styles = {}
+    for variant, p in parsed.items():
+        style = variant_style(variant)
+        if by_backend:
+            colour = backend_colour(p.backend)
+            style = {**style, "color": colour, "markerfacecolor": HOLLOW if added_methods(variant) else colour}
+        styles[variant] = style
+    return styles
+
+
 def plotly_style(style: dict) -> dict:
     """A matplotlib style from `variant_style` as plotly marker/line settings (hollow: '-open' symbol)."""
     from matplotlib.colors import to_hex
@@ -163,7 +185,7 @@ def variant_legend(target, variants, extra=(), **kwargs):
     (handle, label) pairs of `extra`; for figures with a handful of variants."""
     from matplotlib.lines import Line2D
 
-    styles = variant_styles(variants)
+    styles = figure_styles([parse_variant(v).name for v in variants])
     handles = [Line2D([], [], markersize=6, **style) for style in styles.values()]
     labels = list(styles)
     for handle, label in extra:

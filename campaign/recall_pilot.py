@@ -214,13 +214,14 @@ def accuracy_figure(params, top1: dict):
     """Test top-1 against K, one line per variant (the mean over seeds; each seed a dot), chance and the 95 %
     line marked."""
     from analysis.plots import _mpl
-    from analysis.styles import variant_style
+    from analysis.styles import figure_styles
 
     plt = _mpl()
     fig, axis = plt.subplots(figsize=(6.4, 4.2))
     ks = [dataset_info(d).recall.pairs for d in params.datasets]
+    styles = figure_styles(compared(params))
     for variant in compared(params):
-        style = variant_style(variant)
+        style = styles[variant]
         means = []
         for k, dataset in zip(ks, params.datasets, strict=True):
             values = [top1[(dataset, variant, s)] for s in params.seeds if (dataset, variant, s) in top1]
@@ -240,15 +241,16 @@ def accuracy_figure(params, top1: dict):
 def curves_figure(params, found):
     """Validation top-1 per epoch of every finished run, one panel per K."""
     from analysis.plots import _mpl
-    from analysis.styles import variant_style
+    from analysis.styles import figure_styles
     from rpevit.lab.store.catalog import run_history
 
     plt = _mpl()
+    styles = figure_styles(compared(params))
     fig, axes = plt.subplots(1, len(params.datasets), figsize=(4.2 * len(params.datasets), 3.4), squeeze=False)
     for axis, dataset in zip(axes[0], params.datasets, strict=True):
         for r in finished(results(found)):
             if r.dataset == dataset and r.run is not None and (rows := run_history(r.run)):
-                style = variant_style(r.variant)
+                style = styles[r.variant]
                 label = r.variant if r.seed == params.seeds[0] else None
                 epochs, accuracy = [row["epoch"] for row in rows], [100 * row["val_acc"] for row in rows]
                 axis.plot(epochs, accuracy, label=label, markevery=5, **style)

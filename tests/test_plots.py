@@ -12,6 +12,7 @@ import pytest  # noqa: E402
 
 from analysis import cost_plots, plots  # noqa: E402
 from analysis.report import variant_style  # noqa: E402
+from analysis.styles import BACKEND_COLOURS, figure_styles  # noqa: E402
 
 VARIANTS = ["softmax+ape", "favor+rope_mixed", "favor+rope_mixed+ape", "relu+krpe"]
 
@@ -64,14 +65,33 @@ def test_training_curves_band_percent_integer_epochs_and_one_entry_per_variant()
     plt.close(fig)
 
 
+def test_variants_that_share_their_encoding_are_told_apart_by_the_backends_colour():
+    """A pilot's lines (softmax, FAVOR+, ReLU, each + ape) would all take ape's colour: there each takes its
+    backend's, in the plot and its legend alike; a figure whose encodings differ keeps the encoding's colour."""
+    pilot = ["softmax+ape", "favor+ape", "relu+ape"]
+    styles = figure_styles(pilot)
+    assert len({s["color"] for s in styles.values()}) == 3 and {s["color"] for s in styles.values()} <= set(
+        BACKEND_COLOURS
+    )
+    assert [s["marker"] for s in styles.values()] == [variant_style(v)["marker"] for v in pilot]
+    assert figure_styles(VARIANTS) == {v: variant_style(v) for v in VARIANTS}
+    assert figure_styles(["favor+ape", "favor+ape"]) == {"favor+ape": variant_style("favor+ape")}
+    fig = plots.training_curves([(v, 0, _history(0)) for v in pilot], "t")
+    legend = {t.get_text(): h.get_color() for t, h in zip(fig.legends[0].get_texts(), fig.legends[0].legend_handles)}
+    assert legend == {v: styles[v]["color"] for v in pilot}
+    assert [line.get_color() for line in fig.axes[2].lines] == [styles[v]["color"] for v in pilot]
+    plt.close(fig)
+
+
 def test_a_run_in_flight_is_drawn_dotted_per_seed_apart_from_the_means():
     histories = [("softmax+ape", s, _history(s)) for s in (0, 1)]
     flying = [("favor+ape", s, _history(s)[:2]) for s in (0, 1)]
     fig = plots.training_curves(histories, "t", in_flight=flying)
+    flying_colour = figure_styles(["softmax+ape", "favor+ape"])["favor+ape"]["color"]
     for axis in fig.axes[:3]:
         dotted = [line for line in axis.lines if line.get_linestyle() == ":"]
         assert len(dotted) == 2 and all(len(line.get_xdata()) == 2 for line in dotted)  # a line per seed
-        assert {line.get_color() for line in dotted} == {variant_style("favor+ape")["color"]}
+        assert {line.get_color() for line in dotted} == {flying_colour}
         assert len(axis.lines) == 3  # softmax's mean, not mixed with them
     assert list(fig.axes[2].lines[-1].get_ydata()) == pytest.approx([100 * r["val_acc"] for r in _history(1)[:2]])
     legend = fig.legends[0]
