@@ -267,7 +267,8 @@ def curves_figure(params, found):
 def summary(preset: str, reports_root=None) -> dict:
     """What a recall pilot's report shows, computed from its records and written nowhere (write_report writes
     it; notebook 35 shows it): `params`, `found`, `top1`, `rows` (pilot_rows), `decision` and its `verdict`
-    word, `line` (readme_line), `table` (Markdown), `intro`, `revisions` (the code revisions its runs came from)."""
+    word, `line` (readme_line), `table` (Markdown), `intro`, `revisions` (the code revisions its runs came
+    from), `done` (its own finished runs)."""
     from rpevit.lab.params import load_params
     from rpevit.lab.store.catalog import grid, reference_records, study_records
 
@@ -304,6 +305,7 @@ def summary(preset: str, reports_root=None) -> dict:
         "table": table,
         "intro": intro,
         "revisions": revisions_line(finished(results(own))),
+        "done": done,
     }
 
 
