@@ -166,17 +166,17 @@ def decision(rows: list[dict], params) -> str:
 
 def readme_line(params, rows: list[dict], word: str, done: int, runs: int) -> str:
     """The pilot in one line for the README's recall block: layout, K, runs, verdict, softmax's mean top-1
-    per K and the range of the Performers' mean gaps."""
+    per K (chance is CHANCE, said once above the block) and the range of the Performers' mean gaps."""
     tasks = [dataset_info(d).recall for d in params.datasets]
     soft = {r["K"]: r["softmax top-1"] for r in rows}
     paired = [r for r in rows if not math.isnan(r["mean gap"])]
     gaps, names = [r["mean gap"] for r in paired], dict.fromkeys(r["variant"].removesuffix("+ape") for r in paired)
-    spread = f"{', '.join(names)} − softmax {signed(min(gaps))} to {signed(max(gaps))} points" if gaps else "no pairs"
+    between = signed(min(gaps)) + ("" if min(gaps) == max(gaps) else f" to {signed(max(gaps))}") if gaps else ""
+    spread = f"{', '.join(names)} − softmax {between} points" if gaps else "no pairs"
     return (
         f"`{params.name}` ({tasks[0].layout}, K = {'/'.join(str(t.pairs) for t in tasks)}; {done} of {runs} runs): "
         f"**{word or 'open'}** — softmax "
-        f"{' / '.join('—' if math.isnan(soft[t.pairs]) else f'{soft[t.pairs]:.1f}' for t in tasks)} % "
-        f"(chance {CHANCE:g} %); {spread}."
+        f"{' / '.join('—' if math.isnan(soft[t.pairs]) else f'{soft[t.pairs]:.1f}' for t in tasks)} %; {spread}."
     )
 
 
