@@ -283,7 +283,8 @@ def summary(preset: str, reports_root=None) -> dict:
     table = markdown_table(
         [{**r, "mean gap": "—" if math.isnan(r["mean gap"]) else signed(r["mean gap"])} for r in shown], digits=2
     )
-    done = len(finished(results(own)))
+    kept = finished(results(own))
+    done = len(kept)
     borrowed = (
         f" softmax+ape is read from `{params.reference}`'s kept records ({len(read)} runs, the same run keys)."
         if params.reference
@@ -304,7 +305,7 @@ def summary(preset: str, reports_root=None) -> dict:
         "line": readme_line(params, rows, verdict(rows, params)[0], done, len(grid(params))),
         "table": table,
         "intro": intro,
-        "revisions": revisions_line(finished(results(own))),
+        "revisions": revisions_line(kept),
         "done": done,
     }
 
