@@ -2,8 +2,8 @@
 question, not what a user of rpevit needs.
 
 - the pre-registered pilots' reports: gap pilots (`gap_pilot`, `pilot_overview`, `pilot_answer`),
-  the recall pilot (`recall_pilot`), recipe pilots (`recipe_pilot`), docs/results.md's Findings
-  (`findings`);
+  the recall pilots (`recall_pilot`, `recall_maps`, `recall_overview`), recipe pilots
+  (`recipe_pilot`), docs/results.md's Findings (`findings`);
 - the pilots' CPU budgets read from a preset's header (`budget`), unfinished runs parked in the
   repository (`parking`) and short GPU sittings (`sitting`), with the device shell scripts in
   campaign/scripts/;

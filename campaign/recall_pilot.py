@@ -181,21 +181,26 @@ def readme_line(params, rows: list[dict], word: str, done: int, runs: int) -> st
 
 
 def sync_readme(readme: Path, reports_root: Path) -> bool:
-    """Put each recall pilot's line (the `**In one line**` of its report, for those with a report) into the
+    """Put each recall pilot's line (the `**In one line**` of its report, for those with a report), then the
+    order's answer (the `**The recall answer**` line of reports/recall_pilots.md, once there is one), into the
     README's recall block (<!-- recall: … --> … <!-- /recall -->); True if it changed."""
+    from .recall_overview import ANSWER, OVERVIEW
+
     text = readme.read_text()
     start, end = text.find("<!-- recall:"), text.find(RECALL_END)
     if start < 0 or end < start:
         raise UserError(f"{readme} has no recall block (<!-- recall: … --> … {RECALL_END}) to fill.")
     lines = [
-        line.removeprefix(ONE_LINE)
+        f"- {line.removeprefix(ONE_LINE)}\n"
         for name in ORDER
         if (report := reports_root / name / "README.md").is_file()
         for line in report.read_text().splitlines()
         if line.startswith(ONE_LINE)
     ]
+    overview = reports_root / OVERVIEW
+    said = [line for line in overview.read_text().splitlines() if line.startswith(ANSWER)] if overview.is_file() else []
     start = text.index("\n", start) + 1
-    new = text[:start] + "".join(f"- {line}\n" for line in lines) + text[end:]
+    new = text[:start] + "".join(lines) + "".join(f"\n{line}\n" for line in said) + text[end:]
     if new != text:
         records.write_text(readme, new)
     return new != text
@@ -355,22 +360,29 @@ def write_report(preset: str, reports_root=None) -> list[str]:
 def add_parser(sub) -> None:
     """The `recall-pilot` sub-command's arguments."""
     pilot = sub.add_parser("recall-pilot", help="a recall pilot's report: accuracy against K, gaps, go/no-go")
-    pilot.add_argument("params", help="the pilot's preset")
+    pilot.add_argument("params", nargs="?", default=ORDER[0], help="the pilot's preset")
     pilot.add_argument("--next", action="store_true", help="print only the pilot its finished NO-GO hands on to")
+    pilot.add_argument(
+        "--overview", action="store_true", help="every pilot of the order and its answer: reports/recall_pilots.md"
+    )
 
 
 def command(args) -> int:
-    """`python -m campaign recall-pilot <preset>`: its report, reports/<preset>/README.md; with --next only the
-    next pilot's name (or nothing)."""
+    """`python -m campaign recall-pilot <preset>`: its report, reports/<preset>/README.md; with --overview every
+    pilot of the order (reports/recall_pilots.md, recall_overview); with --next only the next pilot's name (or
+    nothing). In the project's reports either also fills the README's recall block."""
     if args.next:
         print(trains_next(args.params))
         return 0
     from rpevit.lab.params import PROJECT_ROOT
 
-    lines = write_report(args.params)
+    from .recall_overview import write_overview
+
+    lines = write_overview() if args.overview else write_report(args.params)
     print("\n".join(lines))
     if records.reports_root() == PROJECT_ROOT / "reports":  # the project's reports: its README quotes them
         changed = sync_readme(PROJECT_ROOT / "README.md", PROJECT_ROOT / "reports")
         print(f"README.md's recall block {'updated' if changed else 'already matches'}")
-    print(f"wrote reports/{Path(str(args.params)).stem}/: README.md, {TABLE}.csv, {TABLE}.md, {FIGURE}, {CURVES}")
+    if not args.overview:
+        print(f"wrote reports/{Path(str(args.params)).stem}/: README.md, {TABLE}.csv, {TABLE}.md, {FIGURE}, {CURVES}")
     return 0

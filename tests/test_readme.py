@@ -73,9 +73,11 @@ def test_the_overview_command_fills_the_pilots_block(tmp_path):
     assert not sync_readme(readme, ["**where**", "| a |", "|---|", "| 1 |", "", "Across the pilots …"])
 
 
-def test_the_recall_block_is_each_recall_pilot_s_line_from_its_report():
+def test_the_recall_block_is_each_recall_pilot_s_line_from_its_report_then_the_order_s_answer():
     """Each line of the README's recall block is the `**In one line**` of a recall pilot's report, in the
-    pre-registered order, for every pilot that has a report (`python -m campaign recall-pilot` fills it)."""
+    pre-registered order, for every pilot that has a report; then the order's answer from
+    reports/recall_pilots.md once it has one (`python -m campaign recall-pilot PILOT|--overview` fill it)."""
+    from campaign.recall_overview import ANSWER, OVERVIEW
     from campaign.recall_pilot import ONE_LINE, ORDER
 
     match = re.search(r"<!-- recall: [^>]*-->\n(.*?)<!-- /recall -->", README, re.S)
@@ -87,7 +89,8 @@ def test_the_recall_block_is_each_recall_pilot_s_line_from_its_report():
         for line in report.read_text().splitlines()
         if line.startswith(ONE_LINE)
     ]
-    assert wanted and match.group(1).splitlines() == wanted
+    said = [line for line in (ROOT / "reports" / OVERVIEW).read_text().splitlines() if line.startswith(ANSWER)]
+    assert wanted and match.group(1).splitlines() == wanted + [x for line in said for x in ("", line)]
 
 
 def test_the_recall_command_fills_the_recall_block(tmp_path):
