@@ -144,6 +144,18 @@ def unheld_revisions(preset: str, folder: Path) -> list[str]:
     return unheld
 
 
+def test_every_pre_registered_study_cuts_to_a_short_run_that_loads(tmp_path):
+    """The slow test below cuts whichever studies are in flight when it runs; every pre-registered preset
+    that keeps records must cut to a preset that loads (a reference preset once broke it), so a study
+    entering flight cannot."""
+    kept = [p.stem for p in sorted((ROOT / "params").glob("*.yaml")) if preregistered(p.stem)]
+    kept = [name for name in kept if load_params(name).keep_records]
+    assert "canvas40_long" in kept and "recall_pilot_favor8" in kept
+    for preset in kept:
+        params = load_params(str(short_preset(preset, tmp_path)))
+        assert (params.train.epochs, params.seeds, len(params.datasets)) == (3, params.seeds[:1], 1), preset
+
+
 @pytest.mark.slow
 def test_every_revision_a_study_in_flight_trained_from_trains_as_the_current_code(tmp_path):
     """Which studies are in flight is decided here, not at collection: the fast suite reads no preset for it."""
