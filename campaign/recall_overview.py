@@ -38,12 +38,12 @@ def summaries(reports_root=None) -> list[dict]:
     return [s for s in found if s["done"]]
 
 
-def _features(params) -> str:
+def _features(params) -> int:
     """FAVOR+'s random-feature count in the pilot (its default where the preset sets none)."""
     from rpevit.core.attention.features import default_favor_features
 
     features = params.model.options_for("favor").num_features
-    return str(features or default_favor_features(params.model.dim // params.model.heads))
+    return features or default_favor_features(params.model.dim // params.model.heads)
 
 
 def _ks(params) -> list[int]:
@@ -60,14 +60,16 @@ def pilot_clause(found: dict) -> str:
     said = "every K" if solved == ks else ("no K" if not solved else "K = " + ", ".join(map(str, solved)))
     paired = [r for r in rows if not math.isnan(r["mean gap"])]
     names = ", ".join(dict.fromkeys(r["variant"].removesuffix("+ape") for r in paired))
-    fewer = [k for k in ks if k > int(features)] if any(r["variant"].startswith("favor") for r in paired) else []
+    favor = any(r["variant"].startswith("favor") for r in paired)
     lowest = min(paired, key=lambda r: r["mean gap"])
     low, high = min(r["mean gap"] for r in paired), max(r["mean gap"] for r in paired)
     spread = f"were {signed(low)}" if low == high else f"ran from {signed(low)} to {signed(high)}"
+    fewer = [k for k in ks if k > features]
     fewer_text = f", fewer features than pairs at K = {', '.join(map(str, fewer))}" if fewer else ""
+    favor_text = f", FAVOR+ m = {features}{fewer_text}" if favor else ""
     layout = LAYOUTS.get(name := dataset_info(params.datasets[0]).recall.layout, name)
     return (
-        f"`{params.name}` ({layout} layout, K = {'/'.join(map(str, ks))}, FAVOR+ m = {features}{fewer_text}, "
+        f"`{params.name}` ({layout} layout, K = {'/'.join(map(str, ks))}{favor_text}, "
         f"{params.train.epochs} epochs): softmax solved {said} ({' / '.join(f'{soft[k]:.1f}' for k in ks)} %); "
         f"the mean gaps of {names} {spread} points (lowest: {lowest['variant'].removesuffix('+ape')} at "
         f"K = {lowest['K']}, {lowest['gap, 95 % interval']})"
