@@ -60,15 +60,20 @@ def gap_interval(row: dict) -> str:
     return f"{signed(mean)} [{signed(low)}, {signed(high)}] ({n} seeds, {reading})"
 
 
+def favor_features(params) -> int:
+    """FAVOR+'s random-feature count in a preset (its default for the head size where the preset sets none)."""
+    from rpevit.core.attention.features import default_favor_features
+
+    features = params.model.options_for("favor").num_features
+    return features or default_favor_features(params.model.dim // params.model.heads)
+
+
 def _task(params) -> str:
     """The pilot's task in words: canvas, tokens, FAVOR+'s feature count."""
-    from rpevit.core.attention.features import default_favor_features
     from rpevit.core.data import dataset_info
 
     size, patch = dataset_info(params.datasets[0]).image_size, params.model.patch_size
-    features = params.model.options_for("favor").num_features
-    default = default_favor_features(params.model.dim // params.model.heads)
-    return f"{size}×{size}, {(size // patch) ** 2 + 1} tokens, FAVOR+ m = {features or default}"
+    return f"{size}×{size}, {(size // patch) ** 2 + 1} tokens, FAVOR+ m = {favor_features(params)}"
 
 
 def overview_row(preset: str, reports_root=None, before: str | None = None) -> tuple[dict, str, dict]:

@@ -18,7 +18,8 @@ from rpevit.lab.store import records
 from rpevit.lab.tables import signed
 
 from . import recall_pilot
-from .recall_pilot import GO_GAP, ORDER, SOLVED
+from .pilot_overview import favor_features
+from .recall_pilot import GO_GAP, ORDER, SOLVED, pairs_of
 
 LAYOUTS = {"neighbour": "neighbour", "samecell": "same-cell"}  # the layout's name in prose
 OVERVIEW, FIGURE = "recall_pilots.md", "recall_pilots.png"
@@ -38,23 +39,11 @@ def summaries(reports_root=None) -> list[dict]:
     return [s for s in found if s["done"]]
 
 
-def _features(params) -> int:
-    """FAVOR+'s random-feature count in the pilot (its default where the preset sets none)."""
-    from rpevit.core.attention.features import default_favor_features
-
-    features = params.model.options_for("favor").num_features
-    return features or default_favor_features(params.model.dim // params.model.heads)
-
-
-def _ks(params) -> list[int]:
-    return [dataset_info(d).recall.pairs for d in params.datasets]
-
-
 def pilot_clause(found: dict) -> str:
     """One pilot in words: layout, K, FAVOR+'s features (and the K it has fewer features than), which K softmax
     solved with its top-1 per K, and the range of the Performers' mean gaps with the lowest one's interval."""
     params, rows = found["params"], found["rows"]
-    ks, features = _ks(params), _features(params)
+    ks, features = pairs_of(params), favor_features(params)
     soft = {r["K"]: r["softmax top-1"] for r in rows}
     solved = [k for k in ks if soft.get(k, math.nan) >= SOLVED]
     said = "every K" if solved == ks else ("no K" if not solved else "K = " + ", ".join(map(str, solved)))
@@ -125,7 +114,7 @@ def gaps_figure(found: list[dict]):
     fig, axes = plt.subplots(1, len(found), figsize=(4.2 * len(found), 3.6), squeeze=False, sharey=True)
     for axis, pilot in zip(axes[0], found, strict=True):
         params, top1 = pilot["params"], pilot["top1"]
-        ks, styles = _ks(params), figure_styles(recall_pilot.compared(params))
+        ks, styles = pairs_of(params), figure_styles(recall_pilot.compared(params))
         performers = recall_pilot.performers(params)
         for place, variant in enumerate(performers):
             dodge = 2 ** (0.08 * (place - (len(performers) - 1) / 2))  # side by side at one K (log axis)
@@ -151,7 +140,7 @@ def gaps_figure(found: list[dict]):
         axis.axhline(-GO_GAP, color="grey", linewidth=0.8, linestyle="--")
         axis.set_xscale("log", base=2)
         axis.set(xticks=ks, xticklabels=[str(k) for k in ks], xlabel="K (key–value pairs)")
-        axis.set_title(f"{params.name}\n(FAVOR+ m = {_features(params)})", fontsize=9)
+        axis.set_title(f"{params.name}\n(FAVOR+ m = {favor_features(params)})", fontsize=9)
         axis.legend(fontsize=7, loc="best")
     axes[0][0].set_ylabel("Performer − softmax, test top-1 (points)")
     fig.suptitle(

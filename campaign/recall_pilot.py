@@ -77,6 +77,11 @@ def next_pilot(params) -> str:
     return f"By the pre-registration `{following}` trains next ({load_params(following).description})."
 
 
+def pairs_of(params) -> list[int]:
+    """K, the key–value pairs, of each of the preset's recall datasets, in its order."""
+    return [dataset_info(d).recall.pairs for d in params.datasets]
+
+
 def top1_by_run(found) -> dict[tuple[str, str, int], float]:
     """(dataset, variant, seed) → test top-1 in points, of the finished runs."""
     return {(r.dataset, r.variant, r.seed): 100 * r.top1 for r in finished(results(found))}
@@ -156,7 +161,7 @@ def decision(rows: list[dict], params) -> str:
             "t-interval). The factorial on this K is pre-registered next."
         )
     solved = sorted({r["K"] for r in rows if r["softmax top-1"] >= SOLVED})
-    ks = ", ".join(str(dataset_info(d).recall.pairs) for d in params.datasets)
+    ks = ", ".join(map(str, pairs_of(params)))
     return (
         f"**NO-GO**: at no K of {ks} did softmax reach ≥ {SOLVED:g} % with a Performer ≥ {GO_GAP:g} points behind "
         + (f"(softmax solved K = {', '.join(map(str, solved))})." if solved else "(softmax solved none of them).")
@@ -223,7 +228,7 @@ def accuracy_figure(params, top1: dict):
 
     plt = _mpl()
     fig, axis = plt.subplots(figsize=(6.4, 4.2))
-    ks = [dataset_info(d).recall.pairs for d in params.datasets]
+    ks = pairs_of(params)
     styles = figure_styles(compared(params))
     for variant in compared(params):
         style = styles[variant]
@@ -300,14 +305,15 @@ def summary(preset: str, reports_root=None) -> dict:
         f"the variants, seeds, recipe, budget and the go/no-go rule. {done} of {len(grid(params))} runs "
         f"finished.{borrowed}"
     )
+    word = verdict(rows, params)[0]
     return {
         "params": params,
         "found": found,
         "top1": top1,
         "rows": shown,
         "decision": decision(rows, params),
-        "verdict": verdict(rows, params)[0],
-        "line": readme_line(params, rows, verdict(rows, params)[0], done, len(grid(params))),
+        "verdict": word,
+        "line": readme_line(params, rows, word, done, len(grid(params))),
         "table": table,
         "intro": intro,
         "revisions": revisions_line(kept),
