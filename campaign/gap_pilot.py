@@ -391,6 +391,7 @@ def pilot_summary(preset: str, reports_root=None) -> dict:
         f"{finished_count} of {planned} runs finished.{borrowed_line} "
         + budget_line(hours, running, stated_budget(preset), complete=finished_count == planned or bool(ended)),
         "decision": decision(rows, longest, finished_count == planned, params.name, ended),
+        "complete": finished_count == planned or bool(ended),  # no run left to train: every run, or the budget
         "trend": trend_line(top1, variants, seeds, short, longest, backends),
         "collapsed": (
             f"Collapsed (validation top-1 fell toward chance; reported apart, not in any gap): {', '.join(fell)}."
@@ -419,6 +420,8 @@ def pilot_summary(preset: str, reports_root=None) -> dict:
 
 def write_report(preset: str, reports_root=None) -> list[str]:
     """reports/<preset>/README.md and pilot_gaps.{csv,md}; returns the README's lines."""
+    from . import primary_contrasts  # it reads this module's gaps
+
     summary = pilot_summary(preset, reports_root)
     params, found = summary["params"], summary["found"]
     folder = (reports_root or records.reports_root()) / params.name
@@ -448,7 +451,8 @@ def write_report(preset: str, reports_root=None) -> list[str]:
         "",
         markdown_table(change, list(change[0]), digits=2),
         markdown_table(gap_change, list(gap_change[0]), digits=2),
-        SENSITIVITY_NOTE,
+        PRIMARY_NOTE if params.name in primary_contrasts.PRIMARY else SENSITIVITY_NOTE,
+        *primary_contrasts.section(params, found["top1"], _performers(params), summary["complete"]),
     ]
     if found["histories"]:
         lines += ["", *_curves(found, params, folder)]
@@ -464,6 +468,7 @@ SENSITIVITY_NOTE = (
     "Convergence is read as budget sensitivity (no plateau rule): with two seeds these changes are "
     "descriptive; they say whether the gap opens or closes with more training."
 )
+PRIMARY_NOTE = "These changes per seed are tested below, with the gaps at the longest budget, as pre-registered."
 
 
 def _curves(found: dict, params, folder) -> list[str]:

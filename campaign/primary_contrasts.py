@@ -1,0 +1,117 @@
+"""The pre-registered primary contrasts of the longer-budget study (params/canvas40_long.yaml, "Primary
+contrasts"): per Performer b, (1) its gap b − softmax in test top-1 points at the longest budget and (2)
+the gap's change from the shorter budget to the longest, both paired by seed, each with a 95 %
+Student-t interval over the seeds that have every run the contrast reads; the contrasts form their own
+family under Holm's step-down rule (Holm 1979) over their two-sided p-values.
+
+A contrast with fewer than two seeds has no interval or p: it is "not testable yet" and does not count
+in the family, so an interim table adjusts over the contrasts testable so far (and says how many).
+"""
+
+from __future__ import annotations
+
+import math
+
+from rpevit.core.stats import contrast_test, holm
+from rpevit.lab.tables import markdown_table, signed
+
+from .gap_pilot import gap_changes, seed_gaps
+
+# preset → (shorter, longest) budget in epochs of its pre-registered primary contrasts
+PRIMARY = {"canvas40_long": (32, 64)}
+ALPHA = 0.05
+NOT_YET = "not testable yet"
+
+
+def _reading(kind: str, test: dict, adjusted: float) -> str:
+    """What one contrast says once adjusted: a direction only where Holm's adjusted p is below ALPHA."""
+    if math.isnan(adjusted):
+        return NOT_YET
+    if adjusted >= ALPHA:
+        return "inconclusive"
+    ahead = test["effect"] < 0
+    if kind == "gap":
+        return "softmax ahead" if ahead else "Performer ahead"
+    return "softmax's lead grew" if ahead else "softmax's lead shrank"
+
+
+def contrast_rows(top1: dict, seeds: list[int], backends, short: int, long: int) -> list[dict]:
+    """Per Performer backend: the gap at `long` epochs and its change from `short`, paired by seed, with the
+    95 % t-interval, the two-sided p, Holm's adjusted p over the family's testable contrasts and the reading.
+    Rows carry numbers (nan where not testable); `table` formats them."""
+    rows = []
+    for backend in backends:
+        pair = f"{backend} − softmax"
+        for kind, label, values in (
+            ("gap", f"{pair} at {long}", seed_gaps(top1, seeds, long, backend)),
+            ("change", f"change of {pair}, {short}→{long}", gap_changes(top1, seeds, short, long, backend)),
+        ):
+            test = contrast_test(values, "less") if values else {"effect": math.nan, "n": 0}
+            two_sided = min(1.0, 2 * min(test["p_support"], test["p_contradict"])) if test["n"] > 1 else math.nan
+            rows.append(
+                {
+                    "kind": kind,
+                    "contrast": label,
+                    "seeds": test["n"],
+                    "per seed": ", ".join(map(signed, values)) or "—",
+                    "mean": test["effect"],
+                    "low": test.get("low", math.nan),
+                    "high": test.get("high", math.nan),
+                    "p": two_sided,
+                    "test": test,
+                }
+            )
+    for row, adjusted in zip(rows, holm([r["p"] for r in rows])):
+        row["p (Holm)"] = adjusted
+        row["reading"] = _reading(row["kind"], row["test"], adjusted)
+    return rows
+
+
+def _number(value: float, text: str) -> str:
+    return "—" if math.isnan(value) else text
+
+
+def table(rows: list[dict]) -> list[dict]:
+    """The rows as the report prints them: signed points, an interval, p-values to three digits."""
+    return [
+        {
+            "contrast": r["contrast"],
+            "seeds": r["seeds"],
+            "per seed": r["per seed"],
+            "mean": _number(r["mean"], signed(r["mean"])),
+            "95 % interval": _number(r["low"], f"[{signed(r['low'])}, {signed(r['high'])}]"),
+            "p": _number(r["p"], f"{r['p']:.3f}"),
+            "p (Holm)": _number(r["p (Holm)"], f"{r['p (Holm)']:.3f}"),
+            "reading": r["reading"],
+        }
+        for r in rows
+    ]
+
+
+def family_note(rows: list[dict], complete: bool) -> str:
+    """How the family was adjusted: over how many of its contrasts, and whether every run had finished."""
+    testable = sum(not math.isnan(r["p"]) for r in rows)
+    state = "" if complete else " Interim: not every run has finished, so fewer seeds enter than planned."
+    # `complete` is also true when the spent budget ended the study: its decision line says with how many runs
+    return (
+        f"Per seed: Performer − softmax in test top-1 points (negative: softmax ahead), over the seeds with "
+        f"every run the contrast reads. 95 % Student-t intervals over those seeds, unadjusted, as "
+        f"pre-registered; p two-sided (H0: no difference); Holm's step-down adjustment over the {testable} of "
+        f"{len(rows)} contrasts testable now (two seeds or more); a direction is read only where the adjusted "
+        f"p is below {ALPHA}.{state}"
+    )
+
+
+def section(params, top1: dict, backends, complete: bool) -> list[str]:
+    """The report's lines for a preset with pre-registered primary contrasts ([] for any other)."""
+    if params.name not in PRIMARY:
+        return []
+    rows = contrast_rows(top1, list(params.seeds), backends, *PRIMARY[params.name])
+    shown = table(rows)
+    return [
+        "",
+        f"## Primary contrasts (pre-registered: {len(rows)} contrasts, one family under Holm)",
+        "",
+        markdown_table(shown, list(shown[0])),
+        family_note(rows, complete),
+    ]

@@ -1,0 +1,108 @@
+"""The longer-budget study's pre-registered primary contrasts (params/canvas40_long.yaml): per Performer,
+its gap at 64 epochs and the gap's change from 32, paired by seed, with 95 % t-intervals, one family
+under Holm over the contrasts that have two seeds or more."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from scipy import stats as scipy_stats
+
+from campaign import gap_pilot, primary_contrasts
+from rpevit.lab.params import load_params
+from rpevit.lab.result import results
+
+BACKENDS = ["favor", "relu"]
+
+
+def _top1(favor: dict[int, tuple[float, float]], relu: dict[int, tuple[float, float]]) -> dict:
+    """Per seed: each Performer's (gap at 32, gap at 64) against a softmax at 88 and 91 %."""
+    top1 = {}
+    for seed in favor.keys() | relu.keys():
+        top1 |= {("softmax+ape", seed, 32): 88.0, ("softmax+ape", seed, 64): 91.0}
+        for backend, gaps in (("favor", favor), ("relu", relu)):
+            if seed in gaps:
+                top1 |= {(f"{backend}+ape", seed, 32): 88.0 + gaps[seed][0]}
+                top1 |= {(f"{backend}+ape", seed, 64): 91.0 + gaps[seed][1]}
+    return top1
+
+
+def _rows(top1, seeds=(1, 2, 3, 4)):
+    rows = primary_contrasts.contrast_rows(top1, list(seeds), BACKENDS, 32, 64)
+    return {r["contrast"]: r for r in rows}
+
+
+def test_each_contrast_is_a_paired_t_interval_and_a_two_sided_p_over_its_seeds():
+    favor = {1: (-0.5, -2.0), 2: (-0.4, -1.8), 3: (-0.6, -2.3), 4: (-0.5, -1.9)}
+    rows = _rows(_top1(favor, {1: (0.0, 0.1), 2: (0.0, -0.1)}))
+    gap = rows["favor − softmax at 64"]
+    values = [-2.0, -1.8, -2.3, -1.9]
+    low, high = scipy_stats.t.interval(0.95, 3, loc=sum(values) / 4, scale=scipy_stats.sem(values))
+    assert gap["seeds"] == 4 and gap["low"] == pytest.approx(low) and gap["high"] == pytest.approx(high)
+    assert gap["p"] == pytest.approx(scipy_stats.ttest_1samp(values, 0.0).pvalue)
+    change = rows["change of favor − softmax, 32→64"]
+    assert change["per seed"] == "−1.50, −1.40, −1.70, −1.40" and change["mean"] == pytest.approx(-1.5)
+    assert gap["reading"] == "softmax ahead" and change["reading"] == "softmax's lead grew"
+    assert rows["relu − softmax at 64"]["seeds"] == 2 and rows["relu − softmax at 64"]["reading"] == "inconclusive"
+
+
+def test_holm_adjusts_over_the_testable_contrasts_only():
+    """A contrast with one seed has no p and leaves the family's size: here 2 of 4 contrasts are testable."""
+    favor = {1: (-0.5, -2.0), 2: (-0.4, -1.8), 3: (-0.6, -2.3)}
+    rows = _rows(_top1(favor, {1: (0.0, 0.1)}))
+    assert math.isnan(rows["relu − softmax at 64"]["p"])
+    assert rows["relu − softmax at 64"]["reading"] == primary_contrasts.NOT_YET
+    ps = sorted(r["p"] for r in rows.values() if not math.isnan(r["p"]))
+    assert len(ps) == 2
+    adjusted = sorted(r["p (Holm)"] for r in rows.values() if not math.isnan(r["p"]))
+    assert adjusted[0] == pytest.approx(min(1.0, 2 * ps[0]))
+    assert adjusted[1] == pytest.approx(max(adjusted[0], ps[1]))
+    note = primary_contrasts.family_note(list(rows.values()), complete=False)
+    assert "over the 2 of 4 contrasts testable now" in note and "Interim" in note
+
+
+def test_a_performer_ahead_and_a_shrinking_lead_read_the_other_way():
+    favor = {1: (-1.5, 0.6), 2: (-1.4, 0.5), 3: (-1.6, 0.7), 4: (-1.5, 0.6)}
+    rows = _rows(_top1(favor, {}))
+    assert rows["favor − softmax at 64"]["reading"] == "Performer ahead"
+    assert rows["change of favor − softmax, 32→64"]["reading"] == "softmax's lead shrank"
+
+
+def test_a_difference_the_family_cannot_carry_is_inconclusive():
+    """Unadjusted p below 0.05 is not enough: the reading needs Holm's adjusted p below it."""
+    favor = {1: (0.0, -0.4), 2: (0.0, -1.0), 3: (0.0, -0.3), 4: (0.0, -0.6)}  # p 0.034, twice: Holm 0.068
+    rows = _rows(_top1(favor, {}))
+    gap = rows["favor − softmax at 64"]
+    assert gap["p"] < 0.05 <= gap["p (Holm)"] and gap["reading"] == "inconclusive"
+
+
+def test_only_a_preset_that_pre_registered_them_gets_the_section():
+    top1 = _top1({1: (-0.5, -2.0), 2: (-0.4, -1.8)}, {})
+    assert primary_contrasts.section(load_params("canvas_gap_pilot"), top1, BACKENDS, True) == []
+    lines = primary_contrasts.section(load_params("canvas40_long"), top1, BACKENDS, True)
+    assert lines[1].startswith("## Primary contrasts") and "| favor − softmax at 64 | 2 | −2.00, −1.80 |" in lines[3]
+
+
+def test_the_longer_study_report_tests_its_primary_contrasts(tmp_path, monkeypatch):
+    from rpevit.lab.store import catalog
+
+    def record(variant, seed, top1_32, top1_64):
+        return {
+            "variant": variant,
+            "seed": seed,
+            "dataset": "fashion_mnist_canvas40",
+            "status": "finished",
+            "epochs": 64,
+            "top1": top1_64 / 100,
+            "budgets": {"16": {"top1": 0.85}, "32": {"top1": top1_32 / 100}},
+        }
+
+    found = [record("softmax+ape", s, 88.0, 91.0) for s in (1, 2, 3)]
+    found += [record("favor+ape", s, 87.5, 89.0 - 0.1 * s) for s in (1, 2, 3)]
+    monkeypatch.setattr(catalog, "study_records", lambda params, reports_root=None: results(found))
+    text = "\n".join(gap_pilot.write_report("canvas40_long", reports_root=tmp_path))
+    assert "## Primary contrasts (pre-registered: 6 contrasts, one family under Holm)" in text
+    assert "| favor − softmax at 64 | 3 | −2.10, −2.20, −2.30 | −2.20 |" in text
+    assert "over the 2 of 6 contrasts testable now" in text and "Interim" in text
+    assert gap_pilot.PRIMARY_NOTE in text and gap_pilot.SENSITIVITY_NOTE not in text
