@@ -7,9 +7,9 @@ Pooling: every pilot trains the same ViT with the same recipe, seeds and budgets
 its (pilot, Performer) cells share one within-cell variance; with two seeds a cell alone has df 1 (a 95 %
 half-width of 9 SD), pooled over k cells it has df k (Bartlett's test of equal variances says whether the
 cells disagree). Equal training time: a Performer's top-1 at the budget that costs what softmax's longest
-budget costs, by the side-by-side training cost per image of reports/bench/cpu_tokens.csv (never a run's
-own epoch time, which other work on the machine inflates), interpolated on log₂ budget between the
-budgets a pilot measured.
+budget costs, by the side-by-side training cost per image (the preset's own reports/bench/cpu_speed_<preset>.csv
+where kept, else reports/bench/cpu_tokens.csv; never a run's own epoch time, which other work on the machine
+inflates), interpolated on log₂ budget between the budgets a pilot measured.
 """
 
 from __future__ import annotations
@@ -79,20 +79,29 @@ def canvas_task(params) -> tuple[str, str]:
     return f"{info.image_size}×{info.image_size} moves the object ±{room // 2} px ({placements})", redraws
 
 
+def cost_source(reports_root: Path, params) -> Path:
+    """Where an equal-time comparison reads its side-by-side costs (under reports/): the preset's own speed
+    benchmark (bench/cpu_speed_<preset>.csv, every variant of its model in one process) where it was kept,
+    else the token benchmark's rows of a preset with the same model (bench/cpu_tokens.csv)."""
+    own = Path("bench") / f"cpu_speed_{params.name}.csv"
+    return own if (Path(reports_root) / own).is_file() else COSTS
+
+
 def training_costs(reports_root: Path, params) -> dict[str, float]:
     """Median training seconds per image of each variant benchmarked side by side on this preset's own model
-    (reports/bench/cpu_tokens.csv rows of a preset with the same model and images), or {}."""
+    (cost_source), or {}."""
     from rpevit.lab.params import load_params
 
-    path = Path(reports_root) / COSTS
+    path = Path(reports_root) / cost_source(reports_root, params)
     if not path.is_file():
         return {}
     with path.open() as handle:
         rows = list(csv.DictReader(handle))
-    same = {name for name in {r["preset"] for r in rows} if _same_model(load_params(name), params)}  # each once
+    names = {r.get("preset", params.name) for r in rows}  # the preset's own benchmark names no preset
+    same = {name for name in names if _same_model(load_params(name), params)}  # each once
     by_variant: dict[str, list[float]] = {}
     for row in rows:
-        if row["preset"] in same:
+        if row.get("preset", params.name) in same:
             by_variant.setdefault(row["variant"], []).append(float(row["train_seconds_per_image"]))
     return {variant: statistics.median(values) for variant, values in by_variant.items()}
 
@@ -143,8 +152,7 @@ def equal_time_text(backend: str, found: dict, preset: str) -> str:
 
 
 EQUAL_TIME = (
-    "At softmax's training time (side-by-side cost per image, reports/bench/cpu_tokens.csv; top-1 interpolated "
-    "on log budget): "
+    "At softmax's training time (side-by-side cost per image, reports/{source}; top-1 interpolated on log budget): "
 )
 
 
@@ -156,7 +164,8 @@ def equal_time_line(params, top1: dict, backends, reports_root) -> str:
         return f"Equal training time: no side-by-side cost of this pilot's model in reports/{COSTS}, so not compared."
     timed = [equal_time_text(b, found, params.name) for b in backends if (found := equal_time(params, top1, costs, b))]
     unmeasured = [b for b in backends if f"{b}+ape" not in costs]
-    line = EQUAL_TIME + "; ".join(timed) + "." if timed else ""
+    source = cost_source(reports_root, params).as_posix()
+    line = EQUAL_TIME.format(source=source) + "; ".join(timed) + "." if timed else ""
     if unmeasured:
         line += f" Not measured side by side on this model, so not compared at equal time: {', '.join(unmeasured)}."
     return line.strip()

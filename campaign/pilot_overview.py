@@ -227,19 +227,23 @@ def tasks_line(presets: list[str], reads: list[dict], reports_root=None) -> str:
     softmax's training time where the side-by-side costs cover the pilot's model (pilot_answer)."""
     from rpevit.lab.params import load_params
 
-    tasks, timed = {}, []
+    tasks, timed, sources = {}, [], set()
     for preset, read in zip(presets, reads, strict=True):
         params = load_params(preset)
         canvas, favor = pilot_answer.canvas_task(params)
         tasks.setdefault(canvas, []).append(favor)
-        costs = pilot_answer.training_costs(reports_root or records.reports_root(), params)
+        root = reports_root or records.reports_root()
+        costs = pilot_answer.training_costs(root, params)
         for backend in read["by_budget"]:
             if found := pilot_answer.equal_time(params, read["top1"], costs, backend):
                 timed.append(pilot_answer.equal_time_text(backend, found, preset))
+                sources.add(pilot_answer.cost_source(root, params).as_posix())
     favors = sorted({f for found in tasks.values() for f in found})
     line = f"Tasks: {'; '.join(tasks)}; FAVOR+ with {' or '.join(favors)} in every pilot."
     if timed:
-        line += " " + pilot_answer.EQUAL_TIME + "; ".join(timed) + "."
+        line += (
+            " " + pilot_answer.EQUAL_TIME.format(source=" and reports/".join(sorted(sources))) + "; ".join(timed) + "."
+        )
     return line
 
 
