@@ -30,7 +30,7 @@ from .pilot_answer import equal_time_line
 
 GO_GAP = 1.5  # a Performer behind softmax by at least this many points at the longest budget: go on
 DD_SD_FLOOR = 0.83  # points: the smallest SD of a difference of differences the seed count is planned on
-PERFORMERS = ("favor", "relu")  # the order's pilots (a preset's own: _performers, e.g. favor_redraw too)
+PERFORMERS = ("favor", "relu")  # the order's pilots (a preset's own: performers, e.g. favor_redraw too)
 # the pre-registered order of pilots (params/canvas_gap_pilot.yaml): what follows a NO-GO of each
 NEXT_AFTER_NO_GO = {
     "canvas_gap_pilot": "the 56×56 canvas (params/canvas56_gap_pilot.yaml), then the FAVOR+ feature dial",
@@ -190,7 +190,7 @@ def decision(
     """The go/no-go line of the preset's rule, with the numbers it read (and, on NO-GO, the next pilot
     of the pre-registered order after this `preset`); `budget_ended` ("5 of 6") when the spent budget
     ended the pilot before every run finished: then the line is final, not interim."""
-    at_end = _at_end(rows, longest)
+    at_end = at_longest(rows, longest)
     if not at_end:
         return f"**Go/no-go: not decided yet** — no Performer–softmax pair has finished {longest} epochs."
     worst = min(at_end, key=lambda r: r["mean gap"])
@@ -224,7 +224,7 @@ def decision(
     )
 
 
-def _at_end(rows: list[dict], longest: int) -> list[dict]:
+def at_longest(rows: list[dict], longest: int) -> list[dict]:
     """The gap rows at the longest budget with at least one finished pair."""
     return [r for r in rows if r["epochs"] == longest and r["seeds"] > 0]
 
@@ -261,7 +261,7 @@ def verdict_of(params, found: dict, reports_root=None) -> str:
 
     if len(finished(results(found["own"]))) < len(grid(params)) and not budget_ended(params, found, reports_root):
         return ""
-    at_end = _at_end(pilot_gap_rows(params, found), params.train.epochs)
+    at_end = at_longest(pilot_gap_rows(params, found), params.train.epochs)
     return "" if not at_end else "GO" if is_go(at_end, params.name) else "NO-GO"
 
 
@@ -297,10 +297,10 @@ def pilot_budgets(params) -> list[int]:
 
 def pilot_gap_rows(params, found: dict) -> list[dict]:
     """The gap per Performer of the pilot and budget, from pilot_records' top-1."""
-    return gap_rows(found["top1"], pilot_budgets(params), list(params.seeds), _performers(params))
+    return gap_rows(found["top1"], pilot_budgets(params), list(params.seeds), performers(params))
 
 
-def _performers(params) -> list[str]:
+def performers(params) -> list[str]:
     """The pilot's own Performer backends (those it trains with APE)."""
     return [b for b in linear_backends() if f"{b}+ape" in params.variants]
 
@@ -371,7 +371,7 @@ def pilot_summary(preset: str, reports_root=None) -> dict:
     budgets = pilot_budgets(params)
     seeds = list(params.seeds)
     variants = list(dict.fromkeys([*read, *(v for _, v, _ in grid(params))]))
-    backends = _performers(params)
+    backends = performers(params)
     rows = pilot_gap_rows(params, found)
     finished_count, planned = len(finished(results(found["own"]))), len(grid(params))
     short = budgets[-2] if len(budgets) > 1 else longest
@@ -420,7 +420,7 @@ def pilot_summary(preset: str, reports_root=None) -> dict:
 
 def write_report(preset: str, reports_root=None) -> list[str]:
     """reports/<preset>/README.md and pilot_gaps.{csv,md}; returns the README's lines."""
-    from . import primary_contrasts  # it reads this module's gaps
+    from . import long_study, primary_contrasts  # they read this module's gaps
 
     summary = pilot_summary(preset, reports_root)
     params, found = summary["params"], summary["found"]
@@ -431,6 +431,7 @@ def write_report(preset: str, reports_root=None) -> list[str]:
         f"# {params.name}: {TITLES.get(params.name, 'the gap pilot')}",
         "",
         summary["intro"],
+        *long_study.report_lines(summary),
         "",
         summary["decision"],
         *(["", summary["trend"]] if summary["trend"] else []),
@@ -451,8 +452,7 @@ def write_report(preset: str, reports_root=None) -> list[str]:
         "",
         markdown_table(change, list(change[0]), digits=2),
         markdown_table(gap_change, list(gap_change[0]), digits=2),
-        PRIMARY_NOTE if params.name in primary_contrasts.PRIMARY else SENSITIVITY_NOTE,
-        *primary_contrasts.section(params, found["top1"], _performers(params), summary["complete"]),
+        *(primary_contrasts.section(summary) or [SENSITIVITY_NOTE]),
     ]
     if found["histories"]:
         lines += ["", *_curves(found, params, folder)]
@@ -468,7 +468,6 @@ SENSITIVITY_NOTE = (
     "Convergence is read as budget sensitivity (no plateau rule): with two seeds these changes are "
     "descriptive; they say whether the gap opens or closes with more training."
 )
-PRIMARY_NOTE = "These changes per seed are tested below, with the gaps at the longest budget, as pre-registered."
 
 
 def _curves(found: dict, params, folder) -> list[str]:

@@ -15,13 +15,13 @@ from rpevit.core.stats import t_half_width
 from rpevit.lab.store import records
 from rpevit.lab.tables import markdown_table, signed
 
-from . import gap_pilot, pilot_answer
+from . import gap_pilot, long_study, pilot_answer, readme_blocks
 from .orders import GAP_ORDER
 
 FIRST_PILOT = GAP_ORDER[0]
 OVERVIEW = "gap_pilots.md"
 FIGURE = "gap_pilots.png"
-PILOTS_END = "<!-- /pilots -->"
+TREND = "Across the pilots"  # how the overview's paragraph of seed-pair counts starts (the README leaves it out)
 
 
 def pilot_order() -> list[str]:
@@ -272,7 +272,7 @@ def training_trend(reads: list[dict]) -> str:
         budgets.pop() if len(budgets) == 1 else ("the shortest", "the second longest", "the longest")
     )
     return (
-        f"Across the pilots, seed pairs in which the Performer was ahead of softmax at {shortest} epochs: "
+        f"{TREND}, seed pairs in which the Performer was ahead of softmax at {shortest} epochs: "
         f"{_count(early, +1)}; in which its gap moved toward softmax from {short} to {longest} epochs: "
         f"{_count(moved, -1)}. Every run still gained {signed(min(gains))} to {signed(max(gains))} points of top-1 "
         f"from {short} to {longest} epochs: no pilot trained to the end of its gains, so whether a longer budget "
@@ -348,29 +348,21 @@ def overview_lines(reports_root=None, overview: tuple | None = None) -> list[str
 
 
 def readme_block(lines: list[str]) -> list[str]:
-    """What the README quotes of the overview's lines: where the order stands, the table, then how the gaps
-    moved with training (the line after the table, if any; the figure's link is relative to reports/, so the
-    README links it itself)."""
+    """What the README quotes of the overview's lines: where the order stands, the table, then the paragraphs
+    after it but the pilots' seed-pair counts (TREND: reports/gap_pilots.md keeps them) and the figure (its link
+    is relative to reports/, so the README links it itself)."""
+    lines = "\n".join(lines).split("\n")  # one paragraph per line, as the file holds them
     standing = next(line for line in lines if line.startswith("**"))
     table = [line for line in lines if line.startswith("|")]
-    after = [line for line in lines[lines.index(table[-1]) + 1 :] if not line.startswith("![")]
-    while after and not after[-1]:
-        after.pop()
+    after = [line for line in lines[lines.index(table[-1]) + 1 :] if not line.startswith(("![", TREND))]
+    after = [line for i, line in enumerate(after) if line or (i + 1 < len(after) and after[i + 1])]
     return [standing, "", *table, *after]
 
 
 def sync_readme(readme, lines: list[str]) -> bool:
     """Put the overview's table into `readme`'s pilots block (<!-- pilots: … --> … <!-- /pilots -->, the
     project's README); True if it changed."""
-    text = readme.read_text()
-    start, end = text.find("<!-- pilots:"), text.find(PILOTS_END)
-    if start < 0 or end < start:
-        raise UserError(f"{readme} has no pilots block (<!-- pilots: … --> … {PILOTS_END}) to fill.")
-    start = text.index("\n", start) + 1
-    new = text[:start] + "\n".join(readme_block(lines)) + "\n" + text[end:]
-    if new != text:
-        records.write_text(readme, new)
-    return new != text
+    return readme_blocks.fill(readme, "pilots", "\n".join(readme_block(lines)) + "\n")
 
 
 def check_is_pilot(preset: str) -> None:
@@ -416,4 +408,8 @@ def command(args) -> int:
             print(f"README.md's pilots table {'updated' if changed else 'already matches'}")
     else:
         print("\n".join(gap_pilot.write_report(args.params)))
+        name = Path(str(args.params)).stem
+        if name in long_study.QUOTED and records.reports_root() == PROJECT_ROOT / "reports":
+            changed = long_study.sync_readme(PROJECT_ROOT / "README.md", records.reports_root() / name / "README.md")
+            print(f"README.md's line of {name} {'updated' if changed else 'already matches'}")
     return 0

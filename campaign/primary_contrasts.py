@@ -15,12 +15,13 @@ import math
 from rpevit.core.stats import contrast_test, holm
 from rpevit.lab.tables import markdown_table, signed
 
-from .gap_pilot import gap_changes, seed_gaps
+from .gap_pilot import gap_changes, performers, seed_gaps
 
 # preset → (shorter, longest) budget in epochs of its pre-registered primary contrasts
 PRIMARY = {"canvas40_long": (32, 64)}
 ALPHA = 0.05
 NOT_YET = "not testable yet"
+NOTE = "These changes per seed are tested below, with the gaps at the longest budget, as pre-registered."
 
 
 def _reading(kind: str, test: dict, adjusted: float) -> str:
@@ -102,16 +103,20 @@ def family_note(rows: list[dict], complete: bool) -> str:
     )
 
 
-def section(params, top1: dict, backends, complete: bool) -> list[str]:
-    """The report's lines for a preset with pre-registered primary contrasts ([] for any other)."""
+def section(summary: dict) -> list[str]:
+    """The report's lines for a preset with pre-registered primary contrasts, after its budget-sensitivity
+    tables ([] for any other), from its report's summary (gap_pilot.pilot_summary)."""
+    params = summary["params"]
     if params.name not in PRIMARY:
         return []
-    rows = contrast_rows(top1, list(params.seeds), backends, *PRIMARY[params.name])
+    backends = performers(params)
+    rows = contrast_rows(summary["found"]["top1"], list(params.seeds), backends, *PRIMARY[params.name])
     shown = table(rows)
     return [
+        NOTE,
         "",
         f"## Primary contrasts (pre-registered: {len(rows)} contrasts, one family under Holm)",
         "",
         markdown_table(shown, list(shown[0])),
-        family_note(rows, complete),
+        family_note(rows, summary["complete"]),
     ]

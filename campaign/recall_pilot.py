@@ -25,14 +25,15 @@ from rpevit.lab.schema import finished
 from rpevit.lab.store import records
 from rpevit.lab.tables import markdown_table, signed
 
+from . import readme_blocks
 from .orders import RECALL_ORDER, next_in_order
+from .readme_blocks import ONE_LINE
 
 ORDER = RECALL_ORDER  # fixed in the first pilot's header
 SOLVED = 95.0  # softmax's mean test top-1 (%) at a K for the task to count as solvable there
 GO_GAP = 5.0  # a Performer this many points behind softmax at such a K: GO
 CHANCE = 10.0  # ten value classes
 TABLE, FIGURE, CURVES = "recall_pilot", "recall_pilot.png", "recall_curves.png"
-ONE_LINE, RECALL_END = "**In one line**: ", "<!-- /recall -->"
 
 
 def check_is_recall_pilot(params) -> None:
@@ -191,10 +192,6 @@ def sync_readme(readme: Path, reports_root: Path) -> bool:
     README's recall block (<!-- recall: … --> … <!-- /recall -->); True if it changed."""
     from .recall_overview import ANSWER, OVERVIEW
 
-    text = readme.read_text()
-    start, end = text.find("<!-- recall:"), text.find(RECALL_END)
-    if start < 0 or end < start:
-        raise UserError(f"{readme} has no recall block (<!-- recall: … --> … {RECALL_END}) to fill.")
     lines = [
         f"- {line.removeprefix(ONE_LINE)}\n"
         for name in ORDER
@@ -204,11 +201,7 @@ def sync_readme(readme: Path, reports_root: Path) -> bool:
     ]
     overview = reports_root / OVERVIEW
     said = [line for line in overview.read_text().splitlines() if line.startswith(ANSWER)] if overview.is_file() else []
-    start = text.index("\n", start) + 1
-    new = text[:start] + "".join(lines) + "".join(f"\n{line}\n" for line in said) + text[end:]
-    if new != text:
-        records.write_text(readme, new)
-    return new != text
+    return readme_blocks.fill(readme, "recall", "".join(lines) + "".join(f"\n{line}\n" for line in said))
 
 
 def trains_next(preset: str, reports_root=None) -> str:

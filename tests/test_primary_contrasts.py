@@ -12,6 +12,7 @@ from scipy import stats as scipy_stats
 from campaign import gap_pilot, primary_contrasts
 from rpevit.lab.params import load_params
 from rpevit.lab.result import results
+from rpevit.lab.tables import signed
 
 BACKENDS = ["favor", "relu"]
 
@@ -79,9 +80,10 @@ def test_a_difference_the_family_cannot_carry_is_inconclusive():
 
 def test_only_a_preset_that_pre_registered_them_gets_the_section():
     top1 = _top1({1: (-0.5, -2.0), 2: (-0.4, -1.8)}, {})
-    assert primary_contrasts.section(load_params("canvas_gap_pilot"), top1, BACKENDS, True) == []
-    lines = primary_contrasts.section(load_params("canvas40_long"), top1, BACKENDS, True)
-    assert lines[1].startswith("## Primary contrasts") and "| favor − softmax at 64 | 2 | −2.00, −1.80 |" in lines[3]
+    summary = {"found": {"top1": top1}, "complete": True}
+    assert primary_contrasts.section({**summary, "params": load_params("canvas_gap_pilot")}) == []
+    lines = primary_contrasts.section({**summary, "params": load_params("canvas40_long")})
+    assert lines[2].startswith("## Primary contrasts") and "| favor − softmax at 64 | 2 | −2.00, −1.80 |" in lines[4]
 
 
 def test_the_longer_study_report_tests_its_primary_contrasts(tmp_path, monkeypatch):
@@ -105,4 +107,21 @@ def test_the_longer_study_report_tests_its_primary_contrasts(tmp_path, monkeypat
     assert "## Primary contrasts (pre-registered: 6 contrasts, one family under Holm)" in text
     assert "| favor − softmax at 64 | 3 | −2.10, −2.20, −2.30 | −2.20 |" in text
     assert "over the 2 of 6 contrasts testable now" in text and "Interim" in text
-    assert gap_pilot.PRIMARY_NOTE in text and gap_pilot.SENSITIVITY_NOTE not in text
+    assert primary_contrasts.NOTE in text and gap_pilot.SENSITIVITY_NOTE not in text
+    # the README's line: the rule so far (GO: −2.2, its interval below −0.5), each Performer's gap at 64 epochs
+    low, high = scipy_stats.t.interval(0.95, 2, loc=-2.2, scale=scipy_stats.sem([-2.1, -2.2, -2.3]))
+    assert (
+        f"**In one line**: `canvas40_long`, 6 of 20 runs: **GO so far** — Performer − softmax at 64 epochs: "
+        f"favor −2.20 [{signed(low)}, {signed(high)}] (3 seeds); relu, favor_redraw: no finished pair yet." in text
+    )
+
+
+def test_the_readme_s_long_block_is_filled_from_the_report(tmp_path):
+    from campaign import long_study
+
+    readme, report = tmp_path / "README.md", tmp_path / "report.md"
+    readme.write_text("top\n<!-- long: x -->\n- old\n<!-- /long -->\nbottom\n")
+    report.write_text("# t\n\n**In one line**: `s`, 1 of 2 runs.\n\nmore\n")
+    assert long_study.sync_readme(readme, report)
+    assert readme.read_text() == "top\n<!-- long: x -->\n- `s`, 1 of 2 runs.\n<!-- /long -->\nbottom\n"
+    assert not long_study.sync_readme(readme, report)

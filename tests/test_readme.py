@@ -48,17 +48,18 @@ def test_the_pilots_table_is_the_overview_report_s():
     against the kept records in tests/test_gap_pilot.py)."""
     match = re.search(r"<!-- pilots: quoted from (\S+) [^>]*-->\n(.*?)<!-- /pilots -->", README, re.S)
     assert match, "the README has no pilots block"
+    from campaign.pilot_overview import TREND, readme_block
+
     report = (ROOT / match.group(1)).read_text().splitlines()
     standing = [line for line in report if line.startswith("**")]
     table = [line for line in report if line.startswith("|")]
     assert len(standing) == 1 and len(table) >= 6
-    # how the gaps moved with training, once pilots have budgets; the figure is linked by the README itself
-    after = report[report.index(table[-1]) + 1 :]
-    figure = [i for i, line in enumerate(after) if line.startswith("![")]
-    after = after[: figure[0] - 1] if figure else after
     assert "![" in README[match.end() :].split("\n\n")[1], "the figure follows the pilots block"
-    expected = [*standing, "", *table, *after]
-    assert match.group(2).splitlines() == expected, "run `python -m campaign gap-pilot --overview`"
+    quoted = match.group(2).splitlines()
+    assert quoted == readme_block(report), "run `python -m campaign gap-pilot --overview`"
+    # the restated answer: where softmax led and how its lead moved, the tasks and equal time; not the counts
+    assert quoted[: len(table) + 2] == [*standing, "", *table] and not any(q.startswith(TREND) for q in quoted)
+    assert any(q.startswith("Tasks: ") for q in quoted) and any("softmax led in every seed pair" in q for q in quoted)
 
 
 def test_the_overview_command_fills_the_pilots_block(tmp_path):
@@ -67,10 +68,11 @@ def test_the_overview_command_fills_the_pilots_block(tmp_path):
     readme = tmp_path / "README.md"
     readme.write_text("top\n<!-- pilots: quoted from x -->\n| old |\n<!-- /pilots -->\nbottom\n")
     lines = ["# title", "", "a note", "", "**where**", "", "| a |", "|---|", "| 1 |", "", "Across the pilots …"]
+    lines += ["", "On `p` softmax led …", "", "![figure](f.png)"]
     assert sync_readme(readme, lines)
-    block = "**where**\n\n| a |\n|---|\n| 1 |\n\nAcross the pilots …\n"
+    block = "**where**\n\n| a |\n|---|\n| 1 |\n\nOn `p` softmax led …\n"  # the counts stay in the overview
     assert readme.read_text() == f"top\n<!-- pilots: quoted from x -->\n{block}<!-- /pilots -->\nbottom\n"
-    assert not sync_readme(readme, ["**where**", "| a |", "|---|", "| 1 |", "", "Across the pilots …"])
+    assert not sync_readme(readme, ["**where**", "| a |", "|---|", "| 1 |", "", "On `p` softmax led …"])
 
 
 def test_the_recall_block_is_each_recall_pilot_s_line_from_its_report_then_the_order_s_answer():
@@ -91,6 +93,23 @@ def test_the_recall_block_is_each_recall_pilot_s_line_from_its_report_then_the_o
     ]
     said = [line for line in (ROOT / "reports" / OVERVIEW).read_text().splitlines() if line.startswith(ANSWER)]
     assert wanted and match.group(1).splitlines() == wanted + [x for line in said for x in ("", line)]
+
+
+def test_the_longer_study_s_line_is_its_report_s():
+    """The README's long block is the `**In one line**` of each quoted study's report (its go/no-go so far and
+    each Performer's gap at 64 epochs); `python -m campaign gap-pilot canvas40_long` fills it."""
+    from campaign.long_study import QUOTED
+    from campaign.readme_blocks import ONE_LINE
+
+    match = re.search(r"<!-- long: [^>]*-->\n(.*?)<!-- /long -->", README, re.S)
+    assert match, "the README has no long block"
+    wanted = [
+        f"- {line.removeprefix(ONE_LINE)}"
+        for name in QUOTED
+        for line in (ROOT / "reports" / name / "README.md").read_text().splitlines()
+        if line.startswith(ONE_LINE)
+    ]
+    assert wanted and match.group(1).splitlines() == wanted, "run `python -m campaign gap-pilot canvas40_long`"
 
 
 def test_the_recall_command_fills_the_recall_block(tmp_path):
