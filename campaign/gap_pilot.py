@@ -420,7 +420,7 @@ def pilot_summary(preset: str, reports_root=None) -> dict:
 
 def write_report(preset: str, reports_root=None) -> list[str]:
     """reports/<preset>/README.md and pilot_gaps.{csv,md}; returns the README's lines."""
-    from . import long_study, primary_contrasts  # they read this module's gaps
+    from . import long_study  # it reads this module's gaps
 
     summary = pilot_summary(preset, reports_root)
     params, found = summary["params"], summary["found"]
@@ -452,7 +452,7 @@ def write_report(preset: str, reports_root=None) -> list[str]:
         "",
         markdown_table(change, list(change[0]), digits=2),
         markdown_table(gap_change, list(gap_change[0]), digits=2),
-        *(primary_contrasts.section(summary) or [SENSITIVITY_NOTE]),
+        *(long_study.section(summary, folder) or [SENSITIVITY_NOTE]),
     ]
     if found["histories"]:
         lines += ["", *_curves(found, params, folder)]

@@ -6,11 +6,13 @@ t-interval over seeds. Its report carries the line (`**In one line**`), and the 
 from __future__ import annotations
 
 import math
+import statistics
 
+from rpevit.lab.params import load_params
 from rpevit.lab.result import results
 from rpevit.lab.schema import finished
 from rpevit.lab.store.catalog import grid
-from rpevit.lab.tables import signed
+from rpevit.lab.tables import markdown_table, signed
 
 from . import gap_pilot, primary_contrasts, readme_blocks
 
@@ -43,6 +45,73 @@ def one_line(summary: dict) -> str:
         + "; ".join([*gaps, *([f"{', '.join(waiting)}: no finished pair yet"] if waiting else [])])
         + "."
     )
+
+
+FIGURE = "pilot_gaps.png"
+PILOT_OF = {"canvas40_long": "canvas_gap_pilot"}  # the pilot a longer study goes on from: drawn beside it
+
+
+def _series(params, top1: dict) -> list[dict]:
+    """The figure's lines of one study: per Performer with a finished pair, its per-seed gaps per budget."""
+    budgets, seeds = gap_pilot.pilot_budgets(params), list(params.seeds)
+    return [
+        {"pilot": params.name, "backend": b, "gaps": gaps}
+        for b in gap_pilot.performers(params)
+        if any((gaps := {e: gap_pilot.seed_gaps(top1, seeds, e, b) for e in budgets}).values())
+    ]
+
+
+def section(summary: dict, folder) -> list[str]:
+    """After the budget-sensitivity tables of a study with pre-registered primary contrasts: those contrasts
+    (primary_contrasts.section) and each Performer's gap per budget and seed drawn, beside the pilot it goes on
+    from (reports/<study>/FIGURE); [] for any other study."""
+    from analysis.plots import pilot_gaps_figure, save_png
+
+    lines = primary_contrasts.section(summary)
+    if not lines:
+        return []
+    params = summary["params"]
+    series = _series(params, summary["found"]["top1"])
+    if not series:
+        return lines
+    again = []
+    if params.name in PILOT_OF:  # the shorter pilot's pairs beside them, read from its kept records
+        pilot = load_params(PILOT_OF[params.name])
+        pilot_top1 = gap_pilot.pilot_records(pilot, folder.parent)["top1"]
+        series += _series(pilot, pilot_top1)
+        again = retrained(summary["found"]["top1"], pilot_top1, pilot.name)
+    title = f"{params.name}: Performer − softmax per budget (negative: softmax ahead)"
+    save_png(pilot_gaps_figure(series, gap_pilot.GO_GAP, title), folder / FIGURE)
+    return [*lines, "", f"![Each Performer's gap per budget: seeds as dots, their mean as a line]({FIGURE})", *again]
+
+
+def retrained(top1: dict, pilot_top1: dict, pilot: str) -> list[str]:
+    """The runs this study trained again from the pilot's seed and recipe (a budget both have: the same stable
+    phase and cool-down), side by side: how far retraining the same seed in another sitting moves a run."""
+    rows = [
+        {"variant": v, "seed": seed, "epochs": e, pilot: pilot_top1[(v, seed, e)], "here": top1[(v, seed, e)]}
+        for v, seed, e in sorted(top1.keys() & pilot_top1.keys())
+    ]
+    if not rows:
+        return []
+    moved = [r["here"] - r[pilot] for r in rows]
+    shown = [
+        {**r, pilot: f"{r[pilot]:.2f}", "here": f"{r['here']:.2f}", "here − pilot": signed(d)}
+        for r, d in zip(rows, moved)
+    ]
+    return [
+        "",
+        "## The pilot's runs trained again (same seed and recipe, another sitting)",
+        "",
+        f"Seeds 1 and 2 repeat `{pilot}`'s runs up to its 32 epochs (the same stable phase, the same cool-downs), "
+        "trained again in other sittings, from other code revisions and possibly on another CPU (the pilot's "
+        f"records do not name theirs). Over the {len(rows)} runs both have, this study's test top-1 minus the "
+        f"pilot's is {signed(min(moved))} to {signed(max(moved))} points (median |difference| "
+        f"{statistics.median(map(abs, moved)):.2f}): how far retraining the same seed moves one run, beside "
+        "which a seed pair's gap is read.",
+        "",
+        markdown_table(shown, list(shown[0]), digits=2),
+    ]
 
 
 def report_lines(summary: dict) -> list[str]:
