@@ -61,28 +61,44 @@ def _series(params, top1: dict) -> list[dict]:
     ]
 
 
-def section(summary: dict, folder) -> list[str]:
-    """After the budget-sensitivity tables of a study with pre-registered primary contrasts: those contrasts
-    (primary_contrasts.section) and each Performer's gap per budget and seed drawn, beside the pilot it goes on
-    from (reports/<study>/FIGURE); [] for any other study."""
-    from analysis.plots import pilot_gaps_figure, save_png
+def gaps_figure(summary: dict, reports_root=None):
+    """Each Performer's gap per budget and seed (dots) and their mean (a line), beside the pilot the study goes on
+    from (read from its kept records); None before any pair has finished."""
+    from analysis.plots import pilot_gaps_figure
 
-    lines = primary_contrasts.section(summary)
-    if not lines:
-        return []
     params = summary["params"]
     series = _series(params, summary["found"]["top1"])
     if not series:
-        return lines
-    again = []
-    if params.name in PILOT_OF:  # the shorter pilot's pairs beside them, read from its kept records
+        return None
+    if params.name in PILOT_OF:
         pilot = load_params(PILOT_OF[params.name])
-        pilot_top1 = gap_pilot.pilot_records(pilot, folder.parent)["top1"]
-        series += _series(pilot, pilot_top1)
-        again = retrained(summary["found"]["top1"], pilot_top1, pilot.name)
+        series += _series(pilot, gap_pilot.pilot_records(pilot, reports_root)["top1"])
     title = f"{params.name}: Performer − softmax per budget (negative: softmax ahead)"
-    save_png(pilot_gaps_figure(series, gap_pilot.GO_GAP, title), folder / FIGURE)
-    return [*lines, "", f"![Each Performer's gap per budget: seeds as dots, their mean as a line]({FIGURE})", *again]
+    return pilot_gaps_figure(series, gap_pilot.GO_GAP, title)
+
+
+def section(summary: dict, folder) -> list[str]:
+    """After the budget-sensitivity tables of a study with pre-registered primary contrasts: those contrasts
+    (primary_contrasts.section), the gaps figure (reports/<study>/FIGURE) and the pilot's runs it trained
+    again; [] for any other study."""
+    from analysis.plots import save_png
+
+    lines = primary_contrasts.section(summary)
+    figure = gaps_figure(summary, folder.parent) if lines else None
+    if figure is None:
+        return lines
+    save_png(figure, folder / FIGURE)
+    lines += ["", f"![Each Performer's gap per budget: seeds as dots, their mean as a line]({FIGURE})"]
+    return lines + retrained_lines(summary, folder.parent)
+
+
+def retrained_lines(summary: dict, reports_root=None) -> list[str]:
+    """`retrained` for a study that goes on from a pilot ([] for any other)."""
+    name = summary["params"].name
+    if name not in PILOT_OF:
+        return []
+    pilot = load_params(PILOT_OF[name])
+    return retrained(summary["found"]["top1"], gap_pilot.pilot_records(pilot, reports_root)["top1"], pilot.name)
 
 
 def retrained(top1: dict, pilot_top1: dict, pilot: str) -> list[str]:
