@@ -20,6 +20,7 @@ COMMANDS = {
     "gpu-sitting": "sitting",
     "gpu-acceptance": "gpu_acceptance",
     "bench-engines": "bench_engines",
+    "feature-draws": "feature_draws",
 }
 EXAMPLES = """examples:
   python -m campaign study canvas40_long             rpevit's study with the campaign's hooks (where not installed)
@@ -27,6 +28,7 @@ EXAMPLES = """examples:
   python -m campaign recall-pilot recall_pilot       the recall pilot's report: reports/recall_pilot/README.md
   python -m campaign recall-pilot --overview         every recall pilot and the answer: reports/recall_pilots.md
   python -m campaign park canvas40_long              keep unfinished runs in reports/<preset>/parked/ (commit it)
+  python -m campaign feature-draws canvas40_long     FAVOR+ runs' test top-1 under fresh random features
   python -m campaign findings                        copy the converged study's answer into docs/results.md
   python -m campaign gpu-acceptance                  the GPU acceptance run (docs/scaling.md)
 """

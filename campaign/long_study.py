@@ -14,7 +14,7 @@ from rpevit.lab.schema import finished
 from rpevit.lab.store.catalog import grid
 from rpevit.lab.tables import markdown_table, signed
 
-from . import gap_pilot, primary_contrasts, readme_blocks
+from . import feature_draws, gap_pilot, primary_contrasts, readme_blocks
 
 QUOTED = ("canvas40_long",)  # studies outside the pilot orders whose line the README quotes
 
@@ -89,7 +89,7 @@ def section(summary: dict, folder) -> list[str]:
         return lines
     save_png(figure, folder / FIGURE)
     lines += ["", f"![Each Performer's gap per budget: seeds as dots, their mean as a line]({FIGURE})"]
-    return lines + retrained_lines(summary, folder.parent)
+    return lines + feature_draws.report_lines(folder) + retrained_lines(summary, folder.parent)
 
 
 def retrained_lines(summary: dict, reports_root=None) -> list[str]:

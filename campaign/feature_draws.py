@@ -1,0 +1,187 @@
+"""How much a trained FAVOR+ model depends on its random features ω: test top-1 with the ω it was tested with,
+and with fresh draws of ω in every layer.
+
+FAVOR+ (Choromanski et al. 2021, eq. 5 and §4) estimates softmax attention for any ω drawn from the orthogonal
+Gaussian ensemble: a model whose attention is that estimate should keep its accuracy under a fresh draw, up to
+the estimator's noise at m features. A model trained with one fixed ω (`favor`, redraw_steps 0) may instead
+adapt to that draw — a fixed random-feature attention, not a softmax estimate — and lose accuracy when ω
+changes; `favor_redraw` draws ω anew every 1,000 training steps. Measured per finished run with tested weights
+(kept in the repository or here), on the test split, with `draws` fresh ω per layer from generators seeded
+apart from every training draw (FRESH). `python -m campaign feature-draws PRESET` writes
+reports/<preset>/feature_draws.{csv,md}; one seed per variant has kept weights, so the table is descriptive.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import torch
+
+from rpevit.core.attention.features import orthogonal_gaussian_matrix
+from rpevit.core.attention.linear import FavorAttention, feature_seed
+
+FRESH = 1_000_000  # fresh draw k of layer i: feature_seed(FRESH + k, i, 0); training draws use run seeds 0…
+DRAWS = 8
+TABLE = "feature_draws"
+
+
+def favor_layers(model) -> list[FavorAttention]:
+    """The model's FAVOR+ attention modules, in order (none for softmax or ReLU)."""
+    return [m for m in model.modules() if isinstance(m, FavorAttention)]
+
+
+def draw_fresh(layers: list[FavorAttention], draw: int) -> None:
+    """Give every layer its fresh draw number `draw` of ω (shape, device and dtype of the one it holds)."""
+    for index, layer in enumerate(layers):
+        generator = torch.Generator().manual_seed(feature_seed(FRESH + draw, index, 0))
+        layer.omega = orthogonal_gaussian_matrix(layer.num_features, layer.head_dim, generator).to(layer.omega)
+
+
+def top1_under_draws(model, split, info, batch_size: int, draws: int = DRAWS) -> dict:
+    """{"own": test top-1 with the model's ω, "fresh": [top-1 under each fresh draw]}, in points; the model's own
+    ω is back in place afterwards."""
+    from rpevit.core.loop import predict
+
+    def top1() -> float:
+        logits, labels = predict(model, split, info, batch_size)
+        return 100 * (logits.argmax(dim=1) == labels).double().mean().item()
+
+    layers = favor_layers(model)
+    own = [layer.omega for layer in layers]
+    fresh = []
+    try:
+        tested = top1()
+        for draw in range(draws):
+            draw_fresh(layers, draw)
+            fresh.append(top1())
+    finally:
+        for layer, omega in zip(layers, own, strict=True):
+            layer.omega = omega
+    return {"own": tested, "fresh": fresh}
+
+
+def row(variant: str, seed: int, record: dict, found: dict) -> dict:
+    """One run's line: its recorded top-1, top-1 with its own ω again, and over the fresh draws."""
+    fresh = found["fresh"]
+    return {
+        "variant": variant,
+        "seed": seed,
+        "epochs": record.get("epochs"),
+        "recorded top-1": 100 * record["top1"],
+        "own ω": found["own"],
+        "fresh ω: mean": statistics.fmean(fresh),
+        "SD": statistics.stdev(fresh) if len(fresh) > 1 else float("nan"),
+        "min": min(fresh),
+        "max": max(fresh),
+        "draws": len(fresh),
+        "fresh − own": statistics.fmean(fresh) - found["own"],
+    }
+
+
+def measure(params, draws: int = DRAWS) -> list[dict]:
+    """Every finished run of the preset's FAVOR+ variants whose tested weights are here or kept."""
+    from rpevit.core.errors import UserError
+    from rpevit.lab.store.catalog import grid_runs
+    from rpevit.lab.store.run import train_config_for
+    from rpevit.lab.training.runs import dataset_for, inspected_model
+
+    rows, datasets = [], {}
+    for run in grid_runs(params):
+        dataset_name, variant, seed = run.dataset, run.variant, run.seed
+        try:
+            model, record = inspected_model(run, torch.device("cpu"))
+        except (UserError, FileNotFoundError):
+            continue
+        if not favor_layers(model) or record is None or record.get("status") != "finished":
+            continue
+        dataset = datasets.setdefault(dataset_name, dataset_for(params, dataset_name, torch.device("cpu")))
+        batch = train_config_for(params, record["epochs"]).eval_batch_size
+        print(f"[{run.label}] test top-1 with its ω and {draws} fresh draws", flush=True)
+        found = top1_under_draws(model, dataset.test, dataset.info, batch, draws)
+        rows.append(row(variant, seed, record, found))
+    return rows
+
+
+def write(params, rows: list[dict], reports_root=None) -> list[str]:
+    """reports/<preset>/feature_draws.{csv,md}; returns the markdown's lines."""
+    from rpevit.lab.store import records
+    from rpevit.lab.tables import markdown_table
+
+    folder = (reports_root or records.reports_root()) / params.name
+    records.write_csv(folder / f"{TABLE}.csv", rows)
+    draws = rows[0]["draws"]
+    lines = [
+        f"# {params.name}: FAVOR+ under fresh random features",
+        "",
+        f"`python -m campaign feature-draws {params.name} --draws {draws}` (campaign/feature_draws.py). Test top-1 "
+        "(%) of each finished FAVOR+ run with tested weights: as recorded, with its own ω again, and with "
+        f"{draws} fresh draws of ω in every layer (the same draws for every run). FAVOR+ estimates softmax "
+        "attention for any draw, so a model whose attention is that estimate keeps its accuracy; one adapted to "
+        "its ω loses it. One run per variant and seed: descriptive.",
+        "",
+        markdown_table([_shown(r) for r in rows], list(rows[0]), digits=2),
+    ]
+    records.write_text(folder / f"{TABLE}.md", "\n".join(lines))  # the table ends the file with its newline
+    return lines
+
+
+def _shown(row: dict) -> dict:
+    """A row as the table prints it: accuracies with two decimals, the change signed."""
+    from rpevit.lab.tables import signed
+
+    points = {k: f"{v:.2f}" for k, v in row.items() if isinstance(v, float) and k != "fresh − own"}
+    return {**row, **points, "fresh − own": signed(row["fresh − own"])}
+
+
+def report_lines(folder) -> list[str]:
+    """A study report's section on its measured feature draws (reports/<preset>/feature_draws.csv), one clause
+    per run from the table; [] when they were not measured there."""
+    import csv
+
+    path = folder / f"{TABLE}.csv"
+    if not path.is_file():
+        return []
+    with path.open() as handle:
+        rows = list(csv.DictReader(handle))
+    clauses = [
+        f"{r['variant']} seed {r['seed']} ({r['epochs']} epochs): {float(r['own ω']):.2f} % with its own ω, "
+        f"{float(r['fresh ω: mean']):.2f} % on average over {r['draws']} fresh draws ({float(r['min']):.2f} to "
+        f"{float(r['max']):.2f})"
+        for r in rows
+    ]
+    return [
+        "",
+        "## FAVOR+ under fresh random features",
+        "",
+        f"Test top-1 with the ω each model was tested with, and with fresh draws of ω in every layer "
+        f"([{TABLE}.md]({TABLE}.md), `python -m campaign feature-draws {folder.name}`): " + "; ".join(clauses) + ". "
+        "FAVOR+ estimates softmax attention for any draw; a model that keeps its accuracy only with its own ω "
+        "computes a fixed random-feature attention instead. One seed per variant: descriptive.",
+    ]
+
+
+def add_parser(sub) -> None:
+    """The `feature-draws` sub-command's arguments."""
+    parser = sub.add_parser("feature-draws", help="FAVOR+ runs' test top-1 under fresh random features")
+    parser.add_argument("params", help="the preset whose finished FAVOR+ runs to measure")
+    parser.add_argument("--draws", type=int, default=DRAWS, help=f"fresh draws of ω per run (default {DRAWS})")
+
+
+def command(args) -> int:
+    """`python -m campaign feature-draws PRESET`: measure, then write reports/<preset>/feature_draws.{csv,md}."""
+    from rpevit.core.attention import BACKENDS
+    from rpevit.core.errors import UserError
+    from rpevit.core.variants import parse_variant
+    from rpevit.lab.params import load_params
+
+    if args.draws < 2:
+        raise UserError(f"--draws {args.draws}: at least 2 fresh draws, so their spread can be measured.")
+    params = load_params(args.params)
+    if not any(issubclass(BACKENDS[parse_variant(v).backend], FavorAttention) for v in params.variants):
+        raise UserError(f"{params.name} trains no FAVOR+ variant: nothing depends on random features there.")
+    rows = measure(params, args.draws)
+    if not rows:
+        print(f"{params.name}: no finished FAVOR+ run with tested weights here or kept; nothing written.")
+        return 0
+    print("\n".join(write(params, rows)))
+    return 0

@@ -1,0 +1,86 @@
+"""FAVOR+ under fresh random features (campaign/feature_draws.py): the measurement puts the model's own ω back,
+its own-ω accuracy is the plain prediction's, the fresh draws are fixed and differ from the model's, and the
+command refuses a preset without FAVOR+ before measuring anything."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import tiny_preset_yaml
+
+from campaign import feature_draws
+from campaign.cli import main
+from rpevit.core.loop import predict
+from rpevit.core.model import build_model
+from rpevit.lab.store.run import Run
+
+
+def _model(tiny_params, variant="favor+ape"):
+    torch.manual_seed(0)
+    return build_model(variant, Run(tiny_params, "mnist5k", variant, 0).model_config, seed=0).eval()
+
+
+def test_own_features_give_the_plain_prediction_and_are_put_back(tiny_params, tiny_dataset):
+    model = _model(tiny_params)
+    layers = feature_draws.favor_layers(model)
+    assert len(layers) == 2  # one per block of the tiny model
+    before = [layer.omega.clone() for layer in layers]
+    logits, labels = predict(model, tiny_dataset.test, tiny_dataset.info, 50)
+    found = feature_draws.top1_under_draws(model, tiny_dataset.test, tiny_dataset.info, 50, draws=3)
+    assert found["own"] == pytest.approx(100 * (logits.argmax(1) == labels).double().mean().item())
+    assert len(found["fresh"]) == 3 and all(0 <= f <= 100 for f in found["fresh"])
+    assert all(torch.equal(layer.omega, b) for layer, b in zip(layers, before, strict=True))
+
+
+def test_fresh_draws_are_fixed_orthogonal_and_not_the_models_own(tiny_params):
+    layers = feature_draws.favor_layers(_model(tiny_params))
+    own = [layer.omega.clone() for layer in layers]
+    feature_draws.draw_fresh(layers, 0)
+    first = [layer.omega.clone() for layer in layers]
+    feature_draws.draw_fresh(layers, 1)
+    feature_draws.draw_fresh(layers, 0)
+    assert all(torch.equal(layer.omega, f) for layer, f in zip(layers, first, strict=True))  # draw k is draw k
+    assert not any(torch.equal(f, o) for f, o in zip(first, own, strict=True))
+    assert not torch.equal(first[0], first[1])  # each layer its own draw
+    assert all(f.shape == o.shape and f.dtype == o.dtype for f, o in zip(first, own, strict=True))
+
+
+def test_a_softmax_model_has_nothing_to_redraw(tiny_params):
+    assert feature_draws.favor_layers(_model(tiny_params, "softmax+ape")) == []
+
+
+def test_the_row_reads_the_spread_of_the_fresh_draws():
+    row = feature_draws.row("favor+ape", 1, {"epochs": 64, "top1": 0.9108}, {"own": 91.08, "fresh": [25.0, 19.0]})
+    assert row["fresh ω: mean"] == 22.0 and row["min"] == 19.0 and row["fresh − own"] == pytest.approx(-69.08)
+    assert feature_draws._shown(row)["fresh − own"] == "−69.08" and feature_draws._shown(row)["own ω"] == "91.08"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["feature-draws", "smoke", "--draws", "1"], "at least 2 fresh draws"),
+        (["feature-draws", "nope"], "nope"),
+        (["feature-draws", "SOFTMAX_ONLY"], "trains no FAVOR+ variant"),
+    ],
+)
+def test_bad_input_is_one_error_line_before_anything_is_measured(args, message, capsys, tmp_path):
+    softmax_only = tmp_path / "softmax_only.yaml"
+    softmax_only.write_text(tiny_preset_yaml("softmax_only", 1, 100))
+    assert main([str(softmax_only) if a == "SOFTMAX_ONLY" else a for a in args]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:") and message in err[0] and not captured.out
+
+
+def test_the_report_section_is_read_from_the_measured_table(tmp_path):
+    from rpevit.lab.params import load_params
+
+    assert feature_draws.report_lines(tmp_path / "canvas40_long") == []  # not measured there
+    found = {"own": 91.08, "fresh": [25.37, 12.03, 18.2]}
+    row = feature_draws.row("favor+ape", 1, {"epochs": 64, "top1": 0.9108}, found)
+    lines = feature_draws.write(load_params("canvas40_long"), [row], reports_root=tmp_path)
+    folder = tmp_path / "canvas40_long"
+    assert (folder / "feature_draws.md").read_text() == "\n".join(lines) and lines[-1].endswith("|\n")
+    text = "\n".join(feature_draws.report_lines(folder))
+    assert "favor+ape seed 1 (64 epochs): 91.08 % with its own ω, 18.53 % on average over 3 fresh draws" in text
+    assert "(12.03 to 25.37)" in text and "feature-draws canvas40_long" in text
