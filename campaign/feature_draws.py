@@ -1,5 +1,6 @@
 """How much a trained FAVOR+ model depends on its random features ω: test top-1 with the ω it was tested with,
-and with fresh draws of ω in every layer.
+and with fresh draws of ω in every layer; and how well FAVOR+ estimates a trained softmax model's attention:
+softmax's weights in the FAVOR+ model, under the same fresh draws.
 
 FAVOR+ (Choromanski et al. 2021, eq. 5 and §4) estimates softmax attention for any ω drawn from the orthogonal
 Gaussian ensemble: a model whose attention is that estimate should keep its accuracy under a fresh draw, up to
@@ -37,44 +38,65 @@ def draw_fresh(layers: list[FavorAttention], draw: int) -> None:
         layer.omega = orthogonal_gaussian_matrix(layer.num_features, layer.head_dim, generator).to(layer.omega)
 
 
-def top1_under_draws(model, split, info, batch_size: int, draws: int = DRAWS) -> dict:
-    """{"own": test top-1 with the model's ω, "fresh": [top-1 under each fresh draw]}, in points; the model's own
-    ω is back in place afterwards."""
+def top1(model, split, info, batch_size: int) -> float:
+    """Test top-1 of `model` on `split`, in points."""
     from rpevit.core.loop import predict
 
-    def top1() -> float:
-        logits, labels = predict(model, split, info, batch_size)
-        return 100 * (logits.argmax(dim=1) == labels).double().mean().item()
+    logits, labels = predict(model, split, info, batch_size)
+    return 100 * (logits.argmax(dim=1) == labels).double().mean().item()
 
+
+def top1_under_draws(model, split, info, batch_size: int, draws: int = DRAWS) -> dict:
+    """{"as trained": test top-1 with the model's own ω, "fresh": [top-1 under each fresh draw]}, in points; the
+    model's own ω is back in place afterwards."""
     layers = favor_layers(model)
     own = [layer.omega for layer in layers]
     fresh = []
     try:
-        tested = top1()
+        tested = top1(model, split, info, batch_size)
         for draw in range(draws):
             draw_fresh(layers, draw)
-            fresh.append(top1())
+            fresh.append(top1(model, split, info, batch_size))
     finally:
         for layer, omega in zip(layers, own, strict=True):
             layer.omega = omega
-    return {"own": tested, "fresh": fresh}
+    return {"as trained": tested, "fresh": fresh}
+
+
+def favor_twin(params, run, model):
+    """The trained softmax `model`'s weights in the preset's FAVOR+ model of the same positional methods (its
+    attention then FAVOR+'s estimate of the softmax attention it learned); None where the preset trains no such
+    FAVOR+ variant or the weights differ in more than the random features."""
+    from rpevit.core.model import build_model
+    from rpevit.core.variants import parse_variant
+
+    parsed = parse_variant(run.variant)
+    twin = parse_variant("+".join(["favor", *parsed.positions])).name
+    if parsed.backend != "softmax" or twin not in params.variants:
+        return None
+    favor = build_model(twin, run.model_config, seed=run.seed).eval()
+    missing, unexpected = favor.load_state_dict(model.state_dict(), strict=False)
+    if unexpected or any(not key.endswith((".omega", ".redraw_counter")) for key in missing):
+        return None
+    return favor
 
 
 def row(variant: str, seed: int, record: dict, found: dict) -> dict:
-    """One run's line: its recorded top-1, top-1 with its own ω again, and over the fresh draws."""
+    """One run's line: its recorded top-1, top-1 as trained again (its own ω; exact attention for softmax's
+    weights), and over the fresh draws."""
     fresh = found["fresh"]
     return {
         "variant": variant,
         "seed": seed,
         "epochs": record.get("epochs"),
         "recorded top-1": 100 * record["top1"],
-        "own ω": found["own"],
+        "as trained": found["as trained"],
         "fresh ω: mean": statistics.fmean(fresh),
         "SD": statistics.stdev(fresh) if len(fresh) > 1 else float("nan"),
         "min": min(fresh),
         "max": max(fresh),
         "draws": len(fresh),
-        "fresh − own": statistics.fmean(fresh) - found["own"],
+        "fresh − as trained": statistics.fmean(fresh) - found["as trained"],
     }
 
 
@@ -87,18 +109,23 @@ def measure(params, draws: int = DRAWS) -> list[dict]:
 
     rows, datasets = [], {}
     for run in grid_runs(params):
-        dataset_name, variant, seed = run.dataset, run.variant, run.seed
         try:
             model, record = inspected_model(run, torch.device("cpu"))
         except (UserError, FileNotFoundError):
             continue
-        if not favor_layers(model) or record is None or record.get("status") != "finished":
+        if record is None or record.get("status") != "finished":
             continue
-        dataset = datasets.setdefault(dataset_name, dataset_for(params, dataset_name, torch.device("cpu")))
+        measured, label = (model, run.variant) if favor_layers(model) else (favor_twin(params, run, model), "")
+        if measured is None:
+            continue
+        dataset = datasets.setdefault(run.dataset, dataset_for(params, run.dataset, torch.device("cpu")))
         batch = train_config_for(params, record["epochs"]).eval_batch_size
-        print(f"[{run.label}] test top-1 with its ω and {draws} fresh draws", flush=True)
-        found = top1_under_draws(model, dataset.test, dataset.info, batch, draws)
-        rows.append(row(variant, seed, record, found))
+        print(f"[{run.label}] test top-1 as trained and under {draws} fresh draws of FAVOR+'s ω", flush=True)
+        found = top1_under_draws(measured, dataset.test, dataset.info, batch, draws)
+        if not label:  # softmax's weights: as trained is its exact attention
+            found["as trained"] = top1(model, dataset.test, dataset.info, batch)
+            label = f"{run.variant} → FAVOR+"  # softmax's weights, FAVOR+'s attention
+        rows.append(row(label, run.seed, record, found))
     return rows
 
 
@@ -114,10 +141,14 @@ def write(params, rows: list[dict], reports_root=None) -> list[str]:
         f"# {params.name}: FAVOR+ under fresh random features",
         "",
         f"`python -m campaign feature-draws {params.name} --draws {draws}` (campaign/feature_draws.py). Test top-1 "
-        "(%) of each finished FAVOR+ run with tested weights: as recorded, with its own ω again, and with "
-        f"{draws} fresh draws of ω in every layer (the same draws for every run). FAVOR+ estimates softmax "
-        "attention for any draw, so a model whose attention is that estimate keeps its accuracy; one adapted to "
-        "its ω loses it. One run per variant and seed: descriptive.",
+        "(%) of each finished run with tested weights: as recorded; as trained, evaluated again (a FAVOR+ run with "
+        f"its own ω, a softmax run with its exact attention); and with {draws} fresh draws of ω in every layer "
+        "(the same draws for every run); `softmax+… → FAVOR+` is a softmax run's weights in the preset's FAVOR+ "
+        "model of the same positional methods (FAVOR+'s estimate of the attention it learned). FAVOR+ estimates "
+        "softmax attention for any "
+        "draw: a model whose attention is that estimate keeps its accuracy under a fresh one, a model adapted to "
+        "its ω loses it, and a softmax model keeps what m features estimate well. One run per variant and seed: "
+        "descriptive.",
         "",
         markdown_table([_shown(r) for r in rows], list(rows[0]), digits=2),
     ]
@@ -129,22 +160,43 @@ def _shown(row: dict) -> dict:
     """A row as the table prints it: accuracies with two decimals, the change signed."""
     from rpevit.lab.tables import signed
 
-    points = {k: f"{v:.2f}" for k, v in row.items() if isinstance(v, float) and k != "fresh − own"}
-    return {**row, **points, "fresh − own": signed(row["fresh − own"])}
+    points = {k: f"{v:.2f}" for k, v in row.items() if isinstance(v, float) and k != "fresh − as trained"}
+    return {**row, **points, "fresh − as trained": signed(row["fresh − as trained"])}
 
 
-def report_lines(folder) -> list[str]:
-    """A study report's section on its measured feature draws (reports/<preset>/feature_draws.csv), one clause
-    per run from the table; [] when they were not measured there."""
+def measured(folder) -> list[dict]:
+    """The rows of reports/<preset>/feature_draws.csv ([] when they were not measured there)."""
     import csv
 
     path = folder / f"{TABLE}.csv"
     if not path.is_file():
         return []
     with path.open() as handle:
-        rows = list(csv.DictReader(handle))
+        return list(csv.DictReader(handle))
+
+
+def short_clause(folder) -> str:
+    """'under fresh FAVOR+ features (seed 1): favor+ape 91.1 → 18.5 %, softmax+ape → FAVOR+ …' for a one-line
+    summary (each run's seed named where they differ; '' if not measured)."""
+    rows = measured(folder)
+    one_seed = len({r["seed"] for r in rows}) == 1
+
+    def run(r: dict) -> str:
+        seed = "" if one_seed else f" seed {r['seed']}"
+        return f"{r['variant']}{seed} {float(r['as trained']):.1f} → {float(r['fresh ω: mean']):.1f} %"
+
+    where = f" (seed {rows[0]['seed']})" if rows and one_seed else ""
+    return f"under fresh FAVOR+ features{where}: {', '.join(map(run, rows))}" if rows else ""
+
+
+def report_lines(folder) -> list[str]:
+    """A study report's section on its measured feature draws (reports/<preset>/feature_draws.csv), one clause
+    per run from the table; [] when they were not measured there."""
+    rows = measured(folder)
+    if not rows:
+        return []
     clauses = [
-        f"{r['variant']} seed {r['seed']} ({r['epochs']} epochs): {float(r['own ω']):.2f} % with its own ω, "
+        f"{r['variant']} seed {r['seed']} ({r['epochs']} epochs): {float(r['as trained']):.2f} % as trained, "
         f"{float(r['fresh ω: mean']):.2f} % on average over {r['draws']} fresh draws ({float(r['min']):.2f} to "
         f"{float(r['max']):.2f})"
         for r in rows
@@ -153,10 +205,11 @@ def report_lines(folder) -> list[str]:
         "",
         "## FAVOR+ under fresh random features",
         "",
-        f"Test top-1 with the ω each model was tested with, and with fresh draws of ω in every layer "
-        f"([{TABLE}.md]({TABLE}.md), `python -m campaign feature-draws {folder.name}`): " + "; ".join(clauses) + ". "
-        "FAVOR+ estimates softmax attention for any draw; a model that keeps its accuracy only with its own ω "
-        "computes a fixed random-feature attention instead. One seed per variant: descriptive.",
+        f"Test top-1 as trained (a FAVOR+ model with its own ω, a softmax model with exact attention) and with "
+        f"fresh draws of FAVOR+'s ω in every layer ([{TABLE}.md]({TABLE}.md), `python -m campaign feature-draws "
+        f"{folder.name}`): " + "; ".join(clauses) + ". FAVOR+ estimates softmax attention for any draw; a model "
+        "that keeps its accuracy only with its own ω computes a fixed random-feature attention instead. One seed "
+        "per variant: descriptive.",
     ]
 
 

@@ -431,7 +431,7 @@ def write_report(preset: str, reports_root=None) -> list[str]:
         f"# {params.name}: {TITLES.get(params.name, 'the gap pilot')}",
         "",
         summary["intro"],
-        *long_study.report_lines(summary),
+        *long_study.report_lines(summary, folder),
         "",
         summary["decision"],
         *(["", summary["trend"]] if summary["trend"] else []),

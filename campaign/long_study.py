@@ -26,7 +26,7 @@ def _gap(row: dict) -> str:
     return f"{backend} {signed(row['mean'])}{interval} ({row['seeds']} seed{'s' * (row['seeds'] != 1)})"
 
 
-def one_line(summary: dict) -> str:
+def one_line(summary: dict, folder=None) -> str:
     """The study's line from its report's summary (gap_pilot.pilot_summary): runs finished, the go/no-go by
     the pre-registered rule ("so far" while runs are left), each Performer's gap at the longest budget."""
     params, found = summary["params"], summary["found"]
@@ -41,8 +41,9 @@ def one_line(summary: dict) -> str:
     waiting = [r["contrast"].split(" − ")[0] for r in rows if r["kind"] == "gap" and not r["seeds"]]
     return (
         f"`{params.name}`, {done} of {planned} runs: "
-        f"**{verdict}{'' if summary['complete'] else ' so far'}** — Performer − softmax at {longest} epochs: "
+        f"**{verdict}{'' if summary['complete'] else ' so far'}** — gap to softmax at {longest} epochs: "
         + "; ".join([*gaps, *([f"{', '.join(waiting)}: no finished pair yet"] if waiting else [])])
+        + (f"; {drawn}" if folder is not None and (drawn := feature_draws.short_clause(folder)) else "")
         + "."
     )
 
@@ -130,9 +131,9 @@ def retrained(top1: dict, pilot_top1: dict, pilot: str) -> list[str]:
     ]
 
 
-def report_lines(summary: dict) -> list[str]:
+def report_lines(summary: dict, folder) -> list[str]:
     """The report's `**In one line**` (after its intro) for a study the README quotes; [] for any other."""
-    return ["", readme_blocks.ONE_LINE + one_line(summary)] if summary["params"].name in QUOTED else []
+    return ["", readme_blocks.ONE_LINE + one_line(summary, folder)] if summary["params"].name in QUOTED else []
 
 
 def sync_readme(readme, report) -> bool:

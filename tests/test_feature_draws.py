@@ -4,6 +4,8 @@ command refuses a preset without FAVOR+ before measuring anything."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from conftest import tiny_preset_yaml
@@ -27,7 +29,7 @@ def test_own_features_give_the_plain_prediction_and_are_put_back(tiny_params, ti
     before = [layer.omega.clone() for layer in layers]
     logits, labels = predict(model, tiny_dataset.test, tiny_dataset.info, 50)
     found = feature_draws.top1_under_draws(model, tiny_dataset.test, tiny_dataset.info, 50, draws=3)
-    assert found["own"] == pytest.approx(100 * (logits.argmax(1) == labels).double().mean().item())
+    assert found["as trained"] == pytest.approx(100 * (logits.argmax(1) == labels).double().mean().item())
     assert len(found["fresh"]) == 3 and all(0 <= f <= 100 for f in found["fresh"])
     assert all(torch.equal(layer.omega, b) for layer, b in zip(layers, before, strict=True))
 
@@ -45,14 +47,27 @@ def test_fresh_draws_are_fixed_orthogonal_and_not_the_models_own(tiny_params):
     assert all(f.shape == o.shape and f.dtype == o.dtype for f, o in zip(first, own, strict=True))
 
 
-def test_a_softmax_model_has_nothing_to_redraw(tiny_params):
-    assert feature_draws.favor_layers(_model(tiny_params, "softmax+ape")) == []
+def test_a_softmax_model_is_measured_in_its_favor_twin_with_its_own_weights(tiny_params):
+    """softmax's weights in the FAVOR+ model of the same methods: every weight but the random features is
+    softmax's; a preset without that FAVOR+ variant has no twin."""
+    softmax = _model(tiny_params, "softmax+ape")
+    assert feature_draws.favor_layers(softmax) == []
+    run = Run(tiny_params, "mnist5k", "softmax+ape", 0)
+    twin = feature_draws.favor_twin(tiny_params, run, softmax)
+    assert feature_draws.favor_layers(twin)
+    theirs = twin.state_dict()
+    assert all(torch.equal(theirs[k], v) for k, v in softmax.state_dict().items())
+    params = dataclasses.replace(tiny_params, variants=("softmax+ape", "relu+ape"))
+    assert feature_draws.favor_twin(params, run, softmax) is None
+    assert feature_draws.favor_twin(tiny_params, Run(tiny_params, "mnist5k", "relu+ape", 0), softmax) is None
 
 
 def test_the_row_reads_the_spread_of_the_fresh_draws():
-    row = feature_draws.row("favor+ape", 1, {"epochs": 64, "top1": 0.9108}, {"own": 91.08, "fresh": [25.0, 19.0]})
-    assert row["fresh ω: mean"] == 22.0 and row["min"] == 19.0 and row["fresh − own"] == pytest.approx(-69.08)
-    assert feature_draws._shown(row)["fresh − own"] == "−69.08" and feature_draws._shown(row)["own ω"] == "91.08"
+    found = {"as trained": 91.08, "fresh": [25.0, 19.0]}
+    row = feature_draws.row("favor+ape", 1, {"epochs": 64, "top1": 0.9108}, found)
+    assert row["fresh ω: mean"] == 22.0 and row["min"] == 19.0 and row["fresh − as trained"] == pytest.approx(-69.08)
+    shown = feature_draws._shown(row)
+    assert shown["fresh − as trained"] == "−69.08" and shown["as trained"] == "91.08"
 
 
 @pytest.mark.parametrize(
@@ -76,11 +91,28 @@ def test_the_report_section_is_read_from_the_measured_table(tmp_path):
     from rpevit.lab.params import load_params
 
     assert feature_draws.report_lines(tmp_path / "canvas40_long") == []  # not measured there
-    found = {"own": 91.08, "fresh": [25.37, 12.03, 18.2]}
+    found = {"as trained": 91.08, "fresh": [25.37, 12.03, 18.2]}
     row = feature_draws.row("favor+ape", 1, {"epochs": 64, "top1": 0.9108}, found)
     lines = feature_draws.write(load_params("canvas40_long"), [row], reports_root=tmp_path)
     folder = tmp_path / "canvas40_long"
     assert (folder / "feature_draws.md").read_text() == "\n".join(lines) and lines[-1].endswith("|\n")
     text = "\n".join(feature_draws.report_lines(folder))
-    assert "favor+ape seed 1 (64 epochs): 91.08 % with its own ω, 18.53 % on average over 3 fresh draws" in text
+    assert "favor+ape seed 1 (64 epochs): 91.08 % as trained, 18.53 % on average over 3 fresh draws" in text
     assert "(12.03 to 25.37)" in text and "feature-draws canvas40_long" in text
+
+
+def test_the_one_line_clause_names_each_run_as_trained_and_under_fresh_draws(tmp_path):
+    from rpevit.lab.params import load_params
+
+    folder = tmp_path / "canvas40_long"
+    assert feature_draws.short_clause(folder) == ""
+    rows = [
+        feature_draws.row(
+            "softmax+ape → FAVOR+", 1, {"epochs": 64, "top1": 0.9115}, {"as trained": 91.15, "fresh": [72.0, 71.0]}
+        ),
+        feature_draws.row("favor+ape", 1, {"epochs": 64, "top1": 0.9108}, {"as trained": 91.08, "fresh": [18.0, 19.0]}),
+    ]
+    feature_draws.write(load_params("canvas40_long"), rows, reports_root=tmp_path)
+    assert feature_draws.short_clause(folder) == (
+        "under fresh FAVOR+ features (seed 1): softmax+ape → FAVOR+ 91.2 → 71.5 %, favor+ape 91.1 → 18.5 %"
+    )

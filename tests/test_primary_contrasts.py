@@ -111,7 +111,7 @@ def test_the_longer_study_report_tests_its_primary_contrasts(tmp_path, monkeypat
     # the README's line: the rule so far (GO: −2.2, its interval below −0.5), each Performer's gap at 64 epochs
     low, high = scipy_stats.t.interval(0.95, 2, loc=-2.2, scale=scipy_stats.sem([-2.1, -2.2, -2.3]))
     assert (
-        f"**In one line**: `canvas40_long`, 6 of 20 runs: **GO so far** — Performer − softmax at 64 epochs: "
+        f"**In one line**: `canvas40_long`, 6 of 20 runs: **GO so far** — gap to softmax at 64 epochs: "
         f"favor −2.20 [{signed(low)}, {signed(high)}] (3 seeds); relu, favor_redraw: no finished pair yet." in text
     )
 
