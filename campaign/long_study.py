@@ -1,7 +1,9 @@
-"""The longer-budget study's one line (params/canvas40_long.yaml): how many runs have finished, its go/no-go
-by the pre-registered rule so far, and each Performer's gap to softmax at the longest budget with its 95 %
-t-interval over seeds. Its report carries the line (`**In one line**`), and the README quotes it in its
-`long` block (`python -m campaign gap-pilot canvas40_long` writes both)."""
+"""What the longer-budget study's report (params/canvas40_long.yaml) adds to a gap pilot's: its one line —
+runs finished, the go/no-go by the pre-registered rule so far, each Performer's gap at the longest budget
+with its 95 % t-interval, FAVOR+ under fresh random features where measured (feature_draws) — which the
+README quotes in its `long` block; its primary contrasts (primary_contrasts); each Performer's gap per
+budget and seed drawn beside the pilot's it goes on from; and that pilot's runs it trained again from the
+same seed and recipe, side by side. `python -m campaign gap-pilot canvas40_long` writes it all."""
 
 from __future__ import annotations
 
@@ -99,12 +101,13 @@ def retrained_lines(summary: dict, reports_root=None) -> list[str]:
     if name not in PILOT_OF:
         return []
     pilot = load_params(PILOT_OF[name])
-    return retrained(summary["found"]["top1"], gap_pilot.pilot_records(pilot, reports_root)["top1"], pilot.name)
+    return retrained(summary["found"]["top1"], gap_pilot.pilot_records(pilot, reports_root)["top1"], pilot)
 
 
-def retrained(top1: dict, pilot_top1: dict, pilot: str) -> list[str]:
+def retrained(top1: dict, pilot_top1: dict, pilot_params) -> list[str]:
     """The runs this study trained again from the pilot's seed and recipe (a budget both have: the same stable
     phase and cool-down), side by side: how far retraining the same seed in another sitting moves a run."""
+    pilot = pilot_params.name
     rows = [
         {"variant": v, "seed": seed, "epochs": e, pilot: pilot_top1[(v, seed, e)], "here": top1[(v, seed, e)]}
         for v, seed, e in sorted(top1.keys() & pilot_top1.keys())
@@ -120,7 +123,8 @@ def retrained(top1: dict, pilot_top1: dict, pilot: str) -> list[str]:
         "",
         "## The pilot's runs trained again (same seed and recipe, another sitting)",
         "",
-        f"Seeds 1 and 2 repeat `{pilot}`'s runs up to its 32 epochs (the same stable phase, the same cool-downs), "
+        f"The seeds both train repeat `{pilot}`'s runs up to its {pilot_params.train.epochs} epochs (the same stable "
+        "phase, the same cool-downs), "
         "trained again in other sittings, from other code revisions and possibly on another CPU (the pilot's "
         f"records do not name theirs). Over the {len(rows)} runs both have, this study's test top-1 minus the "
         f"pilot's is {signed(min(moved))} to {signed(max(moved))} points (median |difference| "

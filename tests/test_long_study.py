@@ -10,11 +10,12 @@ from rpevit.lab.params import load_params
 def test_the_pilots_runs_trained_again_are_compared_run_by_run():
     here = {("softmax+ape", 1, 32): 88.83, ("favor+ape", 1, 32): 88.83, ("softmax+ape", 1, 64): 91.15}
     pilot = {("softmax+ape", 1, 32): 89.58, ("favor+ape", 1, 32): 88.53, ("relu+ape", 1, 32): 89.0}
-    lines = long_study.retrained(here, pilot, "canvas_gap_pilot")
+    lines = long_study.retrained(here, pilot, load_params("canvas_gap_pilot"))
     text = "\n".join(lines)
     assert "Over the 2 runs both have" in text and "is −0.75 to +0.30 points (median |difference| 0.52)" in text
     assert "| softmax+ape | 1 | 32 | 89.58 | 88.83 | −0.75 |" in text and "relu" not in text.split("|", 1)[1]
-    assert long_study.retrained(here, {("relu+ape", 1, 32): 89.0}, "p") == []
+    assert long_study.retrained(here, {("relu+ape", 1, 32): 89.0}, load_params("canvas_gap_pilot")) == []
+    assert "repeat `canvas_gap_pilot`'s runs up to its 32 epochs" in text
 
 
 def _summary(top1: dict) -> dict:
