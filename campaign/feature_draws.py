@@ -100,8 +100,9 @@ def row(variant: str, seed: int, record: dict, found: dict) -> dict:
     }
 
 
-def measure(params, draws: int = DRAWS) -> list[dict]:
-    """Every finished run of the preset's FAVOR+ variants whose tested weights are here or kept."""
+def measure(params, draws: int = DRAWS, done=frozenset()) -> list[dict]:
+    """Every finished run with tested weights here or kept of the preset's FAVOR+ variants, and of its softmax
+    variants that have a FAVOR+ twin (favor_twin), but those whose (label, seed) is in `done`."""
     from rpevit.core.errors import UserError
     from rpevit.lab.store.catalog import grid_runs
     from rpevit.lab.store.run import train_config_for
@@ -115,16 +116,17 @@ def measure(params, draws: int = DRAWS) -> list[dict]:
             continue
         if record is None or record.get("status") != "finished":
             continue
-        measured, label = (model, run.variant) if favor_layers(model) else (favor_twin(params, run, model), "")
-        if measured is None:
+        own = bool(favor_layers(model))
+        label = run.variant if own else f"{run.variant} → FAVOR+"  # a softmax run: its weights, FAVOR+'s attention
+        subject = model if own else favor_twin(params, run, model)
+        if subject is None or (label, run.seed) in done:
             continue
         dataset = datasets.setdefault(run.dataset, dataset_for(params, run.dataset, torch.device("cpu")))
         batch = train_config_for(params, record["epochs"]).eval_batch_size
         print(f"[{run.label}] test top-1 as trained and under {draws} fresh draws of FAVOR+'s ω", flush=True)
-        found = top1_under_draws(measured, dataset.test, dataset.info, batch, draws)
-        if not label:  # softmax's weights: as trained is its exact attention
+        found = top1_under_draws(subject, dataset.test, dataset.info, batch, draws)
+        if not own:  # softmax's weights: as trained is its exact attention
             found["as trained"] = top1(model, dataset.test, dataset.info, batch)
-            label = f"{run.variant} → FAVOR+"  # softmax's weights, FAVOR+'s attention
         rows.append(row(label, run.seed, record, found))
     return rows
 
@@ -165,14 +167,16 @@ def _shown(row: dict) -> dict:
 
 
 def measured(folder) -> list[dict]:
-    """The rows of reports/<preset>/feature_draws.csv ([] when they were not measured there)."""
+    """The rows of reports/<preset>/feature_draws.csv, typed as `row` makes them ([] when not measured there)."""
     import csv
 
     path = folder / f"{TABLE}.csv"
     if not path.is_file():
         return []
     with path.open() as handle:
-        return list(csv.DictReader(handle))
+        found = list(csv.DictReader(handle))
+    whole = ("seed", "epochs", "draws")
+    return [{k: v if k == "variant" else int(v) if k in whole else float(v) for k, v in r.items()} for r in found]
 
 
 def short_clause(folder) -> str:
@@ -183,7 +187,7 @@ def short_clause(folder) -> str:
 
     def run(r: dict) -> str:
         seed = "" if one_seed else f" seed {r['seed']}"
-        return f"{r['variant']}{seed} {float(r['as trained']):.1f} → {float(r['fresh ω: mean']):.1f} %"
+        return f"{r['variant']}{seed} {r['as trained']:.1f} → {r['fresh ω: mean']:.1f} %"
 
     where = f" (seed {rows[0]['seed']})" if rows and one_seed else ""
     return f"under fresh FAVOR+ features{where}: {', '.join(map(run, rows))}" if rows else ""
@@ -196,9 +200,8 @@ def report_lines(folder) -> list[str]:
     if not rows:
         return []
     clauses = [
-        f"{r['variant']} seed {r['seed']} ({r['epochs']} epochs): {float(r['as trained']):.2f} % as trained, "
-        f"{float(r['fresh ω: mean']):.2f} % on average over {r['draws']} fresh draws ({float(r['min']):.2f} to "
-        f"{float(r['max']):.2f})"
+        f"{r['variant']} seed {r['seed']} ({r['epochs']} epochs): {r['as trained']:.2f} % as trained, "
+        f"{r['fresh ω: mean']:.2f} % on average over {r['draws']} fresh draws ({r['min']:.2f} to {r['max']:.2f})"
         for r in rows
     ]
     return [
@@ -218,10 +221,14 @@ def add_parser(sub) -> None:
     parser = sub.add_parser("feature-draws", help="FAVOR+ runs' test top-1 under fresh random features")
     parser.add_argument("params", help="the preset whose finished FAVOR+ runs to measure")
     parser.add_argument("--draws", type=int, default=DRAWS, help=f"fresh draws of ω per run (default {DRAWS})")
+    parser.add_argument(
+        "--again", action="store_true", help="measure every run again (default: only those the table lacks)"
+    )
 
 
 def command(args) -> int:
-    """`python -m campaign feature-draws PRESET`: measure, then write reports/<preset>/feature_draws.{csv,md}."""
+    """`python -m campaign feature-draws PRESET`: measure the runs its table lacks (every run with --again), then
+    write reports/<preset>/feature_draws.{csv,md} with the rows it kept."""
     from rpevit.core.attention import BACKENDS
     from rpevit.core.errors import UserError
     from rpevit.core.variants import parse_variant
@@ -232,9 +239,12 @@ def command(args) -> int:
     params = load_params(args.params)
     if not any(issubclass(BACKENDS[parse_variant(v).backend], FavorAttention) for v in params.variants):
         raise UserError(f"{params.name} trains no FAVOR+ variant: nothing depends on random features there.")
-    rows = measure(params, args.draws)
-    if not rows:
-        print(f"{params.name}: no finished FAVOR+ run with tested weights here or kept; nothing written.")
+    from rpevit.lab.store import records
+
+    kept = [] if args.again else [r for r in measured(records.reports_root() / params.name) if r["draws"] == args.draws]
+    rows = kept + measure(params, args.draws, done={(r["variant"], r["seed"]) for r in kept})
+    if len(rows) == len(kept):
+        print(f"{params.name}: no finished run to measure that the table lacks; nothing written.")
         return 0
     print("\n".join(write(params, rows)))
     return 0

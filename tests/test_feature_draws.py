@@ -116,3 +116,29 @@ def test_the_one_line_clause_names_each_run_as_trained_and_under_fresh_draws(tmp
     assert feature_draws.short_clause(folder) == (
         "under fresh FAVOR+ features (seed 1): softmax+ape → FAVOR+ 91.2 → 71.5 %, favor+ape 91.1 → 18.5 %"
     )
+
+
+def test_the_command_measures_only_the_runs_its_table_lacks_unless_asked_again(roots, monkeypatch, capsys):
+    from rpevit.lab.params import load_params
+
+    _, reports = roots
+    old = feature_draws.row("favor+ape", 1, {"epochs": 64, "top1": 0.91}, {"as trained": 91.0, "fresh": [18.0, 19.0]})
+    feature_draws.write(load_params("canvas40_long"), [old], reports_root=reports)
+    asked = []
+
+    def measure(params, draws, done=frozenset()):
+        asked.append(set(done))
+        found = {"as trained": 84.0, "fresh": [70.0, 72.0]}
+        return [feature_draws.row("favor_redraw+ape", 1, {"epochs": 64, "top1": 0.84}, found)]
+
+    monkeypatch.setattr(feature_draws, "measure", measure)
+    assert main(["feature-draws", "canvas40_long", "--draws", "2"]) == 0
+    rows = feature_draws.measured(reports / "canvas40_long")
+    assert asked == [{("favor+ape", 1)}] and [r["variant"] for r in rows] == ["favor+ape", "favor_redraw+ape"]
+    assert rows[0] == {k: (float(v) if isinstance(v, float) else v) for k, v in old.items()}  # kept as measured
+    assert main(["feature-draws", "canvas40_long", "--draws", "2", "--again"]) == 0
+    assert asked[-1] == set() and [r["variant"] for r in feature_draws.measured(reports / "canvas40_long")] == [
+        "favor_redraw+ape"
+    ]
+    assert main(["feature-draws", "canvas40_long", "--draws", "3"]) == 0  # other draws: the table's rows do not count
+    assert asked[-1] == set()
