@@ -162,10 +162,18 @@ def equal_time_line(params, top1: dict, backends, reports_root) -> str:
     costs = training_costs(reports_root, params)
     if "softmax+ape" not in costs:
         return f"Equal training time: no side-by-side cost of this pilot's model in reports/{COSTS}, so not compared."
-    timed = [equal_time_text(b, found, params.name) for b in backends if (found := equal_time(params, top1, costs, b))]
+    found = {b: equal_time(params, top1, costs, b) for b in backends if f"{b}+ape" in costs}
+    timed = [equal_time_text(b, at, params.name) for b, at in found.items() if at]
     unmeasured = [b for b in backends if f"{b}+ape" not in costs]
     source = cost_source(reports_root, params).as_posix()
     line = EQUAL_TIME.format(source=source) + "; ".join(timed) + "." if timed else ""
+    outside = [  # a finished pair whose equal-time budget lies outside the budgets measured: no extrapolation
+        f"{b} ({params.train.epochs * costs['softmax+ape'] / costs[f'{b}+ape']:.1f} epochs)"
+        for b, at in found.items()
+        if at is None and any((f"{b}+ape", s, params.train.epochs) in top1 for s in params.seeds)
+    ]
+    if outside:
+        line += f" Outside the budgets measured at softmax's training time, so not compared: {', '.join(outside)}."
     if unmeasured:
         line += f" Not measured side by side on this model, so not compared at equal time: {', '.join(unmeasured)}."
     return line.strip()

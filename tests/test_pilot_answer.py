@@ -98,3 +98,16 @@ def test_the_presets_own_speed_benchmark_comes_before_the_token_benchmark(tmp_pa
 def test_without_softmax_timed_on_the_model_nothing_is_compared(tmp_path):
     line = pilot_answer.equal_time_line(load_params("canvas40_long"), {}, ["favor"], tmp_path)
     assert line.startswith("Equal training time: no side-by-side cost of this pilot's model")
+
+
+def test_an_equal_time_budget_beyond_the_longest_is_named_not_extrapolated(tmp_path):
+    params = load_params("canvas40_long")
+    _write(
+        tmp_path / "bench" / "cpu_speed_canvas40_long.csv",
+        [{"variant": v, "train_seconds_per_image": c} for v, c in (("softmax+ape", 1.0), ("relu+ape", 0.8))],
+    )
+    top1 = {("softmax+ape", 1, 64): 91.0} | {("relu+ape", 1, b): t for b, t in ((16, 86.0), (32, 89.0), (64, 90.6))}
+    line = pilot_answer.equal_time_line(params, top1, ["relu", "favor"], tmp_path)
+    assert "Outside the budgets measured at softmax's training time, so not compared: relu (80.0 epochs)." in line
+    assert line.endswith("so not compared at equal time: favor.")
+    assert "relu on" not in line
