@@ -2,13 +2,13 @@
 and with fresh draws of ω in every layer; and how well FAVOR+ estimates a trained softmax model's attention:
 softmax's weights in the FAVOR+ model, under the same fresh draws.
 
-FAVOR+ (Choromanski et al. 2021, eq. 5 and §4) estimates softmax attention for any ω drawn from the orthogonal
-Gaussian ensemble: a model whose attention is that estimate should keep its accuracy under a fresh draw, up to
-the estimator's noise at m features. A model trained with one fixed ω (`favor`, redraw_steps 0) may instead
-adapt to that draw — a fixed random-feature attention, not a softmax estimate — and lose accuracy when ω
-changes; `favor_redraw` draws ω anew every 1,000 training steps. Measured per finished run with tested weights
-(kept in the repository or here), on the test split, with `draws` fresh ω per layer from generators seeded
-apart from every training draw (FRESH). `python -m campaign feature-draws PRESET` writes
+FAVOR+ (Choromanski et al. 2021, Lemma 1: positive random features) estimates softmax attention for any ω drawn
+from the orthogonal Gaussian ensemble: a model whose attention is that estimate should keep its accuracy under a
+fresh draw, up to the estimator's noise at m features. A model trained with one fixed ω (`favor`, redraw_steps 0)
+may instead adapt to that draw — a fixed random-feature attention, not a softmax estimate — and lose accuracy when
+ω changes; `favor_redraw` draws ω anew every 1,000 training steps. Measured per finished run with tested weights
+(kept in the repository or here), on the test split, with `draws` fresh ω per layer from generators seeded apart
+from every training draw (FRESH). `python -m campaign feature-draws PRESET` writes
 reports/<preset>/feature_draws.{csv,md}; one seed per variant has kept weights, so the table is descriptive.
 """
 
