@@ -228,11 +228,11 @@ def tasks_line(presets: list[str], reads: list[dict], reports_root=None) -> str:
     from rpevit.lab.params import load_params
 
     tasks, timed, sources = {}, [], set()
+    root = reports_root or records.reports_root()
     for preset, read in zip(presets, reads, strict=True):
         params = load_params(preset)
         canvas, favor = pilot_answer.canvas_task(params)
         tasks.setdefault(canvas, []).append(favor)
-        root = reports_root or records.reports_root()
         costs = pilot_answer.training_costs(root, params)
         for backend in read["by_budget"]:
             if found := pilot_answer.equal_time(params, read["top1"], costs, backend):
