@@ -20,7 +20,6 @@ from rpevit.lab.result import results
 from rpevit.lab.revision import revisions_line
 from rpevit.lab.schema import finished
 from rpevit.lab.store import catalog, records
-from rpevit.lab.store.catalog import grid
 from rpevit.lab.tables import markdown_table, signed
 
 from .budget import budget_line, runs_in_flight, stated_budget, training_hours
@@ -197,7 +196,6 @@ def decision(
     gaps = "; ".join(
         f"{r['backend']} {signed(r['mean gap'])} ({r['seeds']} seed{'s' * (r['seeds'] != 1)})" for r in at_end
     )
-    go = is_go(at_end, preset)
     status = (
         ""
         if complete
@@ -209,7 +207,7 @@ def decision(
     rule = f"≥ {GO_GAP}" + (
         f" with the upper end of its 95 % interval below {signed(GO_UPPER[preset], 1)}" if preset in GO_UPPER else ""
     )
-    if go:
+    if is_go(at_end, preset):
         return (
             f"**GO{status}**: {worst['backend']} is behind softmax by {-worst['mean gap']:.2f} points at {longest} "
             f"epochs ({rule} needed). Mean gaps with APE: {gaps}."
@@ -242,6 +240,11 @@ def is_go(at_end: list[dict], preset: str = "") -> bool:
     return any(behind(r) for r in at_end)
 
 
+def rule_verdict(at_end: list[dict], preset: str = "") -> str:
+    """'GO' or 'NO-GO' by the preset's rule (is_go) on the gap rows at the longest budget; '' without any."""
+    return "" if not at_end else "GO" if is_go(at_end, preset) else "NO-GO"
+
+
 def next_pilot(preset: str, reports_root=None) -> str | None:
     """The pilot to train next by the pre-registered order (orders.next_in_order) once `preset` has ended
     NO-GO (final_verdict); None while it is open, on GO, or at the end of the order."""
@@ -258,11 +261,10 @@ def final_verdict(preset: str, reports_root=None) -> str:
 
 def verdict_of(params, found: dict, reports_root=None) -> str:
     """final_verdict of a pilot whose records (pilot_records) are already read."""
-
-    if len(finished(results(found["own"]))) < len(grid(params)) and not budget_ended(params, found, reports_root):
+    running = len(finished(results(found["own"]))) < len(catalog.grid(params))
+    if running and not budget_ended(params, found, reports_root):
         return ""
-    at_end = at_longest(pilot_gap_rows(params, found), params.train.epochs)
-    return "" if not at_end else "GO" if is_go(at_end, params.name) else "NO-GO"
+    return rule_verdict(at_longest(pilot_gap_rows(params, found), params.train.epochs), params.name)
 
 
 def budget_ended(params, found: dict, reports_root=None) -> str:
@@ -279,7 +281,7 @@ def budget_reading(params, found: dict, reports_root=None) -> tuple[str, int]:
 
     from . import budget as pilot_budget
 
-    done, planned = len(finished(results(found["own"]))), len(grid(params))
+    done, planned = len(finished(results(found["own"]))), len(catalog.grid(params))
     budget = pilot_budget.stated_budget(params.name)
     if done == planned or budget is None:
         return "", 0
@@ -370,10 +372,10 @@ def pilot_summary(preset: str, reports_root=None) -> dict:
     longest = params.train.epochs
     budgets = pilot_budgets(params)
     seeds = list(params.seeds)
-    variants = list(dict.fromkeys([*read, *(v for _, v, _ in grid(params))]))
+    variants = list(dict.fromkeys([*read, *(v for _, v, _ in catalog.grid(params))]))
     backends = performers(params)
     rows = pilot_gap_rows(params, found)
-    finished_count, planned = len(finished(results(found["own"]))), len(grid(params))
+    finished_count, planned = len(finished(results(found["own"]))), len(catalog.grid(params))
     short = budgets[-2] if len(budgets) > 1 else longest
     borrowed_line = (
         f" The {', '.join(read)} runs it compares with are read from `{found['source']}`'s kept records "

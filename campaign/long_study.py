@@ -35,10 +35,8 @@ def one_line(summary: dict, folder=None) -> str:
     longest, planned = params.train.epochs, len(grid(params))
     done = len(finished(results(found["own"])))
     at_end = gap_pilot.at_longest(summary["raw_gaps"], longest)
-    verdict = ("GO" if gap_pilot.is_go(at_end, params.name) else "NO-GO") if at_end else "not decided"
-    short, _ = primary_contrasts.PRIMARY[params.name]
-    backends = gap_pilot.performers(params)
-    rows = primary_contrasts.contrast_rows(found["top1"], list(params.seeds), backends, short, longest)
+    verdict = gap_pilot.rule_verdict(at_end, params.name) or "not decided"
+    rows = primary_contrasts.summary_rows(summary)
     gaps = [_gap(r) for r in rows if r["kind"] == "gap" and r["seeds"]]
     waiting = [r["contrast"].split(" − ")[0] for r in rows if r["kind"] == "gap" and not r["seeds"]]
     return (
@@ -64,18 +62,29 @@ def _series(params, top1: dict) -> list[dict]:
     ]
 
 
+def pilot_top1(summary: dict, reports_root=None) -> tuple | None:
+    """(params, test top-1 per (variant, seed, budget)) of the pilot the study goes on from (PILOT_OF), read
+    from its kept records once per summary (kept in it under "pilot"); None for a study without one."""
+    name = summary["params"].name
+    if name not in PILOT_OF:
+        return None
+    if "pilot" not in summary:
+        pilot = load_params(PILOT_OF[name])
+        summary["pilot"] = pilot, gap_pilot.pilot_records(pilot, reports_root)["top1"]
+    return summary["pilot"]
+
+
 def gaps_figure(summary: dict, reports_root=None):
     """Each Performer's gap per budget and seed (dots) and their mean (a line), beside the pilot the study goes on
-    from (read from its kept records); None before any pair has finished."""
+    from (pilot_top1); None before any pair has finished."""
     from analysis.plots import pilot_gaps_figure
 
     params = summary["params"]
     series = _series(params, summary["found"]["top1"])
     if not series:
         return None
-    if params.name in PILOT_OF:
-        pilot = load_params(PILOT_OF[params.name])
-        series += _series(pilot, gap_pilot.pilot_records(pilot, reports_root)["top1"])
+    if pilot := pilot_top1(summary, reports_root):
+        series += _series(*pilot)
     title = f"{params.name}: Performer − softmax per budget (negative: softmax ahead)"
     return pilot_gaps_figure(series, gap_pilot.GO_GAP, title)
 
@@ -97,11 +106,10 @@ def section(summary: dict, folder) -> list[str]:
 
 def retrained_lines(summary: dict, reports_root=None) -> list[str]:
     """`retrained` for a study that goes on from a pilot ([] for any other)."""
-    name = summary["params"].name
-    if name not in PILOT_OF:
+    if not (pilot := pilot_top1(summary, reports_root)):
         return []
-    pilot = load_params(PILOT_OF[name])
-    return retrained(summary["found"]["top1"], gap_pilot.pilot_records(pilot, reports_root)["top1"], pilot)
+    params, top1 = pilot
+    return retrained(summary["found"]["top1"], top1, params)
 
 
 def retrained(top1: dict, pilot_top1: dict, pilot_params) -> list[str]:

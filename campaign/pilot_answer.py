@@ -87,12 +87,12 @@ def cost_source(reports_root: Path, params) -> Path:
     return own if (Path(reports_root) / own).is_file() else COSTS
 
 
-def training_costs(reports_root: Path, params) -> dict[str, float]:
-    """Median training seconds per image of each variant benchmarked side by side on this preset's own model
-    (cost_source), or {}."""
+def training_costs(reports_root: Path, params, source: Path | None = None) -> dict[str, float]:
+    """Median training seconds per image of each variant benchmarked side by side on this preset's own model,
+    read from `source` (cost_source when not given), or {}."""
     from rpevit.lab.params import load_params
 
-    path = Path(reports_root) / cost_source(reports_root, params)
+    path = Path(reports_root) / (source or cost_source(reports_root, params))
     if not path.is_file():
         return {}
     with path.open() as handle:
@@ -159,14 +159,14 @@ EQUAL_TIME = (
 def equal_time_line(params, top1: dict, backends, reports_root) -> str:
     """A pilot's own equal-time line: each Performer backend's top-1 at softmax's training time (equal_time),
     and the backends without a side-by-side cost on this model named as such."""
-    costs = training_costs(reports_root, params)
+    source = cost_source(reports_root, params)
+    costs = training_costs(reports_root, params, source)
     if "softmax+ape" not in costs:
         return f"Equal training time: no side-by-side cost of this pilot's model in reports/{COSTS}, so not compared."
     found = {b: equal_time(params, top1, costs, b) for b in backends if f"{b}+ape" in costs}
     timed = [equal_time_text(b, at, params.name) for b, at in found.items() if at]
     unmeasured = [b for b in backends if f"{b}+ape" not in costs]
-    source = cost_source(reports_root, params).as_posix()
-    line = EQUAL_TIME.format(source=source) + "; ".join(timed) + "." if timed else ""
+    line = EQUAL_TIME.format(source=source.as_posix()) + "; ".join(timed) + "." if timed else ""
     outside = [  # a finished pair whose equal-time budget lies outside the budgets measured: no extrapolation
         f"{b} ({params.train.epochs * costs['softmax+ape'] / costs[f'{b}+ape']:.1f} epochs)"
         for b, at in found.items()

@@ -95,7 +95,7 @@ def overview_row(preset: str, reports_root=None, before: str | None = None) -> t
         verdict = f"waits for `{before}`'s NO-GO" if before and not done else "no pair finished yet"
     else:
         ended, waiting = gap_pilot.budget_reading(params, found, reports_root)
-        verdict = ("GO" if gap_pilot.is_go(decided) else "NO-GO") + _standing(done == planned, ended, waiting)
+        verdict = gap_pilot.rule_verdict(decided, preset) + _standing(done == planned, ended, waiting)
     flying = len(found["started"])  # started, unfinished: here or parked by another checkout
     runs = f"{done} of {planned}" + (f", {flying} in flight" if flying else "")
     row = {"pilot": f"`{preset}`", "task": _task(params), "runs": runs, "go/no-go": verdict}
@@ -233,11 +233,12 @@ def tasks_line(presets: list[str], reads: list[dict], reports_root=None) -> str:
         params = load_params(preset)
         canvas, favor = pilot_answer.canvas_task(params)
         tasks.setdefault(canvas, []).append(favor)
-        costs = pilot_answer.training_costs(root, params)
+        source = pilot_answer.cost_source(root, params)
+        costs = pilot_answer.training_costs(root, params, source)
         for backend in read["by_budget"]:
             if found := pilot_answer.equal_time(params, read["top1"], costs, backend):
                 timed.append(pilot_answer.equal_time_text(backend, found, preset))
-                sources.add(pilot_answer.cost_source(root, params).as_posix())
+                sources.add(source.as_posix())
     favors = sorted({f for found in tasks.values() for f in found})
     line = f"Tasks: {'; '.join(tasks)}; FAVOR+ with {' or '.join(favors)} in every pilot."
     if timed:

@@ -103,14 +103,23 @@ def family_note(rows: list[dict], complete: bool) -> str:
     )
 
 
+def summary_rows(summary: dict) -> list[dict]:
+    """contrast_rows of a report's summary (gap_pilot.pilot_summary) at its preset's PRIMARY budgets, computed
+    once per summary: kept in it under "contrasts" for the report's one line (long_study) and its table."""
+    if "contrasts" not in summary:
+        params = summary["params"]
+        top1, seeds = summary["found"]["top1"], list(params.seeds)
+        summary["contrasts"] = contrast_rows(top1, seeds, performers(params), *PRIMARY[params.name])
+    return summary["contrasts"]
+
+
 def section(summary: dict) -> list[str]:
     """The report's lines for a preset with pre-registered primary contrasts, after its budget-sensitivity
     tables ([] for any other), from its report's summary (gap_pilot.pilot_summary)."""
     params = summary["params"]
     if params.name not in PRIMARY:
         return []
-    backends = performers(params)
-    rows = contrast_rows(summary["found"]["top1"], list(params.seeds), backends, *PRIMARY[params.name])
+    rows = summary_rows(summary)
     shown = table(rows)
     return [
         NOTE,

@@ -621,6 +621,9 @@ def test_the_longer_study_needs_the_interval_below_minus_half_a_point_too():
     assert gap_pilot.is_go([tight], "canvas40_long") and gap_pilot.is_go([wide])  # the order's rule: mean only
     assert not gap_pilot.is_go([wide], "canvas40_long")
     assert not gap_pilot.is_go([{**tight, "seeds": 1, "SD": math.nan}], "canvas40_long")
+    # one word for every reader of the rule (the report's decision, its one line, the overview's row)
+    assert gap_pilot.rule_verdict([wide], "canvas40_long") == "NO-GO" and gap_pilot.rule_verdict([wide]) == "GO"
+    assert gap_pilot.rule_verdict([], "canvas40_long") == ""
     line = gap_pilot.decision([wide], 64, complete=True, preset="canvas40_long")
     assert line.startswith("**NO-GO**") and "upper end of its 95 % interval below −0.5" in line
     assert gap_pilot.decision([tight], 64, complete=True, preset="canvas40_long").startswith("**GO**")

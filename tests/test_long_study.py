@@ -33,3 +33,23 @@ def test_the_gap_figure_is_drawn_once_a_pair_has_finished(tmp_path):
     # no kept records of the pilot under this reports root: nothing to compare run by run
     assert not any("trained again" in line for line in lines)
     assert long_study.section({**_summary(top1), "params": load_params("canvas_gap_pilot")}, folder) == []
+
+
+def test_a_report_reads_the_pilots_records_and_computes_its_contrasts_once(tmp_path, monkeypatch):
+    """The figure and the retrained-runs table share one read of the pilot's records; the one line and the
+    contrasts table share one computation of the contrasts."""
+    from campaign import gap_pilot, primary_contrasts
+
+    reads, computed = [], []
+    pilot_records, contrast_rows = gap_pilot.pilot_records, primary_contrasts.contrast_rows
+    monkeypatch.setattr(gap_pilot, "pilot_records", lambda *a: reads.append(a) or pilot_records(*a))
+    monkeypatch.setattr(primary_contrasts, "contrast_rows", lambda *a: computed.append(a) or contrast_rows(*a))
+    folder = tmp_path / "canvas40_long"
+    folder.mkdir()
+    top1 = {(v, 1, e): 85.0 + e / 10 for v in ("softmax+ape", "favor+ape") for e in (16, 32, 64)}
+    summary = {**_summary(top1), "raw_gaps": []}
+    summary["found"]["own"] = []
+    line = long_study.one_line(summary)
+    lines = long_study.section(summary, folder)
+    assert len(reads) == 1 and len(computed) == 1
+    assert "favor +0.00 (1 seed)" in line and any("favor − softmax at 64" in text for text in lines)
