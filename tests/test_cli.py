@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import subprocess
 import sys
@@ -149,7 +150,7 @@ def test_a_pre_registered_preset_refuses_uncommitted_code_unless_allowed(monkeyp
 def test_the_reproduction_line_compares_each_run_with_the_committed_summary(tmp_path, monkeypatch):
     """`status --reproduced`: bit for bit, or which runs differ and by how much, read against the committed
     reports/<preset>/summary.csv (make study's last line)."""
-    from rpevit.lab.params import load_params
+    from rpevit.lab.params import PROJECT_ROOT, load_params
     from rpevit.lab.result import Result
     from rpevit.lab.schedule import reproduction
 
@@ -161,8 +162,11 @@ def test_the_reproduction_line_compares_each_run_with_the_committed_summary(tmp_
     )
     (folder / "summary.csv").write_text(rows)
 
-    def runs(top1s):
-        records = [{"dataset": "mnist5k", "variant": v, "seed": 0, "status": "finished", "top1": t} for v, t in top1s]
+    def runs(top1s, device=None):
+        records = [
+            {"dataset": "mnist5k", "variant": v, "seed": 0, "status": "finished", "top1": t, "device_name": device}
+            for v, t in top1s
+        ]
         monkeypatch.setattr(reproduction, "trained_here", lambda p: [Result.of(r) for r in records])
 
     runs([("softmax+ape", 0.622), ("favor+ape", 0.75)])
@@ -170,7 +174,16 @@ def test_the_reproduction_line_compares_each_run_with_the_committed_summary(tmp_
     runs([("softmax+ape", 0.596), ("favor+ape", 0.75)])
     line = reproduction.reproduction_line(params, tmp_path)
     assert line.startswith("not reproduced here: 1 of 2 runs differ") and "|Δ top-1| 0.0260, softmax+ape seed 0" in line
-    assert "the committed runs used 1 thread(s)" in line
+    assert "the committed runs used 1 thread(s), this one" in line  # no kept records, no device named: none said
+    # the CPUs are named where the records say: the committed runs' in their kept records, this machine's in its own
+    kept = folder / "records" / "mnist5k" / "softmax+ape" / "seed0"
+    kept.mkdir(parents=True)
+    committed = json.loads((PROJECT_ROOT / "reports/smoke/records/mnist5k/softmax+ape/seed0/record.json").read_text())
+    (kept / "record.json").write_text(json.dumps({**committed, "device_name": "AMD EPYC"}))
+    runs([("softmax+ape", 0.596), ("favor+ape", 0.75)], device="Intel(R) Xeon(R) Processor")
+    line = reproduction.reproduction_line(params, tmp_path)
+    assert "used 1 thread(s) on AMD EPYC, this one OMP_NUM_THREADS=" in line
+    assert line.endswith(" on Intel(R) Xeon(R) Processor: float results depend on the CPU, torch build and threads.")
     assert "no committed summary" in reproduction.reproduction_line(params, tmp_path / "nowhere")
 
 

@@ -65,12 +65,26 @@ def trained_here(params: Params) -> list[Result]:
     return finished(found)
 
 
+def devices(found: list[dict | Result]) -> str:
+    """The CPUs or GPUs the runs name (their records' device_name), or '' where none does."""
+    names = {r.get("device_name") if isinstance(r, dict) else r.device_name for r in found}
+    return ", ".join(sorted(name for name in names if name))
+
+
+def committed_devices(params: Params, root: Path = COMMITTED) -> str:
+    """Where the committed runs were measured: devices() of the records kept beside the committed summary
+    (reports/<preset>/records/, for a preset with keep_records), '' without them."""
+    kept = [records.read_record(run.kept_dir) for run in grid_runs(params, reports_root=root)]
+    return devices([record for record in kept if record])
+
+
 def reproduction_line(params: Params, root: Path = COMMITTED) -> str:
     """One line: whether this machine's finished runs have the committed top-1, run by run."""
     committed, threads = committed_top1(params.name, root)
     if not committed:
         return f"reproduction: no committed summary for {params.name} to compare with."
-    mine = {r.place: r.top1 for r in trained_here(params)}
+    here_runs = trained_here(params)
+    mine = {r.place: r.top1 for r in here_runs}
     shared = sorted(set(mine) & set(committed))
     if not shared:
         return f"reproduction: none of this machine's finished runs is in the committed summary of {params.name}."
@@ -80,8 +94,10 @@ def reproduction_line(params: Params, root: Path = COMMITTED) -> str:
         return f"reproduced: the test top-1 of all {len(shared)} runs equals the committed {where}, bit for bit."
     largest, (_, variant, seed) = max(differ)
     here = os.environ.get("OMP_NUM_THREADS", "the default")
+    there, this = committed_devices(params, root), devices(here_runs)
     return (
         f"not reproduced here: {len(differ)} of {len(shared)} runs differ from the committed {where} (largest "
         f"|Δ top-1| {largest:.4f}, {variant} seed {seed}); the committed runs used {', '.join(sorted(threads)) or '?'} "
-        f"thread(s), this one OMP_NUM_THREADS={here}: float results depend on the CPU, torch build and threads."
+        f"thread(s){f' on {there}' if there else ''}, this one OMP_NUM_THREADS={here}{f' on {this}' if this else ''}"
+        ": float results depend on the CPU, torch build and threads."
     )
