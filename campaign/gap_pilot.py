@@ -17,7 +17,7 @@ from rpevit.core.attention import linear_backends
 from rpevit.core.stats import t_half_width, t_interval
 from rpevit.lab.params import load_params
 from rpevit.lab.result import results
-from rpevit.lab.revision import revisions_line
+from rpevit.lab.revision import provenance_line
 from rpevit.lab.schema import finished
 from rpevit.lab.store import catalog, records
 from rpevit.lab.tables import markdown_table, signed
@@ -442,7 +442,7 @@ def write_report(preset: str, reports_root=None) -> list[str]:
         summary["factorial"],
         *(["", summary["equal_time"]] if summary["equal_time"] else []),
         "",
-        revisions_line(finished(results(found["own"]))),
+        provenance_line(finished(results(found["own"]))),
         "",
         "## Test top-1 per run and budget (%; best-validation weights of each budget)",
         "",

@@ -20,7 +20,7 @@ from rpevit.core.data import dataset_info
 from rpevit.core.errors import UserError
 from rpevit.core.stats import t_interval
 from rpevit.lab.result import results
-from rpevit.lab.revision import revisions_line
+from rpevit.lab.revision import provenance_line
 from rpevit.lab.schema import finished
 from rpevit.lab.store import records
 from rpevit.lab.tables import markdown_table, signed
@@ -309,7 +309,7 @@ def summary(preset: str, reports_root=None) -> dict:
         "line": readme_line(params, rows, word, done, len(grid(params))),
         "table": table,
         "intro": intro,
-        "revisions": revisions_line(kept),
+        "revisions": provenance_line(kept),
         "done": done,
     }
 

@@ -652,3 +652,23 @@ def test_the_report_lists_the_code_revisions_its_runs_came_from():
     assert f"`{'a' * 12}` (1 run), `{'c' * 12}` (3 runs), `unrecorded` (1 run)" in line
     assert line.endswith("— 1 from an uncommitted, unnamed or unrecorded revision — 2 resumed across revisions.")
     assert revisions_line([]) == "Code revisions: no finished run yet."
+
+
+def test_the_report_names_the_machines_its_runs_trained_on():
+    """Float results depend on the CPU: a report counts each machine a run trained on (resumed runs under each)."""
+    from rpevit.lab.revision import UNRECORDED, machines_line, provenance_line
+
+    found = [
+        {"variant": "favor+ape", "seed": s, "status": "finished", "top1": 0.9, "code_revision": "a" * 40,
+         "code_revisions": ["a" * 40], "device_name": names[-1] if names else "AMD EPYC", "device_names": names}
+        for s, names in ((1, []), (2, ["AMD EPYC", "Intel Xeon"]), (3, [UNRECORDED, "Intel Xeon"]), (4, ["Intel Xeon"]))
+    ]  # fmt: skip
+    line = machines_line(results(found))
+    assert line.startswith("Machines they trained on: `AMD EPYC` (2 runs), `Intel Xeon` (3 runs), `unrecorded` (1 run)")
+    assert line.endswith(
+        "— 1 resumed on another machine — 2 trained before records listed every machine (only the last is known)."
+    )
+    assert machines_line([]) == "" and provenance_line([]) == "Code revisions: no finished run yet."
+    both = provenance_line(results(found[3:]))
+    revisions = f"Code revisions its finished runs were trained from: `{'a' * 12}` (1 run)."
+    assert both == revisions + " Machines they trained on: `Intel Xeon` (1 run)."

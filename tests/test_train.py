@@ -72,32 +72,44 @@ def test_a_run_begun_without_cpu_seconds_resumes_in_its_seven_columns(tiny_param
     assert record["train_cpu_seconds_per_epoch"] is None and record["train_seconds_per_epoch"] > 0
 
 
-def test_a_run_resumed_across_code_revisions_lists_each_of_them(tiny_params, tiny_dataset, tmp_path, monkeypatch):
-    """A run stopped under one revision and resumed under another names both, in order; a checkpoint written
-    before checkpoints kept the list resumes with "unrecorded" first; a straight run names one."""
+def test_a_run_resumed_across_code_revisions_and_machines_lists_each_of_them(
+    tiny_params, tiny_dataset, tmp_path, monkeypatch
+):
+    """A run stopped under one revision (on one machine) and resumed under another (on another) names both, in
+    order; a checkpoint written before checkpoints kept the lists resumes with "unrecorded" first; a straight
+    run names one."""
     from rpevit.lab import revision
+    from rpevit.lab.training import run_record, train
 
     def stop_after_first(row):
         if row["epoch"] == 1:
             raise KeyboardInterrupt
 
+    def on(code: str, machine: str):
+        monkeypatch.setattr(revision, "code_revision", lambda: code)
+        for module in (train, run_record):
+            monkeypatch.setattr(module, "device_name", lambda device: machine)
+
     run = Run(tiny_params, "mnist5k", "relu+ape", 0, epochs=3)
-    monkeypatch.setattr(revision, "code_revision", lambda: "a" * 40)
+    on("a" * 40, "AMD EPYC")
     with pytest.raises(KeyboardInterrupt):
         train_run(run, tiny_dataset, tmp_path / "two", on_epoch_end=stop_after_first)
-    monkeypatch.setattr(revision, "code_revision", lambda: "b" * 40)
+    on("b" * 40, "Intel Xeon")
     record = train_run(run, tiny_dataset, tmp_path / "two", resume=True)
     assert record["code_revisions"] == ["a" * 40, "b" * 40] and record["code_revision"] == "b" * 40
+    assert record["device_names"] == ["AMD EPYC", "Intel Xeon"] and record["device_name"] == "Intel Xeon"
 
     with pytest.raises(KeyboardInterrupt):
         train_run(run, tiny_dataset, tmp_path / "old", on_epoch_end=stop_after_first)
     path = tmp_path / "old" / records.CHECKPOINT
-    records.save_checkpoint(path, {k: v for k, v in records.load_checkpoint(path).items() if k != "revisions"})
+    older = {k: v for k, v in records.load_checkpoint(path).items() if k not in ("revisions", "devices")}
+    records.save_checkpoint(path, older)
     record = train_run(run, tiny_dataset, tmp_path / "old", resume=True)
     assert record["code_revisions"] == [revision.UNRECORDED, "b" * 40]
+    assert record["device_names"] == [revision.UNRECORDED, "Intel Xeon"]
 
     record = train_run(run, tiny_dataset, tmp_path / "straight")
-    assert record["code_revisions"] == ["b" * 40]
+    assert record["code_revisions"] == ["b" * 40] and record["device_names"] == ["Intel Xeon"]
 
 
 def test_resume_gives_identical_results(tiny_params, tiny_dataset, tmp_path):

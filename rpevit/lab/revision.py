@@ -1,7 +1,8 @@
 """The code revision a run's record was made with (its `code_revision` field): the git commit of the
 package's repository, with "+dirty" when the package has uncommitted changes, else — outside a
 checkout, or without git — "sha256:" and a short hash of the package's Python sources. A run resumed
-across sittings may train under several: its checkpoint and record list them (`code_revisions`)."""
+across sittings may train under several: its checkpoint and record list them (`code_revisions`), and the
+machines it trained on too (`device_names`): a report names both (provenance_line)."""
 
 from __future__ import annotations
 
@@ -64,18 +65,22 @@ def run_revisions(run) -> list[str]:
     return list(run.code_revisions) or ([run.code_revision] if run.code_revision else [])
 
 
+def _counted(lists: list[list[str]]) -> str:
+    """'`a` (2 runs), `b` (1 run)': each name with the runs that list it (once per run), in name order."""
+    from collections import Counter
+
+    counts = Counter(name for names in lists for name in dict.fromkeys(names))
+    return ", ".join(f"`{name}` ({n} run{'s' * (n != 1)})" for name, n in sorted(counts.items()))
+
+
 def revisions_line(runs) -> str:
     """The code revisions finished runs (Results) were trained under, with run counts (a run resumed across
     revisions counts under each), and how many came from uncommitted, unnamed or unrecorded code, or
     were recorded before records kept the list: a study's report names them."""
-    from collections import Counter
-
     runs = list(runs)
     lists = [[short_revision(rev) for rev in run_revisions(r)] or ["unnamed"] for r in runs]
-    counts = Counter(rev for revs in lists for rev in dict.fromkeys(revs))
-    if not counts:
+    if not lists:
         return "Code revisions: no finished run yet."
-    named = ", ".join(f"`{rev}` ({n} run{'s' * (n != 1)})" for rev, n in sorted(counts.items()))
     notes = []
     unclean = sum(any(rev.endswith("+dirty") or rev in ("unnamed", UNRECORDED) for rev in revs) for revs in lists)
     if unclean:
@@ -86,4 +91,30 @@ def revisions_line(runs) -> str:
     older = sum(not r.code_revisions for r in runs)
     if older:
         notes.append(f"{older} recorded before records listed every revision (only their last is known)")
-    return f"Code revisions its finished runs were trained from: {named}" + "".join(f" — {n}" for n in notes) + "."
+    return (
+        f"Code revisions its finished runs were trained from: {_counted(lists)}"
+        + "".join(f" — {n}" for n in notes)
+        + "."
+    )
+
+
+def machines_line(runs) -> str:
+    """The CPUs or GPUs finished runs (Results) trained on (their records' device_names, else their one
+    device_name), with run counts (a run resumed on another machine counts under each): float results depend
+    on the machine, so a study's report names them; '' without any finished run."""
+    runs = list(runs)
+    lists = [list(r.device_names) or [r.device_name or "unnamed"] for r in runs]
+    if not lists:
+        return ""
+    notes = []
+    if resumed := sum(len({name for name in names if name != UNRECORDED}) > 1 for names in lists):
+        notes.append(f"{resumed} resumed on another machine")
+    if unknown := sum(not r.device_names or UNRECORDED in r.device_names for r in runs):
+        notes.append(f"{unknown} trained before records listed every machine (only the last is known)")
+    return f"Machines they trained on: {_counted(lists)}" + "".join(f" — {n}" for n in notes) + "."
+
+
+def provenance_line(runs) -> str:
+    """revisions_line and machines_line of finished runs (Results), as one paragraph of a study's report."""
+    runs = list(runs)
+    return " ".join(line for line in (revisions_line(runs), machines_line(runs)) if line)

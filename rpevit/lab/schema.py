@@ -91,6 +91,9 @@ class RunRecord:
     # every code revision the run was trained under, in order (a resumed run may pass through several; the last is
     # code_revision): "unrecorded" first where it resumed from a checkpoint older than these lists; [] in older records
     code_revisions: list = _f(summary=False, default_factory=list)
+    # every CPU or GPU the run trained on, in order (the last is device_name), like code_revisions: a run resumed in
+    # another sitting may pass through several machines; "unrecorded" first, or [], as there
+    device_names: list = _f(summary=False, default_factory=list)
     data_source: str = _f(summary=False)
     augment: str = _f(summary=False)
     test_predictions: str = _f(summary=False, result=True)  # space-separated predicted classes, test-split order

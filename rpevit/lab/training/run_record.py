@@ -96,6 +96,7 @@ def record_finished_run(
             "torch": torch.__version__,
             "code_revision": revision.code_revision(),
             "code_revisions": state.revisions,
+            "device_names": state.devices,
             "data_source": dataset.source,
             "augment": state.recipe,
             "config": run.config,

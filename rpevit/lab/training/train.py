@@ -24,7 +24,7 @@ import torch.nn.functional as F
 
 from ...core import budgets, capture, metrics
 from ...core import data as data_lib
-from ...core.device import autocast, deterministic, precision, resolve_device, true_fp32
+from ...core.device import autocast, deterministic, device_name, precision, resolve_device, true_fp32
 from ...core.errors import UserError
 from ...core.loop import EpochTotals, Step, adamw, predict, train_epoch
 from ...core.model import build_model
@@ -250,6 +250,7 @@ class _State:
     branches: dict = field(default_factory=dict)  # budget (str) → its cool-down's result (budgets.py)
     continued_from: dict | None = None  # the donor run it went on from (continuation.py)
     revisions: list[str] = field(default_factory=list)  # code revisions it ran under, in order (revision.py)
+    devices: list[str] = field(default_factory=list)  # the CPUs or GPUs it trained on, in order (core.device)
 
 
 def _start(run: Run, dataset, device, replica) -> _State:
@@ -279,6 +280,7 @@ def set_up(run: Run, dataset, device, path: Path, resume: bool, computed_in: str
     if checkpoint is not None:
         _resume(state, checkpoint, run, device, computed_in, path, replica)
     state.revisions = revision.extended(state.revisions, revision.code_revision())
+    state.devices = revision.extended(state.devices, device_name(device))
     return state
 
 
@@ -335,6 +337,7 @@ def _resume(state: _State, checkpoint: dict, run: Run, device, precision: str, p
     state.branches = checkpoint.get("branches", {})
     state.continued_from = checkpoint.get("continued_from")
     state.revisions = list(checkpoint.get("revisions", [revision.UNRECORDED]))
+    state.devices = list(checkpoint.get("devices", [revision.UNRECORDED]))
     if replica.is_main:
         print(f"[{run.label}] resuming after epoch {state.epoch}", flush=True)
 
@@ -381,6 +384,7 @@ def _write_checkpoint(
         "branches": state.branches,
         "continued_from": state.continued_from,
         "revisions": state.revisions,
+        "devices": state.devices,
         **rank_fields,
     }
     records.save_checkpoint(path, checkpoint, stable=stable)
