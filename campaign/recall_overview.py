@@ -97,7 +97,7 @@ def overview_lines(found: list[dict]) -> list[str]:
     figure."""
     lines = ["# The recall pilots", "", ORDER_TEXT, "", *answer_lines(found), ""]
     for pilot in found:
-        lines += [f"## `{pilot['params'].name}`", "", pilot["line"], "", pilot["decision"], "", pilot["revisions"], ""]
+        lines += [f"## `{pilot['params'].name}`", "", pilot["line"], "", pilot["decision"], "", pilot["provenance"], ""]
     if found:
         lines += [f"![Each Performer's gap against K, one panel per recall pilot]({FIGURE})"]
     return lines

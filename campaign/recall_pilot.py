@@ -270,8 +270,8 @@ def curves_figure(params, found):
 def summary(preset: str, reports_root=None) -> dict:
     """What a recall pilot's report shows, computed from its records and written nowhere (write_report writes
     it; notebook 35 shows it): `params`, `found`, `top1`, `rows` (pilot_rows), `decision` and its `verdict`
-    word, `line` (readme_line), `table` (Markdown), `intro`, `revisions` (the code revisions its runs came
-    from), `done` (its own finished runs)."""
+    word, `line` (readme_line), `table` (Markdown), `intro`, `provenance` (the code revisions and machines
+    its runs came from), `done` (its own finished runs)."""
     from rpevit.lab.params import load_params
     from rpevit.lab.store.catalog import grid, reference_records, study_records
 
@@ -309,7 +309,7 @@ def summary(preset: str, reports_root=None) -> dict:
         "line": readme_line(params, rows, word, done, len(grid(params))),
         "table": table,
         "intro": intro,
-        "revisions": provenance_line(kept),
+        "provenance": provenance_line(kept),
         "done": done,
     }
 
@@ -334,7 +334,7 @@ def write_report(preset: str, reports_root=None) -> list[str]:
         "",
         found["intro"],
         "",
-        found["revisions"],
+        found["provenance"],
         "",
         found["decision"],
         "",
