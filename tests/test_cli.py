@@ -162,11 +162,12 @@ def test_the_reproduction_line_compares_each_run_with_the_committed_summary(tmp_
     )
     (folder / "summary.csv").write_text(rows)
 
-    def runs(top1s, device=None):
+    def runs(top1s, device=None, names=()):
         records = [
-            {"dataset": "mnist5k", "variant": v, "seed": 0, "status": "finished", "top1": t, "device_name": device}
+            {"dataset": "mnist5k", "variant": v, "seed": 0, "status": "finished", "top1": t, "device_name": device,
+             "device_names": list(names)}
             for v, t in top1s
-        ]
+        ]  # fmt: skip
         monkeypatch.setattr(reproduction, "trained_here", lambda p: [Result.of(r) for r in records])
 
     runs([("softmax+ape", 0.622), ("favor+ape", 0.75)])
@@ -184,6 +185,9 @@ def test_the_reproduction_line_compares_each_run_with_the_committed_summary(tmp_
     line = reproduction.reproduction_line(params, tmp_path)
     assert "used 1 thread(s) on AMD EPYC, this one OMP_NUM_THREADS=" in line
     assert line.endswith(" on Intel(R) Xeon(R) Processor: float results depend on the CPU, torch build and threads.")
+    # a run here resumed on two machines names both (its record's list; 'unrecorded' is no machine)
+    runs([("softmax+ape", 0.596)], device="Intel Xeon", names=["unrecorded", "AMD EPYC", "Intel Xeon"])
+    assert " on AMD EPYC, Intel Xeon: float results" in reproduction.reproduction_line(params, tmp_path)
     assert "no committed summary" in reproduction.reproduction_line(params, tmp_path / "nowhere")
 
 

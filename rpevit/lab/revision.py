@@ -65,6 +65,19 @@ def run_revisions(run) -> list[str]:
     return list(run.code_revisions) or ([run.code_revision] if run.code_revision else [])
 
 
+def run_machines(run) -> list[str]:
+    """The CPUs or GPUs a finished run (a Result or its record) trained on: its `device_names`, or, in a
+    record older than the lists, its one `device_name`; [] when it names none."""
+    names = run.get("device_names") or []
+    return list(names) or ([run["device_name"]] if run.get("device_name") else [])
+
+
+def machine_names(runs) -> str:
+    """Every machine finished runs (Results or records) name, in name order ('' where none does): the
+    reproduction line's "measured on"."""
+    return ", ".join(sorted({name for r in runs for name in run_machines(r) if name != UNRECORDED}))
+
+
 def _counted(lists: list[list[str]]) -> str:
     """'`a` (2 runs), `b` (1 run)': each name with the runs that list it (once per run), in name order."""
     from collections import Counter
@@ -103,7 +116,7 @@ def machines_line(runs) -> str:
     device_name), with run counts (a run resumed on another machine counts under each): float results depend
     on the machine, so a study's report names them; '' without any finished run."""
     runs = list(runs)
-    lists = [list(r.device_names) or [r.device_name or "unnamed"] for r in runs]
+    lists = [run_machines(r) or ["unnamed"] for r in runs]
     if not lists:
         return ""
     notes = []

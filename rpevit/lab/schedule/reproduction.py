@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ..params import PROJECT_ROOT, Params
 from ..result import Result
+from ..revision import machine_names
 from ..schema import finished, is_finished
 from ..store import records
 from ..store.catalog import grid_runs
@@ -65,17 +66,11 @@ def trained_here(params: Params) -> list[Result]:
     return finished(found)
 
 
-def devices(found: list[dict | Result]) -> str:
-    """The CPUs or GPUs the runs name (their records' device_name), or '' where none does."""
-    names = {r.get("device_name") if isinstance(r, dict) else r.device_name for r in found}
-    return ", ".join(sorted(name for name in names if name))
-
-
 def committed_devices(params: Params, root: Path = COMMITTED) -> str:
-    """Where the committed runs were measured: devices() of the records kept beside the committed summary
+    """Where the committed runs were measured: machine_names() of the records kept beside the committed summary
     (reports/<preset>/records/, for a preset with keep_records), '' without them."""
     kept = [records.read_record(run.kept_dir) for run in grid_runs(params, reports_root=root)]
-    return devices([record for record in kept if record])
+    return machine_names([record for record in kept if record])
 
 
 def reproduction_line(params: Params, root: Path = COMMITTED) -> str:
@@ -94,7 +89,7 @@ def reproduction_line(params: Params, root: Path = COMMITTED) -> str:
         return f"reproduced: the test top-1 of all {len(shared)} runs equals the committed {where}, bit for bit."
     largest, (_, variant, seed) = max(differ)
     here = os.environ.get("OMP_NUM_THREADS", "the default")
-    there, this = committed_devices(params, root), devices(here_runs)
+    there, this = committed_devices(params, root), machine_names(here_runs)
     return (
         f"not reproduced here: {len(differ)} of {len(shared)} runs differ from the committed {where} (largest "
         f"|Δ top-1| {largest:.4f}, {variant} seed {seed}); the committed runs used {', '.join(sorted(threads)) or '?'} "
