@@ -13,7 +13,6 @@ The short runs read Fashion-MNIST cut to its first 2,000 training and 1,000 test
 from __future__ import annotations
 
 import csv
-import gzip
 import json
 import os
 import subprocess
@@ -28,7 +27,8 @@ import torch
 import yaml
 
 from rpevit.core.data import load_dataset
-from rpevit.core.data.files import _locate_idx, search_roots
+from rpevit.core.data.files import _existing_idx_file, _locate_idx, search_roots
+from rpevit.core.data.readers import _read_bytes
 from rpevit.lab import hooks
 from rpevit.lab.params import load_params, preregistered
 from rpevit.lab.revision import UNRECORDED
@@ -83,8 +83,9 @@ def cut_fashion_mnist(folder: Path) -> Path | None:
     for split, count in CUT.items():
         for kind, item in (("images-idx3", 28 * 28), ("labels-idx1", 1)):
             stem = f"{split}-{kind}-ubyte"
-            path = source / stem if (source / stem).is_file() else source / f"{stem}.gz"
-            data = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+            if (target / stem).is_file():  # cut already (every preset's short run shares the folder)
+                continue
+            data = _read_bytes(_existing_idx_file(source, stem))
             header = 16 if kind.startswith("images") else 8
             cut = data[:4] + count.to_bytes(4, "big") + data[8:header] + data[header : header + count * item]
             (target / stem).write_bytes(cut)
