@@ -48,25 +48,31 @@ def training_hours(params, runs_root=None, reports_root=None, finished_only=Fals
     for run in grid_runs(params, runs_root, reports_root):
         record = current_record(run)
         if record is not None:
-            done += _seconds(run_history(run), record.get("budgets"), record.get("continued_from"))
+            done += run_seconds(run_history(run), record.get("budgets"), record.get("continued_from"))
         elif not finished_only:
             training += _in_flight_seconds(run)
     return (done + training) / 3600, training / 3600
 
 
 def _in_flight_seconds(run: Run) -> float:
-    """Epoch seconds of an unfinished run so far: its checkpoint and history here, or the checkpoint parked in
-    reports/<preset>/parked/ (which holds its own history) where that is further on — so a fresh clone
-    counts what another checkout trained. Files are read without judging them (0 for what cannot be read)."""
+    """Epoch seconds of an unfinished run so far (in_flight_state)."""
+    return run_seconds(*in_flight_state(run))
+
+
+def in_flight_state(run: Run) -> tuple[list[dict], dict | None, dict | None]:
+    """(history, cool-down branches, continued_from) of an unfinished run so far: its checkpoint and history
+    here, or the checkpoint parked in reports/<preset>/parked/ (which holds its own history) where that is
+    further on — so a fresh clone counts what another checkout trained. Files are read without judging them
+    (nothing for what cannot be read)."""
     here = run.dir / records.CHECKPOINT
     held, history = (read_state(here), records.read_history(run.dir)) if here.is_file() else ({}, [])
     parked = read_state(parked_checkpoint(run))
     if len(parked.get("history", [])) > len(history):
         held, history = parked, parked["history"]
-    return _seconds(history, held.get("branches"), held.get("continued_from"))
+    return history, held.get("branches"), held.get("continued_from")
 
 
-def _seconds(history: list[dict], branches: dict | None, continued_from: dict | None = None) -> float:
+def run_seconds(history: list[dict], branches: dict | None, continued_from: dict | None = None) -> float:
     """Epoch seconds of a run's history and of its cool-down branches' histories, less those another
     preset's run spent (the epochs and cool-downs it went on from: continuation.py)."""
     own = sum(epoch_cost(row) for row in history) + branch_seconds(branches)

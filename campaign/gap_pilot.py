@@ -22,7 +22,8 @@ from rpevit.lab.schema import finished
 from rpevit.lab.store import catalog, records
 from rpevit.lab.tables import markdown_table, signed
 
-from .budget import budget_line, runs_in_flight, stated_budget, training_hours
+from .budget import runs_in_flight
+from .budget_forecast import budget_sentences
 from .orders import next_in_order
 from .parking import history_so_far
 from .pilot_answer import equal_time_line
@@ -383,7 +384,6 @@ def pilot_summary(preset: str, reports_root=None) -> dict:
         if read
         else ""
     )
-    hours, running = training_hours(params, reports_root=reports_root)
     ended = budget_ended(params, found, reports_root)
     return {
         "params": params,
@@ -391,7 +391,7 @@ def pilot_summary(preset: str, reports_root=None) -> dict:
         "intro": f"{params.description}. Pre-registered in `params/{params.name}.yaml` before its first run: the "
         "task, the variants, seeds, recipe, budgets, the go/no-go rule and the seed rule. "
         f"{finished_count} of {planned} runs finished.{borrowed_line} "
-        + budget_line(hours, running, stated_budget(preset), complete=finished_count == planned or bool(ended)),
+        + budget_sentences(params, preset, finished_count == planned or bool(ended), reports_root=reports_root),
         "decision": decision(rows, longest, finished_count == planned, params.name, ended),
         "complete": finished_count == planned or bool(ended),  # no run left to train: every run, or the budget
         "trend": trend_line(top1, variants, seeds, short, longest, backends),

@@ -42,11 +42,13 @@ def out_of_order(params, reports_root=None) -> str:
 
 
 def status(params, runs_root=None, reports_root=None) -> list[str]:
-    """The budget's line (training time against it) and the runs parked for the next `study`."""
+    """The budget's line (training time against it, and while runs are left its forecast) and the runs parked
+    for the next `study`."""
     from rpevit.lab.schema import finished
     from rpevit.lab.store.catalog import grid, study_records
 
-    from .budget import budget_line, over_budget, runs_in_flight, stated_budget, training_hours
+    from .budget import over_budget, runs_in_flight, stated_budget, training_hours
+    from .budget_forecast import budget_sentences
     from .parking import PARKED, pending
 
     lines = []
@@ -56,7 +58,8 @@ def status(params, runs_root=None, reports_root=None) -> list[str]:
             params, runs_root, reports_root
         )
         done = len(finished(study_records(params, runs_root, reports_root))) == len(grid(params))
-        lines.append(budget_line(*spent, stated, complete=done or stopped).replace("**", ""))
+        said = budget_sentences(params, params.source or params.name, done or stopped, runs_root, reports_root)
+        lines.append(said.replace("**", ""))
     if parked := pending(params.name):
         lines.append(f"parked: {', '.join(parked)} (reports/{params.name}/{PARKED}/; the next `study` resumes them)")
     return lines

@@ -65,8 +65,8 @@ def test_the_budget_leaves_out_what_the_donor_trained():
     history = [{"epoch": e, "seconds": 10.0} for e in range(1, 9)]
     branches = {"2": {"history": [{"epoch": 2, "seconds": 3.0}]}, "6": {"history": [{"epoch": 6, "seconds": 5.0}]}}
     inherited = {"preset": "d", "key": "k", "epoch": 4, "budgets": ["2"]}
-    assert budget._seconds(history, branches) == 88.0
-    assert budget._seconds(history, branches, inherited) == 88.0 - 40.0 - 3.0
+    assert budget.run_seconds(history, branches) == 88.0
+    assert budget.run_seconds(history, branches, inherited) == 88.0 - 40.0 - 3.0
 
 
 def test_without_the_donors_stable_checkpoint_a_run_starts_from_initialisation(presets, tiny_dataset, capsys):
