@@ -16,7 +16,7 @@ from rpevit.lab.schema import finished
 from rpevit.lab.store.catalog import grid
 from rpevit.lab.tables import markdown_table, signed
 
-from . import feature_draws, gap_pilot, primary_contrasts, readme_blocks
+from . import feature_draws, gap_arithmetic, gap_pilot, primary_contrasts, readme_blocks
 
 QUOTED = ("canvas40_long",)  # studies outside the pilot orders whose line the README quotes
 
@@ -58,7 +58,7 @@ def _series(params, top1: dict) -> list[dict]:
     return [
         {"pilot": params.name, "backend": b, "gaps": gaps}
         for b in gap_pilot.performers(params)
-        if any((gaps := {e: gap_pilot.seed_gaps(top1, seeds, e, b) for e in budgets}).values())
+        if any((gaps := {e: gap_arithmetic.seed_gaps(top1, seeds, e, b) for e in budgets}).values())
     ]
 
 

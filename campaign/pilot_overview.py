@@ -15,7 +15,7 @@ from rpevit.core.stats import t_half_width
 from rpevit.lab.store import records
 from rpevit.lab.tables import markdown_table, signed
 
-from . import gap_pilot, long_study, pilot_answer, readme_blocks
+from . import gap_arithmetic, gap_pilot, long_study, pilot_answer, readme_blocks
 from .orders import GAP_ORDER
 
 FIRST_PILOT = GAP_ORDER[0]
@@ -99,7 +99,7 @@ def overview_row(preset: str, reports_root=None, before: str | None = None) -> t
     flying = len(found["started"])  # started, unfinished: here or parked by another checkout
     runs = f"{done} of {planned}" + (f", {flying} in flight" if flying else "")
     row = {"pilot": f"`{preset}`", "task": _task(params), "runs": runs, "go/no-go": verdict}
-    for backend in gap_pilot.PERFORMERS:
+    for backend in gap_arithmetic.PERFORMERS:
         row[f"{backend} − softmax at {longest} epochs"] = (
             gap_interval(at_end[backend]) if backend in at_end else "not in this pilot"
         )
@@ -115,14 +115,14 @@ def readings(params, top1: dict, decided: list[dict]) -> dict:
     budgets = gap_pilot.pilot_budgets(params)
     shortest, short, longest = budgets[0], budgets[-2] if len(budgets) > 1 else budgets[0], budgets[-1]
     backends = [r["backend"] for r in decided]
-    seeds = list(params.seeds)
+    seeds, variants = list(params.seeds), ["softmax+ape", *(f"{b}+ape" for b in backends)]
     return {
         "gaps": [(r["mean gap"], (_bounds(r) or (None,))[0], r["backend"]) for r in decided],
-        "early": {b: gap_pilot.seed_gaps(top1, seeds, shortest, b) for b in backends},
-        "moved": {b: gap_pilot.gap_changes(top1, seeds, short, longest, b) for b in backends},
-        "gains": gap_pilot.budget_gains(top1, ["softmax+ape", *(f"{b}+ape" for b in backends)], seeds, short, longest),
+        "early": {b: gap_arithmetic.seed_gaps(top1, seeds, shortest, b) for b in backends},
+        "moved": {b: gap_arithmetic.gap_changes(top1, seeds, short, longest, b) for b in backends},
+        "gains": gap_arithmetic.budget_gains(top1, variants, seeds, short, longest),
         "budgets": (shortest, short, longest),
-        "by_budget": {b: {e: gap_pilot.seed_gaps(top1, seeds, e, b) for e in budgets} for b in backends},
+        "by_budget": {b: {e: gap_arithmetic.seed_gaps(top1, seeds, e, b) for e in budgets} for b in backends},
         "top1": top1,
     }
 

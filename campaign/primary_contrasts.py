@@ -15,7 +15,8 @@ import math
 from rpevit.core.stats import contrast_test, holm
 from rpevit.lab.tables import markdown_table, signed
 
-from .gap_pilot import gap_changes, performers, seed_gaps
+from .gap_arithmetic import gap_changes, seed_gaps
+from .gap_pilot import performers
 
 # preset → (shorter, longest) budget in epochs of its pre-registered primary contrasts
 PRIMARY = {"canvas40_long": (32, 64)}

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from scipy import stats as scipy_stats
 
-from campaign import budget, gap_pilot
+from campaign import budget, gap_arithmetic, gap_pilot
 from campaign.orders import next_in_order
 from rpevit.core.errors import UserError
 from rpevit.lab.result import results
@@ -41,8 +41,8 @@ def _found(favor_gap_32, relu_gap_32):
 
 
 def test_gaps_per_budget_come_from_records_and_their_branches():
-    top1 = gap_pilot.budget_top1(_found(-2.0, -0.5))
-    rows = {(r["backend"], r["epochs"]): r for r in gap_pilot.gap_rows(top1, [8, 16, 32], [1, 2])}
+    top1 = gap_arithmetic.budget_top1(_found(-2.0, -0.5))
+    rows = {(r["backend"], r["epochs"]): r for r in gap_arithmetic.gap_rows(top1, [8, 16, 32], [1, 2])}
     assert rows[("favor", 8)]["mean gap"] == pytest.approx(-1.0)
     assert rows[("favor", 32)]["mean gap"] == pytest.approx(-1.8) and rows[("favor", 32)]["seeds"] == 2
     assert rows[("favor", 32)]["SD"] == pytest.approx(0.4 / math.sqrt(2))
@@ -51,10 +51,10 @@ def test_gaps_per_budget_come_from_records_and_their_branches():
 
 def test_go_no_go_is_the_pre_registered_rule():
     for favor, relu, go in ((-2.0, -0.5, True), (-1.0, -0.5, False), (0.5, -1.6, True)):
-        rows = gap_pilot.gap_rows(gap_pilot.budget_top1(_found(favor, relu)), [8, 16, 32], [1, 2])
+        rows = gap_arithmetic.gap_rows(gap_arithmetic.budget_top1(_found(favor, relu)), [8, 16, 32], [1, 2])
         line = gap_pilot.decision(rows, 32, complete=True)
         assert line.startswith("**GO**" if go else "**NO-GO**"), line
-    assert gap_pilot.decision(gap_pilot.gap_rows({}, [32], [1, 2]), 32, True).startswith("**Go/no-go: not decided")
+    assert gap_pilot.decision(gap_arithmetic.gap_rows({}, [32], [1, 2]), 32, True).startswith("**Go/no-go: not decided")
 
 
 def test_the_trend_of_the_gap_with_budget_has_an_interval_and_a_verdict():
@@ -66,20 +66,20 @@ def test_the_trend_of_the_gap_with_budget_has_an_interval_and_a_verdict():
         top1 |= {("favor+ape", seed, 16): 84.0, ("favor+ape", seed, 32): 87.0 + favor_change}
         top1 |= {("relu+ape", seed, 16): 84.0, ("relu+ape", seed, 32): 87.0 + relu_change}
     variants = ["softmax+ape", "favor+ape", "relu+ape"]
-    line = gap_pilot.trend_line(top1, variants, [1, 2, 3], 16, 32)
+    line = gap_arithmetic.trend_line(top1, variants, [1, 2, 3], 16, 32)
     half = scipy_stats.t.ppf(0.975, 2) * 0.1 / math.sqrt(3)
     assert f"favor −1.00 [{-1 - half:.2f}, {-1 + half:.2f}] (3 seeds, widened)".replace("-", "−") in line
     assert "relu +0.10" in line and "(3 seeds, inconclusive)" in line
     assert "negative in every seed" not in line and "gained +1.90 to +3.50 points" in line
-    assert gap_pilot.trend_line(top1, variants, [1], 16, 32) == ""  # one seed: no interval, no sentence
+    assert gap_arithmetic.trend_line(top1, variants, [1], 16, 32) == ""  # one seed: no interval, no sentence
 
 
 def test_seed_count_reaches_a_quarter_of_the_gap():
-    n = gap_pilot.seeds_needed(2.0, 1.0)
+    n = gap_arithmetic.seeds_needed(2.0, 1.0)
     half_width = lambda k: scipy_stats.t.ppf(0.975, k - 1) / math.sqrt(k)  # noqa: E731
     assert half_width(n) <= 0.5 < half_width(n - 1)
-    assert gap_pilot.seeds_needed(0.01, 1.0) is None
-    rows = gap_pilot.gap_rows(gap_pilot.budget_top1(_found(-2.0, -0.5)), [32], [1, 2])
+    assert gap_arithmetic.seeds_needed(0.01, 1.0) is None
+    rows = gap_arithmetic.gap_rows(gap_arithmetic.budget_top1(_found(-2.0, -0.5)), [32], [1, 2])
     text = gap_pilot.factorial_seeds(rows, 32)
     assert "G = 1.80 points" in text and "0.83" in text  # √2 × 0.28 < 0.83: the floor holds
 
@@ -97,7 +97,7 @@ def test_the_report_is_written_from_the_records(tmp_path, monkeypatch):
 
 
 def test_a_no_go_names_the_next_pilot_of_the_pre_registered_order():
-    rows = gap_pilot.gap_rows(gap_pilot.budget_top1(_found(-1.0, -0.5)), [8, 16, 32], [1, 2])
+    rows = gap_arithmetic.gap_rows(gap_arithmetic.budget_top1(_found(-1.0, -0.5)), [8, 16, 32], [1, 2])
     order = ("canvas_gap_pilot", "canvas56_gap_pilot", "canvas56_dial16")
     nexts = [gap_pilot.decision(rows, 32, True, preset) for preset in order]
     assert "params/canvas56_gap_pilot.yaml" in nexts[0] and "params/canvas56_dial16.yaml" in nexts[1]
@@ -431,7 +431,7 @@ def test_a_spent_budget_starts_no_run_and_a_finished_study_still_writes_its_summ
     status = study_status.status_lines(dial)  # the campaign's hooks: its budget line, its gate
     assert status[1].startswith("Training time in all: ") and "over its pre-registered budget of 0.5" in status[1]
     assert status[2] == f"left: 1 run, which a start gate refuses: {spent}"
-    rows = gap_pilot.gap_rows(gap_pilot.budget_top1(_found(-1.0, -0.5)), [8, 16, 32], [1, 2])
+    rows = gap_arithmetic.gap_rows(gap_arithmetic.budget_top1(_found(-1.0, -0.5)), [8, 16, 32], [1, 2])
     line = gap_pilot.decision(rows, 32, False, "canvas56_gap_pilot", budget_ended="5 of 6")
     assert "(its budget is spent with 5 of 6 runs finished: no new run starts; the rule reads" in line
     assert "interim" in gap_pilot.decision(rows, 32, False, "canvas56_gap_pilot")

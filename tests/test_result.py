@@ -15,7 +15,7 @@ from analysis.claims import busy_text, evaluate_claims, protocol_rows, run_table
 from analysis.claims.registry import Claim, Comparison, Source
 from analysis.cost_plots import accuracy_cost_points
 from analysis.plots import resolution_bands
-from campaign.gap_pilot import budget_top1
+from campaign.gap_arithmetic import budget_top1
 from rpevit.lab.params import load_params
 from rpevit.lab.result import Result, results
 from rpevit.lab.schedule import policy
