@@ -82,11 +82,11 @@ def cut_fashion_mnist(folder: Path) -> Path | None:
     target.mkdir(parents=True, exist_ok=True)
     for split, count in CUT.items():
         for kind, item in (("images-idx3", 28 * 28), ("labels-idx1", 1)):
-            stem = f"{split}-{kind}-ubyte"
-            if (target / stem).is_file():  # cut already (every preset's short run shares the folder)
+            stem, header = f"{split}-{kind}-ubyte", 16 if kind.startswith("images") else 8
+            cut_already = target / stem  # every preset's short run shares the folder; a torn file is cut again
+            if cut_already.is_file() and cut_already.stat().st_size == header + count * item:
                 continue
             data = _read_bytes(_existing_idx_file(source, stem))
-            header = 16 if kind.startswith("images") else 8
             cut = data[:4] + count.to_bytes(4, "big") + data[8:header] + data[header : header + count * item]
             (target / stem).write_bytes(cut)
     return folder
@@ -215,6 +215,10 @@ def test_every_pre_registered_study_cuts_to_a_short_run_that_loads(tmp_path):
         cut = load_dataset("fashion_mnist", root=params.data.root, val_size=128)
         assert (len(cut.test.labels), len(cut.train.labels) + len(cut.val.labels)) == (CUT["t10k"], CUT["train"])
         assert cut.source == str(Path(params.data.root) / "fashion-mnist")
+        torn = Path(params.data.root) / "fashion-mnist" / "t10k-labels-idx1-ubyte"
+        torn.write_bytes(torn.read_bytes()[:100])  # a cut torn by a killed test is cut again, not reused
+        cut_fashion_mnist(Path(params.data.root))
+        assert torn.stat().st_size == 8 + CUT["t10k"]
 
 
 @pytest.mark.slow
