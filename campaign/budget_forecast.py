@@ -95,18 +95,12 @@ def forecast(rates: dict[str, list[float]], full: int, left: list[Left], hours: 
     )
 
 
-def forecast_line(params, budget: float | None, runs_root=None, reports_root=None) -> str:
-    """The forecast sentence of a preset with a stated `budget` ('' without one), read from its runs."""
-    if budget is None:
-        return ""
-    hours, _ = training_hours(params, runs_root, reports_root)
-    return forecast(*measured(params, runs_root, reports_root), hours, budget, list(params.seeds))
-
-
 def budget_sentences(params, preset, complete: bool, runs_root=None, reports_root=None) -> str:
     """A report's budget sentences: training time against the budget `preset` states (budget.budget_line),
-    then, while runs are left, the forecast."""
+    then, while runs are left and a budget is stated, the forecast read from the runs."""
     hours, running = training_hours(params, runs_root, reports_root)
     stated = stated_budget(preset)
-    left = "" if complete else forecast_line(params, stated, runs_root, reports_root)
+    left = ""
+    if not complete and stated is not None:
+        left = forecast(*measured(params, runs_root, reports_root), hours, stated, list(params.seeds))
     return budget_line(hours, running, stated, complete=complete) + left
