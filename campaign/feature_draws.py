@@ -193,6 +193,34 @@ def short_clause(folder) -> str:
     return f"under fresh FAVOR+ features{where}: {', '.join(map(run, rows))}" if rows else ""
 
 
+PILOTS_LEAD = "FAVOR+ under fresh draws of ω"  # how the overview's paragraph of them starts (pilots_sentence)
+
+
+def pilots_sentence(presets: list[str], reports_root, chance: float | None) -> str:
+    """One paragraph for the pilots' overview: per pilot whose feature draws were measured, its FAVOR+ runs and
+    softmax's weights under FAVOR+ attention, as trained → on average under fresh draws, and the highest mean
+    any FAVOR+ run kept, beside `chance` (points; None: the pilots' chance levels differ); '' where no pilot was
+    measured."""
+    own, borrowed, draws = [], [], set()
+    for preset in presets:
+        for r in measured(reports_root / preset):
+            clause = f"{r['as trained']:.1f} → {r['fresh ω: mean']:.1f} % (`{preset}`, seed {r['seed']})"
+            (borrowed if r["variant"].endswith("→ FAVOR+") else own).append((r["fresh ω: mean"], clause))
+            draws.add(r["draws"])
+    if not own:
+        return ""
+    kept = max(mean for mean, _ in own)
+    sentence = (
+        f"{PILOTS_LEAD} ({' or '.join(map(str, sorted(draws)))} per run, measured after the fact; "
+        f"reports/<pilot>/{TABLE}.md): every FAVOR+ run measured fell to {kept:.1f} % or less"
+        + (f" (chance {chance:g} %)" if chance is not None else "")
+        + f", as trained → fresh: {'; '.join(c for _, c in own)}"
+    )
+    if borrowed:
+        sentence += f". Softmax's weights with FAVOR+ attention: {'; '.join(c for _, c in borrowed)}"
+    return sentence + "."
+
+
 def report_lines(folder) -> list[str]:
     """A study report's section on its measured feature draws (reports/<preset>/feature_draws.csv), one clause
     per run from the table; [] when they were not measured there."""

@@ -21,6 +21,7 @@ from rpevit.lab.schema import finished
 from rpevit.lab.store import catalog, records
 from rpevit.lab.tables import markdown_table, signed
 
+from . import feature_draws
 from .budget import runs_in_flight
 from .budget_forecast import budget_sentences
 from .gap_arithmetic import (
@@ -331,7 +332,7 @@ def write_report(preset: str, reports_root=None) -> list[str]:
         "",
         markdown_table(change, list(change[0]), digits=2),
         markdown_table(gap_change, list(gap_change[0]), digits=2),
-        *(long_study.section(summary, folder) or [SENSITIVITY_NOTE]),
+        *(long_study.section(summary, folder) or [SENSITIVITY_NOTE, *feature_draws.report_lines(folder)]),
     ]
     if found["histories"]:
         lines += ["", *_curves(found, params, folder)]

@@ -10,12 +10,13 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from rpevit.core.data import dataset_info
 from rpevit.core.errors import UserError
 from rpevit.core.stats import t_half_width
 from rpevit.lab.store import records
 from rpevit.lab.tables import markdown_table, signed
 
-from . import gap_arithmetic, gap_pilot, long_study, pilot_answer, readme_blocks
+from . import feature_draws, gap_arithmetic, gap_pilot, long_study, pilot_answer, readme_blocks
 from .orders import GAP_ORDER
 
 FIRST_PILOT = GAP_ORDER[0]
@@ -191,7 +192,14 @@ def overview_rows(reports_root=None) -> tuple[list[dict], str, str, list[dict]]:
     trend = training_trend(reads)
     if trend:
         trend = "\n\n".join(
-            p for p in (trend, lead_line(params_of, reads), tasks_line(params_of, reads, reports_root)) if p
+            p
+            for p in (
+                trend,
+                lead_line(params_of, reads),
+                tasks_line(params_of, reads, reports_root),
+                draws_line(params_of, reports_root),
+            )
+            if p
         )
     return rows, standing or no_gap_anywhere(gaps, pooled), trend, series
 
@@ -253,6 +261,16 @@ def _count(values: dict[str, list[float]], sign: int) -> str:
     return ", ".join(
         f"{backend} {sum(v * sign > 0 for v in found)} of {len(found)}" for backend, found in values.items() if found
     )
+
+
+def draws_line(presets: list[str], reports_root=None) -> str:
+    """The pilots' FAVOR+ models under fresh draws of ω where measured (feature_draws.pilots_sentence, with the
+    pilots' chance level where they share one); reports/gap_pilots.md keeps it, the README leaves it out."""
+    from rpevit.lab.params import load_params
+
+    chances = {100 / dataset_info(load_params(p).datasets[0]).num_classes for p in presets}
+    chance = chances.pop() if len(chances) == 1 else None
+    return feature_draws.pilots_sentence(presets, reports_root or records.reports_root(), chance)
 
 
 def training_trend(reads: list[dict]) -> str:
@@ -350,12 +368,14 @@ def overview_lines(reports_root=None, overview: tuple | None = None) -> list[str
 
 def readme_block(lines: list[str]) -> list[str]:
     """What the README quotes of the overview's lines: where the order stands, the table, then the paragraphs
-    after it but the pilots' seed-pair counts (TREND: reports/gap_pilots.md keeps them) and the figure (its link
-    is relative to reports/, so the README links it itself)."""
+    after it but the pilots' seed-pair counts (TREND) and their models under fresh random features (draws_line),
+    which reports/gap_pilots.md keeps, and the figure (its link is relative to reports/, so the README links it
+    itself)."""
     lines = "\n".join(lines).split("\n")  # one paragraph per line, as the file holds them
     standing = next(line for line in lines if line.startswith("**"))
     table = [line for line in lines if line.startswith("|")]
-    after = [line for line in lines[lines.index(table[-1]) + 1 :] if not line.startswith(("![", TREND))]
+    left_out = ("![", TREND, feature_draws.PILOTS_LEAD)
+    after = [line for line in lines[lines.index(table[-1]) + 1 :] if not line.startswith(left_out)]
     after = [line for i, line in enumerate(after) if line or (i + 1 < len(after) and after[i + 1])]
     return [standing, "", *table, *after]
 

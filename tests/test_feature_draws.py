@@ -142,3 +142,35 @@ def test_the_command_measures_only_the_runs_its_table_lacks_unless_asked_again(r
     ]
     assert main(["feature-draws", "canvas40_long", "--draws", "3"]) == 0  # other draws: the table's rows do not count
     assert asked[-1] == set()
+
+
+def test_the_pilots_sentence_gives_every_measured_pilot_and_the_highest_mean_kept(tmp_path):
+    from rpevit.lab.params import load_params
+
+    assert feature_draws.pilots_sentence(["canvas_gap_pilot"], tmp_path, 10.0) == ""  # nothing measured
+    pilot = [
+        feature_draws.row("favor+ape", 1, {"epochs": 32, "top1": 0.89}, {"as trained": 89.0, "fresh": [15.0, 17.0]}),
+        feature_draws.row(
+            "softmax+ape → FAVOR+", 1, {"epochs": 32, "top1": 0.895}, {"as trained": 89.5, "fresh": [70.0, 72.0]}
+        ),
+    ]
+    feature_draws.write(load_params("canvas_gap_pilot"), pilot, reports_root=tmp_path)
+    found = {"as trained": 88.0, "fresh": [12.0, 13.0]}
+    dial = [feature_draws.row("favor+ape", 1, {"epochs": 32, "top1": 0.88}, found)]
+    feature_draws.write(load_params("canvas56_dial8"), dial, reports_root=tmp_path)
+    presets = ["canvas_gap_pilot", "canvas56_gap_pilot", "canvas56_dial8"]  # the 56×56 pilot not measured
+    assert feature_draws.pilots_sentence(presets, tmp_path, 10.0) == (
+        "FAVOR+ under fresh draws of ω (2 per run, measured after the fact; reports/<pilot>/feature_draws.md): "
+        "every FAVOR+ run measured fell to 16.0 % or less (chance 10 %), as trained → fresh: 89.0 → 16.0 % "
+        "(`canvas_gap_pilot`, seed 1); 88.0 → 12.5 % (`canvas56_dial8`, seed 1). Softmax's weights with FAVOR+ "
+        "attention: 89.5 → 71.0 % (`canvas_gap_pilot`, seed 1)."
+    )
+    assert "chance" not in feature_draws.pilots_sentence(presets, tmp_path, None)
+
+
+def test_the_readme_quotes_the_overview_without_its_feature_draws_paragraph():
+    from campaign import pilot_overview
+
+    drawn = f"{feature_draws.PILOTS_LEAD} (8 per run, measured after the fact; …): every FAVOR+ run measured fell"
+    lines = ["# title", "", "**standing**", "", "| a |", "|---|", "| 1 |", "", "Tasks: …", "", drawn, ""]
+    assert pilot_overview.readme_block(lines) == ["**standing**", "", "| a |", "|---|", "| 1 |", "", "Tasks: …"]

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 from scipy import stats as scipy_stats
 
-from campaign import budget, gap_arithmetic, gap_pilot
+from campaign import budget, feature_draws, gap_arithmetic, gap_pilot
 from campaign.orders import next_in_order
 from rpevit.core.errors import UserError
+from rpevit.lab.params import load_params
 from rpevit.lab.result import results
 from rpevit.lab.tables import signed
 
@@ -91,9 +92,15 @@ def test_the_report_is_written_from_the_records(tmp_path, monkeypatch):
     lines = gap_pilot.write_report("canvas_gap_pilot", reports_root=tmp_path)
     text = (tmp_path / "canvas_gap_pilot" / "README.md").read_text()
     assert text == "\n".join(lines) + "\n" and "6 of 6 runs finished" in text
+    assert "under fresh random features" not in text  # its feature draws not measured
     assert "**GO**: favor is behind softmax by 1.80 points at 32 epochs" in text
     assert "| favor+ape | 2 | 79.00 | 83.00 | 84.40 |" in text  # the per-run table, budgets from the branches
     assert (tmp_path / "canvas_gap_pilot" / "pilot_gaps.csv").is_file()
+    found = {"as trained": 84.4, "fresh": [15.0, 17.0]}
+    drawn = feature_draws.row("favor+ape", 1, {"epochs": 32, "top1": 0.844}, found)
+    feature_draws.write(load_params("canvas_gap_pilot"), [drawn], reports_root=tmp_path)
+    text = "\n".join(gap_pilot.write_report("canvas_gap_pilot", reports_root=tmp_path))
+    assert "## FAVOR+ under fresh random features" in text and "16.00 % on average over 2 fresh draws" in text
 
 
 def test_a_no_go_names_the_next_pilot_of_the_pre_registered_order():
