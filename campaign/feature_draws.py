@@ -69,12 +69,14 @@ def favor_twin(params, run, model):
     FAVOR+ variant or the weights differ in more than the random features."""
     from rpevit.core.model import build_model
     from rpevit.core.variants import parse_variant
+    from rpevit.lab.store.run import Run
 
     parsed = parse_variant(run.variant)
     twin = parse_variant("+".join(["favor", *parsed.positions])).name
     if parsed.backend != "softmax" or twin not in params.variants:
         return None
-    favor = build_model(twin, run.model_config, seed=run.seed).eval()
+    config = Run(params, run.dataset, twin, run.seed).model_config  # this preset's FAVOR+ (a dial: its m)
+    favor = build_model(twin, config, seed=run.seed).eval()
     missing, unexpected = favor.load_state_dict(model.state_dict(), strict=False)
     if unexpected or any(not key.endswith((".omega", ".redraw_counter")) for key in missing):
         return None
@@ -102,14 +104,15 @@ def row(variant: str, seed: int, record: dict, found: dict) -> dict:
 
 def measure(params, draws: int = DRAWS, done=frozenset()) -> list[dict]:
     """Every finished run with tested weights here or kept of the preset's FAVOR+ variants, and of its softmax
-    variants that have a FAVOR+ twin (favor_twin), but those whose (label, seed) is in `done`."""
+    variants — its own or those its reference preset trains for it (a feature dial's) — that have a FAVOR+ twin
+    (favor_twin), but those whose (label, seed) is in `done`."""
     from rpevit.core.errors import UserError
-    from rpevit.lab.store.catalog import grid_runs
+    from rpevit.lab.store.catalog import grid_runs, reference_runs
     from rpevit.lab.store.run import train_config_for
     from rpevit.lab.training.runs import dataset_for, inspected_model
 
     rows, datasets = [], {}
-    for run in grid_runs(params):
+    for run in [*grid_runs(params), *reference_runs(params)]:
         try:
             model, record = inspected_model(run, torch.device("cpu"))
         except (UserError, FileNotFoundError):
@@ -145,12 +148,12 @@ def write(params, rows: list[dict], reports_root=None) -> list[str]:
         f"`python -m campaign feature-draws {params.name} --draws {draws}` (campaign/feature_draws.py). Test top-1 "
         "(%) of each finished run with tested weights: as recorded; as trained, evaluated again (a FAVOR+ run with "
         f"its own ω, a softmax run with its exact attention); and with {draws} fresh draws of ω in every layer "
-        "(the same draws for every run); `softmax+… → FAVOR+` is a softmax run's weights in the preset's FAVOR+ "
-        "model of the same positional methods (FAVOR+'s estimate of the attention it learned). FAVOR+ estimates "
-        "softmax attention for any "
-        "draw: a model whose attention is that estimate keeps its accuracy under a fresh one, a model adapted to "
-        "its ω loses it, and a softmax model keeps what m features estimate well. One run per variant and seed: "
-        "descriptive.",
+        "(the same draws for every run); `softmax+… → FAVOR+` is a softmax run's weights"
+        + (f" (trained by `{params.reference}`, this preset's reference)" if params.reference else "")
+        + " in the preset's FAVOR+ model of the same positional methods (FAVOR+'s estimate of the attention it "
+        "learned). FAVOR+ estimates softmax attention for any draw: a model whose attention is that estimate "
+        "keeps its accuracy under a fresh one, a model adapted to its ω loses it, and a softmax model keeps what "
+        "m features estimate well. One run per variant and seed: descriptive.",
         "",
         markdown_table([_shown(r) for r in rows], list(rows[0]), digits=2),
     ]

@@ -59,6 +59,15 @@ def test_a_softmax_model_is_measured_in_its_favor_twin_with_its_own_weights(tiny
     assert all(torch.equal(theirs[k], v) for k, v in softmax.state_dict().items())
     params = dataclasses.replace(tiny_params, variants=("softmax+ape", "relu+ape"))
     assert feature_draws.favor_twin(params, run, softmax) is None
+    # a feature dial's twin is its own FAVOR+ (its m), not the one of the preset that trained softmax
+    favor = dataclasses.replace(tiny_params.model.options_for("favor"), num_features=4)
+    dial = dataclasses.replace(
+        tiny_params, model=dataclasses.replace(tiny_params.model, options={**tiny_params.model.options, "favor": favor})
+    )
+    assert {layer.num_features for layer in feature_draws.favor_layers(twin)} != {4}
+    assert {
+        layer.num_features for layer in feature_draws.favor_layers(feature_draws.favor_twin(dial, run, softmax))
+    } == {4}
     assert feature_draws.favor_twin(tiny_params, Run(tiny_params, "mnist5k", "relu+ape", 0), softmax) is None
 
 
