@@ -215,7 +215,7 @@ def pilots_sentence(presets: list[str], reports_root, chance: float | None) -> s
     kept = max(mean for mean, _ in own)
     sentence = (
         f"{PILOTS_LEAD} ({' or '.join(map(str, sorted(draws)))} per run, measured after the fact; "
-        f"reports/<pilot>/{TABLE}.md): every FAVOR+ run measured fell to {kept:.1f} % or less"
+        f"reports/<pilot>/{TABLE}.md): every FAVOR+ run measured averaged {kept:.1f} % or less under them"
         + (f" (chance {chance:g} %)" if chance is not None else "")
         + f", as trained → fresh: {'; '.join(c for _, c in own)}"
     )

@@ -170,7 +170,7 @@ def test_the_pilots_sentence_gives_every_measured_pilot_and_the_highest_mean_kep
     presets = ["canvas_gap_pilot", "canvas56_gap_pilot", "canvas56_dial8"]  # the 56×56 pilot not measured
     assert feature_draws.pilots_sentence(presets, tmp_path, 10.0) == (
         "FAVOR+ under fresh draws of ω (2 per run, measured after the fact; reports/<pilot>/feature_draws.md): "
-        "every FAVOR+ run measured fell to 16.0 % or less (chance 10 %), as trained → fresh: 89.0 → 16.0 % "
+        "every FAVOR+ run measured averaged 16.0 % or less under them (chance 10 %), as trained → fresh: 89.0 → 16.0 % "
         "(`canvas_gap_pilot`, seed 1); 88.0 → 12.5 % (`canvas56_dial8`, seed 1). Softmax's weights with FAVOR+ "
         "attention: 89.5 → 71.0 % (`canvas_gap_pilot`, seed 1)."
     )
@@ -180,6 +180,6 @@ def test_the_pilots_sentence_gives_every_measured_pilot_and_the_highest_mean_kep
 def test_the_readme_quotes_the_overview_without_its_feature_draws_paragraph():
     from campaign import pilot_overview
 
-    drawn = f"{feature_draws.PILOTS_LEAD} (8 per run, measured after the fact; …): every FAVOR+ run measured fell"
+    drawn = f"{feature_draws.PILOTS_LEAD} (8 per run, measured after the fact; …): every FAVOR+ run measured averaged"
     lines = ["# title", "", "**standing**", "", "| a |", "|---|", "| 1 |", "", "Tasks: …", "", drawn, ""]
     assert pilot_overview.readme_block(lines) == ["**standing**", "", "| a |", "|---|", "| 1 |", "", "Tasks: …"]
