@@ -4,6 +4,11 @@ the gap's change from the shorter budget to the longest, both paired by seed, ea
 Student-t interval over the seeds that have every run the contrast reads; the contrasts form their own
 family under Holm's step-down rule (Holm 1979) over their two-sided p-values.
 
+Beside them, descriptive and outside that family: the same contrasts with the seed SD pooled over the
+Performers' cells of one kind (their gaps at the longest budget, or their changes), which share model,
+recipe, seeds and budgets (pilot_answer.pooled_sd): with two seeds a cell alone has df 1, pooled over k
+cells df k.
+
 A contrast with fewer than two seeds has no interval or p: it is "not testable yet" and does not count
 in the family, so an interim table adjusts over the contrasts testable so far (and says how many).
 """
@@ -16,7 +21,8 @@ from rpevit.core.stats import contrast_test, holm
 from rpevit.lab.tables import markdown_table, signed
 
 from .gap_arithmetic import gap_changes, seed_gaps
-from .gap_pilot import performers
+from .gap_pilot import GO_GAP, GO_UPPER, performers
+from .pilot_answer import pooled_interval, pooled_sd
 
 # preset → (shorter, longest) budget in epochs of its pre-registered primary contrasts
 PRIMARY = {"canvas40_long": (32, 64)}
@@ -56,6 +62,7 @@ def contrast_rows(top1: dict, seeds: list[int], backends, short: int, long: int)
                     "contrast": label,
                     "seeds": test["n"],
                     "per seed": ", ".join(map(signed, values)) or "—",
+                    "values": values,
                     "mean": test["effect"],
                     "low": test.get("low", math.nan),
                     "high": test.get("high", math.nan),
@@ -104,6 +111,45 @@ def family_note(rows: list[dict], complete: bool) -> str:
     )
 
 
+def _pooled_reading(kind: str, low: float, high: float) -> str:
+    if high < 0:
+        return "softmax ahead" if kind == "gap" else "softmax's lead grew"
+    if low > 0:
+        return "Performer ahead" if kind == "gap" else "softmax's lead shrank"
+    return "inconclusive"
+
+
+def pooled_sentences(rows: list[dict], upper: float | None = None) -> list[str]:
+    """Per kind of contrast (gap, change): each Performer's mean with a 95 % t-interval from the seed SD pooled
+    over the Performers' cells of that kind that have two seeds or more; [] where none has two. With the rule's
+    upper bound `upper` (gap_pilot.GO_UPPER), also which gaps its thresholds pass with the pooled intervals."""
+    said, passing = [], []
+    for kind, what in (("gap", "gap at the longest budget"), ("change", "change of the gap")):
+        mine = [r for r in rows if r["kind"] == kind and len(r["values"]) > 1]
+        if not (pooled := pooled_sd([r["values"] for r in mine])):
+            continue
+        parts = []
+        for r in mine:
+            mean, low, high = pooled_interval(r["values"], pooled)
+            wide = kind == "gap" and low <= -GO_GAP <= high
+            if kind == "gap" and upper is not None and mean <= -GO_GAP and high < upper:
+                passing.append(r["contrast"].split(" − ")[0])
+            reading = _pooled_reading(kind, low, high) + (f"; −{GO_GAP:g} inside it" if wide else "")
+            parts.append(f"{r['contrast']} {signed(mean)} [{signed(low)}, {signed(high)}] ({reading})")
+        bartlett = "" if math.isnan(pooled["bartlett_p"]) else f", Bartlett p {pooled['bartlett_p']:.2f}"
+        said.append(
+            f"Each {what} (SD {pooled['sd']:.2f} points pooled over {pooled['cells']} cells, df {pooled['df']}"
+            f"{bartlett}): " + "; ".join(parts) + "."
+        )
+    if said and upper is not None:
+        said.append(
+            f"The rule's thresholds (mean ≤ −{GO_GAP:g}, upper end < {signed(upper)}) read with the pooled intervals: "
+            + (f"met by {', '.join(passing)}" if passing else "met by no Performer")
+            + " (descriptive; the verdict is the pre-registered rule's)."
+        )
+    return said
+
+
 def summary_rows(summary: dict) -> list[dict]:
     """contrast_rows of a report's summary (gap_pilot.pilot_summary) at its preset's PRIMARY budgets, computed
     once per summary: kept in it under "contrasts" for the report's one line (long_study) and its table."""
@@ -129,4 +175,17 @@ def section(summary: dict) -> list[str]:
         "",
         markdown_table(shown, list(shown[0])),
         family_note(rows, summary["complete"]),
+        *pooled_lines(rows, GO_UPPER.get(params.name)),
+    ]
+
+
+def pooled_lines(rows: list[dict], upper: float | None = None) -> list[str]:
+    """The pooled reading (pooled_sentences) as the report's paragraph after the family's table; [] without one."""
+    if not (said := pooled_sentences(rows, upper)):
+        return []
+    return [
+        "",
+        "Pooled (descriptive, outside the pre-registered family and its rule): the Performers' cells of one kind "
+        "share model, recipe, seeds and budgets, so their seed SDs pool into one with more degrees of freedom "
+        "than a cell's own (df 1 with two seeds); unadjusted 95 % t-intervals. " + " ".join(said),
     ]

@@ -125,3 +125,26 @@ def test_the_readme_s_long_block_is_filled_from_the_report(tmp_path):
     assert long_study.sync_readme(readme, report)
     assert readme.read_text() == "top\n<!-- long: x -->\n- `s`, 1 of 2 runs.\n<!-- /long -->\nbottom\n"
     assert not long_study.sync_readme(readme, report)
+
+
+def test_the_pooled_reading_pools_each_kind_over_the_performers_cells():
+    """Descriptive, beside the family: each kind's seed SD pooled over the Performers' cells (df = seeds − 1
+    summed), t-intervals with that df; the rule's thresholds read with them."""
+    favor = {1: (-0.5, -2.0), 2: (-0.4, -1.6)}
+    relu = {1: (0.0, -0.1), 2: (0.0, -0.5)}
+    rows = primary_contrasts.contrast_rows(_top1(favor, relu), [1, 2], BACKENDS, 32, 64)
+    gaps = primary_contrasts.pooled_sentences(rows, upper=-0.5)[:2]
+    # both gap cells have SD √0.08: pooled SD √0.08, df 2
+    half = scipy_stats.t.ppf(0.975, 2) * 0.08**0.5 / 2**0.5
+    assert "SD 0.28 points pooled over 2 cells, df 2" in gaps[0]
+    favor_interval = f"[{signed(-1.8 - half)}, {signed(-1.8 + half)}]"
+    assert f"favor − softmax at 64 −1.80 {favor_interval} (softmax ahead; −1.5 inside it)" in gaps[0]
+    assert f"relu − softmax at 64 −0.30 [{signed(-0.3 - half)}, {signed(-0.3 + half)}] (inconclusive)" in gaps[0]
+    changes = gaps[1]
+    assert "change of favor − softmax, 32→64 −1.35" in changes and "(softmax's lead grew)" in changes
+    said = primary_contrasts.pooled_sentences(rows, upper=-0.5)[2]
+    assert "met by favor (descriptive" in said
+    # one seed per cell: nothing to pool
+    one = primary_contrasts.contrast_rows(_top1({1: (-0.5, -2.0)}, {}), [1], BACKENDS, 32, 64)
+    assert primary_contrasts.pooled_sentences(one, upper=-0.5) == []
+    assert primary_contrasts.pooled_lines(one) == []
