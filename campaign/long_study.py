@@ -2,14 +2,18 @@
 runs finished, the go/no-go by the pre-registered rule so far, each Performer's gap at the longest budget
 with its 95 % t-interval, FAVOR+ under fresh random features where measured (feature_draws) — which the
 README quotes in its `long` block; its primary contrasts (primary_contrasts); each Performer's gap per
-budget and seed drawn beside the pilot's it goes on from; and that pilot's runs it trained again from the
-same seed and recipe, side by side. `python -m campaign gap-pilot canvas40_long` writes it all."""
+budget and seed drawn beside the pilot's it goes on from; each seed pair read image by image at the longest
+budget (exact McNemar, descriptive); and that pilot's runs it trained again from the same seed and recipe,
+side by side. `python -m campaign gap-pilot canvas40_long` writes it all."""
 
 from __future__ import annotations
 
 import math
 import statistics
 
+import numpy as np
+
+from rpevit.core.stats import image_standard_error, mcnemar_exact
 from rpevit.lab.params import load_params
 from rpevit.lab.result import results
 from rpevit.lab.schema import finished
@@ -96,12 +100,70 @@ def section(summary: dict, folder) -> list[str]:
     from analysis.plots import save_png
 
     lines = primary_contrasts.section(summary)
+    lines += image_lines(summary) if lines else []
     figure = gaps_figure(summary, folder.parent) if lines else None
     if figure is None:
         return lines
     save_png(figure, folder / FIGURE)
     lines += ["", f"![Each Performer's gap per budget: seeds as dots, their mean as a line]({FIGURE})"]
     return lines + feature_draws.report_lines(folder) + retrained_lines(summary, folder.parent)
+
+
+def _correct(record) -> np.ndarray:
+    return np.frombuffer(record.test_correct.encode(), dtype=np.uint8) - ord("0")
+
+
+def image_pairs(summary: dict) -> list[dict]:
+    """Per Performer and seed with both runs finished at the longest budget: the test images only the Performer
+    got right and only softmax got right, the pair's gap, its exact McNemar p (stats.mcnemar_exact) and its
+    standard error from the test images alone (stats.image_standard_error)."""
+    params = summary["params"]
+    done = {(r.variant, r.seed): r for r in finished(results(summary["found"].get("own", []))) if r.test_correct}
+    rows = []
+    for backend in gap_pilot.performers(params):
+        for seed in params.seeds:
+            if not {(f"{backend}+ape", seed), ("softmax+ape", seed)} <= done.keys():
+                continue
+            mine, theirs = _correct(done[(f"{backend}+ape", seed)]), _correct(done[("softmax+ape", seed)])
+            test = mcnemar_exact(mine, theirs)
+            rows.append(
+                {
+                    "pair": f"{backend} − softmax",
+                    "seed": seed,
+                    "gap": 100 * (test["a_only"] - test["b_only"]) / len(mine),
+                    "only the Performer right": test["a_only"],
+                    "only softmax right": test["b_only"],
+                    "McNemar p": test["p_value"],
+                    "image SE": image_standard_error(100.0 * (mine.astype(float) - theirs)),
+                }
+            )
+    return rows
+
+
+def image_lines(summary: dict) -> list[str]:
+    """The report's image-by-image reading of each seed pair at the longest budget (image_pairs); [] before any."""
+    if not (rows := image_pairs(summary)):
+        return []
+    shown = [
+        {
+            **r,
+            "gap": signed(r["gap"]),
+            "McNemar p": f"{r['McNemar p']:.2g}",
+            "image SE": f"{r['image SE']:.2f}",
+        }
+        for r in rows
+    ]
+    return [
+        "",
+        f"## Each seed pair image by image ({summary['params'].train.epochs} epochs; descriptive)",
+        "",
+        "The test images one run of a pair got right and the other got wrong; exact McNemar p (two-sided) and the "
+        "gap's standard error from the test images alone. They say whether one pair's gap exceeds the test set's "
+        "sampling noise, not whether a Performer is behind: that reads the seeds (the contrasts above), as an "
+        "image-level test leaves out how far the gap moves from seed to seed.",
+        "",
+        markdown_table(shown, list(shown[0])).rstrip("\n"),
+    ]
 
 
 def retrained_lines(summary: dict, reports_root=None) -> list[str]:

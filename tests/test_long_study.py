@@ -53,3 +53,36 @@ def test_a_report_reads_the_pilots_records_and_computes_its_contrasts_once(tmp_p
     lines = long_study.section(summary, folder)
     assert len(reads) == 1 and len(computed) == 1
     assert "favor +0.00 (1 seed)" in line and any("favor − softmax at 64" in text for text in lines)
+
+
+def test_each_seed_pair_is_read_image_by_image_at_the_longest_budget():
+    """Per Performer and seed with both runs: the discordant test images, the gap they make, exact McNemar p."""
+    from scipy import stats as scipy_stats
+
+    def record(variant, seed, correct):
+        return {
+            "variant": variant,
+            "seed": seed,
+            "dataset": "fashion_mnist_canvas40",
+            "status": "finished",
+            "epochs": 64,
+            "top1": correct.count("1") / len(correct),
+            "test_correct": correct,
+        }
+
+    softmax = "1" * 90 + "0" * 10
+    favor = "0" * 12 + "1" * 78 + "1" * 2 + "0" * 8  # 12 images only softmax right, 2 only favor right
+    own = [record("softmax+ape", 1, softmax), record("favor+ape", 1, favor), record("relu+ape", 2, softmax)]
+    summary = {"params": load_params("canvas40_long"), "found": {"own": own}}
+    (row,) = long_study.image_pairs(summary)
+    assert (row["pair"], row["seed"], row["only the Performer right"], row["only softmax right"]) == (
+        "favor − softmax",
+        1,
+        2,
+        12,
+    )
+    assert row["gap"] == -10.0 and row["McNemar p"] == scipy_stats.binomtest(2, 14).pvalue
+    lines = long_study.image_lines(summary)
+    assert lines[1] == "## Each seed pair image by image (64 epochs; descriptive)"
+    assert "| favor − softmax | 1 | −10.00 | 2 | 12 |" in lines[-1]
+    assert long_study.image_lines({**summary, "found": {"own": own[:1]}}) == []
