@@ -126,3 +126,16 @@ def cli(capsys, *argv):
     out, err = capsys.readouterr()
     assert "Traceback" not in out + err and "UnicodeDecodeError" not in out + err
     return code, out, err
+
+
+def canvas40_record(variant: str, seed: int, top1: float, **fields) -> dict:
+    """A finished canvas40_long record at 64 epochs (test top-1 as a fraction), with any further fields."""
+    return {
+        "variant": variant,
+        "seed": seed,
+        "dataset": "fashion_mnist_canvas40",
+        "status": "finished",
+        "epochs": 64,
+        "top1": top1,
+        **fields,
+    }

@@ -6,6 +6,8 @@ from __future__ import annotations
 from campaign import long_study
 from rpevit.lab.params import load_params
 
+from helpers import canvas40_record
+
 
 def test_the_pilots_runs_trained_again_are_compared_run_by_run():
     here = {("softmax+ape", 1, 32): 88.83, ("favor+ape", 1, 32): 88.83, ("softmax+ape", 1, 64): 91.15}
@@ -60,15 +62,7 @@ def test_each_seed_pair_is_read_image_by_image_at_the_longest_budget():
     from scipy import stats as scipy_stats
 
     def record(variant, seed, correct):
-        return {
-            "variant": variant,
-            "seed": seed,
-            "dataset": "fashion_mnist_canvas40",
-            "status": "finished",
-            "epochs": 64,
-            "top1": correct.count("1") / len(correct),
-            "test_correct": correct,
-        }
+        return canvas40_record(variant, seed, correct.count("1") / len(correct), test_correct=correct)
 
     softmax = "1" * 90 + "0" * 10
     favor = "0" * 12 + "1" * 78 + "1" * 2 + "0" * 8  # 12 images only softmax right, 2 only favor right

@@ -14,6 +14,8 @@ from rpevit.lab.params import load_params
 from rpevit.lab.result import results
 from rpevit.lab.tables import signed
 
+from helpers import canvas40_record
+
 BACKENDS = ["favor", "relu"]
 
 
@@ -90,15 +92,8 @@ def test_the_longer_study_report_tests_its_primary_contrasts(tmp_path, monkeypat
     from rpevit.lab.store import catalog
 
     def record(variant, seed, top1_32, top1_64):
-        return {
-            "variant": variant,
-            "seed": seed,
-            "dataset": "fashion_mnist_canvas40",
-            "status": "finished",
-            "epochs": 64,
-            "top1": top1_64 / 100,
-            "budgets": {"16": {"top1": 0.85}, "32": {"top1": top1_32 / 100}},
-        }
+        budgets = {"16": {"top1": 0.85}, "32": {"top1": top1_32 / 100}}
+        return canvas40_record(variant, seed, top1_64 / 100, budgets=budgets)
 
     found = [record("softmax+ape", s, 88.0, 91.0) for s in (1, 2, 3)]
     found += [record("favor+ape", s, 87.5, 89.0 - 0.1 * s) for s in (1, 2, 3)]
