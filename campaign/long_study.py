@@ -11,8 +11,7 @@ from __future__ import annotations
 import math
 import statistics
 
-import numpy as np
-
+from analysis.claims.evaluation import correctness
 from rpevit.core.stats import image_standard_error, mcnemar_exact
 from rpevit.lab.params import load_params
 from rpevit.lab.result import results
@@ -109,10 +108,6 @@ def section(summary: dict, folder) -> list[str]:
     return lines + feature_draws.report_lines(folder) + retrained_lines(summary, folder.parent)
 
 
-def _correct(record) -> np.ndarray:
-    return np.frombuffer(record.test_correct.encode(), dtype=np.uint8) - ord("0")
-
-
 def image_pairs(summary: dict) -> list[dict]:
     """Per Performer and seed with both runs finished at the longest budget: the test images only the Performer
     got right and only softmax got right, the pair's gap, its exact McNemar p (stats.mcnemar_exact) and its
@@ -124,7 +119,7 @@ def image_pairs(summary: dict) -> list[dict]:
         for seed in params.seeds:
             if not {(f"{backend}+ape", seed), ("softmax+ape", seed)} <= done.keys():
                 continue
-            mine, theirs = _correct(done[(f"{backend}+ape", seed)]), _correct(done[("softmax+ape", seed)])
+            mine, theirs = correctness(done[(f"{backend}+ape", seed)]), correctness(done[("softmax+ape", seed)])
             test = mcnemar_exact(mine, theirs)
             rows.append(
                 {
@@ -134,7 +129,7 @@ def image_pairs(summary: dict) -> list[dict]:
                     "only the Performer right": test["a_only"],
                     "only softmax right": test["b_only"],
                     "McNemar p": test["p_value"],
-                    "image SE": image_standard_error(100.0 * (mine.astype(float) - theirs)),
+                    "image SE": image_standard_error(100.0 * (mine.astype(float) - theirs.astype(float))),
                 }
             )
     return rows

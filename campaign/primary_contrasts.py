@@ -37,10 +37,14 @@ def _reading(kind: str, test: dict, adjusted: float) -> str:
         return NOT_YET
     if adjusted >= ALPHA:
         return "inconclusive"
-    ahead = test["effect"] < 0
+    return _direction(kind, test["effect"] < 0)
+
+
+def _direction(kind: str, softmax_ahead: bool) -> str:
+    """A direction's words: for a gap who is ahead, for a change of the gap whether softmax's lead grew."""
     if kind == "gap":
-        return "softmax ahead" if ahead else "Performer ahead"
-    return "softmax's lead grew" if ahead else "softmax's lead shrank"
+        return "softmax ahead" if softmax_ahead else "Performer ahead"
+    return "softmax's lead grew" if softmax_ahead else "softmax's lead shrank"
 
 
 def contrast_rows(top1: dict, seeds: list[int], backends, short: int, long: int) -> list[dict]:
@@ -112,11 +116,7 @@ def family_note(rows: list[dict], complete: bool) -> str:
 
 
 def _pooled_reading(kind: str, low: float, high: float) -> str:
-    if high < 0:
-        return "softmax ahead" if kind == "gap" else "softmax's lead grew"
-    if low > 0:
-        return "Performer ahead" if kind == "gap" else "softmax's lead shrank"
-    return "inconclusive"
+    return "inconclusive" if low <= 0 <= high else _direction(kind, high < 0)
 
 
 def pooled_sentences(rows: list[dict], upper: float | None = None) -> list[str]:
