@@ -245,6 +245,8 @@ def pilot_summary(preset: str, reports_root=None) -> dict:
     `equal_time`: accuracy at softmax's training time, pilot_answer), the tables (`runs`: top-1 per run and
     budget, `gaps`: the gap per budget, `change` and `gap_change`: budget sensitivity) and what they were
     read from (`params`, `found`: pilot_records)."""
+    from .primary_contrasts import PRIMARY  # it reads this module's rule
+
     params = load_params(preset)
     found = pilot_records(params, reports_root)
     top1, read, fell = found["top1"], found["read"], found["fell"]
@@ -272,7 +274,7 @@ def pilot_summary(preset: str, reports_root=None) -> dict:
         + budget_sentences(params, preset, finished_count == planned or bool(ended), reports_root=reports_root),
         "decision": decision(rows, longest, finished_count == planned, params.name, ended),
         "complete": finished_count == planned or bool(ended),  # no run left to train: every run, or the budget
-        "trend": trend_line(top1, variants, seeds, short, longest, backends),
+        "trend": trend_line(top1, variants, seeds, short, longest, backends, tested=params.name in PRIMARY),
         "collapsed": (
             f"Collapsed (validation top-1 fell toward chance; reported apart, not in any gap): {', '.join(fell)}."
             if fell

@@ -73,6 +73,10 @@ def test_the_trend_of_the_gap_with_budget_has_an_interval_and_a_verdict():
     assert "relu +0.10" in line and "(3 seeds, inconclusive)" in line
     assert "negative in every seed" not in line and "gained +1.90 to +3.50 points" in line
     assert gap_arithmetic.trend_line(top1, variants, [1], 16, 32) == ""  # one seed: no interval, no sentence
+    # a study whose primary contrasts test these changes: means only, no unadjusted verdict beside Holm's
+    tested = gap_arithmetic.trend_line(top1, variants, [1, 2, 3], 16, 32, tested=True)
+    assert "favor −1.00 (3 seeds)" in tested and "primary contrasts below" in tested
+    assert "widened" not in tested and "inconclusive" not in tested and "[" not in tested
 
 
 def test_seed_count_reaches_a_quarter_of_the_gap():
