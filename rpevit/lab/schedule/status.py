@@ -46,8 +46,8 @@ def _expected(runs: list[Run], pace: list[dict], costs=None) -> str:
     paced = {(r.dataset, r.variant) for r in results(pace)}
     scaled = bool(costs) and any((run.dataset, run.variant) not in paced and run.variant in costs for run in runs)
     return (
-        f"≈ {hours:.1f} hours one after another (validation, testing and evaluation included) at the median pace "
-        "of the finished runs"
+        f"≈ {hours:.1f} hours if they all train, one after another (validation, testing and evaluation "
+        "included), at the median pace of the finished runs"
         + (", scaled by the side-by-side speed benchmark for variants not run yet" if scaled else "")
         + (f"; {unknown} more with no finished run on their dataset to go on" if unknown else "")
     )
