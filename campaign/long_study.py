@@ -46,6 +46,7 @@ def one_line(summary: dict, folder=None) -> str:
         f"`{params.name}`, {done} of {planned} runs: "
         f"**{verdict}{'' if summary['complete'] else ' so far'}** — gap to softmax at {longest} epochs: "
         + "; ".join([*gaps, *([f"{', '.join(waiting)}: no finished pair yet"] if waiting else [])])
+        + (f"; {pooled}" if (pooled := primary_contrasts.pooled_clause(rows)) else "")
         + (f"; {drawn}" if folder is not None and (drawn := feature_draws.short_clause(folder)) else "")
         + "."
     )

@@ -119,18 +119,39 @@ def _pooled_reading(kind: str, low: float, high: float) -> str:
     return "inconclusive" if low <= 0 <= high else _direction(kind, high < 0)
 
 
+def _pooled(rows: list[dict], kind: str) -> tuple[dict | None, list[tuple[dict, tuple]]]:
+    """(the seed SD pooled over the rows of `kind` with two seeds or more (pilot_answer.pooled_sd), and per such
+    row its (mean, low, high) with that SD); (None, []) where no row has two seeds."""
+    mine = [r for r in rows if r["kind"] == kind and len(r["values"]) > 1]
+    if not (pooled := pooled_sd([r["values"] for r in mine])):
+        return None, []
+    return pooled, [(r, pooled_interval(r["values"], pooled)) for r in mine]
+
+
+def pooled_clause(rows: list[dict]) -> str:
+    """The gaps' pooled intervals in a few words, for the study's one line: 'seed SD pooled over 3 cells,
+    0.24 (df 3; descriptive): favor [−0.80, +0.26], …'; '' where fewer than two gaps have two seeds."""
+    pooled, intervals = _pooled(rows, "gap")
+    if not pooled or pooled["cells"] < 2:  # one cell: its own interval, already said
+        return ""
+    named = (f"{r['contrast'].split(' − ')[0]} [{signed(low)}, {signed(high)}]" for r, (_, low, high) in intervals)
+    return (
+        f"seed SD pooled over {pooled['cells']} cells, {pooled['sd']:.2f} (df {pooled['df']}; descriptive): "
+        + ", ".join(named)
+    )
+
+
 def pooled_sentences(rows: list[dict], upper: float | None = None) -> list[str]:
     """Per kind of contrast (gap, change): each Performer's mean with a 95 % t-interval from the seed SD pooled
     over the Performers' cells of that kind that have two seeds or more; [] where none has two. With the rule's
     upper bound `upper` (gap_pilot.GO_UPPER), also which gaps its thresholds pass with the pooled intervals."""
     said, passing = [], []
     for kind, what in (("gap", "gap at the longest budget"), ("change", "change of the gap")):
-        mine = [r for r in rows if r["kind"] == kind and len(r["values"]) > 1]
-        if not (pooled := pooled_sd([r["values"] for r in mine])):
+        pooled, intervals = _pooled(rows, kind)
+        if not pooled:
             continue
         parts = []
-        for r in mine:
-            mean, low, high = pooled_interval(r["values"], pooled)
+        for r, (mean, low, high) in intervals:
             wide = kind == "gap" and low <= -GO_GAP <= high
             if kind == "gap" and upper is not None and mean <= -GO_GAP and high < upper:
                 passing.append(r["contrast"].split(" − ")[0])

@@ -143,3 +143,9 @@ def test_the_pooled_reading_pools_each_kind_over_the_performers_cells():
     one = primary_contrasts.contrast_rows(_top1({1: (-0.5, -2.0)}, {}), [1], BACKENDS, 32, 64)
     assert primary_contrasts.pooled_sentences(one, upper=-0.5) == []
     assert primary_contrasts.pooled_lines(one) == []
+    # the study's one line (README) carries the gaps' pooled intervals in short
+    clause = primary_contrasts.pooled_clause(rows)
+    assert clause == f"seed SD pooled over 2 cells, 0.28 (df 2; descriptive): favor {favor_interval}, " + (
+        f"relu [{signed(-0.3 - half)}, {signed(-0.3 + half)}]"
+    )
+    assert primary_contrasts.pooled_clause(one) == ""
