@@ -334,7 +334,9 @@ def write_report(preset: str, reports_root=None) -> list[str]:
         "",
         markdown_table(change, list(change[0]), digits=2),
         markdown_table(gap_change, list(gap_change[0]), digits=2),
-        *(long_study.section(summary, folder) or [SENSITIVITY_NOTE, *feature_draws.report_lines(folder)]),
+        *(long_study.section(summary, folder) or [SENSITIVITY_NOTE]),
+        *feature_draws.report_lines(folder),
+        *long_study.retrained_lines(summary, folder.parent),
     ]
     if found["histories"]:
         lines += ["", *_curves(found, params, folder)]

@@ -95,8 +95,8 @@ def gaps_figure(summary: dict, reports_root=None):
 
 def section(summary: dict, folder) -> list[str]:
     """After the budget-sensitivity tables of a study with pre-registered primary contrasts: those contrasts
-    (primary_contrasts.section), the gaps figure (reports/<study>/FIGURE) and the pilot's runs it trained
-    again; [] for any other study."""
+    (primary_contrasts.section), each seed pair image by image and the gaps figure (reports/<study>/FIGURE);
+    [] for any other study."""
     from analysis.plots import save_png
 
     lines = primary_contrasts.section(summary)
@@ -105,8 +105,7 @@ def section(summary: dict, folder) -> list[str]:
     if figure is None:
         return lines
     save_png(figure, folder / FIGURE)
-    lines += ["", f"![Each Performer's gap per budget: seeds as dots, their mean as a line]({FIGURE})"]
-    return lines + feature_draws.report_lines(folder) + retrained_lines(summary, folder.parent)
+    return lines + ["", f"![Each Performer's gap per budget: seeds as dots, their mean as a line]({FIGURE})"]
 
 
 def image_pairs(summary: dict) -> list[dict]:
