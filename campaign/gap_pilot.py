@@ -93,7 +93,8 @@ def decision(
         )
     return (
         f"**NO-GO{status}**: no Performer is behind softmax by {rule} points at {longest} epochs. Mean gaps "
-        f"with APE: {gaps}. Next by the pre-registered order: "
+        f"with APE: {gaps}. {'Next' if complete or budget_ended else 'If it ends NO-GO, next'} by the "
+        "pre-registered order: "
         + NEXT_AFTER_NO_GO.get(
             preset, AFTER_NO_GO_OUTSIDE.get(preset, "none left: no pilot opened a gap, and that is the answer")
         )

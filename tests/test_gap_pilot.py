@@ -56,6 +56,10 @@ def test_go_no_go_is_the_pre_registered_rule():
         line = gap_pilot.decision(rows, 32, complete=True)
         assert line.startswith("**GO**" if go else "**NO-GO**"), line
     assert gap_pilot.decision(gap_arithmetic.gap_rows({}, [32], [1, 2]), 32, True).startswith("**Go/no-go: not decided")
+    # interim, the next pilot is conditional; once complete (or the budget ended it), it is the order's next
+    rows = gap_arithmetic.gap_rows(gap_arithmetic.budget_top1(_found(-1.0, -0.5)), [32], [1, 2])
+    assert ". If it ends NO-GO, next by the pre-registered order: " in gap_pilot.decision(rows, 32, complete=False)
+    assert ". Next by the pre-registered order: " in gap_pilot.decision(rows, 32, complete=True)
 
 
 def test_the_trend_of_the_gap_with_budget_has_an_interval_and_a_verdict():
