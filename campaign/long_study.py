@@ -26,7 +26,7 @@ QUOTED = ("canvas40_long",)  # studies outside the pilot orders whose line the R
 
 def _gap(row: dict) -> str:
     """'favor −1.80 [−2.40, −1.20] (4 seeds)' or 'favor −0.07 (1 seed)'."""
-    backend = row["contrast"].split(" − ")[0]
+    backend = primary_contrasts.backend_of(row)
     interval = "" if math.isnan(row["low"]) else f" [{signed(row['low'])}, {signed(row['high'])}]"
     return f"{backend} {signed(row['mean'])}{interval} ({row['seeds']} seed{'s' * (row['seeds'] != 1)})"
 
@@ -41,7 +41,7 @@ def one_line(summary: dict, folder=None) -> str:
     verdict = gap_pilot.rule_verdict(at_end, params.name) or "not decided"
     rows = primary_contrasts.summary_rows(summary)
     gaps = [_gap(r) for r in rows if r["kind"] == "gap" and r["seeds"]]
-    waiting = [r["contrast"].split(" − ")[0] for r in rows if r["kind"] == "gap" and not r["seeds"]]
+    waiting = [primary_contrasts.backend_of(r) for r in rows if r["kind"] == "gap" and not r["seeds"]]
     return (
         f"`{params.name}`, {done} of {planned} runs: "
         f"**{verdict}{'' if summary['complete'] else ' so far'}** — gap to softmax at {longest} epochs: "

@@ -115,6 +115,11 @@ def family_note(rows: list[dict], complete: bool) -> str:
     )
 
 
+def backend_of(row: dict) -> str:
+    """The Performer a contrast row reads ('favor' of 'favor − softmax at 64')."""
+    return row["contrast"].split(" − ")[0]
+
+
 def _pooled_reading(kind: str, low: float, high: float) -> str:
     return "inconclusive" if low <= 0 <= high else _direction(kind, high < 0)
 
@@ -134,7 +139,7 @@ def pooled_clause(rows: list[dict]) -> str:
     pooled, intervals = _pooled(rows, "gap")
     if not pooled or pooled["cells"] < 2:  # one cell: its own interval, already said
         return ""
-    named = (f"{r['contrast'].split(' − ')[0]} [{signed(low)}, {signed(high)}]" for r, (_, low, high) in intervals)
+    named = (f"{backend_of(r)} [{signed(low)}, {signed(high)}]" for r, (_, low, high) in intervals)
     return (
         f"seed SD pooled over {pooled['cells']} cells, {pooled['sd']:.2f} (df {pooled['df']}; descriptive): "
         + ", ".join(named)
@@ -154,7 +159,7 @@ def pooled_sentences(rows: list[dict], upper: float | None = None) -> list[str]:
         for r, (mean, low, high) in intervals:
             wide = kind == "gap" and low <= -GO_GAP <= high
             if kind == "gap" and upper is not None and mean <= -GO_GAP and high < upper:
-                passing.append(r["contrast"].split(" − ")[0])
+                passing.append(backend_of(r))
             reading = _pooled_reading(kind, low, high) + (f"; −{GO_GAP:g} inside it" if wide else "")
             parts.append(f"{r['contrast']} {signed(mean)} [{signed(low)}, {signed(high)}] ({reading})")
         bartlett = "" if math.isnan(pooled["bartlett_p"]) else f", Bartlett p {pooled['bartlett_p']:.2f}"
