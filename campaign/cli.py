@@ -27,7 +27,7 @@ EXAMPLES = """examples:
   python -m campaign gap-pilot --overview            every gap pilot's line: reports/gap_pilots.md and the README
   python -m campaign recall-pilot recall_pilot       the recall pilot's report: reports/recall_pilot/README.md
   python -m campaign recall-pilot --overview         every recall pilot and the answer: reports/recall_pilots.md
-  python -m campaign park canvas40_long              keep unfinished runs in reports/<preset>/parked/ (commit it)
+  python -m campaign park canvas40_long              keep unfinished runs (parked/) and stable checkpoints (stable/)
   python -m campaign feature-draws canvas40_long     FAVOR+ runs' test top-1 under fresh random features
   python -m campaign findings                        copy the converged study's answer into docs/results.md
   python -m campaign gpu-acceptance                  the GPU acceptance run (docs/scaling.md)

@@ -42,14 +42,15 @@ def out_of_order(params, reports_root=None) -> str:
 
 
 def status(params, runs_root=None, reports_root=None) -> list[str]:
-    """The budget's line (training time against it, and while runs are left its forecast) and the runs parked
-    for the next `study`."""
+    """The budget's line (training time against it, and while runs are left its forecast), the runs parked
+    for the next `study` and the stable checkpoints kept for a longer budget."""
     from rpevit.lab.schema import finished
     from rpevit.lab.store.catalog import grid, study_records
 
     from .budget import over_budget, runs_in_flight, stated_budget, training_hours
     from .budget_forecast import budget_sentences
     from .parking import PARKED, pending
+    from .stable_checkpoints import status_line
 
     lines = []
     if (stated := stated_budget(params.source or params.name)) is not None:
@@ -62,7 +63,7 @@ def status(params, runs_root=None, reports_root=None) -> list[str]:
         lines.append(said.replace("**", ""))
     if parked := pending(params.name):
         lines.append(f"parked: {', '.join(parked)} (reports/{params.name}/{PARKED}/; the next `study` resumes them)")
-    return lines
+    return lines + status_line(params)
 
 
 def report(params, reports_root=None) -> bool:

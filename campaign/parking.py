@@ -8,7 +8,8 @@ puts them back into runs/ before it starts (`restore`). Nothing goes backwards: 
 whole (its checkpoint, stable checkpoint and a history.csv written from the checkpoint's own history,
 which the budget reads), only where it holds more epochs than the copy already there; a run with a
 record (finished or diverged, here or kept) is never touched, and one another live process trains
-is left alone. A GPU sitting's runs come back the same way (`place_run`, in sitting.unpack).
+is left alone. A GPU sitting's runs come back the same way (`place_run`, in sitting.unpack). A finished
+run's stable checkpoint, which a longer budget goes on from, is kept apart (stable_checkpoints.py).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from pathlib import Path
 
 from rpevit.lab.params import Params, load_params
 from rpevit.lab.store import records
+
+from . import stable_checkpoints
 
 PARKED = "parked"  # reports/<preset>/parked/<dataset>/<variant>/seed<N>/: tracked, unlike runs/
 RUN_FILES = (records.CHECKPOINT, records.STABLE_CHECKPOINT)  # read in this order: a checkpoint past the stable
@@ -153,22 +156,25 @@ def pending(preset_name: str) -> list[str]:
 
 
 def restore(preset: str | Params) -> list[str]:
-    """Put a preset's parked runs into runs/ (place_run); a line for what moved, none if nothing did."""
-    name = _loaded(preset).name
-    placed = held = 0
+    """Put a preset's parked runs into runs/ (place_run), then the finished runs' kept stable checkpoints (of
+    it and of the preset it continues: stable_checkpoints.restore); a line for what moved, none if nothing did."""
+    params = _loaded(preset)
+    name, placed, held = params.name, 0, 0
     for _, folder, local in _parked_runs(name):
         outcome = place_run(local, {n: (folder / n).read_bytes() for n in RUN_FILES if (folder / n).is_file()})
         placed, held = placed + (outcome == "placed"), held + (outcome == "busy")
+    lines = stable_checkpoints.restore(params)
     if not placed and not held:
-        return []
+        return lines
     busy = f" ({held} left alone: another process trains them)" if held else ""
     where = _parked_root(name).relative_to(records.reports_root().parent)
-    return [f"{name}: {placed} parked run(s) restored from {where}{busy}"]
+    return [f"{name}: {placed} parked run(s) restored from {where}{busy}", *lines]
 
 
 def park(presets: list[str]) -> list[str]:
     """Replace each preset's reports/<preset>/parked/ with its unfinished runs (restoring first, so a parked
-    run this checkout is behind on is never lost; runs that ended drop out). A line per preset."""
+    run this checkout is behind on is never lost; runs that ended drop out), and keep its finished runs'
+    stable checkpoints (stable_checkpoints.keep). A line per preset, and one for stable checkpoints kept."""
     lines, loaded = [], [load_params(preset) for preset in presets]  # every preset checked before any work
     for params in loaded:
         name = params.name
@@ -198,13 +204,16 @@ def park(presets: list[str]) -> list[str]:
             f"{name}: {len(wanted)} unfinished run(s) parked in reports/{name}/{PARKED}/ ({size:.1f} MiB)"
             + (f": {epochs_held}; commit it" if wanted else "")
         )
+        lines += stable_checkpoints.keep(params)
     return lines
 
 
 def add_parser(sub) -> None:
     """The `park` sub-command's arguments."""
     parking = sub.add_parser(
-        "park", help="keep presets' unfinished runs in reports/<preset>/parked/ (commit it; `study` resumes them)"
+        "park",
+        help="keep presets' unfinished runs in reports/<preset>/parked/ (commit it; `study` resumes them) and "
+        "finished runs' stable checkpoints in reports/<preset>/stable/",
     )
     parking.add_argument("presets", nargs="+", metavar="PRESET", help="preset names or YAML paths")
 

@@ -8,7 +8,7 @@ import dataclasses
 
 import pytest
 
-from campaign import budget
+from campaign import budget, parking, stable_checkpoints
 from rpevit.core.errors import UserError
 from rpevit.lab import params_checks
 from rpevit.lab.store import records
@@ -96,3 +96,40 @@ def test_what_a_preset_may_go_on_from_is_checked_when_it_loads(presets, change, 
     longer = dataclasses.replace(longer, train=dataclasses.replace(longer.train, **change))
     with pytest.raises(UserError, match=message):
         params_checks._check_continues(longer, lambda name: donor)
+
+
+def test_a_fresh_checkout_goes_on_from_the_stable_checkpoint_the_repository_keeps(
+    presets, tiny_dataset, tmp_path, monkeypatch
+):
+    """campaign/stable_checkpoints.py: `park` keeps a finished run's stable checkpoint in reports/<preset>/stable/,
+    and in a checkout whose runs/ lacks it `restore` puts it back (only a readable file of that run), so the
+    longer preset goes on from it exactly as where the donor trained."""
+    donor, longer = presets
+    donor = dataclasses.replace(donor, keep_records=True)
+    monkeypatch.setattr(continuation, "load_params", lambda name: {"tiny_donor": donor}[name])
+    run = Run(donor, "mnist5k", "relu+ape", 0).rooted()
+    train_run(run, tiny_dataset)
+    records.keep(run.dir, run.kept_dir)  # as the study does for a finished run of a keep_records preset
+    kept = stable_checkpoints.kept_path(run)
+    assert stable_checkpoints.keep(donor) == [
+        "tiny_donor: 1 finished run(s)' stable checkpoint(s) kept in reports/tiny_donor/stable/ "
+        "(a longer budget goes on from them); commit it"
+    ]
+    assert kept.read_bytes() == (run.dir / records.STABLE_CHECKPOINT).read_bytes()
+    assert stable_checkpoints.keep(donor) == []  # nothing differs
+    assert stable_checkpoints.status_line(donor) == [
+        "stable checkpoints kept in reports/tiny_donor/stable/ (`park` keeps them): 1 of 1 finished runs"
+    ]
+    here = train_run(Run(longer, "mnist5k", "relu+ape", 0), tiny_dataset)
+
+    monkeypatch.setenv("RPEVIT_RUNS", str(tmp_path / "fresh_runs"))  # a fresh clone: the same reports/
+    data = kept.read_bytes()
+    kept.write_bytes(data[: len(data) // 2])  # damaged: not placed
+    assert parking.restore(longer) == []
+    kept.write_bytes(data)
+    assert parking.restore(longer) == ["tiny_donor: 1 stable checkpoint(s) restored from reports/tiny_donor/stable/"]
+    assert parking.restore(longer) == []  # runs/ has it now
+    fresh = train_run(Run(longer, "mnist5k", "relu+ape", 0), tiny_dataset)
+    assert fresh["continued_from"] == here["continued_from"] and fresh["continued_from"]["preset"] == "tiny_donor"
+    for key in (*RESULT_KEYS, "log_likelihood"):
+        assert fresh[key] == here[key], key
