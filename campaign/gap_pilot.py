@@ -53,6 +53,8 @@ AFTER_NO_GO_OUTSIDE = {"canvas40_long": "none: no Performer 1.5 behind at up to 
 GAP_PILOTS = ("canvas_gap_pilot", "canvas56_gap_pilot", "canvas56_dial16", "canvas56_dial8", "canvas40_long")
 # a stricter GO where a preset says so: the upper end of the gap's 95 % interval must also be below this
 GO_UPPER = {"canvas40_long": -0.5}
+# presets whose stopping rule reads, once the budget ends them, only the seeds whose runs all finished
+WHOLE_SEEDS = {"canvas40_long"}
 
 
 def _dialled(variant: str, model) -> str:
@@ -172,6 +174,22 @@ def budget_reading(params, found: dict, reports_root=None) -> tuple[str, int]:
     return ("", len(started)) if started else (f"{done} of {planned}", 0)
 
 
+def whole_seeds_sentence(found: dict) -> str:
+    """Where the stopping rule left seeds out (_whole_seeds_only), which ones the analyses read and which not."""
+    if "whole_seeds" not in found:
+        return ""
+    whole = found["whole_seeds"]
+    left = sorted({seed for _, seed, _ in found["listed"]} - set(whole))
+    read = f"seed{'s' * (len(whole) != 1)} {', '.join(map(str, whole))}" if whole else "no seed"
+    out = (
+        f"; the finished runs of seed{'s' * (len(left) != 1)} {', '.join(map(str, left))} are listed, not analysed"
+        if left
+        else ""
+    )
+    rule = " As pre-registered, with the budget spent the analyses read only the seeds whose runs all finished"
+    return f"{rule}: {read}{out}."
+
+
 def pilot_budgets(params) -> list[int]:
     """The pilot's budgets in epochs, shortest first: its cool-downs' and its longest run's."""
     return sorted({*params.train.budgets, params.train.epochs})
@@ -210,7 +228,8 @@ def pilot_records(params, reports_root=None) -> dict:
     """What a pilot's report reads: its own records, the reference's softmax+ape records a dial compares
     with (`read`, from `source`), the test top-1 per (variant, seed, budget) of the runs that did not
     collapse, and the names of those that did (one policy for every report: apart, never read at their
-    early best epoch); the runs `started` and unfinished (here or parked) and their curves so far (`in_flight`)."""
+    early best epoch); the runs `started` and unfinished (here or parked) and their curves so far (`in_flight`);
+    for a preset in WHOLE_SEEDS that its budget ended, `top1` of its whole seeds only (_whole_seeds_only)."""
     from analysis.convergence import split_collapsed
 
     own = catalog.study_records(params, reports_root=reports_root)  # read through the module: tests stand in
@@ -226,7 +245,7 @@ def pilot_records(params, reports_root=None) -> dict:
         if r.run is not None
     ]
     started = runs_in_flight(params, reports_root=reports_root)
-    return {
+    found = {
         "own": own,
         "borrowed": borrowed,
         "histories": [(v, s, rows) for v, s, rows in histories if rows],
@@ -238,6 +257,19 @@ def pilot_records(params, reports_root=None) -> dict:
         "top1": budget_top1([*borrowed_kept, *own_kept]),
         "fell": [f"{r.variant} seed {r.seed}" for r in [*borrowed_fell, *own_fell]],
     }
+    return _whole_seeds_only(params, found, reports_root) if params.name in WHOLE_SEEDS else found
+
+
+def _whole_seeds_only(params, found: dict, reports_root=None) -> dict:
+    """`found` as its stopping rule reads it once the spent budget has ended the study (budget_ended): `top1`
+    (what every analysis reads) only of the seeds whose runs all finished, named in `whole_seeds`; every
+    finished run's top-1 stays in `listed` for the table of runs. Unchanged while the study is open."""
+    if not budget_ended(params, found, reports_root):
+        return found
+    done = {(r.variant, r.seed) for r in finished(results(found["own"]))}
+    whole = [s for s in params.seeds if all((v, s) in done for _, v, _ in catalog.grid(params))]
+    top1 = {key: value for key, value in found["top1"].items() if key[1] in whole}
+    return {**found, "top1": top1, "listed": found["top1"], "whole_seeds": whole}
 
 
 def pilot_summary(preset: str, reports_root=None) -> dict:
@@ -272,7 +304,8 @@ def pilot_summary(preset: str, reports_root=None) -> dict:
         "intro": f"{params.description}. Pre-registered in `params/{params.name}.yaml` before its first run: the "
         "task, the variants, seeds, recipe, budgets, the go/no-go rule and the seed rule. "
         f"{finished_count} of {planned} runs finished.{borrowed_line} "
-        + budget_sentences(params, preset, finished_count == planned or bool(ended), reports_root=reports_root),
+        + budget_sentences(params, preset, finished_count == planned or bool(ended), reports_root=reports_root)
+        + whole_seeds_sentence(found),
         "decision": decision(rows, longest, finished_count == planned, params.name, ended),
         "complete": finished_count == planned or bool(ended),  # no run left to train: every run, or the budget
         "trend": trend_line(top1, variants, seeds, short, longest, backends, tested=params.name in PRIMARY),
@@ -287,7 +320,7 @@ def pilot_summary(preset: str, reports_root=None) -> dict:
             {
                 "variant": f"{v} (from {found['source']})" if v in read else _dialled(v, params.model),
                 "seed": sd,
-                **{f"top-1 at {b}": percent(top1.get((v, sd, b))) for b in budgets},
+                **{f"top-1 at {b}": percent(found.get("listed", top1).get((v, sd, b))) for b in budgets},
             }
             for v in variants
             for sd in seeds

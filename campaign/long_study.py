@@ -116,7 +116,7 @@ def image_pairs(summary: dict) -> list[dict]:
     done = {(r.variant, r.seed): r for r in finished(results(summary["found"].get("own", []))) if r.test_correct}
     rows = []
     for backend in gap_pilot.performers(params):
-        for seed in params.seeds:
+        for seed in summary["found"].get("whole_seeds", params.seeds):  # the stopping rule's seeds, once it ended
             if not {(f"{backend}+ape", seed), ("softmax+ape", seed)} <= done.keys():
                 continue
             mine, theirs = correctness(done[(f"{backend}+ape", seed)]), correctness(done[("softmax+ape", seed)])

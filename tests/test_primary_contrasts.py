@@ -17,6 +17,7 @@ from rpevit.lab.tables import signed
 from helpers import canvas40_record
 
 BACKENDS = ["favor", "relu"]
+VARIANTS = ("softmax+ape", "favor+ape", "favor_redraw+ape", "relu+ape")
 
 
 def _top1(favor: dict[int, tuple[float, float]], relu: dict[int, tuple[float, float]]) -> dict:
@@ -149,3 +150,35 @@ def test_the_pooled_reading_pools_each_kind_over_the_performers_cells():
         f"relu [{signed(-0.3 - half)}, {signed(-0.3 + half)}]"
     )
     assert primary_contrasts.pooled_clause(one) == ""
+
+
+def test_once_the_budget_ends_the_study_its_analyses_read_only_the_seeds_whose_runs_all_finished(tmp_path, monkeypatch):
+    """The stopping rule of params/canvas40_long.yaml: "A budget that ends the study analyses the seeds whose
+    runs all finished, and says so" — seed 3's softmax and favor runs finished, its relu and favor_redraw runs
+    never started: while the study is open its favor pair counts; once the budget ended it, no analysis reads
+    seed 3, the table of runs still lists it, and the report says so."""
+    from campaign import budget
+    from rpevit.lab.store import catalog
+
+    def record(variant, seed, gap):
+        budgets = {"16": {"top1": 0.85}, "32": {"top1": 0.88}}
+        return canvas40_record(variant, seed, (91.0 + gap) / 100, budgets=budgets)
+
+    found = [record(v, s, 0.0 if v == "softmax+ape" else -0.2 * s) for s in (1, 2) for v in VARIANTS]
+    found += [record("softmax+ape", 3, 0.0), record("favor+ape", 3, -3.0)]
+    monkeypatch.setattr(catalog, "study_records", lambda params, reports_root=None: results(found))
+    open_study = gap_pilot.pilot_records(load_params("canvas40_long"), tmp_path)
+    assert "whole_seeds" not in open_study and ("favor+ape", 3, 64) in open_study["top1"]
+
+    monkeypatch.setattr(budget, "training_hours", lambda *a, **k: (60.5, 0.0))  # the 60 hours are spent
+    ended = gap_pilot.pilot_records(load_params("canvas40_long"), tmp_path)
+    assert ended["whole_seeds"] == [1, 2] and {seed for _, seed, _ in ended["top1"]} == {1, 2}
+    assert ended["listed"] == open_study["top1"]
+    text = "\n".join(gap_pilot.write_report("canvas40_long", reports_root=tmp_path))
+    assert (
+        "As pre-registered, with the budget spent the analyses read only the seeds whose runs all finished: "
+        "seeds 1, 2; the finished runs of seed 3 are listed, not analysed." in text
+    )
+    assert "| favor+ape | 3 | 85.00 | 88.00 | 88.00 |" in text  # listed
+    assert "| favor − softmax at 64 | 2 | −0.20, −0.40 | −0.30 |" in text  # seed 3's −3.00 not read
+    assert "−3.00" not in text.split("## Test top-1 per run")[1].split("## Gap per budget")[1]
