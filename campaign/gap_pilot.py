@@ -55,6 +55,8 @@ GAP_PILOTS = ("canvas_gap_pilot", "canvas56_gap_pilot", "canvas56_dial16", "canv
 GO_UPPER = {"canvas40_long": -0.5}
 # presets whose stopping rule reads, once the budget ends them, only the seeds whose runs all finished
 WHOLE_SEEDS = {"canvas40_long"}
+# preset → (shorter, longest) budget in epochs of its pre-registered primary contrasts (primary_contrasts.py)
+PRIMARY = {"canvas40_long": (32, 64)}
 
 
 def _dialled(variant: str, model) -> str:
@@ -278,8 +280,6 @@ def pilot_summary(preset: str, reports_root=None) -> dict:
     `equal_time`: accuracy at softmax's training time, pilot_answer), the tables (`runs`: top-1 per run and
     budget, `gaps`: the gap per budget, `change` and `gap_change`: budget sensitivity) and what they were
     read from (`params`, `found`: pilot_records)."""
-    from .primary_contrasts import PRIMARY  # it reads this module's rule
-
     params = load_params(preset)
     found = pilot_records(params, reports_root)
     top1, read, fell = found["top1"], found["read"], found["fell"]

@@ -21,11 +21,9 @@ from rpevit.core.stats import contrast_test, holm
 from rpevit.lab.tables import markdown_table, signed
 
 from .gap_arithmetic import gap_changes, seed_gaps
-from .gap_pilot import GO_GAP, GO_UPPER, performers
+from .gap_pilot import GO_GAP, GO_UPPER, PRIMARY, performers
 from .pilot_answer import pooled_interval, pooled_sd
 
-# preset → (shorter, longest) budget in epochs of its pre-registered primary contrasts
-PRIMARY = {"canvas40_long": (32, 64)}
 ALPHA = 0.05
 NOT_YET = "not testable yet"
 NOTE = "These changes per seed are tested below, with the gaps at the longest budget, as pre-registered."
