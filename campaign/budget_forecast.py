@@ -76,6 +76,7 @@ def forecast(rates: dict[str, list[float]], full: int, left: list[Left], hours: 
     (fast, fast_short), (slow, slow_short) = (
         project({v: pick(r) for v, r in rates.items()}, full, left, hours, budget) for pick in (min, max)
     )
+    more = " (more runs start before the budget is spent at the fastest)" if round(fast, 1) > round(slow, 1) else ""
     paces = "; ".join(f"{v} {min(r) / 60:.1f}–{max(r) / 60:.1f}" for v, r in rates.items())
     if not fast_short and not slow_short:
         seeds_clause = "every seed's runs start within the budget"
@@ -90,8 +91,8 @@ def forecast(rates: dict[str, list[float]], full: int, left: list[Left], hours: 
     return (
         f" Forecast (the {len(left)} runs left one after another in the preset's order, each epoch at the CPU "
         f"minutes its variant's runs took so far, fastest–slowest run: {paces}): they would bring the epoch time to "
-        f"{fast:.1f} hours at the fastest pace and {slow:.1f} at the slowest; {seeds_clause}. CPUs differ between "
-        "sittings: a range to plan by, not a result."
+        f"{fast:.1f} hours at the fastest pace and {slow:.1f} at the slowest{more}; {seeds_clause}. CPUs differ "
+        "between sittings: a range to plan by, not a result."
     )
 
 

@@ -32,6 +32,10 @@ def test_the_forecast_gives_the_range_of_paces_and_the_seeds_it_leaves_whole():
     assert "the seeds with all their runs are 1, 2 at the slowest pace and 1–3 at the fastest" in text
     assert "every seed's runs start within the budget" in forecast(rates, 10, LEFT, 1.0, 99, seeds=[1, 2, 3])
     assert "are 1 at the slowest pace and 1, 2 at the fastest" in forecast(rates, 10, LEFT, 1.0, 1.45, [1, 2, 3])
+    # more runs start at the fastest pace, so it can end later than the slowest: said, not left to puzzle over
+    more = forecast(rates, 10, LEFT, 1.0, 1.45, [1, 2, 3])
+    assert "1.7 hours at the fastest pace and 1.6 at the slowest (more runs start before the budget" in more
+    assert "(more runs start" not in text
     assert forecast(rates, 10, [], 1.0, 99, [1]) == ""
     unmeasured = forecast({"softmax+ape": [60.0]}, 10, LEFT, 1.0, 99, [1, 2, 3])
     assert unmeasured == " No forecast of the runs left yet: favor+ape has no finished run or trained epoch to time."
