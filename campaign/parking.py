@@ -21,8 +21,6 @@ from pathlib import Path
 from rpevit.lab.params import Params, load_params
 from rpevit.lab.store import records
 
-from . import stable_checkpoints
-
 PARKED = "parked"  # reports/<preset>/parked/<dataset>/<variant>/seed<N>/: tracked, unlike runs/
 RUN_FILES = (records.CHECKPOINT, records.STABLE_CHECKPOINT)  # read in this order: a checkpoint past the stable
 # phase was written after its stable checkpoint, so reading the checkpoint first never finds it missing
@@ -163,6 +161,8 @@ def restore(preset: str | Params) -> list[str]:
     for _, folder, local in _parked_runs(name):
         outcome = place_run(local, {n: (folder / n).read_bytes() for n in RUN_FILES if (folder / n).is_file()})
         placed, held = placed + (outcome == "placed"), held + (outcome == "busy")
+    from . import stable_checkpoints  # it reads checkpoints through this module
+
     lines = stable_checkpoints.restore(params)
     if not placed and not held:
         return lines
@@ -175,6 +175,8 @@ def park(presets: list[str]) -> list[str]:
     """Replace each preset's reports/<preset>/parked/ with its unfinished runs (restoring first, so a parked
     run this checkout is behind on is never lost; runs that ended drop out), and keep its finished runs'
     stable checkpoints (stable_checkpoints.keep). A line per preset, and one for stable checkpoints kept."""
+    from . import stable_checkpoints  # it reads checkpoints through this module
+
     lines, loaded = [], [load_params(preset) for preset in presets]  # every preset checked before any work
     for params in loaded:
         name = params.name

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
-
 from rpevit.core import budgets
 from rpevit.lab.params import Params
 from rpevit.lab.schema import is_finished
@@ -23,6 +21,8 @@ from rpevit.lab.store import records
 from rpevit.lab.store.catalog import current_record, grid_runs
 from rpevit.lab.store.run import Run
 from rpevit.lab.training.continuation import donor_params
+
+from .parking import read_state
 
 STABLE = "stable"  # reports/<preset>/stable/<dataset>/<variant>/seed<N>/checkpoint.stable.pt: tracked
 
@@ -36,12 +36,8 @@ def kept_path(run: Run) -> Path:
 def _belongs(run: Run, path: Path) -> bool:
     """Whether `path` is a readable stable checkpoint of this run: its settings (key) and the epoch where the
     run's own decay starts (a damaged file is not, and is left where it is)."""
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception:  # any unreadable file
-        return False
-    stable = isinstance(state, dict) and state.get("epoch") == budgets.stable_end(run.train_config)
-    return stable and state.get("key") == run.key
+    state = read_state(path)
+    return state.get("epoch") == budgets.stable_end(run.train_config) and state.get("key") == run.key
 
 
 def _finished_runs(params: Params) -> list[Run]:
