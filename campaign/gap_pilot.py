@@ -158,10 +158,15 @@ def budget_ended(params, found: dict, reports_root=None) -> str:
 
 
 def budget_reading(params, found: dict, reports_root=None) -> tuple[str, int]:
-    """(budget_ended, the started runs it waits for): ('k of N', 0) when the spent budget ended the pilot,
-    ('', n) when it is spent but n started runs are still in flight (study finishes them: here, or parked
-    by another checkout), ('', 0) otherwise. The time is read from finished runs only, so every machine
-    with the kept records reads the same."""
+    """(budget_ended, the started runs it waits for), as pilot_records read it (`found["budget"]`), or read
+    now (_read_budget) from records that did not come from pilot_records."""
+    return found["budget"] if "budget" in found else _read_budget(params, found, reports_root)
+
+
+def _read_budget(params, found: dict, reports_root=None) -> tuple[str, int]:
+    """('k of N', 0) when the spent budget ended the pilot, ('', n) when it is spent but n started runs are
+    still in flight (study finishes them: here, or parked by another checkout), ('', 0) otherwise. The time
+    is read from finished runs only, so every machine with the kept records reads the same."""
 
     from . import budget as pilot_budget
 
@@ -259,6 +264,7 @@ def pilot_records(params, reports_root=None) -> dict:
         "top1": budget_top1([*borrowed_kept, *own_kept]),
         "fell": [f"{r.variant} seed {r.seed}" for r in [*borrowed_fell, *own_fell]],
     }
+    found["budget"] = _read_budget(params, found, reports_root)  # read once: every sentence asks it
     return _whole_seeds_only(params, found, reports_root) if params.name in WHOLE_SEEDS else found
 
 
