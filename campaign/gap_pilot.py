@@ -153,20 +153,16 @@ def verdict_of(params, found: dict, reports_root=None) -> str:
 
 def budget_ended(params, found: dict, reports_root=None) -> str:
     """'k of N' when the epoch time of the pilot's finished runs alone has reached its stated budget before
-    every run finished (no new run starts, budget.py) and no started run is still in flight, else ''."""
-    return budget_reading(params, found, reports_root)[0]
+    every run finished (no new run starts, budget.py) and no started run is still in flight, else '' (the
+    reading pilot_records stored in `found["budget"]`)."""
+    return found["budget"][0]
 
 
 def budget_reading(params, found: dict, reports_root=None) -> tuple[str, int]:
-    """(budget_ended, the started runs it waits for), as pilot_records read it (`found["budget"]`), or read
-    now (_read_budget) from records that did not come from pilot_records."""
-    return found["budget"] if "budget" in found else _read_budget(params, found, reports_root)
-
-
-def _read_budget(params, found: dict, reports_root=None) -> tuple[str, int]:
-    """('k of N', 0) when the spent budget ended the pilot, ('', n) when it is spent but n started runs are
-    still in flight (study finishes them: here, or parked by another checkout), ('', 0) otherwise. The time
-    is read from finished runs only, so every machine with the kept records reads the same."""
+    """(budget_ended, the started runs it waits for): ('k of N', 0) when the spent budget ended the pilot,
+    ('', n) when it is spent but n started runs are still in flight (study finishes them: here, or parked
+    by another checkout), ('', 0) otherwise. The time is read from finished runs only, so every machine
+    with the kept records reads the same."""
 
     from . import budget as pilot_budget
 
@@ -236,6 +232,7 @@ def pilot_records(params, reports_root=None) -> dict:
     with (`read`, from `source`), the test top-1 per (variant, seed, budget) of the runs that did not
     collapse, and the names of those that did (one policy for every report: apart, never read at their
     early best epoch); the runs `started` and unfinished (here or parked) and their curves so far (`in_flight`);
+    what the spent budget says (`budget`: budget_reading);
     for a preset in WHOLE_SEEDS that its budget ended, `top1` of its whole seeds only (_whole_seeds_only)."""
     from analysis.convergence import split_collapsed
 
@@ -264,7 +261,7 @@ def pilot_records(params, reports_root=None) -> dict:
         "top1": budget_top1([*borrowed_kept, *own_kept]),
         "fell": [f"{r.variant} seed {r.seed}" for r in [*borrowed_fell, *own_fell]],
     }
-    found["budget"] = _read_budget(params, found, reports_root)  # read once: every sentence asks it
+    found["budget"] = budget_reading(params, found, reports_root)  # read once: every sentence asks it
     return _whole_seeds_only(params, found, reports_root) if params.name in WHOLE_SEEDS else found
 
 

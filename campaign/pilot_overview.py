@@ -95,7 +95,7 @@ def overview_row(preset: str, reports_root=None, before: str | None = None) -> t
     if not decided:
         verdict = f"waits for `{before}`'s NO-GO" if before and not done else "no pair finished yet"
     else:
-        ended, waiting = gap_pilot.budget_reading(params, found, reports_root)
+        ended, waiting = found["budget"]  # gap_pilot.budget_reading
         verdict = gap_pilot.rule_verdict(decided, preset) + _standing(done == planned, ended, waiting)
     flying = len(found["started"])  # started, unfinished: here or parked by another checkout
     runs = f"{done} of {planned}" + (f", {flying} in flight" if flying else "")
