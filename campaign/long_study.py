@@ -206,7 +206,8 @@ def report_lines(summary: dict, folder) -> list[str]:
 
 
 def sync_readme(readme, report) -> bool:
-    """Put the study report's `**In one line**` into the README's long block; True if it changed."""
+    """Put the study report's `**In one line**` into the long block of `readme` (the README's or
+    docs/results.md's); True if it changed."""
     said = [line for line in report.read_text().splitlines() if line.startswith(readme_blocks.ONE_LINE)]
     return readme_blocks.fill(
         readme, "long", "".join(f"- {line.removeprefix(readme_blocks.ONE_LINE)}\n" for line in said)

@@ -431,6 +431,7 @@ def command(args) -> int:
         print("\n".join(gap_pilot.write_report(args.params)))
         name = Path(str(args.params)).stem
         if name in long_study.QUOTED and records.reports_root() == PROJECT_ROOT / "reports":
-            changed = long_study.sync_readme(PROJECT_ROOT / "README.md", records.reports_root() / name / "README.md")
-            print(f"README.md's line of {name} {'updated' if changed else 'already matches'}")
+            for quoting in ("README.md", "docs/results.md"):  # both say the study's verdict in its report's words
+                changed = long_study.sync_readme(PROJECT_ROOT / quoting, records.reports_root() / name / "README.md")
+                print(f"{quoting}'s line of {name} {'updated' if changed else 'already matches'}")
     return 0

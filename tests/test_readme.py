@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 LIMIT, ANSWER_WITHIN, FIRST_STUDY_WITHIN = 8000, 2600, 6500
@@ -95,14 +97,15 @@ def test_the_recall_block_is_each_recall_pilot_s_line_from_its_report_then_the_o
     assert wanted and match.group(1).splitlines() == wanted + [x for line in said for x in ("", line)]
 
 
-def test_the_longer_study_s_line_is_its_report_s():
-    """The README's long block is the `**In one line**` of each quoted study's report (its go/no-go so far and
-    each Performer's gap at 64 epochs); `python -m campaign gap-pilot canvas40_long` fills it."""
+@pytest.mark.parametrize("quoting", ["README.md", "docs/results.md"])
+def test_the_longer_study_s_line_is_its_report_s(quoting):
+    """The long block of the README and of docs/results.md is the `**In one line**` of each quoted study's report
+    (its go/no-go and each Performer's gap at 64 epochs); `python -m campaign gap-pilot canvas40_long` fills both."""
     from campaign.long_study import QUOTED
     from campaign.readme_blocks import ONE_LINE
 
-    match = re.search(r"<!-- long: [^>]*-->\n(.*?)<!-- /long -->", README, re.S)
-    assert match, "the README has no long block"
+    match = re.search(r"<!-- long: [^>]*-->\n(.*?)<!-- /long -->", (ROOT / quoting).read_text(), re.S)
+    assert match, f"{quoting} has no long block"
     wanted = [
         f"- {line.removeprefix(ONE_LINE)}"
         for name in QUOTED
