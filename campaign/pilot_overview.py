@@ -23,6 +23,7 @@ FIRST_PILOT = GAP_ORDER[0]
 OVERVIEW = "gap_pilots.md"
 FIGURE = "gap_pilots.png"
 TREND = "Across the pilots"  # how the overview's paragraph of seed-pair counts starts (the README leaves it out)
+LONGER = "**Trained longer**"  # how its paragraph quoting each longer study starts (the README quotes those itself)
 
 
 def pilot_order() -> list[str]:
@@ -363,18 +364,36 @@ def overview_lines(reports_root=None, overview: tuple | None = None) -> list[str
             if series
             else []
         ),
+        *longer_lines(reports_root),
     ]
+
+
+def longer_lines(reports_root=None) -> list[str]:
+    """The overview's last paragraph: each longer study that went on from the pilots (long_study.QUOTED), in its
+    report's `**In one line**`, where its report exists."""
+    root = reports_root or records.reports_root()
+    reports = {name: root / name / "README.md" for name in long_study.QUOTED if (root / name / "README.md").is_file()}
+    said = [
+        line.removeprefix(readme_blocks.ONE_LINE)
+        for report in reports.values()
+        for line in report.read_text().splitlines()
+        if line.startswith(readme_blocks.ONE_LINE)
+    ]
+    if not said:
+        return []
+    links = ", ".join(f"[{name}]({name}/README.md)" for name in reports)
+    return ["", f"{LONGER} after these pilots, each pre-registered in its own preset ({links}): " + " ".join(said)]
 
 
 def readme_block(lines: list[str]) -> list[str]:
     """What the README quotes of the overview's lines: where the order stands, the table, then the paragraphs
-    after it but the pilots' seed-pair counts (TREND) and their models under fresh random features (draws_line),
-    which reports/gap_pilots.md keeps, and the figure (its link is relative to reports/, so the README links it
-    itself)."""
+    after it but the pilots' seed-pair counts (TREND), their models under fresh random features (draws_line) and
+    the longer studies (LONGER: the README's long block quotes them), which reports/gap_pilots.md keeps, and
+    the figure (its link is relative to reports/, so the README links it itself)."""
     lines = "\n".join(lines).split("\n")  # one paragraph per line, as the file holds them
     standing = next(line for line in lines if line.startswith("**"))
     table = [line for line in lines if line.startswith("|")]
-    left_out = ("![", TREND, feature_draws.PILOTS_LEAD)
+    left_out = ("![", TREND, feature_draws.PILOTS_LEAD, LONGER)
     after = [line for line in lines[lines.index(table[-1]) + 1 :] if not line.startswith(left_out)]
     after = [line for i, line in enumerate(after) if line or (i + 1 < len(after) and after[i + 1])]
     return [standing, "", *table, *after]

@@ -687,3 +687,32 @@ def test_the_report_names_the_machines_its_runs_trained_on():
     both = provenance_line(results(found[3:]))
     revisions = f"Code revisions its finished runs were trained from: `{'a' * 12}` (1 run)."
     assert both == revisions + " Machines they trained on: `Intel Xeon` (1 run)."
+
+
+def test_the_overview_ends_with_each_longer_study_s_line_which_the_readme_pilots_block_leaves_out(tmp_path):
+    """reports/gap_pilots.md says where the pilots' question went next (each long_study.QUOTED study's one line,
+    linked); the README quotes that line in its own long block, so its pilots block leaves the paragraph out."""
+    from campaign import long_study, pilot_overview
+
+    assert pilot_overview.longer_lines(tmp_path) == []  # no report yet: nothing said
+    name = long_study.QUOTED[0]
+    (tmp_path / name).mkdir()
+    (tmp_path / name / "README.md").write_text(
+        f"# {name}\n\n**In one line**: `{name}`, 3 of 20 runs: **NO-GO so far**.\n"
+    )
+    said = pilot_overview.longer_lines(tmp_path)
+    assert said == [
+        "",
+        f"**Trained longer** after these pilots, each pre-registered in its own preset ([{name}]({name}/README.md)): "
+        f"`{name}`, 3 of 20 runs: **NO-GO so far**.",
+    ]
+    lines = ["# t", "", "**No Performer**", "", "| a |", "|---|", "| 1 |", "", "After the table.", *said]
+    assert pilot_overview.readme_block(lines) == [
+        "**No Performer**",
+        "",
+        "| a |",
+        "|---|",
+        "| 1 |",
+        "",
+        "After the table.",
+    ]
