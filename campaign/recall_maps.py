@@ -7,7 +7,12 @@ positional hop), and CLS to carry it to the head. Measured per layer, heads aver
 200 test images: the attention weight the query token puts on the matching key's token and, for
 comparison, on another pair's key; the weight CLS puts on the asked value's token and on another pair's
 value (a model that has found the answer puts more on its own key and value than on the others; uniform
-attention puts 1/T on each, T = G² + 1 tokens). The figure shows one test image.
+attention puts 1/T on each, T = G² + 1 tokens); and the weight the matching key's token and another
+pair's key token put on the query. A model can answer without the query looking anything up: every key
+cell reads the one marked query cell, compares it with its own key, and CLS reads the cell that matched:
+one salient token to find at each step. The lookup that strains a linear attention's fixed-size state, one
+key picked among K by content (Arora et al. 2023, "Zoology"), is not needed on that route. The figure shows
+one test image.
 """
 
 from __future__ import annotations
@@ -44,18 +49,21 @@ def places(image: torch.Tensor, grid: int, layout: str) -> dict:
 
 
 def attention_rows(model, images: torch.Tensor, spots: list[dict[str, int]]) -> list[dict[str, torch.Tensor]]:
-    """Per layer, heads averaged: the query token's and CLS's attention rows (B, T), token 0 being CLS."""
+    """Per layer, heads averaged: the query token's and CLS's attention rows (B, T), token 0 being CLS, and the
+    weight each token puts on the query (`to query`, B × T)."""
     rows = []
     for weights in model.attention_maps(images):
         mean = weights.float().mean(dim=1)  # (B, T, T)
         queries = torch.stack([mean[b, 1 + s["query"]] for b, s in enumerate(spots)])
-        rows.append({"query": queries, "cls": mean[:, 0]})
+        read_query = torch.stack([mean[b, :, 1 + s["query"]] for b, s in enumerate(spots)])  # each token → query
+        rows.append({"query": queries, "cls": mean[:, 0], "to query": read_query})
     return rows
 
 
 def attention_table(models: dict, dataset, task, count: int = EXAMPLES) -> list[dict]:
     """Per variant and layer: mean attention (over the first `count` test images) of the query token on its key
-    and on another key, and of CLS on the asked value and on another value, with the uniform level 1/T."""
+    and on another key, of CLS on the asked value and on another value, and of the asked key's token and another
+    key's token on the query, with the uniform level 1/T."""
     from analysis.inspection import test_images
 
     images, raw, _ = test_images(dataset, 0, count)
@@ -82,6 +90,8 @@ def attention_table(models: dict, dataset, task, count: int = EXAMPLES) -> list[
                     "query → another key": at("query", "other_keys"),
                     "CLS → its value": at("cls", "value"),
                     "CLS → another value": at("cls", "other_values"),
+                    "its key → query": at("to query", "key"),
+                    "another key → query": at("to query", "other_keys"),
                     "uniform": 1 / tokens,
                 }
             )
@@ -201,7 +211,18 @@ def reading(rows: list[dict]) -> str:
             value = max(r["CLS → its value"] - r["CLS → another value"] for r in mine)
             found.append(f"{variant} {key:+.3f} (key) and {value:+.3f} (value)")
         parts.append(f"K = {k}: " + "; ".join(found))
+    read = []
+    for k in dict.fromkeys(r["K"] for r in rows):
+        found = {
+            v: max(r["another key → query"] for r in rows if r["K"] == k and r["variant"] == v)
+            for v in dict.fromkeys(r["variant"] for r in rows if r["K"] == k)
+        }
+        read.append(f"K = {k}: " + ", ".join(f"{v} {w:.3f}" for v, w in found.items()))
+    uniform = rows[0]["uniform"]
     return (
         "Largest excess over the layers of the weight on the asked pair over another pair's (0: the model does "
-        "not tell them apart; the uniform weight is 1/T): " + ". ".join(parts) + "."
+        "not tell them apart; the uniform weight is 1/T): " + ". ".join(parts) + ". Largest weight over the "
+        f"layers that a pair not asked about puts from its key's token on the query (uniform {uniform:.3f}): "
+        + "; ".join(read)
+        + "."
     )

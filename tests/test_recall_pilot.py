@@ -144,7 +144,9 @@ def test_the_attention_table_reads_weights_of_the_asked_and_other_pairs(tmp_path
     for row in rows:
         assert row["uniform"] == pytest.approx(1 / 65)
         assert all(0 <= row[k] <= 1 for k in row if "→" in k)
-    assert reading([{"K": 2, **r} for r in rows]).startswith("Largest excess")
+        assert {"its key → query", "another key → query"} <= set(row)  # the broadcast route is measured too
+    said = reading([{"K": 2, **r} for r in rows])
+    assert said.startswith("Largest excess") and "from its key's token on the query (uniform 0.015): K = 2: " in said
     maps_figure({"softmax+ape": model}, dataset, task).savefig(tmp_path / "maps.png")
 
 
